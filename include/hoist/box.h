@@ -1,0 +1,93 @@
+// Box: an n-dimensional index box, the unit in which hoist speaks about parts
+// of arrays (a device's shard, a replica's slice, a manifest extent).
+#ifndef HOIST_BOX_H_
+#define HOIST_BOX_H_
+
+#include <compare>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace hoist {
+
+// A half-open n-d box of array indices: dimension d covers
+// [origin[d], origin[d] + shape[d]). Rank 0 is a scalar (one element).
+// A value type; all methods are const and thread-compatible.
+class Box {
+ public:
+  // The rank-0 box (one element).
+  Box() = default;
+  // Precondition: origin.size() == shape.size() and every shape[d] >= 0.
+  // Use Box::Create to validate untrusted input.
+  Box(std::vector<int64_t> origin, std::vector<int64_t> shape);
+
+  // Validates and builds a box. kInvalidArgument if the ranks differ, a size
+  // or an origin is negative, or origin + shape overflows.
+  static absl::StatusOr<Box> Create(std::vector<int64_t> origin,
+                                    std::vector<int64_t> shape);
+
+  // The box at origin 0 covering `shape` (all sizes >= 0).
+  static Box FromShape(absl::Span<const int64_t> shape);
+
+  int rank() const { return static_cast<int>(shape_.size()); }
+  const std::vector<int64_t>& origin() const { return origin_; }
+  const std::vector<int64_t>& shape() const { return shape_; }
+  // One past the last index along `dim`.
+  int64_t limit(int dim) const { return origin_[dim] + shape_[dim]; }
+
+  // Product of the sizes (1 for rank 0). Precondition: it fits in int64_t,
+  // which holds for any box inside a shape accepted by CheckedNumElements.
+  int64_t num_elements() const;
+  // True when some size is 0.
+  bool empty() const;
+
+  // The common part of two boxes of equal rank; empty() when they are
+  // disjoint (then its shape has a 0 and its origin is unspecified).
+  Box Intersect(const Box& other) const;
+  // True when every index of `other` lies in this box. An empty `other` of
+  // the same rank is contained in any box.
+  bool Contains(const Box& other) const;
+  bool ContainsIndex(absl::Span<const int64_t> index) const;
+
+  // Splits along `axis` into `parts` boxes whose sizes differ by at most one,
+  // the larger first, in index order. Precondition:
+  // 1 <= parts <= shape()[axis] (every part is non-empty).
+  std::vector<Box> Split(int axis, int64_t parts) const;
+
+  // This box with its origin made relative to `outer`'s origin.
+  // Precondition: outer.Contains(*this).
+  Box RelativeTo(const Box& outer) const;
+
+  // "[0:4, 8:16]"; "[]" for rank 0.
+  std::string ToString() const;
+
+  friend bool operator==(const Box&, const Box&) = default;
+  // Lexicographic by origin, then shape: a deterministic order for plans.
+  friend auto operator<=>(const Box&, const Box&) = default;
+  template <typename H>
+  friend H AbslHashValue(H h, const Box& box) {
+    return H::combine(std::move(h), box.origin_, box.shape_);
+  }
+
+ private:
+  std::vector<int64_t> origin_;
+  std::vector<int64_t> shape_;
+};
+
+// Element strides of a dense C-order (row-major) array of `shape`: the last
+// dimension has stride 1. Precondition: the element count fits in int64_t.
+std::vector<int64_t> CStrides(absl::Span<const int64_t> shape);
+
+// Element count of `shape`. kInvalidArgument for a negative size or a count
+// that overflows int64_t.
+absl::StatusOr<int64_t> CheckedNumElements(absl::Span<const int64_t> shape);
+
+// "(8, 1024)" for error messages.
+std::string ShapeToString(absl::Span<const int64_t> shape);
+
+}  // namespace hoist
+
+#endif  // HOIST_BOX_H_

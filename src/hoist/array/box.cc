@@ -1,0 +1,150 @@
+#include "hoist/box.h"
+
+#include <algorithm>
+#include <cassert>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "hoist/base/checked_math.h"
+
+namespace hoist {
+
+Box::Box(std::vector<int64_t> origin, std::vector<int64_t> shape)
+    : origin_(std::move(origin)), shape_(std::move(shape)) {
+  assert(origin_.size() == shape_.size());
+}
+
+absl::StatusOr<Box> Box::Create(std::vector<int64_t> origin,
+                                std::vector<int64_t> shape) {
+  if (origin.size() != shape.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("box origin has rank %d but its shape has rank %d",
+                        origin.size(), shape.size()));
+  }
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (origin[d] < 0 || shape[d] < 0 ||
+        !CheckedAdd(origin[d], shape[d]).has_value()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "box dimension %d has origin %d and size %d: both must be >= 0 and "
+          "their sum must fit in int64",
+          d, origin[d], shape[d]));
+    }
+  }
+  return Box(std::move(origin), std::move(shape));
+}
+
+Box Box::FromShape(absl::Span<const int64_t> shape) {
+  return Box(std::vector<int64_t>(shape.size(), 0),
+             std::vector<int64_t>(shape.begin(), shape.end()));
+}
+
+int64_t Box::num_elements() const {
+  int64_t n = 1;
+  for (int64_t s : shape_) n *= s;
+  return n;
+}
+
+bool Box::empty() const {
+  return std::find(shape_.begin(), shape_.end(), 0) != shape_.end();
+}
+
+Box Box::Intersect(const Box& other) const {
+  assert(rank() == other.rank());
+  std::vector<int64_t> origin(rank()), shape(rank());
+  for (int d = 0; d < rank(); ++d) {
+    const int64_t lo = std::max(origin_[d], other.origin_[d]);
+    const int64_t hi = std::min(limit(d), other.limit(d));
+    origin[d] = lo;
+    shape[d] = std::max<int64_t>(0, hi - lo);
+  }
+  return Box(std::move(origin), std::move(shape));
+}
+
+bool Box::Contains(const Box& other) const {
+  if (rank() != other.rank()) return false;
+  if (other.empty()) return true;
+  for (int d = 0; d < rank(); ++d) {
+    if (other.origin_[d] < origin_[d] || other.limit(d) > limit(d)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool Box::ContainsIndex(absl::Span<const int64_t> index) const {
+  if (static_cast<int>(index.size()) != rank()) return false;
+  for (int d = 0; d < rank(); ++d) {
+    if (index[d] < origin_[d] || index[d] >= limit(d)) return false;
+  }
+  return true;
+}
+
+std::vector<Box> Box::Split(int axis, int64_t parts) const {
+  assert(axis >= 0 && axis < rank());
+  assert(parts >= 1 && parts <= shape_[axis]);
+  std::vector<Box> out;
+  out.reserve(parts);
+  const int64_t base = shape_[axis] / parts;
+  const int64_t extra = shape_[axis] % parts;
+  int64_t start = origin_[axis];
+  for (int64_t i = 0; i < parts; ++i) {
+    Box part = *this;
+    part.origin_[axis] = start;
+    part.shape_[axis] = base + (i < extra ? 1 : 0);
+    start += part.shape_[axis];
+    out.push_back(std::move(part));
+  }
+  return out;
+}
+
+Box Box::RelativeTo(const Box& outer) const {
+  assert(outer.Contains(*this));
+  Box out = *this;
+  for (int d = 0; d < rank(); ++d) out.origin_[d] -= outer.origin_[d];
+  return out;
+}
+
+std::string Box::ToString() const {
+  std::vector<std::string> dims;
+  dims.reserve(rank());
+  for (int d = 0; d < rank(); ++d) {
+    dims.push_back(absl::StrFormat("%d:%d", origin_[d], limit(d)));
+  }
+  return absl::StrCat("[", absl::StrJoin(dims, ", "), "]");
+}
+
+std::vector<int64_t> CStrides(absl::Span<const int64_t> shape) {
+  std::vector<int64_t> strides(shape.size());
+  int64_t stride = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    strides[d] = stride;
+    stride *= shape[d];
+  }
+  return strides;
+}
+
+absl::StatusOr<int64_t> CheckedNumElements(absl::Span<const int64_t> shape) {
+  int64_t n = 1;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("shape %s has negative size %d in dimension %d",
+                          ShapeToString(shape), shape[d], d));
+    }
+    std::optional<int64_t> product = CheckedMul(n, shape[d]);
+    if (!product) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "shape %s has more elements than fit in int64", ShapeToString(shape)));
+    }
+    n = *product;
+  }
+  return n;
+}
+
+std::string ShapeToString(absl::Span<const int64_t> shape) {
+  if (shape.size() == 1) return absl::StrFormat("(%d,)", shape[0]);
+  return absl::StrCat("(", absl::StrJoin(shape, ", "), ")");
+}
+
+}  // namespace hoist
