@@ -5,6 +5,8 @@
 
 #include <random>
 
+#include "testing/coverage.h"
+
 namespace hoist {
 namespace {
 
@@ -13,26 +15,11 @@ using ::testing::HasSubstr;
 
 Mesh Mesh2x4() { return *Mesh::Create({"data", "model"}, {2, 4}); }
 
-// Counts how often each element of `shape` is covered by the unique boxes.
 std::vector<int> Coverage(const ShardLayout& layout,
                           const std::vector<int64_t>& shape) {
-  const std::vector<int64_t> strides = CStrides(shape);
-  std::vector<int> count(Box::FromShape(shape).num_elements(), 0);
-  for (const UniqueBox& unique : layout.unique_boxes) {
-    const Box& box = unique.box;
-    // Walk every index of the box.
-    std::vector<int64_t> index = box.origin();
-    for (int64_t n = 0; n < box.num_elements(); ++n) {
-      int64_t flat = 0;
-      for (size_t d = 0; d < shape.size(); ++d) flat += index[d] * strides[d];
-      ++count[flat];
-      for (int d = box.rank(); d-- > 0;) {
-        if (++index[d] < box.limit(d)) break;
-        index[d] = box.origin()[d];
-      }
-    }
-  }
-  return count;
+  std::vector<Box> boxes;
+  for (const UniqueBox& unique : layout.unique_boxes) boxes.push_back(unique.box);
+  return testing::Coverage(boxes, shape);
 }
 
 TEST(NamedShardingTest, ModelAxisShardsColumnsAndDataAxisReplicates) {

@@ -1,0 +1,390 @@
+// The save planner. Steps, each deterministic:
+//   1. Resolve every array's sharding into unique boxes and their replicas.
+//   2. Decide per box how many slices, along which axis (the replica rule).
+//   3. Assign slices to replica devices: fixed for the Orbax and single
+//      rules; for the balanced rule, greedily (fixed loads first, then the
+//      largest flexible box first) to the replicas whose process and device
+//      carry the fewest bytes so far.
+//   4. Order slices by (array, box), express each as one 2-D copy out of its
+//      shard, and give it a file of its process (the least-filled writer
+//      stream) and an aligned offset there.
+#include "hoist/save_plan.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "hoist/base/checked_math.h"
+
+namespace hoist {
+namespace {
+
+// A unique box of one array, and how it will be divided.
+struct Unit {
+  int array = 0;
+  int64_t item_bytes = 0;
+  Box box;
+  std::vector<DeviceId> replicas;  // replicas[r] holds replica r
+  int64_t bytes = 0;
+  int axis = 0;
+  int64_t parts = 1;
+};
+
+absl::Status ForArray(const ArraySpec& spec, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrFormat("array '%s': %s",
+                                                     spec.name,
+                                                     status.message()));
+}
+
+absl::Status ValidateOptions(const SavePlanOptions& options) {
+  if (options.writer_streams < 1 || options.writer_streams > 100) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "writer_streams is %d; it must be in [1, 100]",
+        options.writer_streams));
+  }
+  const int64_t a = options.alignment_bytes;
+  if (a < 1 || (a & (a - 1)) != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "alignment_bytes is %d; it must be a power of two", a));
+  }
+  if (options.min_slice_bytes < 0 || options.max_replicas < 0) {
+    return absl::InvalidArgumentError(
+        "min_slice_bytes and max_replicas must be >= 0");
+  }
+  return absl::OkStatus();
+}
+
+int64_t CappedReplicas(const Unit& unit, const SavePlanOptions& options) {
+  const int64_t r = static_cast<int64_t>(unit.replicas.size());
+  return options.max_replicas > 0 ? std::min<int64_t>(r, options.max_replicas)
+                                  : r;
+}
+
+// Orbax: R equal slices along the first axis divisible by R, or none.
+void DivideOrbax(Unit& unit, const SavePlanOptions& options) {
+  const int64_t r = CappedReplicas(unit, options);
+  if (r <= 1 || unit.bytes / r < options.min_slice_bytes) return;
+  for (int d = 0; d < unit.box.rank(); ++d) {
+    if (unit.box.shape()[d] % r == 0) {
+      unit.axis = d;
+      unit.parts = r;
+      return;
+    }
+  }
+}
+
+// hoist: as many slices as replicas allow and min_slice_bytes permits, along
+// the first axis longer than 1, uneven if need be. All dimensions before that
+// axis have size 1, so every slice is one contiguous run of bytes; a box whose
+// first such axis is shorter than the replica count gets fewer slices (the
+// balancing of whole boxes across replicas makes up for it).
+void DivideBalanced(Unit& unit, const SavePlanOptions& options) {
+  int64_t n = CappedReplicas(unit, options);
+  if (options.min_slice_bytes > 0) {
+    n = std::min(n, unit.bytes / options.min_slice_bytes);
+  }
+  const std::vector<int64_t>& shape = unit.box.shape();
+  auto axis = std::find_if(shape.begin(), shape.end(),
+                           [](int64_t size) { return size > 1; });
+  if (axis == shape.end()) return;  // a single element
+  n = std::min(n, *axis);
+  if (n <= 1) return;
+  unit.axis = static_cast<int>(axis - shape.begin());
+  unit.parts = n;
+}
+
+// The copy of `slice` out of the dense row-major buffer of `shard`. The two
+// differ along at most one axis, so this is one 2-D copy.
+SliceCopy CopyFor(const Box& shard, const Box& slice, int64_t item_bytes) {
+  const Box rel = slice.RelativeTo(shard);
+  int axis = 0;
+  while (axis < shard.rank() && rel.shape()[axis] == shard.shape()[axis]) {
+    ++axis;
+  }
+  SliceCopy copy;
+  if (axis == shard.rank()) {  // the whole shard
+    copy.rows = 1;
+    copy.width_bytes = shard.num_elements() * item_bytes;
+    copy.src_pitch_bytes = copy.width_bytes;
+    return copy;
+  }
+  int64_t rows = 1;
+  for (int d = 0; d < axis; ++d) rows *= shard.shape()[d];
+  int64_t inner_bytes = item_bytes;
+  for (int d = axis + 1; d < shard.rank(); ++d) inner_bytes *= shard.shape()[d];
+  copy.rows = rows;
+  copy.width_bytes = rel.shape()[axis] * inner_bytes;
+  copy.src_offset_bytes = rel.origin()[axis] * inner_bytes;
+  copy.src_pitch_bytes =
+      rows == 1 ? copy.width_bytes : shard.shape()[axis] * inner_bytes;
+  return copy;
+}
+
+// Running bytes per device and per process, for balancing.
+class Loads {
+ public:
+  explicit Loads(const Topology& topology) : topology_(topology) {
+    process_bytes_.assign(topology.num_processes(), 0);
+  }
+
+  void Add(DeviceId device, int64_t bytes) {
+    device_bytes_[device] += bytes;
+    process_bytes_[*topology_.ProcessOf(device)] += bytes;
+  }
+
+  // The process's mean bytes per device plus the device's own: low when both
+  // the host (which writes) and the device (which copies) have little work.
+  double Score(DeviceId device) const {
+    const int process = *topology_.ProcessOf(device);
+    auto it = device_bytes_.find(device);
+    const double own = it == device_bytes_.end() ? 0.0 : it->second;
+    return own + static_cast<double>(process_bytes_[process]) /
+                     topology_.devices(process).size();
+  }
+
+ private:
+  const Topology& topology_;
+  absl::flat_hash_map<DeviceId, int64_t> device_bytes_;
+  std::vector<int64_t> process_bytes_;
+};
+
+struct Assigned {
+  int array;
+  Box box;
+  Box shard_box;
+  DeviceId device;
+  int64_t item_bytes;
+};
+
+std::vector<Assigned> AssignFixed(const std::vector<Unit>& units) {
+  std::vector<Assigned> out;
+  for (const Unit& unit : units) {
+    if (unit.parts == 1) {
+      out.push_back({unit.array, unit.box, unit.box, unit.replicas[0],
+                     unit.item_bytes});
+      continue;
+    }
+    std::vector<Box> parts = unit.box.Split(unit.axis, unit.parts);
+    for (size_t i = 0; i < parts.size(); ++i) {
+      out.push_back({unit.array, std::move(parts[i]), unit.box,
+                     unit.replicas[i], unit.item_bytes});
+    }
+  }
+  return out;
+}
+
+std::vector<Assigned> AssignBalanced(const std::vector<Unit>& units,
+                                     const Topology& topology) {
+  std::vector<int> order(units.size());
+  std::iota(order.begin(), order.end(), 0);
+  // Boxes with one replica have no choice: place them first, then the rest
+  // largest first (LPT). Ties keep plan order, so the result is deterministic.
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    const bool fixed_a = units[a].replicas.size() == 1;
+    const bool fixed_b = units[b].replicas.size() == 1;
+    if (fixed_a != fixed_b) return fixed_a;
+    return units[a].bytes > units[b].bytes;
+  });
+  Loads loads(topology);
+  std::vector<Assigned> out;
+  std::vector<std::pair<double, DeviceId>> ranked;
+  for (int u : order) {
+    const Unit& unit = units[u];
+    std::vector<Box> parts = unit.parts == 1
+                                 ? std::vector<Box>{unit.box}
+                                 : unit.box.Split(unit.axis, unit.parts);
+    ranked.clear();
+    for (DeviceId device : unit.replicas) {
+      ranked.emplace_back(loads.Score(device), device);
+    }
+    std::partial_sort(ranked.begin(), ranked.begin() + parts.size(),
+                      ranked.end());
+    // Split() yields the larger parts first; they go to the idlest replicas.
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const int64_t bytes = parts[i].num_elements() * unit.item_bytes;
+      loads.Add(ranked[i].second, bytes);
+      out.push_back({unit.array, std::move(parts[i]), unit.box,
+                     ranked[i].second, unit.item_bytes});
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string_view ReplicaRuleName(ReplicaRule rule) {
+  switch (rule) {
+    case ReplicaRule::kSingleReplica:
+      return "single";
+    case ReplicaRule::kOrbax:
+      return "orbax";
+    case ReplicaRule::kBalanced:
+      return "balanced";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<ReplicaRule> ParseReplicaRule(std::string_view name) {
+  for (ReplicaRule rule : {ReplicaRule::kSingleReplica, ReplicaRule::kOrbax,
+                           ReplicaRule::kBalanced}) {
+    if (ReplicaRuleName(rule) == name) return rule;
+  }
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "unknown replica rule '%s' (expected single, orbax or balanced)", name));
+}
+
+absl::StatusOr<SavePlan> MakeSavePlan(absl::Span<const ArraySpec> arrays,
+                                      const Topology& topology,
+                                      const SavePlanOptions& options) {
+  if (absl::Status status = ValidateOptions(options); !status.ok()) {
+    return status;
+  }
+  SavePlan plan;
+  plan.options = options;
+  std::vector<Unit> units;
+  absl::flat_hash_set<std::string> names;
+  for (int i = 0; i < static_cast<int>(arrays.size()); ++i) {
+    const ArraySpec& spec = arrays[i];
+    if (spec.name.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("array %d has an empty name", i));
+    }
+    if (!names.insert(spec.name).second) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("array name '%s' appears more than once", spec.name));
+    }
+    absl::StatusOr<ShardLayout> layout = spec.sharding.Layout(spec.shape);
+    if (!layout.ok()) return ForArray(spec, layout.status());
+    const int64_t item_bytes = ItemSize(spec.dtype);
+    if (!CheckedMul(Box::FromShape(spec.shape).num_elements(), item_bytes)) {
+      return ForArray(spec, absl::InvalidArgumentError(
+                                "its size in bytes overflows int64"));
+    }
+    for (const DeviceShard& shard : layout->shards) {
+      if (!topology.ProcessOf(shard.device)) {
+        return ForArray(spec, absl::InvalidArgumentError(absl::StrFormat(
+                                  "device %d is not owned by any process of "
+                                  "the topology (%d devices)",
+                                  shard.device, topology.num_devices())));
+      }
+    }
+    PlannedArray planned{spec.name, spec.dtype, spec.shape, 1, false};
+    for (const UniqueBox& unique : layout->unique_boxes) {
+      Unit unit;
+      unit.array = i;
+      unit.item_bytes = item_bytes;
+      unit.box = unique.box;
+      unit.replicas = unique.devices;
+      unit.bytes = unique.box.num_elements() * item_bytes;
+      switch (options.replica_rule) {
+        case ReplicaRule::kSingleReplica:
+          break;
+        case ReplicaRule::kOrbax:
+          DivideOrbax(unit, options);
+          break;
+        case ReplicaRule::kBalanced:
+          DivideBalanced(unit, options);
+          break;
+      }
+      planned.replicas = std::max(planned.replicas, unique.replicas());
+      if (unique.replicas() > 1 && unit.parts == 1) planned.unsplit = true;
+      units.push_back(std::move(unit));
+    }
+    plan.arrays.push_back(std::move(planned));
+  }
+
+  std::vector<Assigned> assigned =
+      options.replica_rule == ReplicaRule::kBalanced
+          ? AssignBalanced(units, topology)
+          : AssignFixed(units);
+  std::sort(assigned.begin(), assigned.end(),
+            [](const Assigned& a, const Assigned& b) {
+              if (a.array != b.array) return a.array < b.array;
+              return a.box < b.box;
+            });
+
+  const int streams = options.writer_streams;
+  for (int p = 0; p < topology.num_processes(); ++p) {
+    for (int s = 0; s < streams; ++s) {
+      plan.files.push_back(
+          {absl::StrFormat("data/r%05d_w%02d.bin", p, s), p, s, 0});
+    }
+  }
+  plan.slices.reserve(assigned.size());
+  for (Assigned& a : assigned) {
+    PlannedSlice slice;
+    slice.array = a.array;
+    slice.device = a.device;
+    slice.process = *topology.ProcessOf(a.device);
+    slice.length_bytes = a.box.num_elements() * a.item_bytes;
+    slice.copy = CopyFor(a.shard_box, a.box, a.item_bytes);
+    slice.box = std::move(a.box);
+    slice.shard_box = std::move(a.shard_box);
+    // The least-filled stream of the process (lowest index on ties).
+    int best = slice.process * streams;
+    for (int f = best + 1; f < (slice.process + 1) * streams; ++f) {
+      if (plan.files[f].size_bytes < plan.files[best].size_bytes) best = f;
+    }
+    PlannedFile& file = plan.files[best];
+    slice.file = best;
+    slice.offset_bytes = AlignUp(file.size_bytes, options.alignment_bytes);
+    file.size_bytes = slice.offset_bytes + slice.length_bytes;
+    plan.slices.push_back(std::move(slice));
+  }
+  return plan;
+}
+
+std::vector<int> SavePlan::SlicesOfDevice(DeviceId device) const {
+  std::vector<int> out;
+  for (int i = 0; i < static_cast<int>(slices.size()); ++i) {
+    if (slices[i].device == device) out.push_back(i);
+  }
+  return out;
+}
+
+std::vector<int> SavePlan::SlicesOfProcess(int process) const {
+  std::vector<int> out;
+  for (int i = 0; i < static_cast<int>(slices.size()); ++i) {
+    if (slices[i].process == process) out.push_back(i);
+  }
+  return out;
+}
+
+PlanSummary Summarize(const SavePlan& plan, const Topology& topology) {
+  PlanSummary summary;
+  summary.arrays = static_cast<int64_t>(plan.arrays.size());
+  for (const PlannedArray& array : plan.arrays) {
+    if (array.replicas > 1) ++summary.replicated_arrays;
+    if (array.unsplit) ++summary.unsplit_arrays;
+  }
+  absl::flat_hash_map<DeviceId, int64_t> device_bytes;
+  std::vector<int64_t> process_bytes(topology.num_processes(), 0);
+  for (const PlannedSlice& slice : plan.slices) {
+    ++summary.slices;
+    if (slice.copy.rows > 1) ++summary.strided_slices;
+    summary.total_bytes += slice.length_bytes;
+    device_bytes[slice.device] += slice.length_bytes;
+    process_bytes[slice.process] += slice.length_bytes;
+  }
+  for (const PlannedFile& file : plan.files) {
+    summary.file_bytes += file.size_bytes;
+  }
+  for (const auto& [device, bytes] : device_bytes) {
+    summary.max_device_bytes = std::max(summary.max_device_bytes, bytes);
+  }
+  for (int64_t bytes : process_bytes) {
+    summary.max_process_bytes = std::max(summary.max_process_bytes, bytes);
+  }
+  const double total = static_cast<double>(summary.total_bytes);
+  summary.mean_device_bytes =
+      topology.num_devices() > 0 ? total / topology.num_devices() : 0;
+  summary.mean_process_bytes = total / topology.num_processes();
+  summary.dispatches_per_slice = summary.slices;
+  summary.dispatches_batched = static_cast<int64_t>(device_bytes.size());
+  return summary;
+}
+
+}  // namespace hoist
