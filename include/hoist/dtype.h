@@ -32,10 +32,10 @@ enum class DType : uint8_t {
 
 // Every DType, in declaration order.
 inline constexpr std::array<DType, 15> kAllDTypes = {
-    DType::kBool,     DType::kInt8,    DType::kInt16,        DType::kInt32,
-    DType::kInt64,    DType::kUint8,   DType::kUint16,       DType::kUint32,
-    DType::kUint64,   DType::kFloat16, DType::kBFloat16,     DType::kFloat32,
-    DType::kFloat64,  DType::kFloat8E4M3FN, DType::kFloat8E5M2};
+    DType::kBool,    DType::kInt8,         DType::kInt16,     DType::kInt32,
+    DType::kInt64,   DType::kUint8,        DType::kUint16,    DType::kUint32,
+    DType::kUint64,  DType::kFloat16,      DType::kBFloat16,  DType::kFloat32,
+    DType::kFloat64, DType::kFloat8E4M3FN, DType::kFloat8E5M2};
 
 // Bytes per element: 1, 2, 4 or 8.
 int64_t ItemSize(DType dtype);

@@ -79,9 +79,9 @@ struct SliceCopy {
 
 // What one device copies and one writer stream saves.
 struct PlannedSlice {
-  int array = 0;       // index into SavePlan::arrays
-  Box box;             // global index box of the slice
-  Box shard_box;       // the device shard it is copied from (contains box)
+  int array = 0;        // index into SavePlan::arrays
+  Box box;              // global index box of the slice
+  Box shard_box;        // the device shard it is copied from (contains box)
   DeviceId device = 0;  // the replica that copies it
   int process = 0;      // the process owning `device`
   int file = 0;         // index into SavePlan::files

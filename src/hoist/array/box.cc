@@ -134,8 +134,9 @@ absl::StatusOr<int64_t> CheckedNumElements(absl::Span<const int64_t> shape) {
     }
     std::optional<int64_t> product = CheckedMul(n, shape[d]);
     if (!product) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "shape %s has more elements than fit in int64", ShapeToString(shape)));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("shape %s has more elements than fit in int64",
+                          ShapeToString(shape)));
     }
     n = *product;
   }

@@ -31,9 +31,7 @@ constexpr DTypeInfo kInfo[] = {
 };
 static_assert(std::size(kInfo) == kAllDTypes.size());
 
-const DTypeInfo& Info(DType dtype) {
-  return kInfo[static_cast<size_t>(dtype)];
-}
+const DTypeInfo& Info(DType dtype) { return kInfo[static_cast<size_t>(dtype)]; }
 
 }  // namespace
 

@@ -28,9 +28,9 @@ absl::StatusOr<Mesh> Mesh::Create(std::vector<std::string> axis_names,
           "mesh axis name '%s' appears more than once", axis_names[i]));
     }
     if (axis_sizes[i] < 1) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "mesh axis '%s' has size %d; sizes must be >= 1", axis_names[i],
-          axis_sizes[i]));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("mesh axis '%s' has size %d; sizes must be >= 1",
+                          axis_names[i], axis_sizes[i]));
     }
     std::optional<int64_t> product = CheckedMul(count, axis_sizes[i]);
     if (!product || *product > (int64_t{1} << 31)) {

@@ -29,8 +29,7 @@ TEST(MeshTest, CustomDeviceIdsAreKept) {
 TEST(MeshTest, InvalidMeshesAreRejectedWithTheReason) {
   EXPECT_THAT(Mesh::Create({"a", "a"}, {2, 2}).status().message(),
               HasSubstr("more than once"));
-  EXPECT_THAT(Mesh::Create({"a"}, {0}).status().message(),
-              HasSubstr("size 0"));
+  EXPECT_THAT(Mesh::Create({"a"}, {0}).status().message(), HasSubstr("size 0"));
   EXPECT_THAT(Mesh::Create({""}, {2}).status().message(),
               HasSubstr("empty name"));
   EXPECT_THAT(Mesh::Create({"a"}, {2}, {1, 1}).status().message(),

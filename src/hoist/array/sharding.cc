@@ -106,8 +106,8 @@ absl::StatusOr<ShardLayout> NamedLayout(const NamedSharding& sharding,
       }
       origin[d] = index * shard_shape[d];
     }
-    shards.push_back({mesh.device_ids()[position],
-                      Box(std::move(origin), shard_shape), 0});
+    shards.push_back(
+        {mesh.device_ids()[position], Box(std::move(origin), shard_shape), 0});
   }
   // Mesh order enumerates replicas of a box in the order of the unused axes
   // (row-major), which is JAX's replica_id order.
@@ -135,15 +135,15 @@ absl::StatusOr<ShardLayout> ExplicitLayout(const ExplicitSharding& sharding,
     }
     for (int d = 0; d < whole.rank(); ++d) {
       if (shard.box.origin()[d] < 0 || shard.box.shape()[d] < 0) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "box %s of device %d has a negative origin or size",
-            shard.box.ToString(), shard.device));
+        return absl::InvalidArgumentError(
+            absl::StrFormat("box %s of device %d has a negative origin or size",
+                            shard.box.ToString(), shard.device));
       }
     }
     if (!whole.Contains(shard.box)) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "box %s of device %d lies outside the array %s",
-          shard.box.ToString(), shard.device, ShapeToString(shape)));
+          "box %s of device %d lies outside the array %s", shard.box.ToString(),
+          shard.device, ShapeToString(shape)));
     }
     shards.push_back({shard.device, shard.box, 0});
   }

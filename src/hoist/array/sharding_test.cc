@@ -18,7 +18,8 @@ Mesh Mesh2x4() { return *Mesh::Create({"data", "model"}, {2, 4}); }
 std::vector<int> Coverage(const ShardLayout& layout,
                           const std::vector<int64_t>& shape) {
   std::vector<Box> boxes;
-  for (const UniqueBox& unique : layout.unique_boxes) boxes.push_back(unique.box);
+  for (const UniqueBox& unique : layout.unique_boxes)
+    boxes.push_back(unique.box);
   return testing::Coverage(boxes, shape);
 }
 
@@ -92,8 +93,7 @@ TEST(NamedShardingTest, UniqueBoxesTileEveryShapeExactlyOnce) {
     for (int trial = 0; trial < 5; ++trial) {
       // Multiples of 12 divide by any product of mesh axes.
       std::vector<int64_t> shape = {12 * (1 + static_cast<int>(rng() % 2)),
-                                    12 * (1 + static_cast<int>(rng() % 3)),
-                                    12};
+                                    12 * (1 + static_cast<int>(rng() % 3)), 12};
       Sharding sharding = NamedSharding{mesh, spec};
       absl::StatusOr<ShardLayout> layout = sharding.Layout(shape);
       ASSERT_TRUE(layout.ok()) << layout.status();
@@ -170,8 +170,10 @@ TEST(ExplicitShardingTest, DisjointRowShardsTile) {
 
 TEST(ExplicitShardingTest, IdenticalBoxesAreReplicasInListingOrder) {
   ExplicitSharding sharding;
-  sharding.shards = {{7, Box({0}, {4})}, {2, Box({4}, {4})},
-                     {3, Box({0}, {4})}, {9, Box({4}, {4})}};
+  sharding.shards = {{7, Box({0}, {4})},
+                     {2, Box({4}, {4})},
+                     {3, Box({0}, {4})},
+                     {9, Box({4}, {4})}};
   absl::StatusOr<ShardLayout> layout = Sharding(sharding).Layout({8});
   ASSERT_TRUE(layout.ok()) << layout.status();
   ASSERT_EQ(layout->unique_boxes.size(), 2u);

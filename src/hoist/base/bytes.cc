@@ -20,8 +20,8 @@ std::string FormatBytes(double bytes) {
     ++unit;
   }
   if (unit == 0) return absl::StrFormat("%.0f B", value);
-  return absl::StrFormat(value < 10 ? "%.2f %s" : "%.1f %s", value,
-                         kUnits[unit]);
+  if (value < 10) return absl::StrFormat("%.2f %s", value, kUnits[unit]);
+  return absl::StrFormat("%.1f %s", value, kUnits[unit]);
 }
 
 absl::StatusOr<int64_t> ParseBytes(std::string_view text) {

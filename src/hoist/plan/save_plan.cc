@@ -34,21 +34,21 @@ struct Unit {
 };
 
 absl::Status ForArray(const ArraySpec& spec, const absl::Status& status) {
-  return absl::Status(status.code(), absl::StrFormat("array '%s': %s",
-                                                     spec.name,
-                                                     status.message()));
+  return absl::Status(
+      status.code(),
+      absl::StrFormat("array '%s': %s", spec.name, status.message()));
 }
 
 absl::Status ValidateOptions(const SavePlanOptions& options) {
   if (options.writer_streams < 1 || options.writer_streams > 100) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "writer_streams is %d; it must be in [1, 100]",
-        options.writer_streams));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("writer_streams is %d; it must be in [1, 100]",
+                        options.writer_streams));
   }
   const int64_t a = options.alignment_bytes;
   if (a < 1 || (a & (a - 1)) != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "alignment_bytes is %d; it must be a power of two", a));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("alignment_bytes is %d; it must be a power of two", a));
   }
   if (options.min_slice_bytes < 0 || options.max_replicas < 0) {
     return absl::InvalidArgumentError(
@@ -163,8 +163,8 @@ std::vector<Assigned> AssignFixed(const std::vector<Unit>& units) {
   std::vector<Assigned> out;
   for (const Unit& unit : units) {
     if (unit.parts == 1) {
-      out.push_back({unit.array, unit.box, unit.box, unit.replicas[0],
-                     unit.item_bytes});
+      out.push_back(
+          {unit.array, unit.box, unit.box, unit.replicas[0], unit.item_bytes});
       continue;
     }
     std::vector<Box> parts = unit.box.Split(unit.axis, unit.parts);

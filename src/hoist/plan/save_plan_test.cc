@@ -66,9 +66,8 @@ INSTANTIATE_TEST_SUITE_P(Rules, EveryRuleTest, ::testing::ValuesIn(kRules),
 TEST_P(EveryRuleTest, SlicesTileEveryArrayExactlyOnce) {
   const std::vector<ArraySpec> model = AwkwardModel();
   for (int64_t min_slice : {int64_t{0}, int64_t{64}, int64_t{1} << 20}) {
-    absl::StatusOr<SavePlan> plan =
-        MakeSavePlan(model, Topology::Uniform(2, 4), Options(GetParam(),
-                                                             min_slice));
+    absl::StatusOr<SavePlan> plan = MakeSavePlan(
+        model, Topology::Uniform(2, 4), Options(GetParam(), min_slice));
     ASSERT_TRUE(plan.ok()) << plan.status();
     for (int a = 0; a < static_cast<int>(model.size()); ++a) {
       std::vector<Box> boxes;
@@ -97,8 +96,8 @@ TEST_P(EveryRuleTest, EachSliceIsCopiedByADeviceHoldingItsShard) {
         holds = true;
       }
     }
-    EXPECT_TRUE(holds) << model[slice.array].name << " "
-                       << slice.box.ToString() << " on " << slice.device;
+    EXPECT_TRUE(holds) << model[slice.array].name << " " << slice.box.ToString()
+                       << " on " << slice.device;
     EXPECT_TRUE(slice.shard_box.Contains(slice.box));
     EXPECT_EQ(slice.process, *topology.ProcessOf(slice.device));
     EXPECT_EQ(slice.length_bytes,
@@ -134,8 +133,7 @@ TEST_P(EveryRuleTest, SliceCopyGathersTheSliceInCOrder) {
     for (int64_t r = 0; r < copy.rows; ++r) {
       const int64_t src = copy.src_offset_bytes + r * copy.src_pitch_bytes;
       ASSERT_LE(src + copy.width_bytes, static_cast<int64_t>(shard.size()));
-      std::memcpy(&staged[r * copy.width_bytes], &shard[src],
-                  copy.width_bytes);
+      std::memcpy(&staged[r * copy.width_bytes], &shard[src], copy.width_bytes);
     }
     EXPECT_EQ(staged, fill(slice.box))
         << spec.name << " " << slice.box.ToString();
@@ -170,9 +168,8 @@ TEST_P(EveryRuleTest, SameInputGivesIdenticalPlan) {
   const Topology topology = Topology::Uniform(2, 4);
   absl::StatusOr<SavePlan> a =
       MakeSavePlan(AwkwardModel(), topology, Options(GetParam(), 64));
-  absl::StatusOr<SavePlan> b =
-      MakeSavePlan(AwkwardModel(), Topology::Uniform(2, 4),
-                   Options(GetParam(), 64));
+  absl::StatusOr<SavePlan> b = MakeSavePlan(
+      AwkwardModel(), Topology::Uniform(2, 4), Options(GetParam(), 64));
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_TRUE(*a == *b);
 }
@@ -193,8 +190,11 @@ TEST(SavePlanTest, SingleReplicaSavesEachBoxWholeOnReplicaZero) {
 TEST(SavePlanTest, OrbaxSplitsAlongFirstDivisibleAxis) {
   // (5, 4) replicated twice: axis 0 (5) does not divide, axis 1 does.
   absl::StatusOr<SavePlan> plan =
-      MakeSavePlan({{"w", DType::kFloat32, {5, 4}, ExplicitSharding{{
-                         {0, Box({0, 0}, {5, 4})}, {1, Box({0, 0}, {5, 4})}}}}},
+      MakeSavePlan({{"w",
+                     DType::kFloat32,
+                     {5, 4},
+                     ExplicitSharding{{{0, Box({0, 0}, {5, 4})},
+                                       {1, Box({0, 0}, {5, 4})}}}}},
                    Topology::Uniform(1, 2), Options(ReplicaRule::kOrbax));
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_EQ(plan->slices.size(), 2u);
@@ -202,11 +202,10 @@ TEST(SavePlanTest, OrbaxSplitsAlongFirstDivisibleAxis) {
   EXPECT_EQ(plan->slices[0].device, 0);
   EXPECT_EQ(plan->slices[1].box, Box({0, 2}, {5, 2}));
   EXPECT_EQ(plan->slices[1].device, 1);
-  EXPECT_EQ(plan->slices[1].copy,
-            (SliceCopy{.src_offset_bytes = 8,
-                       .src_pitch_bytes = 16,
-                       .width_bytes = 8,
-                       .rows = 5}));
+  EXPECT_EQ(plan->slices[1].copy, (SliceCopy{.src_offset_bytes = 8,
+                                             .src_pitch_bytes = 16,
+                                             .width_bytes = 8,
+                                             .rows = 5}));
 }
 
 TEST(SavePlanTest, OrbaxLeavesBoxWithoutDivisibleAxisUnsplit) {
@@ -260,18 +259,17 @@ TEST(SavePlanTest, MinSliceBytesLimitsSliceCount) {
 TEST(SavePlanTest, MaxReplicasCapsSlices) {
   SavePlanOptions options = Options(ReplicaRule::kOrbax);
   options.max_replicas = 2;
-  absl::StatusOr<SavePlan> plan =
-      MakeSavePlan({Named("w", {64, 64}, {})}, Topology::Uniform(2, 4),
-                   options);
+  absl::StatusOr<SavePlan> plan = MakeSavePlan(
+      {Named("w", {64, 64}, {})}, Topology::Uniform(2, 4), options);
   ASSERT_TRUE(plan.ok());
   ASSERT_EQ(plan->slices.size(), 2u);
   EXPECT_EQ(plan->slices[0].device, 0);
   EXPECT_EQ(plan->slices[1].device, 1);
   options.replica_rule = ReplicaRule::kBalanced;
-  EXPECT_EQ(MakeSavePlan({Named("w", {64, 64}, {})}, Topology::Uniform(2, 4),
-                         options)
-                ->slices.size(),
-            2u);
+  EXPECT_EQ(
+      MakeSavePlan({Named("w", {64, 64}, {})}, Topology::Uniform(2, 4), options)
+          ->slices.size(),
+      2u);
 }
 
 // Many arrays with awkward shapes, each replicated 2 or 8 times.
@@ -335,10 +333,9 @@ TEST(SavePlanTest, RejectsEmptyAndDuplicateNames) {
 }
 
 TEST(SavePlanTest, InvalidShardingErrorNamesTheArray) {
-  absl::Status status =
-      MakeSavePlan({Named("embed", {50257, 8}, {{"model"}})},
-                   Topology::Uniform(2, 4))
-          .status();
+  absl::Status status = MakeSavePlan({Named("embed", {50257, 8}, {{"model"}})},
+                                     Topology::Uniform(2, 4))
+                            .status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("array 'embed': dimension 0"));
 }

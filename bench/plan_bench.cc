@@ -1,0 +1,48 @@
+// Planning cost: a ~1,000-array GPT-style model (weights + Adam) on 16
+// processes x 8 devices (mesh data=16 x model=8), per replica rule. Every
+// process plans every save, so this is time added to each save's critical
+// path unless the plan is cached.
+//
+//   build/release/bench/plan_bench
+#include <benchmark/benchmark.h>
+
+#include "hoist/save_plan.h"
+#include "hoist/tools/sample_model.h"
+
+namespace hoist {
+namespace {
+
+void BM_PlanGpt1000Arrays16x8(benchmark::State& state) {
+  GptConfig config;
+  config.layers = 28;  // 3 * (2 + 28 * 12 + 2) + 1 = 1021 arrays
+  config.d_model = 1024;
+  const Mesh mesh = *Mesh::Create({"data", "model"}, {16, 8});
+  const std::vector<ArraySpec> model = *GptModel(config, mesh);
+  const Topology topology = Topology::Uniform(16, 8);
+  SavePlanOptions options;
+  options.replica_rule = static_cast<ReplicaRule>(state.range(0));
+  options.writer_streams = 2;
+  int64_t slices = 0;
+  for (auto _ : state) {
+    absl::StatusOr<SavePlan> plan = MakeSavePlan(model, topology, options);
+    if (!plan.ok()) {
+      state.SkipWithError(std::string(plan.status().message()).c_str());
+      return;
+    }
+    slices = static_cast<int64_t>(plan->slices.size());
+    benchmark::DoNotOptimize(plan);
+  }
+  state.SetLabel(std::string(ReplicaRuleName(options.replica_rule)));
+  state.counters["arrays"] = static_cast<double>(model.size());
+  state.counters["slices"] = static_cast<double>(slices);
+}
+BENCHMARK(BM_PlanGpt1000Arrays16x8)
+    ->Arg(static_cast<int>(ReplicaRule::kSingleReplica))
+    ->Arg(static_cast<int>(ReplicaRule::kOrbax))
+    ->Arg(static_cast<int>(ReplicaRule::kBalanced))
+    ->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace hoist
+
+BENCHMARK_MAIN();

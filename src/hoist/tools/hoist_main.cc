@@ -1,0 +1,16 @@
+// The hoist command-line tool.
+#include <CLI/CLI.hpp>
+
+#include "hoist/tools/plan_command.h"
+
+int main(int argc, char** argv) {
+  CLI::App app(
+      "hoist: asynchronous checkpointing of sharded accelerator arrays.\n"
+      "Run 'hoist COMMAND --help' for a command's options.",
+      "hoist");
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "hoist 0.1.0");
+  hoist::AddPlanCommand(app);
+  CLI11_PARSE(app, argc, argv);
+  return 0;
+}

@@ -1,0 +1,216 @@
+#include "hoist/tools/plan_command.h"
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "hoist/base/bytes.h"
+#include "hoist/save_plan.h"
+#include "hoist/tools/sample_model.h"
+
+namespace hoist {
+namespace {
+
+struct PlanFlags {
+  GptConfig model;
+  bool no_adam = false;
+  std::string dtype = "float32";
+  std::string mesh = "2x4";
+  int processes = 2;
+  int writers = 1;
+  std::string min_slice = "1MiB";
+  int max_replicas = 0;
+  bool json = false;
+};
+
+// "2x4" -> {2, 4}.
+absl::StatusOr<std::pair<int64_t, int64_t>> ParseMesh(const std::string& text) {
+  std::vector<std::string> parts = absl::StrSplit(text, 'x');
+  int64_t data = 0, model = 0;
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &data) ||
+      !absl::SimpleAtoi(parts[1], &model) || data < 1 || model < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--mesh '%s' is not DATAxMODEL with positive sizes, e.g. 2x4", text));
+  }
+  return std::make_pair(data, model);
+}
+
+nlohmann::json SummaryJson(const PlanSummary& s) {
+  return {{"arrays", s.arrays},
+          {"replicated_arrays", s.replicated_arrays},
+          {"unsplit_arrays", s.unsplit_arrays},
+          {"slices", s.slices},
+          {"strided_slices", s.strided_slices},
+          {"total_bytes", s.total_bytes},
+          {"file_bytes", s.file_bytes},
+          {"max_device_bytes", s.max_device_bytes},
+          {"mean_device_bytes", s.mean_device_bytes},
+          {"max_process_bytes", s.max_process_bytes},
+          {"mean_process_bytes", s.mean_process_bytes},
+          {"dispatches_per_slice", s.dispatches_per_slice},
+          {"dispatches_batched", s.dispatches_batched}};
+}
+
+absl::Status RunPlan(PlanFlags flags) {
+  absl::StatusOr<std::pair<int64_t, int64_t>> mesh_shape =
+      ParseMesh(flags.mesh);
+  if (!mesh_shape.ok()) return mesh_shape.status();
+  absl::StatusOr<int64_t> min_slice = ParseBytes(flags.min_slice);
+  if (!min_slice.ok()) return min_slice.status();
+  absl::StatusOr<DType> dtype = ParseDType(flags.dtype);
+  if (!dtype.ok()) return dtype.status();
+  flags.model.dtype = *dtype;
+  flags.model.adam = !flags.no_adam;
+
+  absl::StatusOr<Mesh> mesh =
+      Mesh::Create({"data", "model"}, {mesh_shape->first, mesh_shape->second});
+  if (!mesh.ok()) return mesh.status();
+  if (flags.processes < 1 || mesh->num_devices() % flags.processes != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--processes %d must divide the mesh's %d devices",
+                        flags.processes, mesh->num_devices()));
+  }
+  const Topology topology = Topology::Uniform(
+      flags.processes, static_cast<int>(mesh->num_devices() / flags.processes));
+  absl::StatusOr<std::vector<ArraySpec>> model = GptModel(flags.model, *mesh);
+  if (!model.ok()) return model.status();
+
+  nlohmann::json json = {{"model",
+                          {{"layers", flags.model.layers},
+                           {"d_model", flags.model.d_model},
+                           {"vocab", flags.model.vocab},
+                           {"seq", flags.model.seq},
+                           {"adam", flags.model.adam},
+                           {"dtype", flags.dtype},
+                           {"parameters", GptParameterCount(flags.model)},
+                           {"arrays", model->size()}}},
+                         {"mesh", mesh->ToString()},
+                         {"processes", flags.processes},
+                         {"devices_per_process", topology.devices(0).size()},
+                         {"min_slice_bytes", *min_slice},
+                         {"max_replicas", flags.max_replicas},
+                         {"writer_streams", flags.writers},
+                         {"rules", nlohmann::json::object()}};
+  std::vector<std::pair<ReplicaRule, PlanSummary>> rows;
+  for (ReplicaRule rule : {ReplicaRule::kSingleReplica, ReplicaRule::kOrbax,
+                           ReplicaRule::kBalanced}) {
+    SavePlanOptions options;
+    options.replica_rule = rule;
+    options.min_slice_bytes = *min_slice;
+    options.max_replicas = flags.max_replicas;
+    options.writer_streams = flags.writers;
+    absl::StatusOr<SavePlan> plan = MakeSavePlan(*model, topology, options);
+    if (!plan.ok()) return plan.status();
+    rows.emplace_back(rule, Summarize(*plan, topology));
+    json["rules"][std::string(ReplicaRuleName(rule))] =
+        SummaryJson(rows.back().second);
+  }
+  if (flags.json) {
+    std::cout << json.dump(2) << "\n";
+    return absl::OkStatus();
+  }
+
+  const PlanSummary& first = rows.front().second;
+  std::cout << absl::StrFormat(
+      "GPT-style model: %d layers, d_model %d, vocab %d, seq %d, %s%s\n"
+      "  %.1fM parameters, %d arrays, %s to save\n"
+      "%s on %d processes x %d devices; min slice %s, max replicas %s, %d "
+      "writer stream(s) per process\n\n",
+      flags.model.layers, flags.model.d_model, flags.model.vocab,
+      flags.model.seq, flags.dtype, flags.model.adam ? " + Adam (mu, nu)" : "",
+      GptParameterCount(flags.model) / 1e6, first.arrays,
+      FormatBytes(first.total_bytes), mesh->ToString(), flags.processes,
+      topology.devices(0).size(), FormatBytes(*min_slice),
+      flags.max_replicas == 0 ? "all" : std::to_string(flags.max_replicas),
+      flags.writers);
+  std::cout << absl::StrFormat(
+      "%-10s %8s %8s %9s %23s %23s %11s %8s\n", "rule", "slices", "strided",
+      "unsplit", "bytes/device max/mean", "bytes/process max/mean", "per-slice",
+      "batched");
+  for (const auto& [rule, s] : rows) {
+    std::cout << absl::StrFormat(
+        "%-10s %8d %8d %4d/%-4d %11s  %8.2fx  %11s  %8.2fx %11d %8d\n",
+        ReplicaRuleName(rule), s.slices, s.strided_slices, s.unsplit_arrays,
+        s.replicated_arrays, FormatBytes(s.max_device_bytes),
+        s.max_device_bytes / std::max(1.0, s.mean_device_bytes),
+        FormatBytes(s.max_process_bytes),
+        s.max_process_bytes / std::max(1.0, s.mean_process_bytes),
+        s.dispatches_per_slice, s.dispatches_batched);
+  }
+  const PlanSummary& orbax = rows[1].second;
+  const PlanSummary& balanced = rows[2].second;
+  std::cout << absl::StrFormat(
+      "\nunsplit = replicated arrays saved whole by one replica somewhere "
+      "(of all replicated arrays).\n"
+      "Arrays left unsplit: Orbax rule %d, hoist rule %d. Busiest device: "
+      "Orbax %s, hoist %s.\n"
+      "Copy dispatches per save: %d if dispatched per slice, %d batched (one "
+      "per device).\n",
+      orbax.unsplit_arrays, balanced.unsplit_arrays,
+      FormatBytes(orbax.max_device_bytes),
+      FormatBytes(balanced.max_device_bytes), balanced.dispatches_per_slice,
+      balanced.dispatches_batched);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void AddPlanCommand(CLI::App& app) {
+  auto flags = std::make_shared<PlanFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "plan",
+      "Plan a save of a GPT-style sample model and compare the replica rules "
+      "(single replica, Orbax, hoist's balanced rule). Moves no data.");
+  cmd->add_option("--layers", flags->model.layers, "Transformer blocks")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  cmd->add_option("--d-model", flags->model.d_model, "Hidden size")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--vocab", flags->model.vocab, "Vocabulary size")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  cmd->add_option("--seq", flags->model.seq, "Position embeddings")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  cmd->add_flag("--no-adam", flags->no_adam,
+                "Weights only, without Adam's mu and nu");
+  cmd->add_option("--dtype", flags->dtype,
+                  "Weight dtype (numpy name: float32, bfloat16, ...)")
+      ->capture_default_str();
+  cmd->add_option("--mesh", flags->mesh,
+                  "Device mesh DATAxMODEL; weights are sharded over MODEL and "
+                  "replicated over DATA")
+      ->capture_default_str();
+  cmd->add_option("--processes", flags->processes,
+                  "Processes (hosts); each drives an equal share of the "
+                  "mesh's devices, in order")
+      ->capture_default_str();
+  cmd->add_option("--writers", flags->writers,
+                  "Writer streams (data files) per process")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100));
+  cmd->add_option("--min-slice-bytes", flags->min_slice,
+                  "Smallest replica slice, e.g. 64K, 1MiB; 0 splits always")
+      ->capture_default_str();
+  cmd->add_option("--max-replicas", flags->max_replicas,
+                  "Most replicas sharing one box's save (0: all)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--json", flags->json, "Print the figures as JSON");
+  cmd->callback([flags] {
+    absl::Status status = RunPlan(*flags);
+    if (!status.ok()) {
+      std::cerr << "hoist plan: " << status.message() << "\n";
+      throw CLI::RuntimeError(1);
+    }
+  });
+}
+
+}  // namespace hoist

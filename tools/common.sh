@@ -1,0 +1,45 @@
+# Shared by tools/demo.sh and tools/test.sh: installs what is missing and
+# configures + builds one build directory. Sourced, not run.
+set -euo pipefail
+
+HOIST_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$HOIST_ROOT"
+
+# Debian packages hoist builds with. Installed only when one is missing, so a
+# second run does not touch apt.
+HOIST_DEBS=(
+  build-essential cmake ninja-build pkg-config git
+  clang libclang-rt-14-dev clang-format
+  libabsl-dev nlohmann-json3-dev libcli11-dev libxxhash-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+)
+
+log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+
+install_debs() {
+  local missing=()
+  for pkg in "${HOIST_DEBS[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" ||
+      missing+=("$pkg")
+  done
+  if ((${#missing[@]})); then
+    log "installing Debian packages: ${missing[*]}"
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  fi
+}
+
+# build_dir NAME [cmake args...]: configure (once) and build build/NAME.
+build_dir() {
+  local name=$1
+  shift
+  local dir="$HOIST_ROOT/build/$name"
+  if [ ! -f "$dir/build.ninja" ]; then
+    log "configuring build/$name"
+    cmake -S "$HOIST_ROOT" -B "$dir" -G Ninja "$@" >/dev/null
+  fi
+  log "building build/$name"
+  cmake --build "$dir" -j "$(nproc)"
+}
