@@ -1,0 +1,39 @@
+// The host backend: N logical devices over host RAM. Each device has its own
+// copy queue served by `copy_engines` worker threads of its own (its "copy
+// engines"); a dispatch is one push onto that queue, and the engines of a
+// device share the ops of the dispatch at its head, so a batch uses every
+// engine. It stands in for accelerators in tests, benchmarks and the demo,
+// and makes the cost of a dispatch real: a queue push, a wake-up and a
+// completion per dispatch.
+#ifndef HOIST_HOST_BACKEND_H_
+#define HOIST_HOST_BACKEND_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "hoist/device.h"
+
+namespace hoist {
+
+struct HostBackendOptions {
+  // Logical devices (default 8), >= 1.
+  int num_devices = 8;
+  // Global id of the first device (default 0); the others follow in order.
+  // Process p of a job of uniform processes uses p * num_devices.
+  DeviceId first_device_id = 0;
+  // Worker threads per device serving its copy queue (default 1), >= 1.
+  int copy_engines = 1;
+  // Ops larger than this are split into pieces that the device's engines
+  // copy in parallel (default 4 MiB), >= 4096.
+  int64_t copy_chunk_bytes = int64_t{4} << 20;
+};
+
+// Starts the devices' copy engines. kInvalidArgument for bad options. The
+// backend joins its threads on destruction; destroy it only after every
+// future of its devices has completed.
+absl::StatusOr<std::unique_ptr<Backend>> MakeHostBackend(
+    const HostBackendOptions& options = {});
+
+}  // namespace hoist
+
+#endif  // HOIST_HOST_BACKEND_H_

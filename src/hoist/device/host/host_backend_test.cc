@@ -1,0 +1,161 @@
+#include "hoist/host_backend.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+namespace hoist {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::unique_ptr<Backend> Make(int devices, int engines = 1,
+                              int64_t chunk = int64_t{4} << 20) {
+  HostBackendOptions options;
+  options.num_devices = devices;
+  options.copy_engines = engines;
+  options.copy_chunk_bytes = chunk;
+  return *MakeHostBackend(options);
+}
+
+std::vector<uint8_t> Iota(size_t n) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i * 7 + 3);
+  return v;
+}
+
+TEST(HostBackendTest, DevicesHaveConsecutiveGlobalIds) {
+  HostBackendOptions options;
+  options.num_devices = 3;
+  options.first_device_id = 8;
+  std::unique_ptr<Backend> backend = *MakeHostBackend(options);
+  ASSERT_EQ(backend->devices().size(), 3u);
+  EXPECT_EQ(backend->devices()[0]->id(), 8);
+  EXPECT_EQ(backend->devices()[2]->id(), 10);
+  EXPECT_EQ(backend->name(), "host");
+}
+
+TEST(HostBackendTest, OneDispatchCarriesEveryOpContiguousAndStrided) {
+  std::unique_ptr<Backend> backend = Make(1);
+  Device& device = *backend->devices()[0];
+  const std::vector<uint8_t> src = Iota(4096);
+  std::vector<uint8_t> contiguous(1000), strided(10 * 16);
+  const CopyOp ops[] = {
+      {src.data() + 5, 1000, contiguous.data(), 1000, 1000, 1},
+      // 10 rows of 16 bytes, every 100 bytes from offset 50
+      {src.data() + 50, 100, strided.data(), 16, 16, 10},
+  };
+  ASSERT_TRUE(device.CopyToHost(ops).Wait().ok());
+  EXPECT_TRUE(
+      std::equal(contiguous.begin(), contiguous.end(), src.begin() + 5));
+  for (int r = 0; r < 10; ++r) {
+    EXPECT_TRUE(std::equal(strided.begin() + r * 16,
+                           strided.begin() + (r + 1) * 16,
+                           src.begin() + 50 + r * 100))
+        << "row " << r;
+  }
+  const DeviceCounters counters = device.counters();
+  EXPECT_EQ(counters.dispatches, 1);
+  EXPECT_EQ(counters.ops, 2);
+  EXPECT_EQ(counters.bytes, 1000 + 160);
+}
+
+TEST(HostBackendTest, LargeOpsAreSplitAcrossEnginesAndStayExact) {
+  std::unique_ptr<Backend> backend = Make(1, /*engines=*/4, /*chunk=*/4096);
+  Device& device = *backend->devices()[0];
+  const std::vector<uint8_t> src = Iota(1 << 20);
+  std::vector<uint8_t> dst(1 << 20), rows(300 * 5000);
+  const CopyOp ops[] = {
+      {src.data(), 1 << 20, dst.data(), 1 << 20, 1 << 20, 1},
+      {src.data() + 1, 3000, rows.data(), 5000, 2900, 300},
+  };
+  ASSERT_TRUE(device.CopyFromHost(ops).Wait().ok());
+  EXPECT_EQ(dst, src);
+  for (int r = 0; r < 300; ++r) {
+    ASSERT_EQ(std::memcmp(&rows[r * 5000], &src[1 + r * 3000], 2900), 0);
+  }
+}
+
+TEST(HostBackendTest, DispatchesOnOneDeviceCompleteInOrder) {
+  std::unique_ptr<Backend> backend = Make(1);
+  Device& device = *backend->devices()[0];
+  const std::vector<uint8_t> src = Iota(1 << 16);
+  std::vector<std::vector<uint8_t>> dst(20, std::vector<uint8_t>(1 << 16));
+  absl::Mutex mu;
+  std::vector<int> order;
+  std::vector<Future<>> futures;
+  for (int i = 0; i < 20; ++i) {
+    const CopyOp op{src.data(), 0, dst[i].data(), 0, 1 << 16, 1};
+    futures.push_back(device.CopyToHost({&op, 1}));
+    futures.back().OnReady([&, i](const absl::Status&) {
+      absl::MutexLock lock(&mu);
+      order.push_back(i);
+    });
+  }
+  ASSERT_TRUE(WhenAll(futures).Wait().ok());
+  std::vector<int> expected(20);
+  std::iota(expected.begin(), expected.end(), 0);
+  absl::MutexLock lock(&mu);
+  EXPECT_EQ(order, expected);
+  EXPECT_EQ(device.counters().dispatches, 20);
+}
+
+TEST(HostBackendTest, EmptyAndZeroSizeOpsNeedNoDispatch) {
+  std::unique_ptr<Backend> backend = Make(1);
+  Device& device = *backend->devices()[0];
+  EXPECT_TRUE(device.CopyToHost({}).Wait().ok());
+  const CopyOp zero{nullptr, 0, nullptr, 0, 0, 4};
+  EXPECT_TRUE(device.CopyToHost({&zero, 1}).Wait().ok());
+  EXPECT_EQ(device.counters().dispatches, 0);
+}
+
+TEST(HostBackendTest, MalformedOpsFailWithoutCopying) {
+  std::unique_ptr<Backend> backend = Make(1);
+  Device& device = *backend->devices()[0];
+  std::vector<uint8_t> buf(64);
+  const CopyOp null_src{nullptr, 8, buf.data(), 8, 8, 1};
+  absl::Status status = device.CopyToHost({&null_src, 1}).Wait();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("device 0: copy op 0 of 1"));
+  const CopyOp narrow_pitch{buf.data(), 4, buf.data() + 32, 8, 8, 2};
+  EXPECT_THAT(device.CopyToHost({&narrow_pitch, 1}).Wait().message(),
+              HasSubstr("pitch smaller"));
+  const CopyOp negative{buf.data(), 8, buf.data(), 8, -8, 1};
+  EXPECT_FALSE(device.CopyToHost({&negative, 1}).Wait().ok());
+  EXPECT_EQ(device.counters().dispatches, 0);
+}
+
+TEST(HostBackendTest, PinnedMemoryIsPageAlignedAndWritable) {
+  std::unique_ptr<Backend> backend = Make(1);
+  absl::StatusOr<MemoryBlock> block = backend->AllocatePinned(1 << 20);
+  ASSERT_TRUE(block.ok()) << block.status();
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(block->data()) % 4096, 0u);
+  EXPECT_EQ(block->size_bytes(), 1 << 20);
+  std::memset(block->data(), 0xab, 1 << 20);
+  EXPECT_EQ(static_cast<uint8_t*>(block->data())[12345], 0xab);
+  EXPECT_FALSE(backend->AllocatePinned(0).ok());
+}
+
+TEST(HostBackendTest, DeviceAllocateGivesUsableMemory) {
+  std::unique_ptr<Backend> backend = Make(2);
+  absl::StatusOr<MemoryBlock> block = backend->devices()[1]->Allocate(100);
+  ASSERT_TRUE(block.ok());
+  EXPECT_EQ(block->size_bytes(), 100);
+  std::memset(block->data(), 1, 100);
+  MemoryBlock moved = *std::move(block);
+  EXPECT_NE(moved.data(), nullptr);
+}
+
+TEST(HostBackendTest, BadOptionsAreRejected) {
+  HostBackendOptions options;
+  options.num_devices = 0;
+  EXPECT_EQ(MakeHostBackend(options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  options = {};
+  options.copy_engines = 0;
+  EXPECT_FALSE(MakeHostBackend(options).ok());
+}
+
+}  // namespace
+}  // namespace hoist

@@ -1,0 +1,175 @@
+#include "hoist/transfer/staging_pool.h"
+
+#include <algorithm>
+#include <cassert>
+#include <numeric>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "hoist/base/bytes.h"
+#include "hoist/base/checked_math.h"
+
+namespace hoist {
+
+Lease& Lease::operator=(Lease&& other) noexcept {
+  if (this != &other) {
+    Release();
+    pool_ = std::exchange(other.pool_, nullptr);
+    data_ = std::exchange(other.data_, nullptr);
+    offset_ = other.offset_;
+    reserved_bytes_ = other.reserved_bytes_;
+    size_bytes_ = std::exchange(other.size_bytes_, 0);
+  }
+  return *this;
+}
+
+void Lease::Release() {
+  if (pool_ == nullptr) return;
+  std::exchange(pool_, nullptr)->Free(offset_, reserved_bytes_);
+  data_ = nullptr;
+  size_bytes_ = 0;
+}
+
+absl::StatusOr<std::unique_ptr<StagingPool>> StagingPool::Create(
+    Backend& backend, int64_t capacity_bytes) {
+  if (capacity_bytes <= 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "staging pool capacity must be > 0, got %d", capacity_bytes));
+  }
+  const int64_t capacity = AlignUp(capacity_bytes, kAlignment);
+  absl::StatusOr<MemoryBlock> memory = backend.AllocatePinned(capacity);
+  if (!memory.ok()) return memory.status();
+  return std::unique_ptr<StagingPool>(
+      new StagingPool(*std::move(memory), capacity));
+}
+
+StagingPool::StagingPool(MemoryBlock memory, int64_t capacity_bytes)
+    : memory_(std::move(memory)), capacity_bytes_(capacity_bytes) {
+  free_.emplace(0, capacity_bytes_);
+  stats_.capacity_bytes = capacity_bytes_;
+}
+
+StagingPool::~StagingPool() {
+  absl::MutexLock lock(&mu_);
+  assert(stats_.in_use_bytes == 0 && "a Lease outlived its StagingPool");
+}
+
+std::optional<std::vector<int64_t>> StagingPool::TryPlace(
+    absl::Span<const int64_t> reserved) {
+  std::vector<size_t> order(reserved.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return reserved[a] > reserved[b];
+  });
+  std::map<int64_t, int64_t> free = free_;  // trial copy; committed on success
+  std::vector<int64_t> offsets(reserved.size());
+  for (size_t i : order) {
+    auto it = std::find_if(free.begin(), free.end(), [&](const auto& block) {
+      return block.second >= reserved[i];
+    });
+    if (it == free.end()) return std::nullopt;
+    offsets[i] = it->first;
+    const int64_t rest = it->second - reserved[i];
+    const int64_t rest_offset = it->first + reserved[i];
+    free.erase(it);
+    if (rest > 0) free.emplace(rest_offset, rest);
+  }
+  free_ = std::move(free);
+  return offsets;
+}
+
+absl::StatusOr<std::vector<Lease>> StagingPool::AcquireAll(
+    absl::Span<const int64_t> sizes, absl::Duration timeout) {
+  std::vector<int64_t> reserved(sizes.size());
+  int64_t total = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] <= 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "staging lease %d of %d asks for %d bytes; sizes must be > 0", i,
+          sizes.size(), sizes[i]));
+    }
+    reserved[i] = AlignUp(sizes[i], kAlignment);
+    total += reserved[i];
+    if (total > capacity_bytes_) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "staging request of %s (%d leases, 4 KiB-aligned) can never fit in "
+          "the %s staging pool; raise the pool capacity",
+          FormatBytes(static_cast<double>(total)), sizes.size(),
+          FormatBytes(static_cast<double>(capacity_bytes_))));
+    }
+  }
+  const absl::Time deadline = absl::Now() + timeout;
+  std::optional<std::vector<int64_t>> offsets;
+  {
+    absl::MutexLock lock(&mu_);
+    offsets = TryPlace(reserved);
+    if (!offsets) ++stats_.waits;
+    while (!offsets) {
+      const bool timed_out = freed_.WaitWithDeadline(&mu_, deadline);
+      offsets = TryPlace(reserved);
+      if (!offsets && timed_out) {
+        return absl::DeadlineExceededError(absl::StrFormat(
+            "no room for %s in the staging pool after %s (%s in use)",
+            FormatBytes(static_cast<double>(total)),
+            absl::FormatDuration(timeout),
+            FormatBytes(static_cast<double>(stats_.in_use_bytes))));
+      }
+    }
+    stats_.in_use_bytes += total;
+    stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.in_use_bytes);
+    stats_.leases += static_cast<int64_t>(sizes.size());
+  }
+  std::vector<Lease> leases(sizes.size());
+  auto* base = static_cast<uint8_t*>(memory_.data());
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    leases[i].pool_ = this;
+    leases[i].data_ = base + (*offsets)[i];
+    leases[i].offset_ = (*offsets)[i];
+    leases[i].reserved_bytes_ = reserved[i];
+    leases[i].size_bytes_ = sizes[i];
+  }
+  return leases;
+}
+
+absl::StatusOr<Lease> StagingPool::Acquire(int64_t bytes,
+                                           absl::Duration timeout) {
+  absl::StatusOr<std::vector<Lease>> leases = AcquireAll({bytes}, timeout);
+  if (!leases.ok()) return leases.status();
+  return std::move(leases->front());
+}
+
+void StagingPool::Free(int64_t offset, int64_t reserved) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto [it, inserted] = free_.emplace(offset, reserved);
+    assert(inserted);
+    // Coalesce with the following and the preceding free block.
+    auto next = std::next(it);
+    if (next != free_.end() && it->first + it->second == next->first) {
+      it->second += next->second;
+      free_.erase(next);
+    }
+    if (it != free_.begin()) {
+      auto prev = std::prev(it);
+      if (prev->first + prev->second == it->first) {
+        prev->second += it->second;
+        free_.erase(it);
+      }
+    }
+    stats_.in_use_bytes -= reserved;
+  }
+  freed_.SignalAll();
+}
+
+StagingPoolStats StagingPool::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+void StagingPool::ResetPeak() {
+  absl::MutexLock lock(&mu_);
+  stats_.peak_bytes = stats_.in_use_bytes;
+}
+
+}  // namespace hoist

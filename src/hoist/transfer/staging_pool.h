@@ -1,0 +1,116 @@
+// StagingPool: the fixed region of pinned host memory that device copies
+// land in. Allocated once (through the Backend) when the pool is created and
+// reused by every save; nothing on the save path allocates pinned memory.
+#ifndef HOIST_TRANSFER_STAGING_POOL_H_
+#define HOIST_TRANSFER_STAGING_POOL_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "hoist/device.h"
+
+namespace hoist {
+
+class StagingPool;
+
+// Exclusive use of a 4 KiB-aligned range of a StagingPool. Move-only; the
+// range returns to the pool when the lease is destroyed or Release()d. A
+// lease must not outlive its pool.
+class Lease {
+ public:
+  Lease() = default;
+  Lease(Lease&& other) noexcept { *this = std::move(other); }
+  Lease& operator=(Lease&& other) noexcept;
+  Lease(const Lease&) = delete;
+  Lease& operator=(const Lease&) = delete;
+  ~Lease() { Release(); }
+
+  // The first byte; 4 KiB-aligned. Null for an empty (released) lease.
+  uint8_t* data() const { return data_; }
+  // The bytes asked for (the range reserved may be larger, up to 4 KiB).
+  int64_t size_bytes() const { return size_bytes_; }
+  explicit operator bool() const { return pool_ != nullptr; }
+
+  // Returns the range to the pool now. Idempotent.
+  void Release();
+
+ private:
+  friend class StagingPool;
+  StagingPool* pool_ = nullptr;
+  uint8_t* data_ = nullptr;
+  int64_t offset_ = 0;
+  int64_t reserved_bytes_ = 0;
+  int64_t size_bytes_ = 0;
+};
+
+struct StagingPoolStats {
+  int64_t capacity_bytes = 0;
+  int64_t in_use_bytes = 0;  // reserved by live leases now
+  int64_t peak_bytes = 0;    // the most ever reserved at once
+  int64_t leases = 0;        // leases handed out
+  int64_t waits = 0;         // acquisitions that had to wait for space
+};
+
+// Thread-safe. Must outlive its leases.
+class StagingPool {
+ public:
+  // Every lease starts at a multiple of this.
+  static constexpr int64_t kAlignment = 4096;
+
+  // Allocates `capacity_bytes` (> 0, rounded up to 4 KiB) of pinned memory
+  // from `backend` once. Errors are those of Backend::AllocatePinned.
+  static absl::StatusOr<std::unique_ptr<StagingPool>> Create(
+      Backend& backend, int64_t capacity_bytes);
+
+  ~StagingPool();
+
+  int64_t capacity_bytes() const { return capacity_bytes_; }
+
+  // Reserves one lease per entry of `sizes`, all at once or none: blocks
+  // (backpressure) until every one fits, so a caller never holds part of a
+  // batch while waiting for the rest. Errors: kInvalidArgument for a size
+  // <= 0; kResourceExhausted when the batch, 4 KiB-aligned, exceeds the
+  // capacity and so can never fit; kDeadlineExceeded after `timeout`.
+  absl::StatusOr<std::vector<Lease>> AcquireAll(
+      absl::Span<const int64_t> sizes,
+      absl::Duration timeout = absl::InfiniteDuration());
+
+  // One lease; as AcquireAll.
+  absl::StatusOr<Lease> Acquire(
+      int64_t bytes, absl::Duration timeout = absl::InfiniteDuration());
+
+  StagingPoolStats stats() const;
+
+  // Restarts peak tracking from the bytes in use now (per-save peaks).
+  void ResetPeak();
+
+ private:
+  StagingPool(MemoryBlock memory, int64_t capacity_bytes);
+
+  // Places every size in the free list (first fit, largest first) and
+  // returns their offsets, or nullopt if they do not all fit now.
+  std::optional<std::vector<int64_t>> TryPlace(
+      absl::Span<const int64_t> reserved) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Free(int64_t offset, int64_t reserved) ABSL_LOCKS_EXCLUDED(mu_);
+
+  friend class Lease;
+
+  const MemoryBlock memory_;
+  const int64_t capacity_bytes_;
+  mutable absl::Mutex mu_;
+  absl::CondVar freed_;
+  std::map<int64_t, int64_t> free_ ABSL_GUARDED_BY(mu_);  // offset -> bytes
+  StagingPoolStats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace hoist
+
+#endif  // HOIST_TRANSFER_STAGING_POOL_H_

@@ -1,0 +1,202 @@
+// Staging, step by step:
+//   1. Check the share: every slice's device is local, every shard has a
+//      source, every slice fits in the pool.
+//   2. Cut the share into waves: all of it when it fits in the pool, else
+//      waves of at most half the pool (one wave copies while the previous
+//      one drains), taking slices round-robin across devices so that every
+//      wave keeps every device busy.
+//   3. Per wave: acquire every lease of the wave at once (backpressure), then
+//      dispatch: one CopyToHost per device (batched) or per slice, all before
+//      waiting (parallel) or each awaited in turn (sequential). A dispatch's
+//      completion callback hands its extents to the sink, or drops their
+//      leases if the copy failed.
+//   4. Wait for every dispatch; stop cutting new waves after the first error.
+#include "hoist/transfer/transfer_engine.h"
+
+#include <algorithm>
+#include <deque>
+#include <memory>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "hoist/base/bytes.h"
+#include "hoist/base/checked_math.h"
+
+namespace hoist {
+namespace {
+
+// The first error any dispatch reported; shared with completion callbacks.
+class FirstError {
+ public:
+  void Record(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    if (status_.ok()) status_ = status;
+  }
+  absl::Status Get() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return status_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+};
+
+// One dispatch's worth of work: its ops and the extents they fill.
+struct Batch {
+  Device* device = nullptr;
+  std::vector<CopyOp> ops;
+  std::vector<StagedExtent> extents;
+};
+
+// Round-robin over devices, cut where the next slice would exceed `budget`.
+std::vector<std::vector<int>> CutWaves(
+    const SavePlan& plan, const std::vector<std::deque<int>>& per_device,
+    int64_t budget) {
+  std::vector<std::deque<int>> queues = per_device;
+  std::vector<std::vector<int>> waves(1);
+  int64_t wave_bytes = 0;
+  bool left = true;
+  while (left) {
+    left = false;
+    for (std::deque<int>& queue : queues) {
+      if (queue.empty()) continue;
+      left = true;
+      const int slice = queue.front();
+      queue.pop_front();
+      const int64_t bytes =
+          AlignUp(plan.slices[slice].length_bytes, StagingPool::kAlignment);
+      if (!waves.back().empty() && wave_bytes + bytes > budget) {
+        waves.emplace_back();
+        wave_bytes = 0;
+      }
+      waves.back().push_back(slice);
+      wave_bytes += bytes;
+    }
+  }
+  if (waves.back().empty()) waves.pop_back();
+  return waves;
+}
+
+}  // namespace
+
+absl::StatusOr<TransferStats> TransferEngine::Stage(
+    const SavePlan& plan, int process, absl::Span<Device* const> devices,
+    const ShardSources& sources, StagedExtentSink& sink) {
+  const absl::Time start = absl::Now();
+  pool_.ResetPeak();
+  TransferStats stats;
+
+  // 1. Check the share and group it by device.
+  absl::flat_hash_map<DeviceId, int> local;  // device id -> index in devices
+  for (int i = 0; i < static_cast<int>(devices.size()); ++i) {
+    local[devices[i]->id()] = i;
+  }
+  std::vector<std::deque<int>> per_device(devices.size());
+  int64_t share_bytes = 0;
+  for (int s : plan.SlicesOfProcess(process)) {
+    const PlannedSlice& slice = plan.slices[s];
+    const std::string& name = plan.arrays[slice.array].name;
+    auto it = local.find(slice.device);
+    if (it == local.end()) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "array '%s': slice %s is planned on device %d, which process %d "
+          "does not drive",
+          name, slice.box.ToString(), slice.device, process));
+    }
+    if (sources.Find(slice.array, slice.device) == nullptr) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "array '%s': no source buffer for its shard on device %d", name,
+          slice.device));
+    }
+    const int64_t bytes = AlignUp(slice.length_bytes, StagingPool::kAlignment);
+    if (bytes > pool_.capacity_bytes()) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "array '%s': slice %s needs %s but the staging pool holds %s; "
+          "raise the pool capacity or lower min_slice_bytes",
+          name, slice.box.ToString(), FormatBytes(bytes),
+          FormatBytes(pool_.capacity_bytes())));
+    }
+    per_device[it->second].push_back(s);
+    share_bytes += bytes;
+    ++stats.slices;
+    stats.bytes += slice.length_bytes;
+  }
+
+  // 2. Waves.
+  const int64_t budget = share_bytes <= pool_.capacity_bytes()
+                             ? pool_.capacity_bytes()
+                             : pool_.capacity_bytes() / 2;
+  const std::vector<std::vector<int>> waves =
+      CutWaves(plan, per_device, budget);
+
+  // 3. Dispatch wave after wave.
+  auto first_error = std::make_shared<FirstError>();
+  std::vector<Future<>> delivered;
+  std::vector<int64_t> sizes;
+  for (const std::vector<int>& wave : waves) {
+    if (!first_error->Get().ok()) break;
+    sizes.clear();
+    for (int s : wave) sizes.push_back(plan.slices[s].length_bytes);
+    absl::StatusOr<std::vector<Lease>> leases = pool_.AcquireAll(sizes);
+    if (!leases.ok()) {
+      first_error->Record(leases.status());
+      break;
+    }
+    ++stats.waves;
+
+    // Batches: one per device (batched) or one per slice.
+    std::vector<Batch> batches;
+    std::vector<int> batch_of_device(devices.size(), -1);
+    for (size_t i = 0; i < wave.size(); ++i) {
+      const PlannedSlice& slice = plan.slices[wave[i]];
+      const int d = local[slice.device];
+      int b = batch_of_device[d];
+      if (b < 0 || options_.dispatch == DispatchMode::kPerSlice) {
+        b = static_cast<int>(batches.size());
+        batches.push_back({devices[d], {}, {}});
+        batch_of_device[d] = b;
+      }
+      const auto* base =
+          static_cast<const uint8_t*>(sources.Find(slice.array, slice.device));
+      Lease& lease = (*leases)[i];
+      batches[b].ops.push_back({base + slice.copy.src_offset_bytes,
+                                slice.copy.src_pitch_bytes, lease.data(),
+                                slice.copy.width_bytes, slice.copy.width_bytes,
+                                slice.copy.rows});
+      batches[b].extents.push_back({wave[i], std::move(lease)});
+    }
+    for (Batch& batch : batches) {
+      Future<> copied = batch.device->CopyToHost(batch.ops);
+      ++stats.dispatches;
+      Promise<> done;
+      delivered.push_back(done.future());
+      copied.OnReady(
+          [extents = std::move(batch.extents), &sink, first_error,
+           done = std::move(done)](const absl::Status& status) mutable {
+            if (status.ok()) {
+              for (StagedExtent& extent : extents)
+                sink.OnStaged(std::move(extent));
+            } else {
+              first_error->Record(status);
+              extents.clear();  // the copy is over: the leases can go back
+            }
+            done.Set(status);
+          });
+      if (options_.wait == WaitMode::kSequential) delivered.back().Wait();
+    }
+  }
+  stats.time_to_dispatched = absl::Now() - start;
+
+  // 4. Wait for everything in flight.
+  WhenAll(delivered).Wait();
+  stats.time_to_staged = absl::Now() - start;
+  stats.peak_pool_bytes = pool_.stats().peak_bytes;
+  if (absl::Status status = first_error->Get(); !status.ok()) return status;
+  return stats;
+}
+
+}  // namespace hoist

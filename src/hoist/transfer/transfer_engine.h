@@ -1,0 +1,117 @@
+// TransferEngine: executes one process's share of a SavePlan, copying every
+// slice off its device into leases of the staging pool. This is the time
+// training is blocked.
+//
+// Default (batched, parallel): per wave, ONE CopyToHost per device carrying
+// all of that device's slices, every device dispatched before any is awaited.
+// Each staged extent goes to the sink as soon as its device's batch
+// completes. When the share exceeds the pool, staging runs in waves of at
+// most half the pool: a wave's leases are acquired all at once, so it waits
+// (backpressure) until the sink has released enough of the earlier waves.
+//
+// Baselines, kept only to measure against: DispatchMode::kPerSlice (one
+// dispatch per slice, as Orbax does today) and WaitMode::kSequential
+// (dispatch one, wait for it, then the next, as PyTorch/XLA did before it
+// went asynchronous).
+#ifndef HOIST_TRANSFER_TRANSFER_ENGINE_H_
+#define HOIST_TRANSFER_TRANSFER_ENGINE_H_
+
+#include <cstdint>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "hoist/device.h"
+#include "hoist/save_plan.h"
+#include "hoist/transfer/staging_pool.h"
+
+namespace hoist {
+
+enum class DispatchMode { kBatched, kPerSlice };
+enum class WaitMode { kParallel, kSequential };
+
+struct TransferOptions {
+  // One dispatch per device per wave (default), or one per slice.
+  DispatchMode dispatch = DispatchMode::kBatched;
+  // Dispatch everything, then wait (default); or wait after each dispatch.
+  WaitMode wait = WaitMode::kParallel;
+};
+
+// Where this process's shards live: for (array index in the plan, device),
+// the base of the dense row-major buffer holding that device's shard of the
+// array (in device memory). Not thread-safe to mutate while staging.
+class ShardSources {
+ public:
+  void Add(int array, DeviceId device, const void* base) {
+    map_[{array, device}] = base;
+  }
+  // Null if absent.
+  const void* Find(int array, DeviceId device) const {
+    auto it = map_.find(std::make_pair(array, device));
+    return it == map_.end() ? nullptr : it->second;
+  }
+
+ private:
+  absl::flat_hash_map<std::pair<int, DeviceId>, const void*> map_;
+};
+
+// One slice, staged: plan.slices[slice] says its array, box, file, offset and
+// length; the lease holds exactly its bytes (the box in C order).
+struct StagedExtent {
+  int slice = 0;
+  Lease lease;
+};
+
+// Receives staged extents. OnStaged runs on device copy threads, possibly
+// several at once, so it must be thread-safe and must not block for long
+// (queue the extent and return). Releasing the lease returns its space to the
+// pool and lets later waves proceed.
+class StagedExtentSink {
+ public:
+  virtual ~StagedExtentSink() = default;
+  virtual void OnStaged(StagedExtent extent) = 0;
+};
+
+struct TransferStats {
+  int64_t slices = 0;      // slices staged
+  int64_t bytes = 0;       // their bytes
+  int64_t dispatches = 0;  // CopyToHost calls
+  int64_t waves = 0;
+  int64_t peak_pool_bytes = 0;  // most pool bytes reserved during this call
+  absl::Duration time_to_dispatched;  // until the last dispatch was issued
+  absl::Duration time_to_staged;      // until every slice reached the sink
+};
+
+// Stages one share at a time per pool. Thread-compatible: one Stage call at a
+// time per engine (and per pool).
+class TransferEngine {
+ public:
+  // `pool` must outlive the engine and every lease handed to a sink.
+  explicit TransferEngine(StagingPool& pool, TransferOptions options = {})
+      : pool_(pool), options_(options) {}
+
+  // Stages every slice of `plan` whose process is `process`, copying from
+  // `sources` on `devices` (this process's devices; they must include every
+  // device the share uses) and handing each extent to `sink`. Returns when
+  // every slice has been handed over, or when staging failed and every copy
+  // already dispatched has finished (every lease of a failed copy is back in
+  // the pool; extents handed over before the failure stay with the sink,
+  // which must discard the save).
+  // Errors: kFailedPrecondition when a slice's device is not in `devices`;
+  // kInvalidArgument when a shard has no source; kResourceExhausted when a
+  // slice is larger than the pool; a copy's own error otherwise.
+  absl::StatusOr<TransferStats> Stage(const SavePlan& plan, int process,
+                                      absl::Span<Device* const> devices,
+                                      const ShardSources& sources,
+                                      StagedExtentSink& sink);
+
+ private:
+  StagingPool& pool_;
+  const TransferOptions options_;
+};
+
+}  // namespace hoist
+
+#endif  // HOIST_TRANSFER_TRANSFER_ENGINE_H_

@@ -1,0 +1,387 @@
+#include "hoist/transfer/transfer_engine.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <deque>
+#include <map>
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
+#include "hoist/host_backend.h"
+#include "testing/coverage.h"
+#include "testing/faulty_device.h"
+
+namespace hoist {
+namespace {
+
+using ::testing::HasSubstr;
+
+// The bytes of element `flat` of array `array`: a mix of both, so a byte
+// copied to the wrong place or from the wrong array shows.
+void ElementBytes(int array, int64_t flat, int64_t item, uint8_t* out) {
+  uint64_t v = (static_cast<uint64_t>(array) + 1) * 0x9E3779B97F4A7C15ull ^
+               (static_cast<uint64_t>(flat) * 0xBF58476D1CE4E5B9ull);
+  v ^= v >> 29;
+  std::memcpy(out, &v, item);
+}
+
+std::vector<uint8_t> BoxBytes(const ArraySpec& spec, int array,
+                              const Box& box) {
+  const int64_t item = ItemSize(spec.dtype);
+  std::vector<uint8_t> bytes(box.num_elements() * item);
+  int64_t at = 0;
+  testing::ForEachIndex(box, spec.shape, [&](int64_t flat) {
+    ElementBytes(array, flat, item, &bytes[at]);
+    at += item;
+  });
+  return bytes;
+}
+
+// Receives extents, copies their bytes out and releases each lease, on a
+// writer thread of its own (as the persist stage will).
+class CopyingSink final : public StagedExtentSink {
+ public:
+  CopyingSink() : writer_([this] { Drain(); }) {}
+  ~CopyingSink() override {
+    {
+      absl::MutexLock lock(&mu_);
+      done_ = true;
+    }
+    writer_.join();
+  }
+  void OnStaged(StagedExtent extent) override {
+    absl::MutexLock lock(&mu_);
+    queue_.push_back(std::move(extent));
+  }
+  // Waits until the writer has drained what was handed over so far.
+  std::map<int, std::vector<uint8_t>> Take() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](std::deque<StagedExtent>* q) { return q->empty(); }, &queue_));
+    return std::move(staged_);
+  }
+
+ private:
+  bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return done_ || !queue_.empty();
+  }
+  void Drain() {
+    while (true) {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(this, &CopyingSink::HasWork));
+      if (queue_.empty()) return;
+      StagedExtent extent = std::move(queue_.front());
+      std::vector<uint8_t> bytes(
+          extent.lease.data(), extent.lease.data() + extent.lease.size_bytes());
+      extent.lease.Release();
+      EXPECT_TRUE(staged_.emplace(extent.slice, std::move(bytes)).second)
+          << "slice " << extent.slice << " staged twice";
+      queue_.pop_front();
+    }
+  }
+
+  absl::Mutex mu_;
+  std::deque<StagedExtent> queue_ ABSL_GUARDED_BY(mu_);
+  std::map<int, std::vector<uint8_t>> staged_ ABSL_GUARDED_BY(mu_);
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread writer_;
+};
+
+// One process's view: a host backend for its devices, each device holding
+// its shards filled with ElementBytes.
+class Harness {
+ public:
+  Harness(std::vector<ArraySpec> model, const Topology& topology, int process,
+          SavePlanOptions options = {})
+      : model_(std::move(model)) {
+    plan_ = *MakeSavePlan(model_, topology, options);
+    const std::vector<DeviceId>& ids = topology.devices(process);
+    backend_ = *MakeHostBackend({.num_devices = static_cast<int>(ids.size()),
+                                 .first_device_id = ids.front()});
+    for (Device* device : backend_->devices()) {
+      for (int a = 0; a < static_cast<int>(model_.size()); ++a) {
+        const ShardLayout layout = *model_[a].sharding.Layout(model_[a].shape);
+        for (const DeviceShard& shard : layout.shards) {
+          if (shard.device != device->id() || shard.box.empty()) continue;
+          const std::vector<uint8_t> bytes = BoxBytes(model_[a], a, shard.box);
+          MemoryBlock block = *device->Allocate(bytes.size());
+          std::memcpy(block.data(), bytes.data(), bytes.size());
+          sources_.Add(a, device->id(), block.data());
+          memory_.push_back(std::move(block));
+        }
+      }
+    }
+  }
+
+  absl::StatusOr<TransferStats> Stage(StagingPool& pool,
+                                      TransferOptions options,
+                                      StagedExtentSink& sink, int process = 0,
+                                      absl::Span<Device* const> devices = {}) {
+    TransferEngine engine(pool, options);
+    return engine.Stage(plan_, process,
+                        devices.empty() ? backend_->devices() : devices,
+                        sources_, sink);
+  }
+
+  // Every slice of `process` staged, each equal to its box's bytes.
+  void ExpectExact(const std::map<int, std::vector<uint8_t>>& staged,
+                   int process = 0) const {
+    const std::vector<int> share = plan_.SlicesOfProcess(process);
+    EXPECT_EQ(staged.size(), share.size());
+    for (int s : share) {
+      const PlannedSlice& slice = plan_.slices[s];
+      auto it = staged.find(s);
+      ASSERT_NE(it, staged.end()) << "slice " << s << " never staged";
+      EXPECT_TRUE(it->second ==
+                  BoxBytes(model_[slice.array], slice.array, slice.box))
+          << model_[slice.array].name << " " << slice.box.ToString();
+    }
+  }
+
+  const SavePlan& plan() const { return plan_; }
+  Backend& backend() { return *backend_; }
+  std::unique_ptr<StagingPool> Pool(int64_t capacity) {
+    return *StagingPool::Create(*backend_, capacity);
+  }
+
+ private:
+  std::vector<ArraySpec> model_;
+  SavePlan plan_;
+  std::unique_ptr<Backend> backend_;
+  ShardSources sources_;
+  std::vector<MemoryBlock> memory_;
+};
+
+Mesh Mesh2x4() { return *Mesh::Create({"data", "model"}, {2, 4}); }
+
+ArraySpec Named(std::string name, DType dtype, std::vector<int64_t> shape,
+                PartitionSpec spec) {
+  return {std::move(name), dtype, std::move(shape),
+          NamedSharding{Mesh2x4(), std::move(spec)}};
+}
+
+// Every dtype, sharded, replicated and replica-sliced, odd sizes.
+std::vector<ArraySpec> EveryDTypeModel() {
+  std::vector<ArraySpec> model;
+  int i = 0;
+  for (DType dtype : kAllDTypes) {
+    const std::string name(DTypeName(dtype));
+    switch (i++ % 3) {
+      case 0:
+        model.push_back(Named(name, dtype, {37, 12}, {{}, {"model"}}));
+        break;
+      case 1:
+        model.push_back(Named(name, dtype, {8, 5, 3}, {{"data"}, {}}));
+        break;
+      default:
+        model.push_back(Named(name, dtype, {29, 7}, {}));
+    }
+  }
+  return model;
+}
+
+TransferOptions Mode(DispatchMode dispatch, WaitMode wait) {
+  return {.dispatch = dispatch, .wait = wait};
+}
+
+struct Case {
+  ReplicaRule rule;
+  DispatchMode dispatch;
+  WaitMode wait;
+};
+
+class EveryModeTest : public ::testing::TestWithParam<Case> {};
+INSTANTIATE_TEST_SUITE_P(
+    Modes, EveryModeTest,
+    ::testing::Values(Case{ReplicaRule::kBalanced, DispatchMode::kBatched,
+                           WaitMode::kParallel},
+                      Case{ReplicaRule::kOrbax, DispatchMode::kBatched,
+                           WaitMode::kParallel},
+                      Case{ReplicaRule::kBalanced, DispatchMode::kPerSlice,
+                           WaitMode::kParallel},
+                      Case{ReplicaRule::kOrbax, DispatchMode::kPerSlice,
+                           WaitMode::kSequential},
+                      Case{ReplicaRule::kBalanced, DispatchMode::kBatched,
+                           WaitMode::kSequential}));
+
+TEST_P(EveryModeTest, StagesEveryDTypeByteExactOnEveryProcess) {
+  const Topology topology = Topology::Uniform(2, 4);
+  SavePlanOptions options;
+  options.replica_rule = GetParam().rule;
+  options.min_slice_bytes = 0;
+  for (int process = 0; process < 2; ++process) {
+    Harness harness(EveryDTypeModel(), topology, process, options);
+    auto pool = harness.Pool(1 << 20);
+    CopyingSink sink;
+    absl::StatusOr<TransferStats> stats = harness.Stage(
+        *pool, Mode(GetParam().dispatch, GetParam().wait), sink, process);
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    harness.ExpectExact(sink.Take(), process);
+    EXPECT_EQ(pool->stats().in_use_bytes, 0);
+  }
+}
+
+TEST(TransferEngineTest, StridedSlicesAlongEveryAxisAreExact) {
+  // Replicated twice; Orbax splits along the first even axis: 0, 1 and 2.
+  ExplicitSharding pair;
+  pair.shards = {{0, Box({0, 0, 0}, {4, 3, 5})},
+                 {1, Box({0, 0, 0}, {4, 3, 5})}};
+  auto with_shape = [&](std::vector<int64_t> shape) {
+    ExplicitSharding s;
+    for (DeviceId d : {0, 1}) s.shards.push_back({d, Box::FromShape(shape)});
+    return s;
+  };
+  std::vector<ArraySpec> model = {
+      {"axis0", DType::kFloat32, {4, 3, 5}, with_shape({4, 3, 5})},
+      {"axis1", DType::kBFloat16, {3, 4, 5}, with_shape({3, 4, 5})},
+      {"axis2", DType::kInt8, {3, 5, 4}, with_shape({3, 5, 4})},
+  };
+  SavePlanOptions options;
+  options.replica_rule = ReplicaRule::kOrbax;
+  options.min_slice_bytes = 0;
+  Harness harness(model, Topology::Uniform(1, 2), 0, options);
+  int strided = 0;
+  for (const PlannedSlice& slice : harness.plan().slices) {
+    strided += slice.copy.rows > 1;
+  }
+  EXPECT_EQ(strided, 4);  // axis1 and axis2, two slices each
+  auto pool = harness.Pool(1 << 20);
+  CopyingSink sink;
+  ASSERT_TRUE(harness.Stage(*pool, {}, sink).ok());
+  harness.ExpectExact(sink.Take());
+}
+
+TEST(TransferEngineTest,
+     BatchedIsOneDispatchPerDeviceAndPerSliceIsOnePerSlice) {
+  SavePlanOptions options;
+  options.min_slice_bytes = 0;
+  const std::vector<ArraySpec> model = EveryDTypeModel();
+  Harness batched(model, Topology::Uniform(1, 8), 0, options);
+  auto pool = batched.Pool(1 << 20);
+  CopyingSink sink;
+  absl::StatusOr<TransferStats> stats = batched.Stage(*pool, {}, sink);
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->waves, 1);
+  EXPECT_EQ(stats->dispatches, 8);
+  EXPECT_EQ(stats->slices, static_cast<int64_t>(batched.plan().slices.size()));
+  for (Device* device : batched.backend().devices()) {
+    EXPECT_EQ(device->counters().dispatches, 1) << device->id();
+  }
+  const std::map<int, std::vector<uint8_t>> batched_bytes = sink.Take();
+
+  Harness per_slice(model, Topology::Uniform(1, 8), 0, options);
+  auto pool2 = per_slice.Pool(1 << 20);
+  CopyingSink sink2;
+  stats = per_slice.Stage(
+      *pool2, Mode(DispatchMode::kPerSlice, WaitMode::kParallel), sink2);
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->dispatches, stats->slices);
+  int64_t device_dispatches = 0;
+  for (Device* device : per_slice.backend().devices()) {
+    device_dispatches += device->counters().dispatches;
+  }
+  EXPECT_EQ(device_dispatches, stats->slices);
+  EXPECT_EQ(sink2.Take(), batched_bytes);
+}
+
+TEST(TransferEngineTest, PoolSmallerThanOneDeviceShareStagesInWaves) {
+  // 8 devices x 16 slices of 16 KiB each, through a 64 KiB pool.
+  std::vector<ArraySpec> model;
+  for (int i = 0; i < 16; ++i) {
+    model.push_back(Named("w" + std::to_string(i), DType::kFloat32, {512, 64},
+                          {{"data", "model"}}));
+  }
+  Harness harness(model, Topology::Uniform(1, 8), 0);
+  auto pool = harness.Pool(64 * 1024);
+  CopyingSink sink;
+  absl::StatusOr<TransferStats> stats = harness.Stage(*pool, {}, sink);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  harness.ExpectExact(sink.Take());
+  EXPECT_GT(stats->waves, 1);
+  EXPECT_LE(stats->peak_pool_bytes, 64 * 1024);
+  EXPECT_LE(stats->dispatches, stats->waves * 8);
+  EXPECT_EQ(pool->stats().in_use_bytes, 0);
+}
+
+TEST(TransferEngineTest, ManySmallSlicesInWavesKeepDispatchesPerWave) {
+  SavePlanOptions options;
+  options.min_slice_bytes = 0;
+  std::vector<ArraySpec> model;
+  for (int i = 0; i < 40; ++i) {
+    model.push_back(Named("a" + std::to_string(i), DType::kFloat32, {64, 16},
+                          {{}, {"model"}}));
+  }
+  Harness harness(model, Topology::Uniform(1, 8), 0, options);
+  auto pool = harness.Pool(64 * 1024);
+  CopyingSink sink;
+  absl::StatusOr<TransferStats> stats = harness.Stage(*pool, {}, sink);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  harness.ExpectExact(sink.Take());
+  EXPECT_EQ(stats->dispatches, stats->waves * 8);
+}
+
+TEST(TransferEngineTest, SliceLargerThanThePoolFailsBeforeAnyCopy) {
+  const std::vector<ArraySpec> model = {
+      Named("big", DType::kFloat32, {1024, 64}, {})};
+  Harness harness(model, Topology::Uniform(1, 8), 0);
+  auto pool = harness.Pool(16 * 1024);
+  CopyingSink sink;
+  absl::Status status = harness.Stage(*pool, {}, sink).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(status.message(), HasSubstr("array 'big'"));
+  EXPECT_THAT(status.message(), HasSubstr("staging pool holds 16.0 KiB"));
+  for (Device* device : harness.backend().devices()) {
+    EXPECT_EQ(device->counters().dispatches, 0);
+  }
+  EXPECT_TRUE(sink.Take().empty());
+}
+
+TEST(TransferEngineTest, FailingCopySurfacesItsErrorAndEveryLeaseComesBack) {
+  std::vector<ArraySpec> model;
+  for (int i = 0; i < 16; ++i) {
+    model.push_back(Named("w" + std::to_string(i), DType::kFloat32, {512, 64},
+                          {{"data", "model"}}));
+  }
+  for (int fail_at : {0, 2}) {
+    Harness harness(model, Topology::Uniform(1, 8), 0);
+    auto pool = harness.Pool(64 * 1024);  // waves: the failure stops them
+    std::vector<Device*> devices(harness.backend().devices().begin(),
+                                 harness.backend().devices().end());
+    testing::FaultyDevice faulty(*devices[3], fail_at,
+                                 absl::InternalError("DMA engine fault"));
+    devices[3] = &faulty;
+    CopyingSink sink;
+    absl::Status status = harness.Stage(*pool, {}, sink, 0, devices).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInternal);
+    EXPECT_EQ(status.message(), "DMA engine fault");
+    sink.Take();
+    EXPECT_EQ(pool->stats().in_use_bytes, 0);
+  }
+}
+
+TEST(TransferEngineTest, ForeignDeviceAndMissingSourceAreRejected) {
+  const std::vector<ArraySpec> model = {
+      Named("w", DType::kFloat32, {8, 8}, {{"model"}})};
+  Harness harness(model, Topology::Uniform(1, 8), 0);
+  auto pool = harness.Pool(1 << 20);
+  CopyingSink sink;
+  // The plan puts every slice on devices 0-3 (ties go to the lower id).
+  std::vector<Device*> some(harness.backend().devices().begin() + 4,
+                            harness.backend().devices().end());
+  absl::Status status = harness.Stage(*pool, {}, sink, 0, some).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr("does not drive"));
+
+  TransferEngine engine(*pool);
+  status = engine
+               .Stage(harness.plan(), 0, harness.backend().devices(),
+                      ShardSources{}, sink)
+               .status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("no source buffer"));
+}
+
+}  // namespace
+}  // namespace hoist
