@@ -1,0 +1,74 @@
+// The manifest of a hoist/1 checkpoint: every array's dtype, shape and
+// extents (which bytes of which data file hold which box), written last and
+// atomically. A step directory without a valid MANIFEST.json is not a
+// checkpoint.
+//
+// Manifest is a plain struct; EncodeManifest / DecodeManifest turn it into
+// and out of JSON. Decoding trusts nothing: everything a reader relies on is
+// validated before it is returned.
+#ifndef HOIST_MANIFEST_H_
+#define HOIST_MANIFEST_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "hoist/box.h"
+#include "hoist/dtype.h"
+
+namespace hoist {
+
+inline constexpr std::string_view kManifestFormat = "hoist/1";
+inline constexpr std::string_view kManifestFileName = "MANIFEST.json";
+
+// Bytes of a file holding one box of an array, in C order, little-endian.
+struct ManifestExtent {
+  Box box;
+  std::string file;  // relative to the step directory: "data/r00000_w00.bin"
+  int64_t offset_bytes = 0;
+  int64_t length_bytes = 0;  // box elements * item size
+  uint64_t xxh3 = 0;         // XXH3-64 of the extent's bytes
+  friend bool operator==(const ManifestExtent&,
+                         const ManifestExtent&) = default;
+};
+
+struct ManifestArray {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> shape;
+  std::string sharding;  // the sharding it was saved with; informational
+  std::vector<ManifestExtent> extents;  // tile the array exactly once
+  friend bool operator==(const ManifestArray&, const ManifestArray&) = default;
+};
+
+struct Manifest {
+  int64_t step = 0;
+  std::string metadata_json = "{}";  // user metadata: a JSON object
+  std::vector<ManifestArray> arrays;
+  friend bool operator==(const Manifest&, const Manifest&) = default;
+
+  // The array called `name`, or null.
+  const ManifestArray* Find(std::string_view name) const;
+};
+
+// JSON text of `manifest`. Precondition: metadata_json is a JSON object.
+std::string EncodeManifest(const Manifest& manifest);
+
+// Parses and validates. kInvalidArgument for a format other than "hoist/1";
+// kDataLoss, naming the array and extent, for anything else that is wrong:
+// not JSON, missing or mistyped fields, unknown dtype, negative or
+// overflowing shapes, boxes outside the array, lengths that do not match the
+// box, overflowing offsets, file names that are absolute, contain "..", "."
+// or empty components, or extents that overlap or leave part of an array
+// uncovered. Never allocates more than a small multiple of `json`'s size.
+absl::StatusOr<Manifest> DecodeManifest(std::string_view json);
+
+// True for a relative path of plain components ("data/r00000_w00.bin"):
+// not empty, not absolute, no "", "." or ".." component, no backslash or NUL.
+bool IsSafeRelativePath(std::string_view path);
+
+}  // namespace hoist
+
+#endif  // HOIST_MANIFEST_H_

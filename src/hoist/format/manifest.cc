@@ -1,0 +1,314 @@
+#include "hoist/manifest.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "hoist/base/checked_math.h"
+#include "hoist/base/status_macros.h"
+
+namespace hoist {
+namespace {
+
+using Json = nlohmann::json;
+
+std::string HexOf(uint64_t value) { return absl::StrFormat("%016x", value); }
+
+std::optional<uint64_t> ParseHex64(const std::string& text) {
+  if (text.size() != 16) return std::nullopt;
+  uint64_t value = 0;
+  for (char c : text) {
+    int digit;
+    if (c >= '0' && c <= '9') {
+      digit = c - '0';
+    } else if (c >= 'a' && c <= 'f') {
+      digit = c - 'a' + 10;
+    } else {
+      return std::nullopt;
+    }
+    value = value << 4 | static_cast<uint64_t>(digit);
+  }
+  return value;
+}
+
+Json BoxJson(const Box& box) {
+  return {{"origin", box.origin()}, {"shape", box.shape()}};
+}
+
+// Reads JSON fields with type checks; every error names where it is.
+class Reader {
+ public:
+  explicit Reader(std::string where) : where_(std::move(where)) {}
+
+  absl::Status Error(std::string_view what) const {
+    return absl::DataLossError(absl::StrFormat("%s: %s: %s", kManifestFileName,
+                                               where_, what));
+  }
+
+  absl::StatusOr<const Json*> Field(const Json& object, const char* name,
+                                    Json::value_t type) const {
+    if (!object.is_object()) return Error("expected a JSON object");
+    auto it = object.find(name);
+    if (it == object.end()) {
+      return Error(absl::StrFormat("field '%s' is missing", name));
+    }
+    const bool ok = type == Json::value_t::number_integer
+                        ? it->is_number_integer()
+                        : it->type() == type;
+    if (!ok) {
+      return Error(absl::StrFormat("field '%s' has type %s", name,
+                                   it->type_name()));
+    }
+    return &*it;
+  }
+
+  absl::StatusOr<int64_t> Int(const Json& object, const char* name) const {
+    absl::StatusOr<const Json*> field =
+        Field(object, name, Json::value_t::number_integer);
+    if (!field.ok()) return field.status();
+    if ((*field)->is_number_unsigned() &&
+        (*field)->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+      return Error(absl::StrFormat("field '%s' does not fit in int64", name));
+    }
+    return (*field)->get<int64_t>();
+  }
+
+  absl::StatusOr<std::string> String(const Json& object,
+                                     const char* name) const {
+    absl::StatusOr<const Json*> field =
+        Field(object, name, Json::value_t::string);
+    if (!field.ok()) return field.status();
+    return (*field)->get<std::string>();
+  }
+
+  absl::StatusOr<std::vector<int64_t>> Ints(const Json& object,
+                                            const char* name) const {
+    absl::StatusOr<const Json*> field =
+        Field(object, name, Json::value_t::array);
+    if (!field.ok()) return field.status();
+    std::vector<int64_t> out;
+    out.reserve((*field)->size());
+    for (const Json& v : **field) {
+      if (!v.is_number_integer() ||
+          (v.is_number_unsigned() &&
+           v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))) {
+        return Error(absl::StrFormat("field '%s' must hold int64 values",
+                                     name));
+      }
+      out.push_back(v.get<int64_t>());
+    }
+    return out;
+  }
+
+ private:
+  std::string where_;
+};
+
+absl::StatusOr<ManifestExtent> DecodeExtent(const Json& json,
+                                            const ManifestArray& array,
+                                            size_t index, size_t count) {
+  const Reader r(absl::StrFormat("array '%s': extent %d of %d", array.name,
+                                 index, count));
+  ManifestExtent extent;
+  ASSIGN_OR_RETURN(const Json* box, r.Field(json, "box", Json::value_t::object));
+  ASSIGN_OR_RETURN(std::vector<int64_t> origin, r.Ints(*box, "origin"));
+  ASSIGN_OR_RETURN(std::vector<int64_t> shape, r.Ints(*box, "shape"));
+  if (origin.size() != array.shape.size() ||
+      shape.size() != array.shape.size()) {
+    return r.Error(absl::StrFormat(
+        "box has rank %d/%d but the array has rank %d", origin.size(),
+        shape.size(), array.shape.size()));
+  }
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (origin[d] < 0 || shape[d] < 0 ||
+        origin[d] > array.shape[d] - shape[d]) {
+      return r.Error(absl::StrFormat(
+          "box dimension %d [%d, +%d) lies outside the array's size %d", d,
+          origin[d], shape[d], array.shape[d]));
+    }
+  }
+  extent.box = Box(std::move(origin), std::move(shape));
+  ASSIGN_OR_RETURN(extent.file, r.String(json, "file"));
+  if (!IsSafeRelativePath(extent.file)) {
+    return r.Error(absl::StrFormat(
+        "file '%s' is not a plain relative path inside the checkpoint",
+        extent.file));
+  }
+  ASSIGN_OR_RETURN(extent.offset_bytes, r.Int(json, "offset"));
+  ASSIGN_OR_RETURN(extent.length_bytes, r.Int(json, "length"));
+  // Boxes inside a validated shape cannot overflow.
+  const int64_t expected =
+      extent.box.num_elements() * ItemSize(array.dtype);
+  if (extent.length_bytes != expected) {
+    return r.Error(absl::StrFormat(
+        "length %d does not match its box %s of %s (%d bytes)",
+        extent.length_bytes, extent.box.ToString(), DTypeName(array.dtype),
+        expected));
+  }
+  if (extent.offset_bytes < 0 ||
+      !CheckedAdd(extent.offset_bytes, extent.length_bytes)) {
+    return r.Error(absl::StrFormat("offset %d is negative or overflows",
+                                   extent.offset_bytes));
+  }
+  ASSIGN_OR_RETURN(std::string hash, r.String(json, "xxh3"));
+  std::optional<uint64_t> parsed = ParseHex64(hash);
+  if (!parsed) {
+    return r.Error(absl::StrFormat(
+        "xxh3 '%s' is not 16 lowercase hex digits", hash));
+  }
+  extent.xxh3 = *parsed;
+  return extent;
+}
+
+// The extents tile the array: pairwise disjoint and covering every element.
+absl::Status CheckTiling(const ManifestArray& array, int64_t elements) {
+  std::vector<size_t> order(array.extents.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return array.extents[a].box < array.extents[b].box;
+  });
+  int64_t covered = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const Box& a = array.extents[order[i]].box;
+    if (a.empty()) continue;
+    covered += a.num_elements();
+    for (size_t j = i + 1; j < order.size(); ++j) {
+      const Box& b = array.extents[order[j]].box;
+      if (a.rank() > 0 && b.origin()[0] >= a.limit(0)) break;
+      if (!b.empty() && !a.Intersect(b).empty()) {
+        return absl::DataLossError(absl::StrFormat(
+            "%s: array '%s': extents %d %s and %d %s overlap",
+            kManifestFileName, array.name, order[i], a.ToString(), order[j],
+            b.ToString()));
+      }
+    }
+  }
+  if (covered != elements) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s: array '%s': extents cover %d of its %d elements",
+        kManifestFileName, array.name, covered, elements));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ManifestArray> DecodeArray(const Json& json, size_t index,
+                                          size_t count) {
+  const Reader r(absl::StrFormat("array %d of %d", index, count));
+  ManifestArray array;
+  ASSIGN_OR_RETURN(array.name, r.String(json, "name"));
+  if (array.name.empty()) return r.Error("empty name");
+  const Reader named(absl::StrFormat("array '%s'", array.name));
+  ASSIGN_OR_RETURN(std::string dtype, named.String(json, "dtype"));
+  absl::StatusOr<DType> parsed = ParseDType(dtype);
+  if (!parsed.ok()) return named.Error(std::string(parsed.status().message()));
+  array.dtype = *parsed;
+  ASSIGN_OR_RETURN(array.shape, named.Ints(json, "shape"));
+  absl::StatusOr<int64_t> elements = CheckedNumElements(array.shape);
+  if (!elements.ok()) return named.Error(std::string(elements.status().message()));
+  if (!CheckedMul(*elements, ItemSize(array.dtype))) {
+    return named.Error("its size in bytes overflows int64");
+  }
+  if (auto it = json.find("sharding"); it != json.end() && it->is_string()) {
+    array.sharding = it->get<std::string>();
+  }
+  ASSIGN_OR_RETURN(const Json* extents,
+                   named.Field(json, "extents", Json::value_t::array));
+  array.extents.reserve(extents->size());
+  for (size_t i = 0; i < extents->size(); ++i) {
+    ASSIGN_OR_RETURN(ManifestExtent extent,
+                     DecodeExtent((*extents)[i], array, i, extents->size()));
+    array.extents.push_back(std::move(extent));
+  }
+  if (absl::Status status = CheckTiling(array, *elements); !status.ok()) {
+    return status;
+  }
+  return array;
+}
+
+}  // namespace
+
+const ManifestArray* Manifest::Find(std::string_view name) const {
+  for (const ManifestArray& array : arrays) {
+    if (array.name == name) return &array;
+  }
+  return nullptr;
+}
+
+bool IsSafeRelativePath(std::string_view path) {
+  if (path.empty() || path.front() == '/') return false;
+  if (path.find('\\') != std::string_view::npos ||
+      path.find('\0') != std::string_view::npos) {
+    return false;
+  }
+  for (absl::string_view part :
+       absl::StrSplit(absl::string_view(path.data(), path.size()), '/')) {
+    if (part.empty() || part == "." || part == "..") return false;
+  }
+  return true;
+}
+
+std::string EncodeManifest(const Manifest& manifest) {
+  Json arrays = Json::array();
+  for (const ManifestArray& array : manifest.arrays) {
+    Json extents = Json::array();
+    for (const ManifestExtent& e : array.extents) {
+      extents.push_back({{"box", BoxJson(e.box)},
+                         {"file", e.file},
+                         {"offset", e.offset_bytes},
+                         {"length", e.length_bytes},
+                         {"xxh3", HexOf(e.xxh3)}});
+    }
+    arrays.push_back({{"name", array.name},
+                      {"dtype", std::string(DTypeName(array.dtype))},
+                      {"shape", array.shape},
+                      {"sharding", array.sharding},
+                      {"extents", std::move(extents)}});
+  }
+  Json json = {{"format", std::string(kManifestFormat)},
+               {"step", manifest.step},
+               {"metadata", Json::parse(manifest.metadata_json)},
+               {"arrays", std::move(arrays)}};
+  return json.dump(1);
+}
+
+absl::StatusOr<Manifest> DecodeManifest(std::string_view text) {
+  Json json = Json::parse(text.begin(), text.end(), nullptr,
+                          /*allow_exceptions=*/false);
+  if (json.is_discarded()) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s: not valid JSON (%d bytes)", kManifestFileName, text.size()));
+  }
+  const Reader r("top level");
+  ASSIGN_OR_RETURN(std::string format, r.String(json, "format"));
+  if (format != kManifestFormat) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: format '%s' is not supported (this reader knows '%s')",
+        kManifestFileName, format, kManifestFormat));
+  }
+  Manifest manifest;
+  ASSIGN_OR_RETURN(manifest.step, r.Int(json, "step"));
+  if (manifest.step < 0) return r.Error("step is negative");
+  ASSIGN_OR_RETURN(const Json* metadata,
+                   r.Field(json, "metadata", Json::value_t::object));
+  manifest.metadata_json = metadata->dump();
+  ASSIGN_OR_RETURN(const Json* arrays,
+                   r.Field(json, "arrays", Json::value_t::array));
+  absl::flat_hash_set<std::string> names;
+  manifest.arrays.reserve(arrays->size());
+  for (size_t i = 0; i < arrays->size(); ++i) {
+    ASSIGN_OR_RETURN(ManifestArray array,
+                     DecodeArray((*arrays)[i], i, arrays->size()));
+    if (!names.insert(array.name).second) {
+      return r.Error(absl::StrFormat("array name '%s' appears twice",
+                                     array.name));
+    }
+    manifest.arrays.push_back(std::move(array));
+  }
+  return manifest;
+}
+
+}  // namespace hoist

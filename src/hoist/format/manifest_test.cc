@@ -1,0 +1,130 @@
+#include "hoist/manifest.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+namespace hoist {
+namespace {
+
+using ::testing::HasSubstr;
+
+Manifest Sample() {
+  Manifest m;
+  m.step = 1000;
+  m.metadata_json = R"({"lr":0.001,"run":"gpt"})";
+  ManifestArray w{"params/w", DType::kBFloat16, {4, 6}, "Named(...)", {}};
+  w.extents = {
+      {Box({0, 0}, {2, 6}), "data/r00000_w00.bin", 0, 24, 0x0123456789abcdefULL},
+      {Box({2, 0}, {2, 6}), "data/r00001_w00.bin", 4096, 24, 42},
+  };
+  ManifestArray step{"opt/count", DType::kInt32, {}, "", {}};
+  step.extents = {{Box(), "data/r00000_w00.bin", 8192, 4, 7}};
+  m.arrays = {w, step};
+  return m;
+}
+
+// Decodes Sample() with one edit applied to its JSON.
+absl::Status DecodeEdited(const std::function<void(nlohmann::json&)>& edit) {
+  nlohmann::json json = nlohmann::json::parse(EncodeManifest(Sample()));
+  edit(json);
+  return DecodeManifest(json.dump()).status();
+}
+
+TEST(ManifestTest, RoundTripsExactly) {
+  const Manifest m = Sample();
+  absl::StatusOr<Manifest> decoded = DecodeManifest(EncodeManifest(m));
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(*decoded, m);
+  EXPECT_EQ(decoded->Find("opt/count")->dtype, DType::kInt32);
+  EXPECT_EQ(decoded->Find("nope"), nullptr);
+}
+
+TEST(ManifestTest, HashIsSixteenHexDigits) {
+  const std::string json = EncodeManifest(Sample());
+  EXPECT_THAT(json, HasSubstr(R"("xxh3": "0123456789abcdef")"));
+  EXPECT_THAT(json, HasSubstr(R"("format": "hoist/1")"));
+}
+
+TEST(ManifestTest, GarbageAndTruncatedJsonAreDataLoss) {
+  const std::string json = EncodeManifest(Sample());
+  for (const std::string& text :
+       {std::string("\x00\xff garbage", 10), json.substr(0, json.size() / 2),
+        std::string(""), std::string("[]"), std::string("null")}) {
+    absl::Status status = DecodeManifest(text).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << text;
+  }
+}
+
+TEST(ManifestTest, UnknownFormatIsInvalidArgument) {
+  absl::Status status =
+      DecodeEdited([](auto& j) { j["format"] = "hoist/9"; });
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("'hoist/9' is not supported"));
+}
+
+TEST(ManifestTest, EveryViolationNamesArrayAndExtent) {
+  struct Case {
+    std::function<void(nlohmann::json&)> edit;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {[](auto& j) { j["arrays"][0]["dtype"] = "float128"; },
+       "array 'params/w': unknown dtype 'float128'"},
+      {[](auto& j) { j["arrays"][0]["shape"] = {4, -6}; },
+       "negative size"},
+      {[](auto& j) {
+         j["arrays"][0]["shape"] = {int64_t{1} << 40, int64_t{1} << 40};
+       },
+       "more elements than fit"},
+      {[](auto& j) { j["arrays"][0]["extents"][1]["box"]["origin"] = {3, 0}; },
+       "array 'params/w': extent 1 of 2: box dimension 0 [3, +2) lies outside"},
+      {[](auto& j) { j["arrays"][0]["extents"][1]["box"]["origin"] = {1, 0}; },
+       "overlap"},
+      {[](auto& j) { j["arrays"][0]["extents"].erase(1); },
+       "extents cover 12 of its 24 elements"},
+      {[](auto& j) { j["arrays"][0]["extents"][0]["length"] = 48; },
+       "extent 0 of 2: length 48 does not match"},
+      {[](auto& j) { j["arrays"][0]["extents"][0]["offset"] = -1; },
+       "offset -1 is negative"},
+      {[](auto& j) {
+         j["arrays"][0]["extents"][0]["offset"] = INT64_MAX - 3;
+       },
+       "overflows"},
+      {[](auto& j) { j["arrays"][0]["extents"][0]["file"] = "../../etc/passwd"; },
+       "not a plain relative path"},
+      {[](auto& j) { j["arrays"][0]["extents"][0]["file"] = "/etc/passwd"; },
+       "not a plain relative path"},
+      {[](auto& j) { j["arrays"][0]["extents"][0]["xxh3"] = "12"; },
+       "16 lowercase hex"},
+      {[](auto& j) { j["arrays"][0]["extents"][0]["box"]["shape"] = {2}; },
+       "rank"},
+      {[](auto& j) { j["arrays"][1]["name"] = "params/w"; },
+       "appears twice"},
+      {[](auto& j) { j["arrays"][0].erase("extents"); },
+       "array 'params/w': field 'extents' is missing"},
+      {[](auto& j) { j["step"] = "ten"; }, "field 'step' has type string"},
+      {[](auto& j) { j["step"] = 18446744073709551615ull; },
+       "does not fit in int64"},
+      {[](auto& j) { j["metadata"] = 3; }, "field 'metadata'"},
+  };
+  for (const Case& c : cases) {
+    absl::Status status = DecodeEdited(c.edit);
+    EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << c.message;
+    EXPECT_THAT(status.message(), HasSubstr(c.message));
+  }
+}
+
+TEST(ManifestTest, SafeRelativePaths) {
+  EXPECT_TRUE(IsSafeRelativePath("data/r00000_w00.bin"));
+  EXPECT_TRUE(IsSafeRelativePath("x"));
+  for (const char* bad : {"", "/abs", "a/../b", "..", "./a", "a//b", "a/",
+                          "a\\b"}) {
+    EXPECT_FALSE(IsSafeRelativePath(bad)) << bad;
+  }
+  EXPECT_FALSE(IsSafeRelativePath(std::string_view("a\0b", 3)));
+}
+
+}  // namespace
+}  // namespace hoist
