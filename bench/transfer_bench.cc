@@ -16,14 +16,13 @@
 // is blocked), not storage.
 //
 //   build/release/bench/transfer_bench [--json] [--model-bytes 1GiB]
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <barrier>
 #include <cstring>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <thread>
-
-#include <CLI/CLI.hpp>
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -73,8 +72,8 @@ void FillSources(const std::vector<ArraySpec>& model, const SavePlan& plan,
     const PlannedSlice& slice = plan.slices[s];
     const void*& base = by_box[{slice.array, slice.shard_box}];
     if (base == nullptr) {
-      const int64_t bytes = slice.shard_box.num_elements() *
-                            ItemSize(model[slice.array].dtype);
+      const int64_t bytes =
+          slice.shard_box.num_elements() * ItemSize(model[slice.array].dtype);
       MemoryBlock block = Check(host.backend->devices()[0]->Allocate(bytes));
       std::memset(block.data(), 0x5a ^ slice.array, bytes);
       base = block.data();
@@ -149,11 +148,12 @@ std::vector<Host> MakeHosts(const std::vector<ArraySpec>& model,
                             int devices_per_process, int64_t pool_bytes) {
   std::vector<Host> hosts(processes);
   for (int p = 0; p < processes; ++p) {
-    hosts[p].backend = Check(MakeHostBackend(
-        {.num_devices = devices_per_process,
-         .first_device_id = int64_t{p} * devices_per_process}));
-    const int64_t capacity =
-        pool_bytes > 0 ? pool_bytes : std::max<int64_t>(ShareBytes(plan, p), 4096);
+    hosts[p].backend = Check(
+        MakeHostBackend({.num_devices = devices_per_process,
+                         .first_device_id = int64_t{p} * devices_per_process}));
+    const int64_t capacity = pool_bytes > 0
+                                 ? pool_bytes
+                                 : std::max<int64_t>(ShareBytes(plan, p), 4096);
     hosts[p].pool = Check(StagingPool::Create(*hosts[p].backend, capacity));
     FillSources(model, plan, p, hosts[p]);
   }
@@ -173,10 +173,10 @@ double MemcpySeconds(const SavePlan& plan, Host& host, int repeats) {
       const auto* src = static_cast<const uint8_t*>(
           host.sources.Find(slice.array, slice.device));
       for (int64_t r = 0; r < slice.copy.rows; ++r) {
-        std::memcpy(target.data() + at + r * slice.copy.width_bytes,
-                    src + slice.copy.src_offset_bytes +
-                        r * slice.copy.src_pitch_bytes,
-                    slice.copy.width_bytes);
+        std::memcpy(
+            target.data() + at + r * slice.copy.width_bytes,
+            src + slice.copy.src_offset_bytes + r * slice.copy.src_pitch_bytes,
+            slice.copy.width_bytes);
       }
       at += AlignUp(slice.length_bytes, StagingPool::kAlignment);
     }
@@ -186,8 +186,9 @@ double MemcpySeconds(const SavePlan& plan, Host& host, int repeats) {
 }
 
 int Main(int argc, char** argv) {
-  CLI::App app("hoist staging benchmark (host backend): batched vs per-slice "
-               "dispatch, parallel vs sequential wait, vs memcpy");
+  CLI::App app(
+      "hoist staging benchmark (host backend): batched vs per-slice "
+      "dispatch, parallel vs sequential wait, vs memcpy");
   bool json = false;
   std::string model_bytes_text = "1GiB";
   int repeats = 5;

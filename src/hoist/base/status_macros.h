@@ -6,10 +6,9 @@
 #include "absl/status/statusor.h"
 
 // RETURN_IF_ERROR(expr): returns the status of `expr` if it is not OK.
-#define RETURN_IF_ERROR(expr)                         \
-  do {                                                \
-    if (absl::Status status_ = (expr); !status_.ok()) \
-      return status_;                                 \
+#define RETURN_IF_ERROR(expr)                                         \
+  do {                                                                \
+    if (absl::Status status_ = (expr); !status_.ok()) return status_; \
   } while (0)
 
 // ASSIGN_OR_RETURN(decl, expr): evaluates the StatusOr `expr`; returns its

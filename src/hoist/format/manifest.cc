@@ -45,8 +45,8 @@ class Reader {
   explicit Reader(std::string where) : where_(std::move(where)) {}
 
   absl::Status Error(std::string_view what) const {
-    return absl::DataLossError(absl::StrFormat("%s: %s: %s", kManifestFileName,
-                                               where_, what));
+    return absl::DataLossError(
+        absl::StrFormat("%s: %s: %s", kManifestFileName, where_, what));
   }
 
   absl::StatusOr<const Json*> Field(const Json& object, const char* name,
@@ -60,8 +60,8 @@ class Reader {
                         ? it->is_number_integer()
                         : it->type() == type;
     if (!ok) {
-      return Error(absl::StrFormat("field '%s' has type %s", name,
-                                   it->type_name()));
+      return Error(
+          absl::StrFormat("field '%s' has type %s", name, it->type_name()));
     }
     return &*it;
   }
@@ -96,8 +96,8 @@ class Reader {
       if (!v.is_number_integer() ||
           (v.is_number_unsigned() &&
            v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))) {
-        return Error(absl::StrFormat("field '%s' must hold int64 values",
-                                     name));
+        return Error(
+            absl::StrFormat("field '%s' must hold int64 values", name));
       }
       out.push_back(v.get<int64_t>());
     }
@@ -111,17 +111,18 @@ class Reader {
 absl::StatusOr<ManifestExtent> DecodeExtent(const Json& json,
                                             const ManifestArray& array,
                                             size_t index, size_t count) {
-  const Reader r(absl::StrFormat("array '%s': extent %d of %d", array.name,
-                                 index, count));
+  const Reader r(
+      absl::StrFormat("array '%s': extent %d of %d", array.name, index, count));
   ManifestExtent extent;
-  ASSIGN_OR_RETURN(const Json* box, r.Field(json, "box", Json::value_t::object));
+  ASSIGN_OR_RETURN(const Json* box,
+                   r.Field(json, "box", Json::value_t::object));
   ASSIGN_OR_RETURN(std::vector<int64_t> origin, r.Ints(*box, "origin"));
   ASSIGN_OR_RETURN(std::vector<int64_t> shape, r.Ints(*box, "shape"));
   if (origin.size() != array.shape.size() ||
       shape.size() != array.shape.size()) {
-    return r.Error(absl::StrFormat(
-        "box has rank %d/%d but the array has rank %d", origin.size(),
-        shape.size(), array.shape.size()));
+    return r.Error(
+        absl::StrFormat("box has rank %d/%d but the array has rank %d",
+                        origin.size(), shape.size(), array.shape.size()));
   }
   for (size_t d = 0; d < shape.size(); ++d) {
     if (origin[d] < 0 || shape[d] < 0 ||
@@ -141,13 +142,12 @@ absl::StatusOr<ManifestExtent> DecodeExtent(const Json& json,
   ASSIGN_OR_RETURN(extent.offset_bytes, r.Int(json, "offset"));
   ASSIGN_OR_RETURN(extent.length_bytes, r.Int(json, "length"));
   // Boxes inside a validated shape cannot overflow.
-  const int64_t expected =
-      extent.box.num_elements() * ItemSize(array.dtype);
+  const int64_t expected = extent.box.num_elements() * ItemSize(array.dtype);
   if (extent.length_bytes != expected) {
-    return r.Error(absl::StrFormat(
-        "length %d does not match its box %s of %s (%d bytes)",
-        extent.length_bytes, extent.box.ToString(), DTypeName(array.dtype),
-        expected));
+    return r.Error(
+        absl::StrFormat("length %d does not match its box %s of %s (%d bytes)",
+                        extent.length_bytes, extent.box.ToString(),
+                        DTypeName(array.dtype), expected));
   }
   if (extent.offset_bytes < 0 ||
       !CheckedAdd(extent.offset_bytes, extent.length_bytes)) {
@@ -157,8 +157,8 @@ absl::StatusOr<ManifestExtent> DecodeExtent(const Json& json,
   ASSIGN_OR_RETURN(std::string hash, r.String(json, "xxh3"));
   std::optional<uint64_t> parsed = ParseHex64(hash);
   if (!parsed) {
-    return r.Error(absl::StrFormat(
-        "xxh3 '%s' is not 16 lowercase hex digits", hash));
+    return r.Error(
+        absl::StrFormat("xxh3 '%s' is not 16 lowercase hex digits", hash));
   }
   extent.xxh3 = *parsed;
   return extent;
@@ -180,17 +180,17 @@ absl::Status CheckTiling(const ManifestArray& array, int64_t elements) {
       const Box& b = array.extents[order[j]].box;
       if (a.rank() > 0 && b.origin()[0] >= a.limit(0)) break;
       if (!b.empty() && !a.Intersect(b).empty()) {
-        return absl::DataLossError(absl::StrFormat(
-            "%s: array '%s': extents %d %s and %d %s overlap",
-            kManifestFileName, array.name, order[i], a.ToString(), order[j],
-            b.ToString()));
+        return absl::DataLossError(
+            absl::StrFormat("%s: array '%s': extents %d %s and %d %s overlap",
+                            kManifestFileName, array.name, order[i],
+                            a.ToString(), order[j], b.ToString()));
       }
     }
   }
   if (covered != elements) {
-    return absl::DataLossError(absl::StrFormat(
-        "%s: array '%s': extents cover %d of its %d elements",
-        kManifestFileName, array.name, covered, elements));
+    return absl::DataLossError(
+        absl::StrFormat("%s: array '%s': extents cover %d of its %d elements",
+                        kManifestFileName, array.name, covered, elements));
   }
   return absl::OkStatus();
 }
@@ -208,7 +208,8 @@ absl::StatusOr<ManifestArray> DecodeArray(const Json& json, size_t index,
   array.dtype = *parsed;
   ASSIGN_OR_RETURN(array.shape, named.Ints(json, "shape"));
   absl::StatusOr<int64_t> elements = CheckedNumElements(array.shape);
-  if (!elements.ok()) return named.Error(std::string(elements.status().message()));
+  if (!elements.ok())
+    return named.Error(std::string(elements.status().message()));
   if (!CheckedMul(*elements, ItemSize(array.dtype))) {
     return named.Error("its size in bytes overflows int64");
   }
@@ -279,8 +280,8 @@ absl::StatusOr<Manifest> DecodeManifest(std::string_view text) {
   Json json = Json::parse(text.begin(), text.end(), nullptr,
                           /*allow_exceptions=*/false);
   if (json.is_discarded()) {
-    return absl::DataLossError(absl::StrFormat(
-        "%s: not valid JSON (%d bytes)", kManifestFileName, text.size()));
+    return absl::DataLossError(absl::StrFormat("%s: not valid JSON (%d bytes)",
+                                               kManifestFileName, text.size()));
   }
   const Reader r("top level");
   ASSIGN_OR_RETURN(std::string format, r.String(json, "format"));
@@ -303,8 +304,8 @@ absl::StatusOr<Manifest> DecodeManifest(std::string_view text) {
     ASSIGN_OR_RETURN(ManifestArray array,
                      DecodeArray((*arrays)[i], i, arrays->size()));
     if (!names.insert(array.name).second) {
-      return r.Error(absl::StrFormat("array name '%s' appears twice",
-                                     array.name));
+      return r.Error(
+          absl::StrFormat("array name '%s' appears twice", array.name));
     }
     manifest.arrays.push_back(std::move(array));
   }

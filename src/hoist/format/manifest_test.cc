@@ -16,7 +16,8 @@ Manifest Sample() {
   m.metadata_json = R"({"lr":0.001,"run":"gpt"})";
   ManifestArray w{"params/w", DType::kBFloat16, {4, 6}, "Named(...)", {}};
   w.extents = {
-      {Box({0, 0}, {2, 6}), "data/r00000_w00.bin", 0, 24, 0x0123456789abcdefULL},
+      {Box({0, 0}, {2, 6}), "data/r00000_w00.bin", 0, 24,
+       0x0123456789abcdefULL},
       {Box({2, 0}, {2, 6}), "data/r00001_w00.bin", 4096, 24, 42},
   };
   ManifestArray step{"opt/count", DType::kInt32, {}, "", {}};
@@ -58,8 +59,7 @@ TEST(ManifestTest, GarbageAndTruncatedJsonAreDataLoss) {
 }
 
 TEST(ManifestTest, UnknownFormatIsInvalidArgument) {
-  absl::Status status =
-      DecodeEdited([](auto& j) { j["format"] = "hoist/9"; });
+  absl::Status status = DecodeEdited([](auto& j) { j["format"] = "hoist/9"; });
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("'hoist/9' is not supported"));
 }
@@ -72,15 +72,21 @@ TEST(ManifestTest, EveryViolationNamesArrayAndExtent) {
   const std::vector<Case> cases = {
       {[](auto& j) { j["arrays"][0]["dtype"] = "float128"; },
        "array 'params/w': unknown dtype 'float128'"},
-      {[](auto& j) { j["arrays"][0]["shape"] = {4, -6}; },
+      {[](auto& j) {
+         j["arrays"][0]["shape"] = {4, -6};
+       },
        "negative size"},
       {[](auto& j) {
          j["arrays"][0]["shape"] = {int64_t{1} << 40, int64_t{1} << 40};
        },
        "more elements than fit"},
-      {[](auto& j) { j["arrays"][0]["extents"][1]["box"]["origin"] = {3, 0}; },
+      {[](auto& j) {
+         j["arrays"][0]["extents"][1]["box"]["origin"] = {3, 0};
+       },
        "array 'params/w': extent 1 of 2: box dimension 0 [3, +2) lies outside"},
-      {[](auto& j) { j["arrays"][0]["extents"][1]["box"]["origin"] = {1, 0}; },
+      {[](auto& j) {
+         j["arrays"][0]["extents"][1]["box"]["origin"] = {1, 0};
+       },
        "overlap"},
       {[](auto& j) { j["arrays"][0]["extents"].erase(1); },
        "extents cover 12 of its 24 elements"},
@@ -88,11 +94,11 @@ TEST(ManifestTest, EveryViolationNamesArrayAndExtent) {
        "extent 0 of 2: length 48 does not match"},
       {[](auto& j) { j["arrays"][0]["extents"][0]["offset"] = -1; },
        "offset -1 is negative"},
-      {[](auto& j) {
-         j["arrays"][0]["extents"][0]["offset"] = INT64_MAX - 3;
-       },
+      {[](auto& j) { j["arrays"][0]["extents"][0]["offset"] = INT64_MAX - 3; },
        "overflows"},
-      {[](auto& j) { j["arrays"][0]["extents"][0]["file"] = "../../etc/passwd"; },
+      {[](auto& j) {
+         j["arrays"][0]["extents"][0]["file"] = "../../etc/passwd";
+       },
        "not a plain relative path"},
       {[](auto& j) { j["arrays"][0]["extents"][0]["file"] = "/etc/passwd"; },
        "not a plain relative path"},
@@ -100,8 +106,7 @@ TEST(ManifestTest, EveryViolationNamesArrayAndExtent) {
        "16 lowercase hex"},
       {[](auto& j) { j["arrays"][0]["extents"][0]["box"]["shape"] = {2}; },
        "rank"},
-      {[](auto& j) { j["arrays"][1]["name"] = "params/w"; },
-       "appears twice"},
+      {[](auto& j) { j["arrays"][1]["name"] = "params/w"; }, "appears twice"},
       {[](auto& j) { j["arrays"][0].erase("extents"); },
        "array 'params/w': field 'extents' is missing"},
       {[](auto& j) { j["step"] = "ten"; }, "field 'step' has type string"},
@@ -119,8 +124,8 @@ TEST(ManifestTest, EveryViolationNamesArrayAndExtent) {
 TEST(ManifestTest, SafeRelativePaths) {
   EXPECT_TRUE(IsSafeRelativePath("data/r00000_w00.bin"));
   EXPECT_TRUE(IsSafeRelativePath("x"));
-  for (const char* bad : {"", "/abs", "a/../b", "..", "./a", "a//b", "a/",
-                          "a\\b"}) {
+  for (const char* bad :
+       {"", "/abs", "a/../b", "..", "./a", "a//b", "a/", "a\\b"}) {
     EXPECT_FALSE(IsSafeRelativePath(bad)) << bad;
   }
   EXPECT_FALSE(IsSafeRelativePath(std::string_view("a\0b", 3)));

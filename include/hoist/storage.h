@@ -1,0 +1,83 @@
+// Storage: the file-level seam every byte of a checkpoint goes through,
+// shaped like LevelDB's Env. Implementations: POSIX (pwrite/pread, O_DIRECT
+// for aligned extents), in-memory (with a model of what is durable, for crash
+// tests), and a fault-injecting wrapper around any of them.
+//
+// Paths are '/'-separated strings. Durability follows POSIX: a file's bytes
+// are durable after its Sync(); a file's (or directory's) name is durable
+// after SyncDir() of the directory holding it. Errors: kNotFound,
+// kAlreadyExists, kResourceExhausted (disk full), kPermissionDenied,
+// kDataLoss (a read past the end of a file: truncated), kAborted (an I/O
+// error; retry the checkpoint), kInvalidArgument. Messages name the path.
+// All methods are thread-safe; one file may be written at disjoint offsets
+// from several threads at once.
+#ifndef HOIST_STORAGE_H_
+#define HOIST_STORAGE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace hoist {
+
+class WritableFile {
+ public:
+  virtual ~WritableFile() = default;
+  // Writes `data` at `offset`, extending the file if needed. A write whose
+  // offset, length and buffer are 4 KiB-aligned may bypass the page cache
+  // (O_DIRECT); any other goes through it.
+  virtual absl::Status WriteAt(int64_t offset,
+                               absl::Span<const uint8_t> data) = 0;
+  // Makes every byte written so far durable.
+  virtual absl::Status Sync() = 0;
+  // Releases the file; further calls fail. Does not sync.
+  virtual absl::Status Close() = 0;
+};
+
+class ReadableFile {
+ public:
+  virtual ~ReadableFile() = default;
+  // Fills `out` from `offset`. kDataLoss if the file ends first.
+  virtual absl::Status ReadAt(int64_t offset, absl::Span<uint8_t> out) = 0;
+  virtual absl::StatusOr<int64_t> Size() = 0;
+};
+
+class Storage {
+ public:
+  virtual ~Storage() = default;
+
+  // Creates `path` (truncating an existing file) for writing.
+  virtual absl::StatusOr<std::unique_ptr<WritableFile>> OpenWritable(
+      const std::string& path) = 0;
+  virtual absl::StatusOr<std::unique_ptr<ReadableFile>> OpenReadable(
+      const std::string& path) = 0;
+  // Creates one directory; its parent must exist. kAlreadyExists if it does.
+  virtual absl::Status CreateDir(const std::string& path) = 0;
+  // Atomically renames a file or directory. kAlreadyExists if `to` exists.
+  virtual absl::Status Rename(const std::string& from,
+                              const std::string& to) = 0;
+  // Makes the names in directory `path` durable.
+  virtual absl::Status SyncDir(const std::string& path) = 0;
+  // Names (not paths) in directory `path`, sorted.
+  virtual absl::StatusOr<std::vector<std::string>> List(
+      const std::string& path) = 0;
+  // Removes a file or a directory tree. OK if `path` does not exist.
+  virtual absl::Status RemoveAll(const std::string& path) = 0;
+  virtual absl::StatusOr<bool> Exists(const std::string& path) = 0;
+  // True if `path` is a directory.
+  virtual absl::StatusOr<bool> IsDir(const std::string& path) = 0;
+};
+
+// The local filesystem.
+std::unique_ptr<Storage> MakePosixStorage();
+
+// Joins path components with '/'.
+std::string JoinPath(const std::string& a, const std::string& b);
+
+}  // namespace hoist
+
+#endif  // HOIST_STORAGE_H_

@@ -1,0 +1,20 @@
+// errno -> absl::Status, with the codes Storage documents.
+#ifndef HOIST_IO_ERRNO_STATUS_H_
+#define HOIST_IO_ERRNO_STATUS_H_
+
+#include <string_view>
+
+#include "absl/status/status.h"
+
+namespace hoist {
+
+// "PATH: OPERATION: strerror(err)", coded: ENOENT/ENOTDIR kNotFound,
+// EEXIST/ENOTEMPTY kAlreadyExists, ENOSPC/EDQUOT kResourceExhausted,
+// EACCES/EPERM/EROFS kPermissionDenied, EINVAL kInvalidArgument, EIO and
+// anything else kAborted (the checkpoint failed; retry it).
+absl::Status ErrnoStatus(int err, std::string_view operation,
+                         std::string_view path);
+
+}  // namespace hoist
+
+#endif  // HOIST_IO_ERRNO_STATUS_H_

@@ -1,0 +1,62 @@
+// FaultInjectingStorage: forwards to another Storage and injects the
+// failures a checkpoint must survive: the Nth write or sync failing with an
+// errno (EIO, ENOSPC), a torn write (the first half lands, then the error),
+// and a crash at the Nth sync (that sync does not happen, and every later
+// call fails with kAborted, as if the process had died). Pair it with
+// MemoryStorage::Crash() to drop what was not durable at the crash.
+#ifndef HOIST_IO_FAULT_STORAGE_H_
+#define HOIST_IO_FAULT_STORAGE_H_
+
+#include <atomic>
+
+#include "hoist/storage.h"
+
+namespace hoist {
+
+struct FaultPlan {
+  int fail_write = -1;     // 0-based index of the WriteAt to fail; -1 never
+  int fail_sync = -1;      // of the Sync or SyncDir to fail
+  int error = 5;           // errno of the failure (EIO)
+  bool torn = false;       // the failing write writes its first half first
+  int crash_at_sync = -1;  // the Sync or SyncDir at which the process "dies"
+};
+
+class FaultInjectingStorage final : public Storage {
+ public:
+  // `base` must outlive this and every file opened through it.
+  FaultInjectingStorage(Storage& base, FaultPlan plan)
+      : base_(base), plan_(plan) {}
+
+  int writes() const { return writes_.load(); }
+  int syncs() const { return syncs_.load(); }
+  bool crashed() const { return crashed_.load(); }
+
+  absl::StatusOr<std::unique_ptr<WritableFile>> OpenWritable(
+      const std::string& path) override;
+  absl::StatusOr<std::unique_ptr<ReadableFile>> OpenReadable(
+      const std::string& path) override;
+  absl::Status CreateDir(const std::string& path) override;
+  absl::Status Rename(const std::string& from, const std::string& to) override;
+  absl::Status SyncDir(const std::string& path) override;
+  absl::StatusOr<std::vector<std::string>> List(
+      const std::string& path) override;
+  absl::Status RemoveAll(const std::string& path) override;
+  absl::StatusOr<bool> Exists(const std::string& path) override;
+  absl::StatusOr<bool> IsDir(const std::string& path) override;
+
+  // Used by the file wrappers.
+  absl::Status BeforeWrite(const std::string& path, bool* torn);
+  absl::Status BeforeSync(const std::string& path);
+  absl::Status CheckAlive(const std::string& path) const;
+
+ private:
+  Storage& base_;
+  const FaultPlan plan_;
+  std::atomic<int> writes_{0};
+  std::atomic<int> syncs_{0};
+  std::atomic<bool> crashed_{false};
+};
+
+}  // namespace hoist
+
+#endif  // HOIST_IO_FAULT_STORAGE_H_
