@@ -86,7 +86,9 @@ std::vector<uint8_t> Bytes(size_t n, uint8_t seed) {
 // A 4 KiB-aligned buffer, as staged extents are.
 struct AlignedBuffer {
   explicit AlignedBuffer(size_t n, uint8_t seed)
-      : data(static_cast<uint8_t*>(std::aligned_alloc(4096, n))), size(n) {
+      : data(static_cast<uint8_t*>(
+            std::aligned_alloc(4096, (n + 4095) / 4096 * 4096))),
+        size(n) {
     std::vector<uint8_t> v = Bytes(n, seed);
     std::memcpy(data, v.data(), n);
   }

@@ -10,7 +10,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "hoist/host_backend.h"
-#include "testing/coverage.h"
+#include "testing/array_bytes.h"
 #include "testing/faulty_device.h"
 
 namespace hoist {
@@ -18,26 +18,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// The bytes of element `flat` of array `array`: a mix of both, so a byte
-// copied to the wrong place or from the wrong array shows.
-void ElementBytes(int array, int64_t flat, int64_t item, uint8_t* out) {
-  uint64_t v = (static_cast<uint64_t>(array) + 1) * 0x9E3779B97F4A7C15ull ^
-               (static_cast<uint64_t>(flat) * 0xBF58476D1CE4E5B9ull);
-  v ^= v >> 29;
-  std::memcpy(out, &v, item);
-}
-
-std::vector<uint8_t> BoxBytes(const ArraySpec& spec, int array,
-                              const Box& box) {
-  const int64_t item = ItemSize(spec.dtype);
-  std::vector<uint8_t> bytes(box.num_elements() * item);
-  int64_t at = 0;
-  testing::ForEachIndex(box, spec.shape, [&](int64_t flat) {
-    ElementBytes(array, flat, item, &bytes[at]);
-    at += item;
-  });
-  return bytes;
-}
+using testing::BoxBytes;
 
 // Receives extents, copies their bytes out and releases each lease, on a
 // writer thread of its own (as the persist stage will).
@@ -100,19 +81,7 @@ class Harness {
     const std::vector<DeviceId>& ids = topology.devices(process);
     backend_ = *MakeHostBackend({.num_devices = static_cast<int>(ids.size()),
                                  .first_device_id = ids.front()});
-    for (Device* device : backend_->devices()) {
-      for (int a = 0; a < static_cast<int>(model_.size()); ++a) {
-        const ShardLayout layout = *model_[a].sharding.Layout(model_[a].shape);
-        for (const DeviceShard& shard : layout.shards) {
-          if (shard.device != device->id() || shard.box.empty()) continue;
-          const std::vector<uint8_t> bytes = BoxBytes(model_[a], a, shard.box);
-          MemoryBlock block = *device->Allocate(bytes.size());
-          std::memcpy(block.data(), bytes.data(), bytes.size());
-          sources_.Add(a, device->id(), block.data());
-          memory_.push_back(std::move(block));
-        }
-      }
-    }
+    shards_ = testing::FillShards(model_, backend_->devices());
   }
 
   absl::StatusOr<TransferStats> Stage(StagingPool& pool,
@@ -122,7 +91,7 @@ class Harness {
     TransferEngine engine(pool, options);
     return engine.Stage(plan_, process,
                         devices.empty() ? backend_->devices() : devices,
-                        sources_, sink);
+                        shards_.sources, sink);
   }
 
   // Every slice of `process` staged, each equal to its box's bytes.
@@ -150,8 +119,7 @@ class Harness {
   std::vector<ArraySpec> model_;
   SavePlan plan_;
   std::unique_ptr<Backend> backend_;
-  ShardSources sources_;
-  std::vector<MemoryBlock> memory_;
+  testing::DeviceShards shards_;
 };
 
 Mesh Mesh2x4() { return *Mesh::Create({"data", "model"}, {2, 4}); }

@@ -1,0 +1,74 @@
+// ExtentWriter: the persist stage. A StagedExtentSink that writes each staged
+// extent into its data file at its planned offset, hashes it (XXH3-64) while
+// it is hot in cache, and releases its lease as soon as the write returns, so
+// the staging pool recycles during the save.
+//
+// It owns one writer thread per data file of its process (the plan's writer
+// streams), started by Open and joined by Finish or the destructor. OnStaged
+// only queues, so device copy threads never wait on storage.
+#ifndef HOIST_CHECKPOINT_EXTENT_WRITER_H_
+#define HOIST_CHECKPOINT_EXTENT_WRITER_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "hoist/save_plan.h"
+#include "hoist/storage.h"
+#include "hoist/transfer/transfer_engine.h"
+
+namespace hoist {
+
+class ExtentWriter final : public StagedExtentSink {
+ public:
+  // Creates (truncating) the data files of `process` under `dir` (their plan
+  // paths are relative to it; `dir`/data must exist) and starts a writer
+  // thread per file. `storage` and `plan` must outlive the writer.
+  static absl::StatusOr<std::unique_ptr<ExtentWriter>> Open(
+      Storage& storage, const std::string& dir, const SavePlan& plan,
+      int process);
+
+  ~ExtentWriter() override;
+
+  // Queues the extent for its file's writer. After a failure, extents are
+  // dropped (their leases released) without being written.
+  void OnStaged(StagedExtent extent) override;
+
+  // Waits until every queued extent is written, syncs and closes every file,
+  // and returns XXH3-64 per plan slice (0 for slices of other processes), or
+  // the first error of any write, sync or close. Call once, after the last
+  // OnStaged.
+  absl::StatusOr<std::vector<uint64_t>> Finish();
+
+ private:
+  struct Stream {
+    ExtentWriter* owner = nullptr;
+    std::unique_ptr<WritableFile> file;
+    std::string path;
+    std::deque<StagedExtent> queue;  // guarded by mu_
+    std::thread thread;
+  };
+
+  explicit ExtentWriter(const SavePlan& plan);
+  void Run(Stream* stream);
+  static bool StreamHasWork(Stream* stream) ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  void StopThreads() ABSL_LOCKS_EXCLUDED(mu_);
+
+  const SavePlan& plan_;
+  std::vector<std::unique_ptr<Stream>> streams_;  // by file index - first
+  int first_file_ = 0;
+  mutable absl::Mutex mu_;
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> hashes_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace hoist
+
+#endif  // HOIST_CHECKPOINT_EXTENT_WRITER_H_

@@ -1,0 +1,71 @@
+// Restoring arrays of a committed step onto any sharding: each target names
+// the boxes it wants and where they go (device memory or host memory); the
+// saved extents that intersect them are read in parallel, verified against
+// their XXH3-64, and scattered into the target boxes; then each device gets
+// ONE CopyFromHost carrying all of its boxes.
+#ifndef HOIST_CHECKPOINT_RESTORE_H_
+#define HOIST_CHECKPOINT_RESTORE_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "hoist/array_spec.h"
+#include "hoist/device.h"
+#include "hoist/storage.h"
+
+namespace hoist {
+
+// One box of an array to fill: `data` holds the box's bytes densely in C
+// order, in the memory of `device`, or in host memory when `device` is null.
+struct RestoreDestination {
+  Box box;
+  Device* device = nullptr;
+  void* data = nullptr;
+};
+
+struct RestoreTarget {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> shape;  // must match the checkpoint's
+  std::vector<RestoreDestination> destinations;
+};
+
+struct RestoreOptions {
+  int reader_threads = 4;  // extents read in parallel (default 4), >= 1
+};
+
+struct RestoreStats {
+  int64_t extents_read = 0;
+  int64_t bytes_read = 0;
+  int64_t dispatches = 0;  // CopyFromHost calls
+  absl::Duration elapsed;
+};
+
+// Fills every destination of every target from the step at `step_dir`.
+// Reads only the extents the destinations intersect.
+// Errors: kNotFound for an array the step lacks; kFailedPrecondition when a
+// target's dtype or shape differs from the checkpoint's (both in the
+// message); kInvalidArgument for a destination outside the array or without
+// memory; kDataLoss for an extent whose bytes do not match their XXH3 (naming
+// array, extent, file and offset), a truncated file, or a data path that
+// leaves the checkpoint through a symlink; storage and device errors as is.
+absl::StatusOr<RestoreStats> RestoreCheckpoint(
+    Storage& storage, const std::string& step_dir,
+    absl::Span<const RestoreTarget> targets,
+    const RestoreOptions& options = {});
+
+// Device memory for `spec`'s shards on the `devices` it places data on (each
+// replica gets its own copy), and the destinations that fill them.
+struct ShardBuffers {
+  std::vector<MemoryBlock> memory;
+  RestoreTarget target;
+};
+absl::StatusOr<ShardBuffers> AllocateShards(const ArraySpec& spec,
+                                            absl::Span<Device* const> devices);
+
+}  // namespace hoist
+
+#endif  // HOIST_CHECKPOINT_RESTORE_H_

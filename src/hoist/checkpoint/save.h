@@ -1,0 +1,58 @@
+// Saving one checkpoint step: stage, persist and commit (see save.cc for the
+// protocol). The CheckpointManager runs this in the background; tests and
+// benchmarks call it directly.
+#ifndef HOIST_CHECKPOINT_SAVE_H_
+#define HOIST_CHECKPOINT_SAVE_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "hoist/array_spec.h"
+#include "hoist/coordinator.h"
+#include "hoist/manifest.h"
+#include "hoist/save_plan.h"
+#include "hoist/storage.h"
+#include "hoist/transfer/transfer_engine.h"
+
+namespace hoist {
+
+struct SaveRequest {
+  std::string root;  // the checkpoint root directory; must exist
+  int64_t step = 0;  // >= 0
+  absl::Span<const ArraySpec> arrays;  // what `plan` was made from
+  const SavePlan* plan = nullptr;
+  std::string metadata_json = "{}";  // a JSON object, stored in the manifest
+  bool overwrite = false;  // replace a committed step of the same number
+};
+
+struct SaveResult {
+  std::string path;  // the committed step directory
+  TransferStats transfer;
+  int64_t bytes = 0;         // array bytes saved by this process
+  absl::Duration staged;     // until every slice was in host memory
+  absl::Duration committed;  // until the step was durable and visible
+};
+
+// Saves this process's share of `request.plan` and, together with the other
+// ranks of `coordinator`, commits the step. On error nothing is visible under
+// the step's name (a partial save leaves at most a .tmp directory, removed
+// here when possible and by garbage collection otherwise), and the previously
+// committed steps are untouched.
+// Errors: kAlreadyExists if the step is committed and overwrite is false;
+// kInvalidArgument for a bad request; staging and storage errors as is.
+absl::StatusOr<SaveResult> SaveCheckpoint(Storage& storage,
+                                          Coordinator& coordinator,
+                                          const SaveRequest& request,
+                                          TransferEngine& engine,
+                                          absl::Span<Device* const> devices,
+                                          const ShardSources& sources);
+
+// Reads and validates ROOT/step dir's MANIFEST.json (at most 1 GiB).
+absl::StatusOr<Manifest> ReadManifest(Storage& storage,
+                                      const std::string& step_dir);
+
+}  // namespace hoist
+
+#endif  // HOIST_CHECKPOINT_SAVE_H_

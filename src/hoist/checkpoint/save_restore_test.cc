@@ -1,0 +1,377 @@
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_format.h"
+#include "hoist/checkpoint/layout.h"
+#include "hoist/checkpoint/restore.h"
+#include "hoist/checkpoint/save.h"
+#include "hoist/checkpoint/verify.h"
+#include "hoist/host_backend.h"
+#include "hoist/io/fault_storage.h"
+#include "hoist/io/memory_storage.h"
+#include "testing/array_bytes.h"
+#include "testing/temp_dir.h"
+
+namespace hoist {
+namespace {
+
+using testing::BoxBytes;
+using ::testing::HasSubstr;
+
+Mesh MeshOf(int64_t data, int64_t model) {
+  return *Mesh::Create({"data", "model"}, {data, model});
+}
+
+// Every dtype; sharded (rows or columns), replicated (and so replica-sliced),
+// and a scalar. Sizes divide by 8 where sharded.
+std::vector<ArraySpec> Model(const Mesh& mesh) {
+  std::vector<ArraySpec> model;
+  int i = 0;
+  for (DType dtype : kAllDTypes) {
+    const std::string name = "params/" + std::string(DTypeName(dtype));
+    switch (i++ % 4) {
+      case 0:
+        model.push_back(
+            {name, dtype, {16, 24}, NamedSharding{mesh, {{}, {"model"}}}});
+        break;
+      case 1:
+        model.push_back(
+            {name, dtype, {40, 3}, NamedSharding{mesh, {{"data", "model"}}}});
+        break;
+      case 2:
+        model.push_back({name, dtype, {33, 17}, Sharding::Replicated(mesh)});
+        break;
+      default:
+        model.push_back({name,
+                         dtype,
+                         {8, 5, 8},
+                         NamedSharding{mesh, {{"model"}, {}, {"data"}}}});
+    }
+  }
+  model.push_back({"opt/count", DType::kInt32, {}, Sharding::Replicated(mesh)});
+  return model;
+}
+
+// The same arrays under another sharding.
+std::vector<ArraySpec> Reshard(std::vector<ArraySpec> model, const Mesh& mesh) {
+  for (ArraySpec& spec : model) {
+    spec.sharding = NamedSharding{mesh, spec.sharding.named()->spec};
+  }
+  return model;
+}
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    backend_ = *MakeHostBackend({.num_devices = 8});
+    pool_ = *StagingPool::Create(*backend_, 1 << 20);
+    root_ = temp_.path();
+  }
+
+  // Saves `model` (contents salted by `version`) as `step`.
+  absl::StatusOr<SaveResult> Save(Storage& storage,
+                                  const std::vector<ArraySpec>& model,
+                                  int64_t step, uint64_t version = 0,
+                                  bool overwrite = false,
+                                  SavePlanOptions plan_options = {}) {
+    plan_options.writer_streams = 2;
+    absl::StatusOr<SavePlan> plan =
+        MakeSavePlan(model, Topology::Uniform(1, 8), plan_options);
+    if (!plan.ok()) return plan.status();
+    testing::DeviceShards shards =
+        testing::FillShards(model, backend_->devices(), version);
+    TransferEngine engine(*pool_);
+    SaveRequest request{root_,    step, model, &*plan, R"({"note":"test"})",
+                        overwrite};
+    return SaveCheckpoint(storage, *coordinator_, request, engine,
+                          backend_->devices(), shards.sources);
+  }
+
+  // Restores `model` (any sharding) from `step` and checks every byte.
+  void ExpectRestores(Storage& storage, const std::vector<ArraySpec>& model,
+                      int64_t step, uint64_t version = 0) {
+    std::vector<ShardBuffers> buffers;
+    std::vector<RestoreTarget> targets;
+    for (const ArraySpec& spec : model) {
+      buffers.push_back(*AllocateShards(spec, backend_->devices()));
+      targets.push_back(buffers.back().target);
+    }
+    absl::StatusOr<RestoreStats> stats =
+        RestoreCheckpoint(storage, JoinPath(root_, StepDirName(step)), targets);
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    for (size_t a = 0; a < model.size(); ++a) {
+      for (const RestoreDestination& dest : targets[a].destinations) {
+        const std::vector<uint8_t> expected =
+            BoxBytes(model[a], static_cast<int>(a), dest.box, version);
+        ASSERT_EQ(std::memcmp(dest.data, expected.data(), expected.size()), 0)
+            << model[a].name << " " << dest.box.ToString() << " on device "
+            << dest.device->id();
+      }
+    }
+  }
+
+  testing::TempDir temp_;
+  std::string root_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<StagingPool> pool_;
+  std::unique_ptr<Coordinator> coordinator_ = MakeSingleProcessCoordinator();
+  std::unique_ptr<Storage> posix_ = MakePosixStorage();
+};
+
+TEST_F(CheckpointTest, SaveCommitsAStepWithAValidManifest) {
+  const std::vector<ArraySpec> model = Model(MeshOf(2, 4));
+  absl::StatusOr<SaveResult> saved = Save(*posix_, model, 1000);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_EQ(saved->path, root_ + "/step_00001000");
+  EXPECT_THAT(*posix_->List(root_), ::testing::ElementsAre("step_00001000"));
+  absl::StatusOr<Manifest> manifest = ReadManifest(*posix_, saved->path);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  EXPECT_EQ(manifest->step, 1000);
+  EXPECT_EQ(manifest->arrays.size(), model.size());
+  EXPECT_EQ(manifest->metadata_json, R"({"note":"test"})");
+  EXPECT_TRUE(VerifyCheckpoint(*posix_, saved->path).ok());
+  EXPECT_EQ(pool_->stats().in_use_bytes, 0);
+}
+
+TEST_F(CheckpointTest, RestoresBitExactOntoEveryOtherSharding) {
+  const std::vector<ArraySpec> model = Model(MeshOf(2, 4));
+  ASSERT_TRUE(Save(*posix_, model, 7).ok());
+  ExpectRestores(*posix_, model, 7);                         // same
+  ExpectRestores(*posix_, Reshard(model, MeshOf(4, 2)), 7);  // 4 x 2
+  ExpectRestores(*posix_, Reshard(model, MeshOf(8, 1)), 7);  // 8 x 1
+  ExpectRestores(*posix_, Reshard(model, MeshOf(1, 1)), 7);  // one device
+}
+
+TEST_F(CheckpointTest, RestoresWholeArraysIntoHostMemory) {
+  const std::vector<ArraySpec> model = Model(MeshOf(2, 4));
+  ASSERT_TRUE(Save(*posix_, model, 7).ok());
+  std::vector<std::vector<uint8_t>> host(model.size());
+  std::vector<RestoreTarget> targets;
+  for (size_t a = 0; a < model.size(); ++a) {
+    const Box whole = Box::FromShape(model[a].shape);
+    host[a].resize(whole.num_elements() * ItemSize(model[a].dtype));
+    targets.push_back({model[a].name,
+                       model[a].dtype,
+                       model[a].shape,
+                       {{whole, nullptr, host[a].data()}}});
+  }
+  absl::StatusOr<RestoreStats> stats =
+      RestoreCheckpoint(*posix_, root_ + "/step_00000007", targets);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->dispatches, 0);
+  for (size_t a = 0; a < model.size(); ++a) {
+    EXPECT_EQ(host[a], BoxBytes(model[a], static_cast<int>(a),
+                                Box::FromShape(model[a].shape)))
+        << model[a].name;
+  }
+}
+
+TEST_F(CheckpointTest, OrbaxRuleAndSingleReplicaRoundTripToo) {
+  const std::vector<ArraySpec> model = Model(MeshOf(2, 4));
+  SavePlanOptions orbax;
+  orbax.replica_rule = ReplicaRule::kOrbax;
+  orbax.min_slice_bytes = 0;
+  ASSERT_TRUE(Save(*posix_, model, 1, 0, false, orbax).ok());
+  ExpectRestores(*posix_, Reshard(model, MeshOf(4, 2)), 1);
+  SavePlanOptions single;
+  single.replica_rule = ReplicaRule::kSingleReplica;
+  ASSERT_TRUE(Save(*posix_, model, 2, 0, false, single).ok());
+  ExpectRestores(*posix_, Reshard(model, MeshOf(8, 1)), 2);
+}
+
+TEST_F(CheckpointTest, RestoringASubsetReadsOnlyItsBytes) {
+  const std::vector<ArraySpec> model = Model(MeshOf(2, 4));
+  ASSERT_TRUE(Save(*posix_, model, 3).ok());
+  const ArraySpec& spec = model[2];
+  ShardBuffers buffers = *AllocateShards(spec, backend_->devices());
+  absl::StatusOr<RestoreStats> stats =
+      RestoreCheckpoint(*posix_, root_ + "/step_00000003", {buffers.target});
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->bytes_read,
+            Box::FromShape(spec.shape).num_elements() * ItemSize(spec.dtype));
+  EXPECT_EQ(stats->dispatches, 8);  // one CopyFromHost per device
+}
+
+TEST_F(CheckpointTest, ExistingStepIsAlreadyExistsUnlessOverwriting) {
+  const std::vector<ArraySpec> model = Model(MeshOf(2, 4));
+  ASSERT_TRUE(Save(*posix_, model, 5, /*version=*/1).ok());
+  absl::Status status = Save(*posix_, model, 5, 2).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(status.message(), HasSubstr("step 5 is already committed"));
+  ExpectRestores(*posix_, model, 5, 1);  // untouched
+  ASSERT_TRUE(Save(*posix_, model, 5, 2, /*overwrite=*/true).ok());
+  ExpectRestores(*posix_, model, 5, 2);
+  EXPECT_THAT(*posix_->List(root_), ::testing::ElementsAre("step_00000005"));
+}
+
+TEST_F(CheckpointTest, CrashAtEverySyncPointLeavesThePreviousStepIntact) {
+  const std::vector<ArraySpec> model = Model(MeshOf(2, 4));
+  MemoryStorage memory;
+  ASSERT_TRUE(memory.CreateDir("/ckpt").ok());
+  ASSERT_TRUE(memory.SyncDir("/").ok());
+  root_ = "/ckpt";
+  ASSERT_TRUE(Save(memory, model, 1, /*version=*/1).ok());
+  int crashes = 0;
+  for (int sync = 0;; ++sync) {
+    FaultInjectingStorage faulty(memory, {.crash_at_sync = sync});
+    absl::StatusOr<SaveResult> saved = Save(faulty, model, 2, 2);
+    memory.Crash();
+    if (saved.ok()) break;  // got past every sync point
+    ++crashes;
+    ASSERT_TRUE(faulty.crashed()) << saved.status();
+    EXPECT_FALSE(*memory.Exists("/ckpt/step_00000002")) << "sync " << sync;
+    ExpectRestores(memory, model, 1, 1);
+    // Clean up the debris a real restart's GC would remove.
+    const std::vector<std::string> names = memory.List("/ckpt").value();
+    for (const std::string& name : names) {
+      if (IsTmpStepDirName(name)) {
+        ASSERT_TRUE(memory.RemoveAll("/ckpt/" + name).ok());
+      }
+    }
+  }
+  EXPECT_GE(crashes, 5);  // data files, manifest, directories, root
+  ExpectRestores(memory, model, 2, 2);
+}
+
+TEST_F(CheckpointTest, DiskFullMidSaveIsACleanError) {
+  const std::vector<ArraySpec> model = Model(MeshOf(2, 4));
+  ASSERT_TRUE(Save(*posix_, model, 1).ok());
+  for (int write : {0, 3, 9}) {
+    FaultInjectingStorage full(*posix_, {.fail_write = write, .error = ENOSPC});
+    absl::Status status = Save(full, model, 2).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+    EXPECT_THAT(status.message(), HasSubstr("No space left on device"));
+    EXPECT_THAT(*posix_->List(root_), ::testing::ElementsAre("step_00000001"))
+        << "write " << write;
+    EXPECT_EQ(pool_->stats().in_use_bytes, 0);
+  }
+  ExpectRestores(*posix_, model, 1);
+  EXPECT_TRUE(Save(*posix_, model, 2).ok());  // space is back
+}
+
+TEST_F(CheckpointTest, TornWriteAndFailedSyncAbortTheStep) {
+  const std::vector<ArraySpec> model = Model(MeshOf(2, 4));
+  FaultInjectingStorage torn(*posix_, {.fail_write = 2, .torn = true});
+  EXPECT_EQ(Save(torn, model, 1).status().code(), absl::StatusCode::kAborted);
+  FaultInjectingStorage sync(*posix_, {.fail_sync = 1});
+  EXPECT_EQ(Save(sync, model, 1).status().code(), absl::StatusCode::kAborted);
+  EXPECT_TRUE(posix_->List(root_)->empty());
+}
+
+// Corrupts the step on disk through `edit`, then checks restore and verify.
+class CorruptionTest : public CheckpointTest {
+ protected:
+  std::string Step() { return root_ + "/step_00000001"; }
+  void SetUp() override {
+    CheckpointTest::SetUp();
+    model_ = Model(MeshOf(2, 4));
+    ASSERT_TRUE(Save(*posix_, model_, 1).ok());
+    manifest_ = *ReadManifest(*posix_, Step());
+  }
+  absl::Status RestoreAll() {
+    std::vector<RestoreTarget> targets;
+    for (const ArraySpec& spec : model_) {
+      buffers_.push_back(*AllocateShards(spec, backend_->devices()));
+      targets.push_back(buffers_.back().target);
+    }
+    return RestoreCheckpoint(*posix_, Step(), targets).status();
+  }
+  void WriteManifestText(const std::string& text) {
+    std::ofstream(Step() + "/MANIFEST.json", std::ios::trunc) << text;
+  }
+  std::vector<ArraySpec> model_;
+  Manifest manifest_;
+  std::vector<ShardBuffers> buffers_;
+};
+
+TEST_F(CorruptionTest, FlippedByteIsDataLossNamingFileAndOffset) {
+  const ManifestExtent& extent = manifest_.arrays[1].extents[0];
+  std::fstream file(Step() + "/" + extent.file,
+                    std::ios::in | std::ios::out | std::ios::binary);
+  file.seekg(extent.offset_bytes + 3);
+  char byte;
+  file.read(&byte, 1);
+  byte ^= 0x40;
+  file.seekp(extent.offset_bytes + 3);
+  file.write(&byte, 1);
+  file.close();
+  absl::Status status = RestoreAll();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(status.message(),
+              HasSubstr(absl::StrFormat("array '%s': extent 0 of",
+                                        manifest_.arrays[1].name)));
+  EXPECT_THAT(status.message(),
+              HasSubstr(absl::StrFormat("xxh3 mismatch in %s @ %d", extent.file,
+                                        extent.offset_bytes)));
+  VerifyReport report = VerifyCheckpoint(*posix_, Step());
+  ASSERT_EQ(report.problems.size(), 1u);
+  EXPECT_THAT(report.problems[0], HasSubstr("xxh3 mismatch"));
+}
+
+TEST_F(CorruptionTest, TruncatedDataFileIsDataLossAndVerifyReportsEveryExtent) {
+  const std::string file = Step() + "/data/r00000_w01.bin";
+  ASSERT_EQ(truncate(file.c_str(), 10), 0);
+  absl::Status status = RestoreAll();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(status.message(), HasSubstr("truncated"));
+  int in_file = 0;
+  for (const ManifestArray& a : manifest_.arrays) {
+    for (const ManifestExtent& e : a.extents) {
+      in_file += e.file == "data/r00000_w01.bin";
+    }
+  }
+  VerifyReport report = VerifyCheckpoint(*posix_, Step());
+  EXPECT_EQ(static_cast<int>(report.problems.size()), in_file);
+}
+
+TEST_F(CorruptionTest, GarbageOrTruncatedManifestIsDataLoss) {
+  WriteManifestText("{\"format\": \"hoist/1\", \"step\": 1, \"arr");
+  EXPECT_EQ(RestoreAll().code(), absl::StatusCode::kDataLoss);
+  WriteManifestText(std::string("\x7f\x45\x4c\x46 binary junk", 16));
+  EXPECT_EQ(RestoreAll().code(), absl::StatusCode::kDataLoss);
+  VerifyReport report = VerifyCheckpoint(*posix_, Step());
+  ASSERT_EQ(report.problems.size(), 1u);
+  EXPECT_THAT(report.problems[0], HasSubstr("not valid JSON"));
+}
+
+TEST_F(CorruptionTest, PathTraversalInTheManifestIsRefused) {
+  manifest_.arrays[0].extents[0].file = "../../../etc/passwd";
+  WriteManifestText(EncodeManifest(manifest_));
+  absl::Status status = RestoreAll();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(status.message(), HasSubstr("not a plain relative path"));
+}
+
+TEST_F(CorruptionTest, DataDirectoryLinkedOutOfTheCheckpointIsRefused) {
+  testing::TempDir elsewhere;
+  std::filesystem::rename(Step() + "/data", elsewhere.path() + "/data");
+  std::filesystem::create_directory_symlink(elsewhere.path() + "/data",
+                                            Step() + "/data");
+  absl::Status status = RestoreAll();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(status.message(), HasSubstr("not a directory inside"));
+}
+
+TEST_F(CorruptionTest, MismatchedRequestIsFailedPreconditionWithBothSides) {
+  std::vector<ArraySpec> wrong = model_;
+  wrong[0].shape = {16, 32};
+  ShardBuffers buffers = *AllocateShards(wrong[0], backend_->devices());
+  absl::Status status =
+      RestoreCheckpoint(*posix_, Step(), {buffers.target}).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr("requested bool (16, 32)"));
+  EXPECT_THAT(status.message(), HasSubstr("holds bool (16, 24)"));
+
+  RestoreTarget missing{"params/nope", DType::kFloat32, {1}, {}};
+  EXPECT_EQ(RestoreCheckpoint(*posix_, Step(), {missing}).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace hoist

@@ -1,0 +1,63 @@
+#include "hoist/checkpoint/verify.h"
+
+#include <xxhash.h>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_format.h"
+#include "hoist/checkpoint/save.h"
+
+namespace hoist {
+
+VerifyReport VerifyCheckpoint(Storage& storage, const std::string& step_dir) {
+  VerifyReport report;
+  absl::StatusOr<Manifest> manifest = ReadManifest(storage, step_dir);
+  if (!manifest.ok()) {
+    report.problems.push_back(manifest.status().ToString());
+    return report;
+  }
+  absl::flat_hash_map<std::string, std::unique_ptr<ReadableFile>> files;
+  absl::flat_hash_map<std::string, absl::Status> unopenable;
+  std::vector<uint8_t> buffer;
+  for (const ManifestArray& array : manifest->arrays) {
+    ++report.arrays;
+    for (size_t e = 0; e < array.extents.size(); ++e) {
+      const ManifestExtent& extent = array.extents[e];
+      const std::string where = absl::StrFormat(
+          "array '%s': extent %d of %d (%s @ %d)", array.name, e,
+          array.extents.size(), extent.file, extent.offset_bytes);
+      if (unopenable.contains(extent.file)) continue;  // reported once
+      std::unique_ptr<ReadableFile>& file = files[extent.file];
+      if (file == nullptr) {
+        absl::StatusOr<std::unique_ptr<ReadableFile>> opened =
+            storage.OpenReadable(JoinPath(step_dir, extent.file));
+        if (!opened.ok()) {
+          report.problems.push_back(
+              absl::StrFormat("%s: %s", where, opened.status().ToString()));
+          unopenable.emplace(extent.file, opened.status());
+          files.erase(extent.file);
+          continue;
+        }
+        file = *std::move(opened);
+      }
+      ++report.extents;
+      buffer.resize(extent.length_bytes);
+      absl::Status read =
+          file->ReadAt(extent.offset_bytes, absl::MakeSpan(buffer));
+      if (!read.ok()) {
+        report.problems.push_back(
+            absl::StrFormat("%s: %s", where, read.ToString()));
+        continue;
+      }
+      report.bytes += extent.length_bytes;
+      const uint64_t hash = XXH3_64bits(buffer.data(), buffer.size());
+      if (hash != extent.xxh3) {
+        report.problems.push_back(
+            absl::StrFormat("%s: xxh3 mismatch: manifest %016x, bytes %016x",
+                            where, extent.xxh3, hash));
+      }
+    }
+  }
+  return report;
+}
+
+}  // namespace hoist

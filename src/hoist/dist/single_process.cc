@@ -1,0 +1,34 @@
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "hoist/coordinator.h"
+
+namespace hoist {
+namespace {
+
+class SingleProcessCoordinator final : public Coordinator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  absl::Status Barrier(std::string_view) override { return absl::OkStatus(); }
+  absl::StatusOr<std::vector<std::string>> AllGather(
+      std::string_view, std::string bytes) override {
+    return std::vector<std::string>{std::move(bytes)};
+  }
+  absl::StatusOr<std::string> Broadcast(std::string_view name,
+                                        std::string bytes, int root) override {
+    if (root != 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "broadcast '%s': root %d does not exist in a job of 1 process", name,
+          root));
+    }
+    return bytes;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Coordinator> MakeSingleProcessCoordinator() {
+  return std::make_unique<SingleProcessCoordinator>();
+}
+
+}  // namespace hoist
