@@ -32,6 +32,16 @@ class WritableFile {
   // (O_DIRECT); any other goes through it.
   virtual absl::Status WriteAt(int64_t offset,
                                absl::Span<const uint8_t> data) = 0;
+  // Writes `pieces` back to back from `offset`, as one write where the
+  // implementation can (pwritev). The default writes them one by one.
+  virtual absl::Status WriteAtv(
+      int64_t offset, absl::Span<const absl::Span<const uint8_t>> pieces) {
+    for (absl::Span<const uint8_t> piece : pieces) {
+      if (absl::Status s = WriteAt(offset, piece); !s.ok()) return s;
+      offset += static_cast<int64_t>(piece.size());
+    }
+    return absl::OkStatus();
+  }
   // Makes every byte written so far durable.
   virtual absl::Status Sync() = 0;
   // Releases the file; further calls fail. Does not sync.

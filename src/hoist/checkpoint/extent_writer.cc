@@ -2,6 +2,8 @@
 
 #include <xxhash.h>
 
+#include <cstring>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 
@@ -13,8 +15,8 @@ ExtentWriter::ExtentWriter(const SavePlan& plan) : plan_(plan) {
 }
 
 absl::StatusOr<std::unique_ptr<ExtentWriter>> ExtentWriter::Open(
-    Storage& storage, const std::string& dir, const SavePlan& plan,
-    int process) {
+    Storage& storage, const std::string& dir, const SavePlan& plan, int process,
+    int threads_per_file) {
   std::unique_ptr<ExtentWriter> writer(new ExtentWriter(plan));
   const int streams = plan.options.writer_streams;
   writer->first_file_ = process * streams;
@@ -30,7 +32,9 @@ absl::StatusOr<std::unique_ptr<ExtentWriter>> ExtentWriter::Open(
   }
   for (auto& stream : writer->streams_) {
     Stream* s = stream.get();
-    s->thread = std::thread([w = writer.get(), s] { w->Run(s); });
+    for (int t = 0; t < std::max(1, threads_per_file); ++t) {
+      s->threads.emplace_back([w = writer.get(), s] { w->Run(s); });
+    }
   }
   return writer;
 }
@@ -43,7 +47,9 @@ void ExtentWriter::StopThreads() {
     closing_ = true;
   }
   for (auto& stream : streams_) {
-    if (stream->thread.joinable()) stream->thread.join();
+    for (std::thread& thread : stream->threads) {
+      if (thread.joinable()) thread.join();
+    }
   }
 }
 
@@ -51,7 +57,8 @@ void ExtentWriter::OnStaged(StagedExtent extent) {
   const int file = plan_.slices[extent.slice].file;
   absl::MutexLock lock(&mu_);
   if (!error_.ok()) return;  // the save failed: drop, releasing the lease
-  streams_[file - first_file_]->queue.push_back(std::move(extent));
+  const int64_t offset = plan_.slices[extent.slice].offset_bytes;
+  streams_[file - first_file_]->queue.emplace(offset, std::move(extent));
 }
 
 bool ExtentWriter::StreamHasWork(Stream* stream) {
@@ -60,27 +67,49 @@ bool ExtentWriter::StreamHasWork(Stream* stream) {
 }
 
 void ExtentWriter::Run(Stream* stream) {
+  constexpr int64_t kMaxRunBytes = int64_t{16} << 20;
+  std::vector<StagedExtent> run;
+  std::vector<absl::Span<const uint8_t>> pieces;
+  std::vector<uint64_t> hashes;
   while (true) {
-    StagedExtent extent;
+    run.clear();
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(&ExtentWriter::StreamHasWork, stream));
       if (stream->queue.empty()) return;  // closing and drained
-      extent = std::move(stream->queue.front());
-      stream->queue.pop_front();
+      // The lowest queued extent and those that continue it in the file.
+      auto it = stream->queue.begin();
+      int64_t end = it->first;
+      int64_t bytes = 0;
+      while (it != stream->queue.end() && it->first == end &&
+             (run.empty() || bytes < kMaxRunBytes)) {
+        end = it->first + it->second.lease.reserved_bytes();
+        bytes += it->second.lease.reserved_bytes();
+        run.push_back(std::move(it->second));
+        it = stream->queue.erase(it);
+      }
     }
-    const PlannedSlice& slice = plan_.slices[extent.slice];
-    const absl::Span<const uint8_t> bytes(extent.lease.data(),
-                                          extent.lease.size_bytes());
-    const uint64_t hash = XXH3_64bits(bytes.data(), bytes.size());
-    absl::Status status = stream->file->WriteAt(slice.offset_bytes, bytes);
-    extent.lease.Release();
+    // Hash each extent while it is hot, pad it to whole blocks, write all.
+    pieces.clear();
+    hashes.clear();
+    for (StagedExtent& extent : run) {
+      Lease& lease = extent.lease;
+      hashes.push_back(XXH3_64bits(lease.data(), lease.size_bytes()));
+      std::memset(lease.data() + lease.size_bytes(), 0,
+                  lease.reserved_bytes() - lease.size_bytes());
+      pieces.emplace_back(lease.data(), lease.reserved_bytes());
+    }
+    const int64_t offset = plan_.slices[run.front().slice].offset_bytes;
+    absl::Status status = stream->file->WriteAtv(offset, pieces);
+    for (StagedExtent& extent : run) extent.lease.Release();
     absl::MutexLock lock(&mu_);
     if (!status.ok()) {
       if (error_.ok()) error_ = status;
       for (auto& s : streams_) s->queue.clear();  // drop what is left
-    } else {
-      hashes_[extent.slice] = hash;
+      continue;
+    }
+    for (size_t i = 0; i < run.size(); ++i) {
+      hashes_[run[i].slice] = hashes[i];
     }
   }
 }

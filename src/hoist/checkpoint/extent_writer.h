@@ -3,14 +3,19 @@
 // it is hot in cache, and releases its lease as soon as the write returns, so
 // the staging pool recycles during the save.
 //
-// It owns one writer thread per data file of its process (the plan's writer
-// streams), started by Open and joined by Finish or the destructor. OnStaged
-// only queues, so device copy threads never wait on storage.
+// It owns `threads_per_file` writer threads per data file of its process
+// (the plan's writer streams), started by Open and joined by Finish or the
+// destructor; the threads of one file take its extents in turn, so one
+// hashes while another's write is in flight. A thread takes the queued
+// extent lowest in the file together with the queued ones that continue it
+// (up to 16 MiB), and writes them as one vectored write of whole 4 KiB
+// blocks, each extent padded with zeros to the next one's aligned offset.
+// OnStaged only queues, so device copy threads never wait on storage.
 #ifndef HOIST_CHECKPOINT_EXTENT_WRITER_H_
 #define HOIST_CHECKPOINT_EXTENT_WRITER_H_
 
 #include <cstdint>
-#include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -28,11 +33,12 @@ namespace hoist {
 class ExtentWriter final : public StagedExtentSink {
  public:
   // Creates (truncating) the data files of `process` under `dir` (their plan
-  // paths are relative to it; `dir`/data must exist) and starts a writer
-  // thread per file. `storage` and `plan` must outlive the writer.
+  // paths are relative to it; `dir`/data must exist) and starts
+  // `threads_per_file` (>= 1) writer threads per file. `storage` and `plan`
+  // must outlive the writer.
   static absl::StatusOr<std::unique_ptr<ExtentWriter>> Open(
       Storage& storage, const std::string& dir, const SavePlan& plan,
-      int process);
+      int process, int threads_per_file = 2);
 
   ~ExtentWriter() override;
 
@@ -51,8 +57,8 @@ class ExtentWriter final : public StagedExtentSink {
     ExtentWriter* owner = nullptr;
     std::unique_ptr<WritableFile> file;
     std::string path;
-    std::deque<StagedExtent> queue;  // guarded by mu_
-    std::thread thread;
+    std::map<int64_t, StagedExtent> queue;  // by file offset; guarded by mu_
+    std::vector<std::thread> threads;
   };
 
   explicit ExtentWriter(const SavePlan& plan);

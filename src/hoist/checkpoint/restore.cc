@@ -1,17 +1,24 @@
 // Restore, step by step:
-//   1. Read and validate the manifest; match every target against it.
-//   2. For every saved extent that intersects some destination: one read task
-//      listing the destinations it feeds. Data paths are checked so none
-//      leaves the step directory through a symlink.
-//   3. Reader threads take tasks in turn: read the whole extent, verify its
-//      XXH3, copy each intersection into its destination (host memory
-//      directly; device destinations through a host image of their box).
-//   4. Per device, one CopyFromHost moving every host image to its device.
+//   1. Read and validate the manifest; match every target against it and
+//      list the destinations. Host destinations are filled in place; device
+//      destinations get a lease of the staging pool as their host image.
+//   2. Cut the device destinations into waves: all of them if they fit in
+//      the pool, else waves of at most half of it (one wave is read while
+//      the previous one is copied to the devices).
+//   3. Per wave: acquire its leases all at once; list every saved extent
+//      that intersects a destination of the wave (checking that its path
+//      stays inside the step directory); reader threads take extents in
+//      turn, read each whole (O_DIRECT where aligned), verify its XXH3 and
+//      copy each intersection into its destination; then ONE CopyFromHost
+//      per device carries all of the wave's images, and each lease returns
+//      to the pool when its copy has landed.
+//   4. Wait for every copy.
 #include "hoist/checkpoint/restore.h"
 
 #include <xxhash.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
@@ -21,21 +28,33 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "hoist/array/box_copy.h"
+#include "hoist/base/bytes.h"
+#include "hoist/base/checked_math.h"
 #include "hoist/base/status_macros.h"
 #include "hoist/checkpoint/save.h"
 
 namespace hoist {
 namespace {
 
-struct Sink {
+// One box to fill, resolved against the manifest.
+struct Destination {
+  const ManifestArray* array = nullptr;
   Box box;
-  uint8_t* host = nullptr;  // where intersections are copied to
+  Device* device = nullptr;  // null: host memory
+  uint8_t* data = nullptr;
+  int64_t bytes = 0;
 };
 
 struct ReadTask {
   const ManifestArray* array;
   int extent;
-  std::vector<int> sinks;  // indices into the sinks vector
+  std::vector<int> sinks;  // indices into the wave's sinks
+};
+
+// Where a destination's intersections go during one wave.
+struct Sink {
+  const Destination* dest;
+  uint8_t* host;  // the destination itself, or its lease
 };
 
 // Every directory between `step_dir` and a data file must be a real
@@ -78,25 +97,98 @@ class FirstError {
   absl::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
+// A reader thread's buffer: 4 KiB-aligned (for O_DIRECT), grown on demand,
+// reused across extents and waves.
+class ReadBuffer {
+ public:
+  ~ReadBuffer() { std::free(data_); }
+  uint8_t* Get(int64_t bytes) {
+    if (bytes > capacity_) {
+      std::free(data_);
+      capacity_ = AlignUp(std::max<int64_t>(bytes, 4096), 4096);
+      data_ = static_cast<uint8_t*>(std::aligned_alloc(4096, capacity_));
+    }
+    return data_;
+  }
+
+ private:
+  uint8_t* data_ = nullptr;
+  int64_t capacity_ = 0;
+};
+
+// Reads, verifies and scatters `tasks` with `threads` readers.
+absl::Status ReadWave(Storage& storage, const std::string& step_dir,
+                      const std::vector<ReadTask>& tasks,
+                      const std::vector<Sink>& sinks,
+                      std::vector<ReadBuffer>& buffers,
+                      std::atomic<int64_t>& bytes_read) {
+  FirstError error;
+  std::atomic<size_t> next{0};
+  const auto reader = [&](ReadBuffer& buffer) {
+    absl::flat_hash_map<std::string, std::unique_ptr<ReadableFile>> files;
+    for (size_t t = next.fetch_add(1); t < tasks.size() && error.Get().ok();
+         t = next.fetch_add(1)) {
+      const ReadTask& task = tasks[t];
+      const ManifestExtent& extent = task.array->extents[task.extent];
+      const std::string where =
+          absl::StrFormat("array '%s': extent %d of %d", task.array->name,
+                          task.extent, task.array->extents.size());
+      std::unique_ptr<ReadableFile>& file = files[extent.file];
+      if (file == nullptr) {
+        absl::StatusOr<std::unique_ptr<ReadableFile>> opened =
+            storage.OpenReadable(JoinPath(step_dir, extent.file));
+        if (!opened.ok()) {
+          error.Record(absl::Status(
+              opened.status().code(),
+              absl::StrCat(where, ": ", opened.status().message())));
+          return;
+        }
+        file = *std::move(opened);
+      }
+      uint8_t* data = buffer.Get(extent.length_bytes);
+      if (absl::Status s = file->ReadAt(
+              extent.offset_bytes, absl::MakeSpan(data, extent.length_bytes));
+          !s.ok()) {
+        error.Record(
+            absl::Status(s.code(), absl::StrCat(where, ": ", s.message())));
+        return;
+      }
+      if (XXH3_64bits(data, extent.length_bytes) != extent.xxh3) {
+        error.Record(absl::DataLossError(
+            absl::StrFormat("%s: xxh3 mismatch in %s @ %d", where, extent.file,
+                            extent.offset_bytes)));
+        return;
+      }
+      bytes_read.fetch_add(extent.length_bytes);
+      const int64_t item = ItemSize(task.array->dtype);
+      for (int s : task.sinks) {
+        const Box& box = sinks[s].dest->box;
+        CopyBox(data, extent.box, sinks[s].host, box, extent.box.Intersect(box),
+                item);
+      }
+    }
+  };
+  const size_t threads = std::min(buffers.size(), tasks.size());
+  std::vector<std::thread> pool;
+  for (size_t i = 1; i < threads; ++i) {
+    pool.emplace_back(reader, std::ref(buffers[i]));
+  }
+  if (threads > 0) reader(buffers[0]);
+  for (std::thread& t : pool) t.join();
+  return error.Get();
+}
+
 }  // namespace
 
 absl::StatusOr<RestoreStats> RestoreCheckpoint(
     Storage& storage, const std::string& step_dir,
-    absl::Span<const RestoreTarget> targets, const RestoreOptions& options) {
+    absl::Span<const RestoreTarget> targets, StagingPool& pool,
+    const RestoreOptions& options) {
   const absl::Time start = absl::Now();
   RestoreStats stats;
   // 1.
   ASSIGN_OR_RETURN(Manifest manifest, ReadManifest(storage, step_dir));
-  std::vector<Sink> sinks;
-  std::vector<std::vector<uint8_t>> images;  // host images of device boxes
-  struct DeviceCopy {
-    Device* device;
-    std::vector<CopyOp> ops;
-  };
-  std::vector<DeviceCopy> device_copies;
-  absl::flat_hash_map<Device*, int> copy_of_device;
-  std::vector<ReadTask> tasks;
-  absl::flat_hash_set<std::string> checked_dirs;
+  std::vector<Destination> host_dests, device_dests;
   for (const RestoreTarget& target : targets) {
     const ManifestArray* array = manifest.Find(target.name);
     if (array == nullptr) {
@@ -110,107 +202,127 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
           DTypeName(array->dtype), ShapeToString(array->shape)));
     }
     const Box whole = Box::FromShape(array->shape);
-    const int64_t item = ItemSize(array->dtype);
-    const int first_sink = static_cast<int>(sinks.size());
     for (const RestoreDestination& dest : target.destinations) {
-      if (!whole.Contains(dest.box) || dest.box.rank() != whole.rank() ||
+      if (dest.box.rank() != whole.rank() || !whole.Contains(dest.box) ||
           (dest.data == nullptr && !dest.box.empty())) {
         return absl::InvalidArgumentError(absl::StrFormat(
             "array '%s': destination box %s lies outside %s or has no memory",
             target.name, dest.box.ToString(), ShapeToString(array->shape)));
       }
-      Sink sink{dest.box, static_cast<uint8_t*>(dest.data)};
-      const int64_t bytes = dest.box.num_elements() * item;
-      if (dest.device != nullptr && bytes > 0) {
-        images.emplace_back(bytes);
-        sink.host = images.back().data();
-        auto [it, inserted] = copy_of_device.emplace(
-            dest.device, static_cast<int>(device_copies.size()));
-        if (inserted) device_copies.push_back({dest.device, {}});
-        device_copies[it->second].ops.push_back(
-            {sink.host, bytes, dest.data, bytes, bytes, 1});
+      if (dest.box.empty()) continue;
+      Destination d{array, dest.box, dest.device,
+                    static_cast<uint8_t*>(dest.data),
+                    dest.box.num_elements() * ItemSize(array->dtype)};
+      if (d.device == nullptr) {
+        host_dests.push_back(d);
+        continue;
       }
-      sinks.push_back(sink);
-    }
-    // 2.
-    for (int e = 0; e < static_cast<int>(array->extents.size()); ++e) {
-      ReadTask task{array, e, {}};
-      for (int s = first_sink; s < static_cast<int>(sinks.size()); ++s) {
-        if (!array->extents[e].box.Intersect(sinks[s].box).empty()) {
-          task.sinks.push_back(s);
-        }
+      if (AlignUp(d.bytes, StagingPool::kAlignment) > pool.capacity_bytes()) {
+        return absl::ResourceExhaustedError(absl::StrFormat(
+            "array '%s': box %s needs %s of staging but the pool holds %s",
+            target.name, d.box.ToString(), FormatBytes(d.bytes),
+            FormatBytes(pool.capacity_bytes())));
       }
-      if (task.sinks.empty()) continue;
-      RETURN_IF_ERROR(CheckDataPath(storage, step_dir, array->extents[e].file,
-                                    checked_dirs));
-      tasks.push_back(std::move(task));
+      device_dests.push_back(d);
     }
+  }
+
+  // 2. Waves of device destinations; host destinations ride with the first.
+  int64_t device_bytes = 0;
+  for (const Destination& d : device_dests) {
+    device_bytes += AlignUp(d.bytes, StagingPool::kAlignment);
+  }
+  const int64_t budget = device_bytes <= pool.capacity_bytes()
+                             ? pool.capacity_bytes()
+                             : pool.capacity_bytes() / 2;
+  std::vector<std::vector<const Destination*>> waves(1);
+  for (const Destination& d : host_dests) waves.back().push_back(&d);
+  int64_t wave_bytes = 0;
+  for (const Destination& d : device_dests) {
+    const int64_t bytes = AlignUp(d.bytes, StagingPool::kAlignment);
+    if (wave_bytes > 0 && wave_bytes + bytes > budget) {
+      waves.emplace_back();
+      wave_bytes = 0;
+    }
+    waves.back().push_back(&d);
+    wave_bytes += bytes;
   }
 
   // 3.
-  FirstError error;
-  std::atomic<size_t> next{0};
+  std::vector<ReadBuffer> buffers(std::max(1, options.reader_threads));
   std::atomic<int64_t> bytes_read{0};
-  const auto reader = [&] {
-    absl::flat_hash_map<std::string, std::unique_ptr<ReadableFile>> files;
-    std::vector<uint8_t> buffer;
-    for (size_t t = next.fetch_add(1); t < tasks.size() && error.Get().ok();
-         t = next.fetch_add(1)) {
-      const ReadTask& task = tasks[t];
-      const ManifestExtent& extent = task.array->extents[task.extent];
-      std::unique_ptr<ReadableFile>& file = files[extent.file];
-      if (file == nullptr) {
-        absl::StatusOr<std::unique_ptr<ReadableFile>> opened =
-            storage.OpenReadable(JoinPath(step_dir, extent.file));
-        if (!opened.ok()) {
-          error.Record(opened.status());
-          return;
-        }
-        file = *std::move(opened);
-      }
-      buffer.resize(extent.length_bytes);
-      if (absl::Status s =
-              file->ReadAt(extent.offset_bytes, absl::MakeSpan(buffer));
-          !s.ok()) {
-        error.Record(absl::Status(
-            s.code(),
-            absl::StrFormat("array '%s': extent %d of %d: %s", task.array->name,
-                            task.extent, task.array->extents.size(),
-                            s.message())));
-        return;
-      }
-      if (XXH3_64bits(buffer.data(), buffer.size()) != extent.xxh3) {
-        error.Record(absl::DataLossError(absl::StrFormat(
-            "array '%s': extent %d of %d: xxh3 mismatch in %s @ %d",
-            task.array->name, task.extent, task.array->extents.size(),
-            extent.file, extent.offset_bytes)));
-        return;
-      }
-      bytes_read.fetch_add(extent.length_bytes);
-      const int64_t item = ItemSize(task.array->dtype);
-      for (int s : task.sinks) {
-        CopyBox(buffer.data(), extent.box, sinks[s].host, sinks[s].box,
-                extent.box.Intersect(sinks[s].box), item);
-      }
-    }
-  };
-  const int threads = std::max(
-      1, std::min<int>(options.reader_threads, static_cast<int>(tasks.size())));
-  std::vector<std::thread> pool;
-  for (int i = 1; i < threads; ++i) pool.emplace_back(reader);
-  reader();
-  for (std::thread& t : pool) t.join();
-  RETURN_IF_ERROR(error.Get());
-  stats.extents_read = static_cast<int64_t>(tasks.size());
-  stats.bytes_read = bytes_read.load();
-
-  // 4.
+  absl::flat_hash_set<std::string> checked_dirs;
   std::vector<Future<>> copies;
-  for (DeviceCopy& copy : device_copies) {
-    copies.push_back(copy.device->CopyFromHost(copy.ops));
-    ++stats.dispatches;
+  absl::Status status;
+  for (const std::vector<const Destination*>& wave : waves) {
+    if (wave.empty()) continue;
+    std::vector<int64_t> sizes;
+    for (const Destination* d : wave) {
+      if (d->device != nullptr) sizes.push_back(d->bytes);
+    }
+    absl::StatusOr<std::vector<Lease>> leases = pool.AcquireAll(sizes);
+    if (!leases.ok()) {
+      status = leases.status();
+      break;
+    }
+    ++stats.waves;
+    std::vector<Sink> sinks;
+    size_t next_lease = 0;
+    for (const Destination* d : wave) {
+      sinks.push_back(
+          {d, d->device != nullptr ? (*leases)[next_lease++].data() : d->data});
+    }
+    // The extents this wave needs, each with the sinks it feeds.
+    absl::flat_hash_map<std::pair<const ManifestArray*, int>, int> task_of;
+    std::vector<ReadTask> tasks;
+    for (int s = 0; s < static_cast<int>(sinks.size()); ++s) {
+      const ManifestArray* array = sinks[s].dest->array;
+      for (int e = 0; e < static_cast<int>(array->extents.size()); ++e) {
+        if (array->extents[e].box.Intersect(sinks[s].dest->box).empty()) {
+          continue;
+        }
+        auto [it, inserted] = task_of.emplace(std::make_pair(array, e),
+                                              static_cast<int>(tasks.size()));
+        if (inserted) {
+          status = CheckDataPath(storage, step_dir, array->extents[e].file,
+                                 checked_dirs);
+          if (!status.ok()) break;
+          tasks.push_back({array, e, {}});
+        }
+        tasks[it->second].sinks.push_back(s);
+      }
+      if (!status.ok()) break;
+    }
+    if (status.ok()) {
+      status = ReadWave(storage, step_dir, tasks, sinks, buffers, bytes_read);
+    }
+    if (!status.ok()) break;
+    stats.extents_read += static_cast<int64_t>(tasks.size());
+    // One CopyFromHost per device; the wave's leases return when it lands.
+    absl::flat_hash_map<Device*, std::vector<CopyOp>> ops;
+    for (const Sink& sink : sinks) {
+      const Destination& d = *sink.dest;
+      if (d.device == nullptr) continue;
+      ops[d.device].push_back(
+          {sink.host, d.bytes, d.data, d.bytes, d.bytes, 1});
+    }
+    std::vector<Future<>> wave_copies;
+    for (auto& [device, device_ops] : ops) {
+      wave_copies.push_back(device->CopyFromHost(device_ops));
+      ++stats.dispatches;
+    }
+    Future<> landed = WhenAll(wave_copies);
+    landed.OnReady([leases = std::move(*leases)](const absl::Status&) mutable {
+      leases.clear();
+    });
+    copies.push_back(landed);
   }
-  RETURN_IF_ERROR(WhenAll(copies).Wait());
+  // 4. Every copy must be over before the destinations or leases are touched
+  // again, also after an error.
+  absl::Status copied = WhenAll(copies).Wait();
+  RETURN_IF_ERROR(status);
+  RETURN_IF_ERROR(copied);
+  stats.bytes_read = bytes_read.load();
   stats.elapsed = absl::Now() - start;
   return stats;
 }

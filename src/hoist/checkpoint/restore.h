@@ -1,8 +1,11 @@
 // Restoring arrays of a committed step onto any sharding: each target names
 // the boxes it wants and where they go (device memory or host memory); the
 // saved extents that intersect them are read in parallel, verified against
-// their XXH3-64, and scattered into the target boxes; then each device gets
-// ONE CopyFromHost carrying all of its boxes.
+// their XXH3-64, and scattered into the target boxes (host boxes directly,
+// device boxes through leases of the staging pool); then each device gets
+// ONE CopyFromHost per wave carrying all of its boxes. Device boxes that do
+// not fit in the pool together are restored in waves of at most half of it,
+// so host memory stays bounded by the pool.
 #ifndef HOIST_CHECKPOINT_RESTORE_H_
 #define HOIST_CHECKPOINT_RESTORE_H_
 
@@ -15,6 +18,7 @@
 #include "hoist/array_spec.h"
 #include "hoist/device.h"
 #include "hoist/storage.h"
+#include "hoist/transfer/staging_pool.h"
 
 namespace hoist {
 
@@ -41,20 +45,24 @@ struct RestoreStats {
   int64_t extents_read = 0;
   int64_t bytes_read = 0;
   int64_t dispatches = 0;  // CopyFromHost calls
+  int64_t waves = 0;
   absl::Duration elapsed;
 };
 
 // Fills every destination of every target from the step at `step_dir`.
 // Reads only the extents the destinations intersect.
+// `pool` stages device boxes; it must outlive the call.
 // Errors: kNotFound for an array the step lacks; kFailedPrecondition when a
 // target's dtype or shape differs from the checkpoint's (both in the
 // message); kInvalidArgument for a destination outside the array or without
 // memory; kDataLoss for an extent whose bytes do not match their XXH3 (naming
 // array, extent, file and offset), a truncated file, or a data path that
-// leaves the checkpoint through a symlink; storage and device errors as is.
+// leaves the checkpoint through a symlink; kResourceExhausted for a device
+// box larger than the pool; storage and device errors as is. `pool` stages
+// device boxes and must outlive the call.
 absl::StatusOr<RestoreStats> RestoreCheckpoint(
     Storage& storage, const std::string& step_dir,
-    absl::Span<const RestoreTarget> targets,
+    absl::Span<const RestoreTarget> targets, StagingPool& pool,
     const RestoreOptions& options = {});
 
 // Device memory for `spec`'s shards on the `devices` it places data on (each

@@ -102,8 +102,8 @@ class CheckpointTest : public ::testing::Test {
       buffers.push_back(*AllocateShards(spec, backend_->devices()));
       targets.push_back(buffers.back().target);
     }
-    absl::StatusOr<RestoreStats> stats =
-        RestoreCheckpoint(storage, JoinPath(root_, StepDirName(step)), targets);
+    absl::StatusOr<RestoreStats> stats = RestoreCheckpoint(
+        storage, JoinPath(root_, StepDirName(step)), targets, *pool_);
     ASSERT_TRUE(stats.ok()) << stats.status();
     for (size_t a = 0; a < model.size(); ++a) {
       for (const RestoreDestination& dest : targets[a].destinations) {
@@ -162,7 +162,7 @@ TEST_F(CheckpointTest, RestoresWholeArraysIntoHostMemory) {
                        {{whole, nullptr, host[a].data()}}});
   }
   absl::StatusOr<RestoreStats> stats =
-      RestoreCheckpoint(*posix_, root_ + "/step_00000007", targets);
+      RestoreCheckpoint(*posix_, root_ + "/step_00000007", targets, *pool_);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->dispatches, 0);
   for (size_t a = 0; a < model.size(); ++a) {
@@ -190,12 +190,31 @@ TEST_F(CheckpointTest, RestoringASubsetReadsOnlyItsBytes) {
   ASSERT_TRUE(Save(*posix_, model, 3).ok());
   const ArraySpec& spec = model[2];
   ShardBuffers buffers = *AllocateShards(spec, backend_->devices());
-  absl::StatusOr<RestoreStats> stats =
-      RestoreCheckpoint(*posix_, root_ + "/step_00000003", {buffers.target});
+  absl::StatusOr<RestoreStats> stats = RestoreCheckpoint(
+      *posix_, root_ + "/step_00000003", {buffers.target}, *pool_);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->bytes_read,
             Box::FromShape(spec.shape).num_elements() * ItemSize(spec.dtype));
   EXPECT_EQ(stats->dispatches, 8);  // one CopyFromHost per device
+}
+
+TEST_F(CheckpointTest, RestoreThroughASmallPoolRunsInWaves) {
+  const std::vector<ArraySpec> model = Model(MeshOf(2, 4));
+  ASSERT_TRUE(Save(*posix_, model, 4).ok());
+  pool_ = *StagingPool::Create(*backend_, 64 * 1024);
+  std::vector<ShardBuffers> buffers;
+  std::vector<RestoreTarget> targets;
+  for (const ArraySpec& spec : Reshard(model, MeshOf(4, 2))) {
+    buffers.push_back(*AllocateShards(spec, backend_->devices()));
+    targets.push_back(buffers.back().target);
+  }
+  absl::StatusOr<RestoreStats> stats =
+      RestoreCheckpoint(*posix_, root_ + "/step_00000004", targets, *pool_);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_GT(stats->waves, 1);
+  EXPECT_LE(pool_->stats().peak_bytes, 64 * 1024);
+  EXPECT_EQ(pool_->stats().in_use_bytes, 0);
+  ExpectRestores(*posix_, Reshard(model, MeshOf(4, 2)), 4);
 }
 
 TEST_F(CheckpointTest, ExistingStepIsAlreadyExistsUnlessOverwriting) {
@@ -280,7 +299,7 @@ class CorruptionTest : public CheckpointTest {
       buffers_.push_back(*AllocateShards(spec, backend_->devices()));
       targets.push_back(buffers_.back().target);
     }
-    return RestoreCheckpoint(*posix_, Step(), targets).status();
+    return RestoreCheckpoint(*posix_, Step(), targets, *pool_).status();
   }
   void WriteManifestText(const std::string& text) {
     std::ofstream(Step() + "/MANIFEST.json", std::ios::trunc) << text;
@@ -358,19 +377,30 @@ TEST_F(CorruptionTest, DataDirectoryLinkedOutOfTheCheckpointIsRefused) {
   EXPECT_THAT(status.message(), HasSubstr("not a directory inside"));
 }
 
+TEST_F(CorruptionTest, DataFileLinkedOutOfTheCheckpointIsRefused) {
+  testing::TempDir elsewhere;
+  const std::string file = Step() + "/data/r00000_w00.bin";
+  std::filesystem::rename(file, elsewhere.path() + "/stolen.bin");
+  std::filesystem::create_symlink(elsewhere.path() + "/stolen.bin", file);
+  absl::Status status = RestoreAll();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(status.message(), HasSubstr("is a symbolic link"));
+}
+
 TEST_F(CorruptionTest, MismatchedRequestIsFailedPreconditionWithBothSides) {
   std::vector<ArraySpec> wrong = model_;
   wrong[0].shape = {16, 32};
   ShardBuffers buffers = *AllocateShards(wrong[0], backend_->devices());
   absl::Status status =
-      RestoreCheckpoint(*posix_, Step(), {buffers.target}).status();
+      RestoreCheckpoint(*posix_, Step(), {buffers.target}, *pool_).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(status.message(), HasSubstr("requested bool (16, 32)"));
   EXPECT_THAT(status.message(), HasSubstr("holds bool (16, 24)"));
 
   RestoreTarget missing{"params/nope", DType::kFloat32, {1}, {}};
-  EXPECT_EQ(RestoreCheckpoint(*posix_, Step(), {missing}).status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(
+      RestoreCheckpoint(*posix_, Step(), {missing}, *pool_).status().code(),
+      absl::StatusCode::kNotFound);
 }
 
 }  // namespace

@@ -37,6 +37,9 @@ class Lease {
   uint8_t* data() const { return data_; }
   // The bytes asked for (the range reserved may be larger, up to 4 KiB).
   int64_t size_bytes() const { return size_bytes_; }
+  // The bytes reserved: size_bytes() rounded up to 4 KiB. All of them may be
+  // written, e.g. to pad an extent to a whole O_DIRECT block.
+  int64_t reserved_bytes() const { return reserved_bytes_; }
   explicit operator bool() const { return pool_ != nullptr; }
 
   // Returns the range to the pool now. Idempotent.

@@ -68,12 +68,17 @@ class HostDevice final : public Device {
     }
     const int64_t size =
         std::max<int64_t>(AlignUp(bytes, kPageBytes), kPageBytes);
-    void* data = std::aligned_alloc(kPageBytes, size);
-    if (data == nullptr) {
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "device %d: out of memory allocating %d bytes", id_, bytes));
+    // Device memory is resident from the start: map it populated, so the
+    // first copy into it pays no page faults (as on an accelerator).
+    void* data = mmap(nullptr, size, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (data == MAP_FAILED) {
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("device %d: out of memory allocating %d bytes: %s",
+                          id_, bytes, std::strerror(errno)));
     }
-    return MemoryBlock(data, bytes, [](void* p, int64_t) { std::free(p); });
+    return MemoryBlock(data, bytes,
+                       [size](void* p, int64_t) { munmap(p, size); });
   }
 
   DeviceCounters counters() const override {
