@@ -1,15 +1,17 @@
 // Restore, step by step:
 //   1. Read and validate the manifest; match every target against it and
 //      list the destinations. Host destinations are filled in place; device
-//      destinations get a lease of the staging pool as their host image.
+//      destinations of the same box (replicas) share one host image, a lease
+//      of the staging pool.
 //   2. Cut the device destinations into waves: all of them if they fit in
 //      the pool, else waves of at most half of it (one wave is read while
 //      the previous one is copied to the devices).
 //   3. Per wave: acquire its leases all at once; list every saved extent
 //      that intersects a destination of the wave (checking that its path
 //      stays inside the step directory); reader threads take extents in
-//      turn, read each whole (O_DIRECT where aligned), verify its XXH3 and
-//      copy each intersection into its destination; then ONE CopyFromHost
+//      turn, read each whole (O_DIRECT where aligned) straight into its
+//      image when it is one contiguous run of it, else into a buffer and
+//      then copy each intersection; verify its XXH3; then ONE CopyFromHost
 //      per device carries all of the wave's images, and each lease returns
 //      to the pool when its copy has landed.
 //   4. Wait for every copy.
@@ -17,9 +19,12 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <optional>
 #include <thread>
+#include <tuple>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -36,12 +41,13 @@
 namespace hoist {
 namespace {
 
-// One box to fill, resolved against the manifest.
+// One box to fill, resolved against the manifest: host memory, or the
+// memory of every device that holds this box (replicas share the image).
 struct Destination {
   const ManifestArray* array = nullptr;
   Box box;
-  Device* device = nullptr;  // null: host memory
-  uint8_t* data = nullptr;
+  uint8_t* host = nullptr;  // host destinations only
+  std::vector<std::pair<Device*, uint8_t*>> devices;
   int64_t bytes = 0;
 };
 
@@ -54,8 +60,26 @@ struct ReadTask {
 // Where a destination's intersections go during one wave.
 struct Sink {
   const Destination* dest;
-  uint8_t* host;  // the destination itself, or its lease
+  uint8_t* host;  // the host destination itself, or the image's lease
 };
+
+// If `inner`'s C-order bytes form one contiguous run inside those of
+// `outer` (which contains it), the run's byte offset.
+std::optional<int64_t> ContiguousOffset(const Box& outer, const Box& inner,
+                                        int64_t item_bytes) {
+  // Leading dims of size 1 in inner, then one partial dim, then full dims.
+  int d = 0;
+  while (d < inner.rank() && inner.shape()[d] == 1) ++d;
+  for (int e = d + 1; e < inner.rank(); ++e) {
+    if (inner.shape()[e] != outer.shape()[e]) return std::nullopt;
+  }
+  const std::vector<int64_t> strides = CStrides(outer.shape());
+  int64_t offset = 0;
+  for (int e = 0; e < inner.rank(); ++e) {
+    offset += (inner.origin()[e] - outer.origin()[e]) * strides[e];
+  }
+  return offset * item_bytes;
+}
 
 // Every directory between `step_dir` and a data file must be a real
 // directory, not a symlink that could lead out of the checkpoint.
@@ -124,19 +148,66 @@ absl::Status ReadWave(Storage& storage, const std::string& step_dir,
                       std::atomic<int64_t>& bytes_read) {
   FirstError error;
   std::atomic<size_t> next{0};
+  // An extent that is one contiguous run of its only sink is read straight
+  // into it. The others are read into a buffer, in runs of extents that
+  // follow each other in one file (each at the next 4 KiB boundary after
+  // the previous one): one read per run, up to 16 MiB.
+  constexpr int64_t kMaxRunBytes = int64_t{16} << 20;
+  const auto extent_of = [&](int t) -> const ManifestExtent& {
+    return tasks[t].array->extents[tasks[t].extent];
+  };
+  std::vector<std::optional<int64_t>> direct_at(tasks.size());
+  for (size_t t = 0; t < tasks.size(); ++t) {
+    const ReadTask& task = tasks[t];
+    const Box& box = extent_of(static_cast<int>(t)).box;
+    if (task.sinks.size() == 1 &&
+        sinks[task.sinks[0]].dest->box.Contains(box)) {
+      direct_at[t] = ContiguousOffset(sinks[task.sinks[0]].dest->box, box,
+                                      ItemSize(task.array->dtype));
+    }
+  }
+  std::vector<int> order(tasks.size());
+  for (size_t t = 0; t < tasks.size(); ++t) order[t] = static_cast<int>(t);
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    const ManifestExtent& x = extent_of(a);
+    const ManifestExtent& y = extent_of(b);
+    return std::tie(x.file, x.offset_bytes) < std::tie(y.file, y.offset_bytes);
+  });
+  std::vector<std::pair<size_t, size_t>> runs;  // [begin, end) of `order`
+  for (size_t i = 0; i < order.size();) {
+    size_t j = i + 1;
+    const ManifestExtent& first = extent_of(order[i]);
+    while (!direct_at[order[i]] && j < order.size() && !direct_at[order[j]]) {
+      const ManifestExtent& prev = extent_of(order[j - 1]);
+      const ManifestExtent& next = extent_of(order[j]);
+      if (next.file != first.file ||
+          next.offset_bytes !=
+              AlignUp(prev.offset_bytes + prev.length_bytes, 4096) ||
+          next.offset_bytes + next.length_bytes - first.offset_bytes >
+              kMaxRunBytes) {
+        break;
+      }
+      ++j;
+    }
+    runs.emplace_back(i, j);
+    i = j;
+  }
+
   const auto reader = [&](ReadBuffer& buffer) {
     absl::flat_hash_map<std::string, std::unique_ptr<ReadableFile>> files;
-    for (size_t t = next.fetch_add(1); t < tasks.size() && error.Get().ok();
-         t = next.fetch_add(1)) {
-      const ReadTask& task = tasks[t];
-      const ManifestExtent& extent = task.array->extents[task.extent];
+    for (size_t r = next.fetch_add(1); r < runs.size() && error.Get().ok();
+         r = next.fetch_add(1)) {
+      const auto [begin, end] = runs[r];
+      const ReadTask& head = tasks[order[begin]];
+      const ManifestExtent& first = extent_of(order[begin]);
+      const ManifestExtent& last = extent_of(order[end - 1]);
       const std::string where =
-          absl::StrFormat("array '%s': extent %d of %d", task.array->name,
-                          task.extent, task.array->extents.size());
-      std::unique_ptr<ReadableFile>& file = files[extent.file];
+          absl::StrFormat("array '%s': extent %d of %d", head.array->name,
+                          head.extent, head.array->extents.size());
+      std::unique_ptr<ReadableFile>& file = files[first.file];
       if (file == nullptr) {
         absl::StatusOr<std::unique_ptr<ReadableFile>> opened =
-            storage.OpenReadable(JoinPath(step_dir, extent.file));
+            storage.OpenReadable(JoinPath(step_dir, first.file));
         if (!opened.ok()) {
           error.Record(absl::Status(
               opened.status().code(),
@@ -145,30 +216,41 @@ absl::Status ReadWave(Storage& storage, const std::string& step_dir,
         }
         file = *std::move(opened);
       }
-      uint8_t* data = buffer.Get(extent.length_bytes);
-      if (absl::Status s = file->ReadAt(
-              extent.offset_bytes, absl::MakeSpan(data, extent.length_bytes));
+      const std::optional<int64_t> direct = direct_at[order[begin]];
+      const int64_t span =
+          last.offset_bytes + last.length_bytes - first.offset_bytes;
+      uint8_t* data =
+          direct ? sinks[head.sinks[0]].host + *direct : buffer.Get(span);
+      if (absl::Status s =
+              file->ReadAt(first.offset_bytes, absl::MakeSpan(data, span));
           !s.ok()) {
         error.Record(
             absl::Status(s.code(), absl::StrCat(where, ": ", s.message())));
         return;
       }
-      if (XXH3_64bits(data, extent.length_bytes) != extent.xxh3) {
-        error.Record(absl::DataLossError(
-            absl::StrFormat("%s: xxh3 mismatch in %s @ %d", where, extent.file,
-                            extent.offset_bytes)));
-        return;
-      }
-      bytes_read.fetch_add(extent.length_bytes);
-      const int64_t item = ItemSize(task.array->dtype);
-      for (int s : task.sinks) {
-        const Box& box = sinks[s].dest->box;
-        CopyBox(data, extent.box, sinks[s].host, box, extent.box.Intersect(box),
-                item);
+      for (size_t i = begin; i < end; ++i) {
+        const ReadTask& task = tasks[order[i]];
+        const ManifestExtent& extent = extent_of(order[i]);
+        const uint8_t* bytes =
+            data + (extent.offset_bytes - first.offset_bytes);
+        if (XXH3_64bits(bytes, extent.length_bytes) != extent.xxh3) {
+          error.Record(absl::DataLossError(absl::StrFormat(
+              "array '%s': extent %d of %d: xxh3 mismatch in %s @ %d",
+              task.array->name, task.extent, task.array->extents.size(),
+              extent.file, extent.offset_bytes)));
+          return;
+        }
+        bytes_read.fetch_add(extent.length_bytes);
+        if (direct) continue;
+        for (int s : task.sinks) {
+          const Box& box = sinks[s].dest->box;
+          CopyBox(bytes, extent.box, sinks[s].host, box,
+                  extent.box.Intersect(box), ItemSize(task.array->dtype));
+        }
       }
     }
   };
-  const size_t threads = std::min(buffers.size(), tasks.size());
+  const size_t threads = std::min(buffers.size(), runs.size());
   std::vector<std::thread> pool;
   for (size_t i = 1; i < threads; ++i) {
     pool.emplace_back(reader, std::ref(buffers[i]));
@@ -189,6 +271,7 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
   // 1.
   ASSIGN_OR_RETURN(Manifest manifest, ReadManifest(storage, step_dir));
   std::vector<Destination> host_dests, device_dests;
+  absl::flat_hash_map<std::pair<const ManifestArray*, Box>, size_t> image_of;
   for (const RestoreTarget& target : targets) {
     const ManifestArray* array = manifest.Find(target.name);
     if (array == nullptr) {
@@ -210,20 +293,23 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
             target.name, dest.box.ToString(), ShapeToString(array->shape)));
       }
       if (dest.box.empty()) continue;
-      Destination d{array, dest.box, dest.device,
-                    static_cast<uint8_t*>(dest.data),
-                    dest.box.num_elements() * ItemSize(array->dtype)};
-      if (d.device == nullptr) {
-        host_dests.push_back(d);
+      const int64_t bytes = dest.box.num_elements() * ItemSize(array->dtype);
+      uint8_t* data = static_cast<uint8_t*>(dest.data);
+      if (dest.device == nullptr) {
+        host_dests.push_back({array, dest.box, data, {}, bytes});
         continue;
       }
-      if (AlignUp(d.bytes, StagingPool::kAlignment) > pool.capacity_bytes()) {
+      if (AlignUp(bytes, StagingPool::kAlignment) > pool.capacity_bytes()) {
         return absl::ResourceExhaustedError(absl::StrFormat(
             "array '%s': box %s needs %s of staging but the pool holds %s",
-            target.name, d.box.ToString(), FormatBytes(d.bytes),
+            target.name, dest.box.ToString(), FormatBytes(bytes),
             FormatBytes(pool.capacity_bytes())));
       }
-      device_dests.push_back(d);
+      auto [it, inserted] = image_of.emplace(std::make_pair(array, dest.box),
+                                             device_dests.size());
+      if (inserted)
+        device_dests.push_back({array, dest.box, nullptr, {}, bytes});
+      device_dests[it->second].devices.emplace_back(dest.device, data);
     }
   }
 
@@ -258,7 +344,7 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
     if (wave.empty()) continue;
     std::vector<int64_t> sizes;
     for (const Destination* d : wave) {
-      if (d->device != nullptr) sizes.push_back(d->bytes);
+      if (d->host == nullptr) sizes.push_back(d->bytes);
     }
     absl::StatusOr<std::vector<Lease>> leases = pool.AcquireAll(sizes);
     if (!leases.ok()) {
@@ -270,7 +356,7 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
     size_t next_lease = 0;
     for (const Destination* d : wave) {
       sinks.push_back(
-          {d, d->device != nullptr ? (*leases)[next_lease++].data() : d->data});
+          {d, d->host != nullptr ? d->host : (*leases)[next_lease++].data()});
     }
     // The extents this wave needs, each with the sinks it feeds.
     absl::flat_hash_map<std::pair<const ManifestArray*, int>, int> task_of;
@@ -302,9 +388,9 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
     absl::flat_hash_map<Device*, std::vector<CopyOp>> ops;
     for (const Sink& sink : sinks) {
       const Destination& d = *sink.dest;
-      if (d.device == nullptr) continue;
-      ops[d.device].push_back(
-          {sink.host, d.bytes, d.data, d.bytes, d.bytes, 1});
+      for (const auto& [device, data] : d.devices) {
+        ops[device].push_back({sink.host, d.bytes, data, d.bytes, d.bytes, 1});
+      }
     }
     std::vector<Future<>> wave_copies;
     for (auto& [device, device_ops] : ops) {

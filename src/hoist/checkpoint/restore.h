@@ -38,7 +38,7 @@ struct RestoreTarget {
 };
 
 struct RestoreOptions {
-  int reader_threads = 4;  // extents read in parallel (default 4), >= 1
+  int reader_threads = 8;  // extents read in parallel (default 8), >= 1
 };
 
 struct RestoreStats {
