@@ -132,6 +132,7 @@ int Main(int argc, char** argv) {
   std::string bytes_text = "4GiB", dir = "", pool_text = "";
   int writers = 2;
   bool json = false;
+  std::string io = "posix";
   app.add_option("--bytes", bytes_text, "Model size")->capture_default_str();
   app.add_option("--pool", pool_text,
                  "Staging pool (default: a quarter of "
@@ -142,6 +143,9 @@ int Main(int argc, char** argv) {
   app.add_option("--dir", dir,
                  "Directory on the disk to measure (default: a new one "
                  "under the current directory, removed after)");
+  app.add_option("--io", io, "I/O engine: posix (syscalls) or io_uring")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"posix", "io_uring"}));
   app.add_flag("--json", json, "Print the figures as one JSON object");
   CLI11_PARSE(app, argc, argv);
   const int64_t model_bytes = Check(ParseBytes(bytes_text));
@@ -189,7 +193,8 @@ int Main(int argc, char** argv) {
   ResetPeakRss();
   std::unique_ptr<StagingPool> pool =
       Check(StagingPool::Create(*backend, pool_bytes));
-  std::unique_ptr<Storage> storage = MakePosixStorage();
+  std::unique_ptr<Storage> storage =
+      io == "io_uring" ? Check(MakeIoUringStorage()) : MakePosixStorage();
   std::unique_ptr<Coordinator> coordinator = MakeSingleProcessCoordinator();
   TransferEngine engine(*pool);
   const SaveRequest request{dir, 1, model, &plan, "{}", true};
@@ -261,6 +266,7 @@ int Main(int argc, char** argv) {
       {"peak_rss_over_baseline_bytes", save_peak},
       {"peak_rss_over_pool_bytes", save_peak - pool_bytes},
       {"writer_streams", writers},
+      {"io", io},
       {"verified", verified},
   };
   if (json) {
@@ -268,7 +274,7 @@ int Main(int argc, char** argv) {
   } else {
     std::cout << absl::StrFormat(
         "hoist save/restore, GPT-style %d layers x d_model %d + Adam, %s in "
-        "%d arrays, 8 host devices, %d writer streams\n\n"
+        "%d arrays, 8 host devices, %d writer streams, %s I/O\n\n"
         "%-44s %9s %9s %8s\n"
         "%-44s %8.2fs %6.2f GB/s %7s\n"
         "%-44s %8.2fs %6.2f GB/s %7.2fx\n"
@@ -279,7 +285,7 @@ int Main(int argc, char** argv) {
         "the save: %s over what the process held before (pool + %s)\n"
         "restore verified bit-exact: %s\n",
         config.layers, config.d_model, FormatBytes(data_bytes), model.size(),
-        writers, "", "time", "rate", "vs raw",
+        writers, io, "", "time", "rate", "vs raw",
         "raw O_DIRECT sequential write + fsync", raw.write_s, gb / raw.write_s,
         "", "hoist save (staged, written, committed)", save_s, gb / save_s,
         raw.write_s / save_s, "raw O_DIRECT sequential read", raw.read_s,

@@ -10,7 +10,7 @@ cd "$HOIST_ROOT"
 HOIST_DEBS=(
   build-essential cmake ninja-build pkg-config git
   clang libclang-rt-14-dev clang-format
-  libabsl-dev nlohmann-json3-dev libcli11-dev libxxhash-dev
+  libabsl-dev nlohmann-json3-dev libcli11-dev libxxhash-dev liburing-dev
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 

@@ -82,8 +82,13 @@ class Storage {
   virtual absl::StatusOr<bool> IsDir(const std::string& path) = 0;
 };
 
-// The local filesystem.
+// The local filesystem, through plain syscalls (pwritev, preadv, fsync).
 std::unique_ptr<Storage> MakePosixStorage();
+
+// The local filesystem, every transfer and fsync submitted to io_uring (a
+// ring per thread). kUnavailable with the reason where io_uring is not
+// available (old kernel, seccomp, or a build without liburing).
+absl::StatusOr<std::unique_ptr<Storage>> MakeIoUringStorage();
 
 // Joins path components with '/'.
 std::string JoinPath(const std::string& a, const std::string& b);

@@ -1,11 +1,13 @@
-// POSIX storage. Writable files keep two descriptors: a buffered one, and one
-// opened with O_DIRECT where the filesystem allows it (tmpfs refuses; then
-// every write is buffered). A write whose offset, length and buffer are all
-// 4 KiB-aligned goes through O_DIRECT, skipping the page cache; an aligned
-// write with an unaligned tail writes its aligned body directly and the tail
-// buffered. If the O_DIRECT descriptor refuses a write with EINVAL, the file
-// falls back to buffered writes for good. Sync() is fsync on the buffered
-// descriptor, which also makes the O_DIRECT writes' metadata durable.
+// POSIX storage, over a FileIo engine (syscalls or io_uring). Files keep two
+// descriptors: a buffered one, and one opened with O_DIRECT where the
+// filesystem allows it (tmpfs refuses; then every transfer is buffered). A
+// transfer whose offset, buffers and lengths are 4 KiB-aligned goes through
+// O_DIRECT, skipping the page cache; an unaligned tail goes buffered. If the
+// O_DIRECT descriptor refuses a transfer with EINVAL, the file falls back to
+// buffered I/O for good. Sync() is fsync on the buffered descriptor, which
+// also makes the O_DIRECT writes' metadata durable. Data files are opened
+// for reading with O_NOFOLLOW: hoist never follows a link out of a
+// checkpoint.
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -23,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "hoist/io/errno_status.h"
+#include "hoist/io/file_io.h"
 #include "hoist/storage.h"
 
 namespace hoist {
@@ -32,64 +35,127 @@ constexpr int64_t kDirectAlignment = 4096;
 
 bool Aligned(int64_t value) { return value % kDirectAlignment == 0; }
 
-class PosixWritableFile final : public WritableFile {
- public:
-  PosixWritableFile(std::string path, int fd, int direct_fd)
-      : path_(std::move(path)), fd_(fd), direct_fd_(direct_fd) {}
-  ~PosixWritableFile() override { Close().IgnoreError(); }
+// Moves every byte of `iov` (consumed) at `offset` through `io`, resuming
+// after short transfers. A read that reaches the end of the file first is
+// kDataLoss (truncated); EINVAL on the O_DIRECT descriptor is returned as a
+// bare kInvalidArgument so the caller can fall back to buffered I/O.
+absl::Status Transfer(FileIo& io, bool write, int fd, bool direct,
+                      int64_t offset, std::vector<iovec> iov,
+                      const std::string& path) {
+  size_t first = 0;
+  const int64_t start = offset;
+  while (first < iov.size()) {
+    const int count =
+        static_cast<int>(std::min<size_t>(iov.size() - first, IOV_MAX));
+    const ssize_t n = write ? io.Writev(fd, &iov[first], count, offset)
+                            : io.Readv(fd, &iov[first], count, offset);
+    if (n == -EINTR || n == -EAGAIN) continue;
+    if (n < 0) {
+      if (n == -EINVAL && direct) {
+        return absl::InvalidArgumentError("O_DIRECT refused");
+      }
+      return ErrnoStatus(
+          static_cast<int>(-n),
+          absl::StrFormat("%s at offset %d", write ? "write" : "read", offset),
+          path);
+    }
+    if (n == 0 && !write) {
+      return absl::DataLossError(absl::StrFormat(
+          "%s: truncated: needed bytes at offset %d, the file ends at %d "
+          "(read started at %d)",
+          path, offset, offset, start));
+    }
+    offset += n;
+    size_t done = static_cast<size_t>(n);
+    while (first < iov.size() && done >= iov[first].iov_len) {
+      done -= iov[first].iov_len;
+      ++first;
+    }
+    if (done > 0) {
+      iov[first].iov_base = static_cast<uint8_t*>(iov[first].iov_base) + done;
+      iov[first].iov_len -= done;
+    }
+  }
+  return absl::OkStatus();
+}
 
-  absl::Status WriteAt(int64_t offset,
-                       absl::Span<const uint8_t> data) override {
-    if (fd_ < 0) return Closed();
+// A file open for writing or reading, with a buffered descriptor and, where
+// the filesystem allows, an O_DIRECT one. A transfer whose offset and
+// pieces are all 4 KiB-aligned goes O_DIRECT; a single aligned piece with an
+// unaligned tail goes O_DIRECT for its aligned body and buffered for the
+// tail; anything else is buffered. An O_DIRECT descriptor that refuses a
+// transfer (EINVAL) is not used again.
+class PosixFile {
+ public:
+  PosixFile(FileIo& io, std::string path, int fd, int direct_fd)
+      : io_(io), path_(std::move(path)), fd_(fd), direct_fd_(direct_fd) {}
+  ~PosixFile() { Close().IgnoreError(); }
+
+  absl::Status Move(bool write, int64_t offset,
+                    absl::Span<const absl::Span<uint8_t>> pieces) {
+    if (fd_ < 0) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("%s: file is closed", path_));
+    }
     if (offset < 0) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("%s: negative write offset %d", path_, offset));
+          absl::StrFormat("%s: negative offset %d", path_, offset));
     }
-    const int64_t size = static_cast<int64_t>(data.size());
-    const int64_t body = size / kDirectAlignment * kDirectAlignment;
-    if (direct_fd_ >= 0 && direct_ok_.load(std::memory_order_relaxed) &&
-        Aligned(offset) && body > 0 &&
-        Aligned(reinterpret_cast<uintptr_t>(data.data()))) {
-      absl::Status status = WriteAll(direct_fd_, offset, data.first(body));
+    std::vector<iovec> iov;
+    iov.reserve(pieces.size());
+    bool aligned = Aligned(offset);
+    for (absl::Span<uint8_t> piece : pieces) {
+      aligned &= Aligned(reinterpret_cast<uintptr_t>(piece.data()));
+      iov.push_back({piece.data(), piece.size()});
+    }
+    for (size_t i = 0; i + 1 < pieces.size(); ++i) {
+      aligned &= Aligned(static_cast<int64_t>(pieces[i].size()));
+    }
+    // The last piece may end unaligned: its aligned body goes direct.
+    iovec tail{nullptr, 0};
+    if (aligned && !iov.empty()) {
+      const size_t last = iov.back().iov_len;
+      tail = {static_cast<uint8_t*>(iov.back().iov_base) +
+                  last / kDirectAlignment * kDirectAlignment,
+              last % kDirectAlignment};
+      iov.back().iov_len -= tail.iov_len;
+      if (iov.back().iov_len == 0) iov.pop_back();
+    }
+    if (aligned && !iov.empty() && direct_fd_ >= 0 &&
+        direct_ok_.load(std::memory_order_relaxed)) {
+      int64_t body = 0;
+      for (const iovec& v : iov) body += static_cast<int64_t>(v.iov_len);
+      absl::Status status =
+          Transfer(io_, write, direct_fd_, true, offset, iov, path_);
       if (status.ok()) {
-        if (body == size) return status;
-        return WriteAll(fd_, offset + body, data.subspan(body));
+        if (tail.iov_len == 0) return status;
+        return Transfer(io_, write, fd_, false, offset + body, {tail}, path_);
       }
       if (!absl::IsInvalidArgument(status)) return status;
       direct_ok_.store(false, std::memory_order_relaxed);  // fall back
     }
-    return WriteAll(fd_, offset, data);
+    if (tail.iov_len > 0) iov.push_back(tail);
+    return Transfer(io_, write, fd_, false, offset, std::move(iov), path_);
   }
 
-  // One pwritev per IOV_MAX pieces; O_DIRECT when every piece is aligned.
-  absl::Status WriteAtv(
-      int64_t offset,
-      absl::Span<const absl::Span<const uint8_t>> pieces) override {
-    if (fd_ < 0) return Closed();
-    bool aligned = Aligned(offset);
-    std::vector<iovec> iov;
-    iov.reserve(pieces.size());
-    for (absl::Span<const uint8_t> piece : pieces) {
-      aligned &= Aligned(static_cast<int64_t>(piece.size())) &&
-                 Aligned(reinterpret_cast<uintptr_t>(piece.data()));
-      iov.push_back({const_cast<uint8_t*>(piece.data()), piece.size()});
+  absl::Status Sync() {
+    if (fd_ < 0) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("%s: file is closed", path_));
     }
-    if (aligned && direct_fd_ >= 0 &&
-        direct_ok_.load(std::memory_order_relaxed)) {
-      absl::Status status = WriteAllv(direct_fd_, offset, iov);
-      if (!absl::IsInvalidArgument(status)) return status;
-      direct_ok_.store(false, std::memory_order_relaxed);  // fall back
+    if (const int rc = io_.Fsync(fd_); rc != 0) {
+      return ErrnoStatus(-rc, "fsync", path_);
     }
-    return WriteAllv(fd_, offset, iov);
-  }
-
-  absl::Status Sync() override {
-    if (fd_ < 0) return Closed();
-    if (fsync(fd_) != 0) return ErrnoStatus(errno, "fsync", path_);
     return absl::OkStatus();
   }
 
-  absl::Status Close() override {
+  absl::StatusOr<int64_t> Size() {
+    struct stat st;
+    if (fstat(fd_, &st) != 0) return ErrnoStatus(errno, "fstat", path_);
+    return static_cast<int64_t>(st.st_size);
+  }
+
+  absl::Status Close() {
     absl::Status status;
     if (direct_fd_ >= 0 && close(direct_fd_) != 0) {
       status = ErrnoStatus(errno, "close", path_);
@@ -102,135 +168,61 @@ class PosixWritableFile final : public WritableFile {
   }
 
  private:
-  absl::Status Closed() const {
-    return absl::FailedPreconditionError(
-        absl::StrFormat("%s: file is closed", path_));
-  }
-
-  absl::Status WriteAll(int fd, int64_t offset,
-                        absl::Span<const uint8_t> data) {
-    size_t done = 0;
-    while (done < data.size()) {
-      const ssize_t n =
-          pwrite(fd, data.data() + done, data.size() - done, offset + done);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EINVAL && fd == direct_fd_) {
-          return absl::InvalidArgumentError("O_DIRECT refused");
-        }
-        return ErrnoStatus(errno,
-                           absl::StrFormat("pwrite of %d bytes at offset %d",
-                                           data.size() - done, offset + done),
-                           path_);
-      }
-      done += static_cast<size_t>(n);
-    }
-    return absl::OkStatus();
-  }
-
-  // pwritev until every byte of `iov` is written (it is consumed).
-  absl::Status WriteAllv(int fd, int64_t offset, std::vector<iovec> iov) {
-    size_t first = 0;
-    while (first < iov.size()) {
-      const int count =
-          static_cast<int>(std::min<size_t>(iov.size() - first, IOV_MAX));
-      const ssize_t n = pwritev(fd, &iov[first], count, offset);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EINVAL && fd == direct_fd_) {
-          return absl::InvalidArgumentError("O_DIRECT refused");
-        }
-        return ErrnoStatus(
-            errno, absl::StrFormat("pwritev at offset %d", offset), path_);
-      }
-      offset += n;
-      size_t done = static_cast<size_t>(n);
-      while (first < iov.size() && done >= iov[first].iov_len) {
-        done -= iov[first].iov_len;
-        ++first;
-      }
-      if (done > 0) {
-        iov[first].iov_base = static_cast<uint8_t*>(iov[first].iov_base) + done;
-        iov[first].iov_len -= done;
-      }
-    }
-    return absl::OkStatus();
-  }
-
+  FileIo& io_;
   const std::string path_;
   int fd_;
   int direct_fd_;
   std::atomic<bool> direct_ok_{true};
 };
 
-class PosixReadableFile final : public ReadableFile {
+absl::Span<uint8_t> Mutable(absl::Span<const uint8_t> data) {
+  return {const_cast<uint8_t*>(data.data()), data.size()};
+}
+
+class PosixWritableFile final : public WritableFile {
  public:
-  PosixReadableFile(std::string path, int fd, int direct_fd)
-      : path_(std::move(path)), fd_(fd), direct_fd_(direct_fd) {}
-  ~PosixReadableFile() override {
-    close(fd_);
-    if (direct_fd_ >= 0) close(direct_fd_);
-  }
+  explicit PosixWritableFile(std::unique_ptr<PosixFile> file)
+      : file_(std::move(file)) {}
 
-  // An aligned read (offset and buffer 4 KiB-aligned) reads its aligned body
-  // with O_DIRECT, bypassing the page cache, and any tail buffered.
-  absl::Status ReadAt(int64_t offset, absl::Span<uint8_t> out) override {
-    const int64_t size = static_cast<int64_t>(out.size());
-    const int64_t body = size / kDirectAlignment * kDirectAlignment;
-    if (direct_fd_ >= 0 && direct_ok_.load(std::memory_order_relaxed) &&
-        Aligned(offset) && body > 0 &&
-        Aligned(reinterpret_cast<uintptr_t>(out.data()))) {
-      absl::Status status = ReadAll(direct_fd_, offset, out.first(body));
-      if (status.ok()) {
-        if (body == size) return status;
-        return ReadAll(fd_, offset + body, out.subspan(body));
-      }
-      if (!absl::IsInvalidArgument(status)) return status;
-      direct_ok_.store(false, std::memory_order_relaxed);  // fall back
+  absl::Status WriteAt(int64_t offset,
+                       absl::Span<const uint8_t> data) override {
+    const absl::Span<uint8_t> piece = Mutable(data);
+    return file_->Move(true, offset, {&piece, 1});
+  }
+  absl::Status WriteAtv(
+      int64_t offset,
+      absl::Span<const absl::Span<const uint8_t>> pieces) override {
+    std::vector<absl::Span<uint8_t>> mutable_pieces;
+    mutable_pieces.reserve(pieces.size());
+    for (absl::Span<const uint8_t> p : pieces) {
+      mutable_pieces.push_back(Mutable(p));
     }
-    return ReadAll(fd_, offset, out);
+    return file_->Move(true, offset, mutable_pieces);
   }
-
-  absl::StatusOr<int64_t> Size() override {
-    struct stat st;
-    if (fstat(fd_, &st) != 0) return ErrnoStatus(errno, "fstat", path_);
-    return static_cast<int64_t>(st.st_size);
-  }
+  absl::Status Sync() override { return file_->Sync(); }
+  absl::Status Close() override { return file_->Close(); }
 
  private:
-  absl::Status ReadAll(int fd, int64_t offset, absl::Span<uint8_t> out) {
-    size_t done = 0;
-    while (done < out.size()) {
-      const ssize_t n =
-          pread(fd, out.data() + done, out.size() - done, offset + done);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EINVAL && fd == direct_fd_) {
-          return absl::InvalidArgumentError("O_DIRECT refused");
-        }
-        return ErrnoStatus(errno,
-                           absl::StrFormat("pread of %d bytes at offset %d",
-                                           out.size() - done, offset + done),
-                           path_);
-      }
-      if (n == 0) {
-        return absl::DataLossError(absl::StrFormat(
-            "%s: truncated: needed %d bytes at offset %d, the file ends at %d",
-            path_, out.size(), offset, offset + done));
-      }
-      done += static_cast<size_t>(n);
-    }
-    return absl::OkStatus();
-  }
+  std::unique_ptr<PosixFile> file_;
+};
 
-  const std::string path_;
-  const int fd_;
-  const int direct_fd_;
-  std::atomic<bool> direct_ok_{true};
+class PosixReadableFile final : public ReadableFile {
+ public:
+  explicit PosixReadableFile(std::unique_ptr<PosixFile> file)
+      : file_(std::move(file)) {}
+  absl::Status ReadAt(int64_t offset, absl::Span<uint8_t> out) override {
+    return file_->Move(false, offset, {&out, 1});
+  }
+  absl::StatusOr<int64_t> Size() override { return file_->Size(); }
+
+ private:
+  std::unique_ptr<PosixFile> file_;
 };
 
 class PosixStorage final : public Storage {
  public:
+  explicit PosixStorage(std::unique_ptr<FileIo> io) : io_(std::move(io)) {}
+
   absl::StatusOr<std::unique_ptr<WritableFile>> OpenWritable(
       const std::string& path) override {
     const int fd =
@@ -238,7 +230,8 @@ class PosixStorage final : public Storage {
     if (fd < 0) return ErrnoStatus(errno, "open for writing", path);
     // EINVAL: the filesystem does not do O_DIRECT (tmpfs). Buffered only.
     const int direct_fd = open(path.c_str(), O_WRONLY | O_DIRECT | O_CLOEXEC);
-    return std::make_unique<PosixWritableFile>(path, fd, direct_fd);
+    return std::make_unique<PosixWritableFile>(
+        std::make_unique<PosixFile>(*io_, path, fd, direct_fd));
   }
 
   absl::StatusOr<std::unique_ptr<ReadableFile>> OpenReadable(
@@ -256,7 +249,8 @@ class PosixStorage final : public Storage {
     }
     const int direct_fd =
         open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_DIRECT);
-    return std::make_unique<PosixReadableFile>(path, fd, direct_fd);
+    return std::make_unique<PosixReadableFile>(
+        std::make_unique<PosixFile>(*io_, path, fd, direct_fd));
   }
 
   absl::Status CreateDir(const std::string& path) override {
@@ -317,12 +311,21 @@ class PosixStorage final : public Storage {
     if (errno == ENOENT || errno == ENOTDIR) return false;
     return ErrnoStatus(errno, "stat", path);
   }
+
+ private:
+  const std::unique_ptr<FileIo> io_;
 };
 
 }  // namespace
 
 std::unique_ptr<Storage> MakePosixStorage() {
-  return std::make_unique<PosixStorage>();
+  return std::make_unique<PosixStorage>(MakeSyscallFileIo());
+}
+
+absl::StatusOr<std::unique_ptr<Storage>> MakeIoUringStorage() {
+  absl::StatusOr<std::unique_ptr<FileIo>> io = MakeIoUringFileIo();
+  if (!io.ok()) return io.status();
+  return std::unique_ptr<Storage>(new PosixStorage(*std::move(io)));
 }
 
 std::string JoinPath(const std::string& a, const std::string& b) {

@@ -44,6 +44,16 @@ std::vector<Named> Factories() {
          s.root = s.temp->path();
          return s;
        }},
+      {"io_uring",
+       [] {
+         Subject s;
+         s.temp = std::make_unique<testing::TempDir>();
+         absl::StatusOr<std::unique_ptr<Storage>> uring = MakeIoUringStorage();
+         EXPECT_TRUE(uring.ok()) << uring.status();  // io_uring works here
+         s.storage = uring.ok() ? *std::move(uring) : MakePosixStorage();
+         s.root = s.temp->path();
+         return s;
+       }},
       {"memory",
        [] {
          Subject s;
