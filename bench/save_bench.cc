@@ -133,6 +133,7 @@ int Main(int argc, char** argv) {
   int writers = 2;
   bool json = false;
   std::string io = "posix";
+  RestoreOptions restore_options;
   app.add_option("--bytes", bytes_text, "Model size")->capture_default_str();
   app.add_option("--pool", pool_text,
                  "Staging pool (default: a quarter of "
@@ -146,6 +147,10 @@ int Main(int argc, char** argv) {
   app.add_option("--io", io, "I/O engine: posix (syscalls) or io_uring")
       ->capture_default_str()
       ->check(CLI::IsMember({"posix", "io_uring"}));
+  app.add_option("--readers", restore_options.reader_threads,
+                 "Restore reader threads")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
   app.add_flag("--json", json, "Print the figures as one JSON object");
   CLI11_PARSE(app, argc, argv);
   const int64_t model_bytes = Check(ParseBytes(bytes_text));
@@ -211,7 +216,8 @@ int Main(int argc, char** argv) {
     targets.push_back(buffers.back().target);
   }
   const RestoreStats restored =
-      Check(RestoreCheckpoint(*storage, saved.path, targets, *pool));
+      Check(RestoreCheckpoint(*storage, saved.path, targets, *pool,
+                              restore_options));
   bool verified = true;
   for (size_t b = 0; b < boxes.size(); ++b) {
     const auto& [a, box] = boxes[b];
@@ -242,7 +248,8 @@ int Main(int argc, char** argv) {
                        {{whole, nullptr, host.back().data()}}});
   }
   const RestoreStats to_host =
-      Check(RestoreCheckpoint(*storage, saved.path, targets, *pool));
+      Check(RestoreCheckpoint(*storage, saved.path, targets, *pool,
+                              restore_options));
   const double host_s = absl::ToDoubleSeconds(to_host.elapsed);
   pool.reset();
   if (own_dir) std::filesystem::remove_all(dir);
