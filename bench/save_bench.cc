@@ -215,9 +215,8 @@ int Main(int argc, char** argv) {
     buffers.push_back(Check(AllocateShards(spec, backend->devices())));
     targets.push_back(buffers.back().target);
   }
-  const RestoreStats restored =
-      Check(RestoreCheckpoint(*storage, saved.path, targets, *pool,
-                              restore_options));
+  const RestoreStats restored = Check(
+      RestoreCheckpoint(*storage, saved.path, targets, *pool, restore_options));
   bool verified = true;
   for (size_t b = 0; b < boxes.size(); ++b) {
     const auto& [a, box] = boxes[b];
@@ -247,9 +246,8 @@ int Main(int argc, char** argv) {
                        spec.shape,
                        {{whole, nullptr, host.back().data()}}});
   }
-  const RestoreStats to_host =
-      Check(RestoreCheckpoint(*storage, saved.path, targets, *pool,
-                              restore_options));
+  const RestoreStats to_host = Check(
+      RestoreCheckpoint(*storage, saved.path, targets, *pool, restore_options));
   const double host_s = absl::ToDoubleSeconds(to_host.elapsed);
   pool.reset();
   if (own_dir) std::filesystem::remove_all(dir);
