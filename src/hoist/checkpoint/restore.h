@@ -16,38 +16,12 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "hoist/array_spec.h"
+#include "hoist/checkpoint_types.h"
 #include "hoist/device.h"
 #include "hoist/storage.h"
 #include "hoist/transfer/staging_pool.h"
 
 namespace hoist {
-
-// One box of an array to fill: `data` holds the box's bytes densely in C
-// order, in the memory of `device`, or in host memory when `device` is null.
-struct RestoreDestination {
-  Box box;
-  Device* device = nullptr;
-  void* data = nullptr;
-};
-
-struct RestoreTarget {
-  std::string name;
-  DType dtype = DType::kFloat32;
-  std::vector<int64_t> shape;  // must match the checkpoint's
-  std::vector<RestoreDestination> destinations;
-};
-
-struct RestoreOptions {
-  int reader_threads = 8;  // extents read in parallel (default 8), >= 1
-};
-
-struct RestoreStats {
-  int64_t extents_read = 0;
-  int64_t bytes_read = 0;
-  int64_t dispatches = 0;  // CopyFromHost calls
-  int64_t waves = 0;
-  absl::Duration elapsed;
-};
 
 // Fills every destination of every target from the step at `step_dir`.
 // Reads only the extents the destinations intersect.

@@ -130,8 +130,16 @@ absl::StatusOr<SaveResult> SaveInto(Storage& storage, Coordinator& coordinator,
         ExtentWriter::Open(storage, tmp, plan, process);
     local = writer.status();
     if (local.ok()) {
-      absl::StatusOr<TransferStats> staged =
-          engine.Stage(plan, process, devices, sources, **writer);
+      bool dispatched = false;
+      absl::StatusOr<TransferStats> staged = engine.Stage(
+          plan, process, devices, sources, **writer, [&] {
+            dispatched = true;
+            if (request.on_dispatched) request.on_dispatched(absl::OkStatus());
+          });
+      if (!dispatched && request.on_dispatched) {
+        request.on_dispatched(staged.status());
+      }
+      if (request.on_staged) request.on_staged(staged.status());
       result.staged = absl::Now() - start;
       absl::StatusOr<std::vector<uint64_t>> written = (*writer)->Finish();
       if (!staged.ok()) {
@@ -218,12 +226,10 @@ absl::StatusOr<Manifest> ReadManifest(Storage& storage,
   return manifest;
 }
 
-absl::StatusOr<SaveResult> SaveCheckpoint(Storage& storage,
-                                          Coordinator& coordinator,
-                                          const SaveRequest& request,
-                                          TransferEngine& engine,
-                                          absl::Span<Device* const> devices,
-                                          const ShardSources& sources) {
+static absl::StatusOr<SaveResult> SaveCheckpointImpl(
+    Storage& storage, Coordinator& coordinator, const SaveRequest& request,
+    TransferEngine& engine, absl::Span<Device* const> devices,
+    const ShardSources& sources) {
   const absl::Time start = absl::Now();
   if (request.plan == nullptr || request.step < 0 ||
       request.arrays.size() != request.plan->arrays.size()) {
@@ -263,6 +269,38 @@ absl::StatusOr<SaveResult> SaveCheckpoint(Storage& storage,
   if (!result.ok() && coordinator.rank() == 0) {
     storage.RemoveAll(tmp).IgnoreError();  // best effort; GC finishes it
   }
+  return result;
+}
+
+absl::StatusOr<SaveResult> SaveCheckpoint(
+    Storage& storage, Coordinator& coordinator, const SaveRequest& request,
+    TransferEngine& engine, absl::Span<Device* const> devices,
+    const ShardSources& sources) {
+  // Each callback runs exactly once: where staging reports it, or here with
+  // the error that stopped the save before staging did.
+  struct Once {
+    std::function<void(const absl::Status&)> fn;
+    bool done = false;
+    void operator()(const absl::Status& status) {
+      if (done || !fn) return;
+      done = true;
+      fn(status);
+    }
+  };
+  auto dispatched = std::make_shared<Once>(Once{request.on_dispatched});
+  auto staged = std::make_shared<Once>(Once{request.on_staged});
+  SaveRequest wrapped = request;
+  wrapped.on_dispatched = [dispatched](const absl::Status& s) {
+    (*dispatched)(s);
+  };
+  wrapped.on_staged = [staged](const absl::Status& s) { (*staged)(s); };
+  absl::StatusOr<SaveResult> result = SaveCheckpointImpl(
+      storage, coordinator, wrapped, engine, devices, sources);
+  const absl::Status status =
+      result.ok() ? absl::InternalError("staging never reported")
+                  : result.status();
+  (*dispatched)(status);
+  (*staged)(status);
   return result;
 }
 

@@ -4,6 +4,7 @@
 #ifndef HOIST_CHECKPOINT_SAVE_H_
 #define HOIST_CHECKPOINT_SAVE_H_
 
+#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -25,6 +26,12 @@ struct SaveRequest {
   const SavePlan* plan = nullptr;
   std::string metadata_json = "{}";  // a JSON object, stored in the manifest
   bool overwrite = false;  // replace a committed step of the same number
+  // Called on the saving thread when every copy is enqueued, and when every
+  // slice is in host memory (from then on the device arrays may change), with
+  // the staging status. Each runs exactly once, also when the save fails
+  // before staging. Optional.
+  std::function<void(const absl::Status&)> on_dispatched;
+  std::function<void(const absl::Status&)> on_staged;
 };
 
 struct SaveResult {

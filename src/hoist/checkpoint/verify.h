@@ -6,17 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "hoist/checkpoint_types.h"
 #include "hoist/storage.h"
 
 namespace hoist {
-
-struct VerifyReport {
-  int64_t arrays = 0;
-  int64_t extents = 0;                // extents checked
-  int64_t bytes = 0;                  // bytes read
-  std::vector<std::string> problems;  // every one found, not only the first
-  bool ok() const { return problems.empty(); }
-};
 
 // Never fails as a call: what is wrong is in the report.
 VerifyReport VerifyCheckpoint(Storage& storage, const std::string& step_dir);

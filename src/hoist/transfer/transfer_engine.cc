@@ -85,7 +85,8 @@ std::vector<std::vector<int>> CutWaves(
 
 absl::StatusOr<TransferStats> TransferEngine::Stage(
     const SavePlan& plan, int process, absl::Span<Device* const> devices,
-    const ShardSources& sources, StagedExtentSink& sink) {
+    const ShardSources& sources, StagedExtentSink& sink,
+    const std::function<void()>& on_dispatched) {
   const absl::Time start = absl::Now();
   pool_.ResetPeak();
   TransferStats stats;
@@ -190,6 +191,7 @@ absl::StatusOr<TransferStats> TransferEngine::Stage(
     }
   }
   stats.time_to_dispatched = absl::Now() - start;
+  if (on_dispatched) on_dispatched();
 
   // 4. Wait for everything in flight.
   WhenAll(delivered).Wait();

@@ -17,6 +17,7 @@
 #define HOIST_TRANSFER_TRANSFER_ENGINE_H_
 
 #include <cstdint>
+#include <functional>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -102,10 +103,12 @@ class TransferEngine {
   // Errors: kFailedPrecondition when a slice's device is not in `devices`;
   // kInvalidArgument when a shard has no source; kResourceExhausted when a
   // slice is larger than the pool; a copy's own error otherwise.
-  absl::StatusOr<TransferStats> Stage(const SavePlan& plan, int process,
-                                      absl::Span<Device* const> devices,
-                                      const ShardSources& sources,
-                                      StagedExtentSink& sink);
+  // `on_dispatched`, if set, runs on the calling thread once the last copy
+  // has been enqueued (or staging stopped early), before waiting for them.
+  absl::StatusOr<TransferStats> Stage(
+      const SavePlan& plan, int process, absl::Span<Device* const> devices,
+      const ShardSources& sources, StagedExtentSink& sink,
+      const std::function<void()>& on_dispatched = nullptr);
 
  private:
   StagingPool& pool_;

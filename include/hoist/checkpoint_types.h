@@ -1,0 +1,54 @@
+// Value types of the checkpoint API: what a restore fills and reports, and
+// what a verification finds.
+#ifndef HOIST_CHECKPOINT_TYPES_H_
+#define HOIST_CHECKPOINT_TYPES_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "hoist/box.h"
+#include "hoist/device.h"
+#include "hoist/dtype.h"
+
+namespace hoist {
+
+// One box of an array to fill: `data` holds the box's bytes densely in C
+// order, in the memory of `device`, or in host memory when `device` is null.
+struct RestoreDestination {
+  Box box;
+  Device* device = nullptr;
+  void* data = nullptr;
+};
+
+struct RestoreTarget {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> shape;  // must match the checkpoint's
+  std::vector<RestoreDestination> destinations;
+};
+
+struct RestoreOptions {
+  int reader_threads = 8;  // extents read in parallel (default 8), >= 1
+};
+
+struct RestoreStats {
+  int64_t extents_read = 0;
+  int64_t bytes_read = 0;
+  int64_t dispatches = 0;  // CopyFromHost calls
+  int64_t waves = 0;
+  absl::Duration elapsed;
+};
+
+struct VerifyReport {
+  int64_t arrays = 0;
+  int64_t extents = 0;                // extents checked
+  int64_t bytes = 0;                  // bytes read
+  std::vector<std::string> problems;  // every one found, not only the first
+  bool ok() const { return problems.empty(); }
+};
+
+}  // namespace hoist
+
+#endif  // HOIST_CHECKPOINT_TYPES_H_
