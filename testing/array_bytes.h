@@ -43,12 +43,20 @@ inline std::vector<uint8_t> BoxBytes(const ArraySpec& spec, int array,
 struct DeviceShards {
   ShardSources sources;
   std::vector<MemoryBlock> memory;
+  // Per array: (device, shard box, memory) of every filled shard.
+  struct Placed {
+    DeviceId device;
+    Box box;
+    void* data;
+  };
+  std::vector<std::vector<Placed>> placed;
 };
 
 inline DeviceShards FillShards(const std::vector<ArraySpec>& model,
                                absl::Span<Device* const> devices,
                                uint64_t version = 0) {
   DeviceShards out;
+  out.placed.resize(model.size());
   for (Device* device : devices) {
     for (int a = 0; a < static_cast<int>(model.size()); ++a) {
       const ShardLayout layout = *model[a].sharding.Layout(model[a].shape);
@@ -59,11 +67,25 @@ inline DeviceShards FillShards(const std::vector<ArraySpec>& model,
         MemoryBlock block = *device->Allocate(bytes.size());
         std::memcpy(block.data(), bytes.data(), bytes.size());
         out.sources.Add(a, device->id(), block.data());
+        out.placed[a].push_back({device->id(), shard.box, block.data()});
         out.memory.push_back(std::move(block));
       }
     }
   }
   return out;
+}
+
+// Rewrites every shard of `shards` with the contents of `version` (a
+// training step changing the arrays).
+inline void Refill(const std::vector<ArraySpec>& model, DeviceShards& shards,
+                   uint64_t version) {
+  for (size_t a = 0; a < model.size(); ++a) {
+    for (const DeviceShards::Placed& p : shards.placed[a]) {
+      const std::vector<uint8_t> bytes =
+          BoxBytes(model[a], static_cast<int>(a), p.box, version);
+      std::memcpy(p.data, bytes.data(), bytes.size());
+    }
+  }
 }
 
 }  // namespace hoist::testing

@@ -131,8 +131,8 @@ absl::StatusOr<SaveResult> SaveInto(Storage& storage, Coordinator& coordinator,
     local = writer.status();
     if (local.ok()) {
       bool dispatched = false;
-      absl::StatusOr<TransferStats> staged = engine.Stage(
-          plan, process, devices, sources, **writer, [&] {
+      absl::StatusOr<TransferStats> staged =
+          engine.Stage(plan, process, devices, sources, **writer, [&] {
             dispatched = true;
             if (request.on_dispatched) request.on_dispatched(absl::OkStatus());
           });
@@ -272,10 +272,12 @@ static absl::StatusOr<SaveResult> SaveCheckpointImpl(
   return result;
 }
 
-absl::StatusOr<SaveResult> SaveCheckpoint(
-    Storage& storage, Coordinator& coordinator, const SaveRequest& request,
-    TransferEngine& engine, absl::Span<Device* const> devices,
-    const ShardSources& sources) {
+absl::StatusOr<SaveResult> SaveCheckpoint(Storage& storage,
+                                          Coordinator& coordinator,
+                                          const SaveRequest& request,
+                                          TransferEngine& engine,
+                                          absl::Span<Device* const> devices,
+                                          const ShardSources& sources) {
   // Each callback runs exactly once: where staging reports it, or here with
   // the error that stopped the save before staging did.
   struct Once {

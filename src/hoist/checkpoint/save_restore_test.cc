@@ -87,8 +87,9 @@ class CheckpointTest : public ::testing::Test {
     testing::DeviceShards shards =
         testing::FillShards(model, backend_->devices(), version);
     TransferEngine engine(*pool_);
-    SaveRequest request{root_,    step, model, &*plan, R"({"note":"test"})",
-                        overwrite, nullptr, nullptr};
+    SaveRequest request{
+        root_,     step,    model,  &*plan, R"({"note":"test"})",
+        overwrite, nullptr, nullptr};
     return SaveCheckpoint(storage, *coordinator_, request, engine,
                           backend_->devices(), shards.sources);
   }

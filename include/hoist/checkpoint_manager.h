@@ -1,0 +1,172 @@
+// CheckpointManager: the API a training loop uses. It owns a root directory
+// (exclusively, through a lock file), a staging pool allocated once, and one
+// background saver thread. Save() returns as soon as the arrays are staged
+// (or only dispatched, in overlapped mode); writing, hashing, committing and
+// pruning old steps continue on the saver thread.
+//
+// Thread-safety: Save, WaitUntilFinished and Restore may be called from one
+// thread at a time; List, Latest, Verify and Delete from any thread.
+#ifndef HOIST_CHECKPOINT_MANAGER_H_
+#define HOIST_CHECKPOINT_MANAGER_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "hoist/array_spec.h"
+#include "hoist/checkpoint_types.h"
+#include "hoist/coordinator.h"
+#include "hoist/device.h"
+#include "hoist/future.h"
+#include "hoist/save_plan.h"
+#include "hoist/storage.h"
+
+namespace hoist {
+
+enum class IoEngine { kPosix, kIoUring };
+
+struct CheckpointManagerOptions {
+  // Pinned staging pool, allocated once at Open (default 1 GiB). Saves larger
+  // than this stage in waves; no slice may exceed it.
+  int64_t pool_bytes = int64_t{1} << 30;
+  // How data files are written and read (default plain syscalls).
+  IoEngine io = IoEngine::kPosix;
+  // Replica rule, min slice, writer streams per process (default 2), ...
+  SavePlanOptions plan = [] {
+    SavePlanOptions o;
+    o.writer_streams = 2;
+    return o;
+  }();
+  // Keep the newest N committed steps (default 0: keep every step), plus
+  // every step divisible by keep_every (default 0: none). Older steps are
+  // deleted only after a newer one has committed.
+  int keep_last = 0;
+  int64_t keep_every = 0;
+  // Saves accepted but not yet committed at once (default 1: a Save first
+  // waits for the previous one to commit).
+  int max_in_flight = 1;
+  RestoreOptions restore;
+};
+
+// One array to save: its spec, and where each local device holds its shard
+// (the shard's bytes, dense, row-major, in that device's memory).
+struct SaveArray {
+  ArraySpec spec;
+  struct Shard {
+    DeviceId device;
+    const void* data;
+  };
+  std::vector<Shard> shards;
+};
+
+// When Save returns.
+enum class ReturnWhen {
+  // Once every byte is in host memory: the caller may change the arrays.
+  kStaged,
+  // Once every copy is enqueued: staging overlaps the caller's next work,
+  // which must WaitStaged() before it changes the arrays.
+  kDispatched,
+};
+
+// What a committed save did.
+struct SaveInfo {
+  int64_t step = 0;
+  std::string path;
+  int64_t bytes = 0;       // array bytes this process saved
+  int64_t dispatches = 0;  // device-to-host dispatches
+  int64_t waves = 0;
+  absl::Duration dispatched;  // from Save() until every copy was enqueued
+  absl::Duration staged;      // ... until every byte was in host memory
+  absl::Duration committed;   // ... until the step was durable and visible
+};
+
+// One save in flight. Copyable; every copy sees the same save.
+class SaveHandle {
+ public:
+  int64_t step() const { return step_; }
+  // Each waits for its stage and returns its status (the save's error if it
+  // failed there or earlier).
+  absl::Status WaitDispatched() const { return dispatched_.Wait(); }
+  absl::Status WaitStaged() const { return staged_.Wait(); }
+  absl::StatusOr<SaveInfo> WaitCommitted() const { return committed_.Wait(); }
+  // Without blocking: OK once committed, kUnavailable while in flight, or
+  // the error that failed the save.
+  absl::Status status() const;
+
+  // For the CUDA backend, an event the training stream can wait on instead
+  // of WaitStaged() will live here; the host backend has none.
+
+ private:
+  friend class CheckpointManager;
+  SaveHandle(int64_t step, Future<> dispatched, Future<> staged,
+             Future<SaveInfo> committed)
+      : step_(step),
+        dispatched_(std::move(dispatched)),
+        staged_(std::move(staged)),
+        committed_(std::move(committed)) {}
+  int64_t step_ = 0;
+  Future<> dispatched_;
+  Future<> staged_;
+  Future<SaveInfo> committed_;
+};
+
+class CheckpointManager {
+ public:
+  // Opens (creating if needed) `root`, takes its lock, removes the
+  // temporary directories of crashed saves, allocates the pool and starts
+  // the saver thread. `backend` drives this process's devices and
+  // `coordinator` links the job's processes; both must outlive the manager.
+  // `storage` overrides the I/O engine (tests); it must outlive the manager.
+  // Errors: kFailedPrecondition when another manager holds the root;
+  // kInvalidArgument for bad options; storage and pool errors as is.
+  static absl::StatusOr<std::unique_ptr<CheckpointManager>> Open(
+      const std::string& root, Backend& backend, Coordinator& coordinator,
+      const CheckpointManagerOptions& options = {}, Storage* storage = nullptr);
+
+  // Waits for every save in flight, then releases the root.
+  ~CheckpointManager();
+
+  // Saves `arrays` as `step`, returning per `return_when`. The shards'
+  // memory must stay valid and unchanged until WaitStaged(). Errors found
+  // before anything starts (a bad plan, an existing step, an earlier save's
+  // background error not yet reported) are returned here; later ones on the
+  // handle, and again from the next call.
+  absl::StatusOr<SaveHandle> Save(int64_t step,
+                                  absl::Span<const SaveArray> arrays,
+                                  std::string metadata_json = "{}",
+                                  ReturnWhen return_when = ReturnWhen::kStaged);
+
+  // Waits until every accepted save has committed or failed; returns the
+  // first background error not yet reported.
+  absl::Status WaitUntilFinished();
+
+  // Restores `targets` from `step` (the latest committed step if nullopt).
+  // kNotFound when there is no such step.
+  absl::StatusOr<RestoreStats> Restore(std::optional<int64_t> step,
+                                       absl::Span<const RestoreTarget> targets);
+
+  // Committed steps, ascending, and the newest.
+  absl::StatusOr<std::vector<int64_t>> List() const;
+  absl::StatusOr<std::optional<int64_t>> Latest() const;
+  // Re-reads a committed step (see VerifyReport).
+  absl::StatusOr<VerifyReport> Verify(int64_t step) const;
+  // Deletes a committed step. kFailedPrecondition for a step being saved.
+  absl::Status Delete(int64_t step);
+
+  const std::string& root() const;
+
+  class Impl;
+
+ private:
+  explicit CheckpointManager(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace hoist
+
+#endif  // HOIST_CHECKPOINT_MANAGER_H_

@@ -1,0 +1,231 @@
+#include "hoist/checkpoint_manager.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cerrno>
+
+#include "hoist/checkpoint/layout.h"
+#include "hoist/checkpoint/restore.h"
+#include "hoist/host_backend.h"
+#include "hoist/io/fault_storage.h"
+#include "testing/array_bytes.h"
+#include "testing/temp_dir.h"
+
+namespace hoist {
+namespace {
+
+using testing::BoxBytes;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+std::vector<ArraySpec> Model() {
+  const Mesh mesh = *Mesh::Create({"data", "model"}, {2, 4});
+  return {
+      {"params/w",
+       DType::kBFloat16,
+       {64, 48},
+       NamedSharding{mesh, {{}, {"model"}}}},
+      {"params/b", DType::kFloat32, {48}, NamedSharding{mesh, {{"model"}}}},
+      {"opt/mu",
+       DType::kFloat32,
+       {64, 48},
+       NamedSharding{mesh, {{"data", "model"}}}},
+      {"opt/count", DType::kInt32, {}, Sharding::Replicated(mesh)},
+  };
+}
+
+class ManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    backend_ = *MakeHostBackend({.num_devices = 8});
+    model_ = Model();
+    shards_ = testing::FillShards(model_, backend_->devices());
+    root_ = temp_.path() + "/ckpt";
+  }
+
+  std::vector<SaveArray> Arrays() const {
+    std::vector<SaveArray> arrays;
+    for (size_t a = 0; a < model_.size(); ++a) {
+      SaveArray array{model_[a], {}};
+      for (const auto& placed : shards_.placed[a]) {
+        array.shards.push_back({placed.device, placed.data});
+      }
+      arrays.push_back(std::move(array));
+    }
+    return arrays;
+  }
+
+  std::unique_ptr<CheckpointManager> Open(CheckpointManagerOptions options = {},
+                                          Storage* storage = nullptr) {
+    options.pool_bytes =
+        options.pool_bytes == CheckpointManagerOptions{}.pool_bytes
+            ? 64 * 1024
+            : options.pool_bytes;
+    absl::StatusOr<std::unique_ptr<CheckpointManager>> manager =
+        CheckpointManager::Open(root_, *backend_, *coordinator_, options,
+                                storage);
+    EXPECT_TRUE(manager.ok()) << manager.status();
+    return manager.ok() ? *std::move(manager) : nullptr;
+  }
+
+  // Restores the latest (or `step`) onto a 4 x 2 mesh and checks it holds
+  // `version`.
+  void ExpectHolds(CheckpointManager& manager, std::optional<int64_t> step,
+                   uint64_t version) {
+    const Mesh other = *Mesh::Create({"data", "model"}, {4, 2});
+    std::vector<ShardBuffers> buffers;
+    std::vector<RestoreTarget> targets;
+    for (ArraySpec spec : model_) {
+      spec.sharding = NamedSharding{other, spec.sharding.named()->spec};
+      buffers.push_back(*AllocateShards(spec, backend_->devices()));
+      targets.push_back(buffers.back().target);
+    }
+    absl::StatusOr<RestoreStats> stats = manager.Restore(step, targets);
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    for (size_t a = 0; a < model_.size(); ++a) {
+      for (const RestoreDestination& dest : targets[a].destinations) {
+        const std::vector<uint8_t> expected =
+            BoxBytes(model_[a], static_cast<int>(a), dest.box, version);
+        ASSERT_EQ(std::memcmp(dest.data, expected.data(), expected.size()), 0)
+            << model_[a].name << " " << dest.box.ToString();
+      }
+    }
+  }
+
+  testing::TempDir temp_;
+  std::string root_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Coordinator> coordinator_ = MakeSingleProcessCoordinator();
+  std::vector<ArraySpec> model_;
+  testing::DeviceShards shards_;
+};
+
+TEST_F(ManagerTest, SaveReturnsStagedAndCommitsInTheBackground) {
+  auto manager = Open();
+  absl::StatusOr<SaveHandle> handle =
+      manager->Save(10, Arrays(), R"({"lr":1})");
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  EXPECT_TRUE(handle->WaitStaged().ok());
+  absl::StatusOr<SaveInfo> info = handle->WaitCommitted();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->path, root_ + "/step_00000010");
+  EXPECT_GT(info->bytes, 0);
+  EXPECT_LE(info->staged, info->committed);
+  EXPECT_TRUE(handle->status().ok());
+  EXPECT_THAT(*manager->List(), ElementsAre(10));
+  EXPECT_EQ(*manager->Latest(), 10);
+  EXPECT_TRUE(manager->Verify(10)->ok());
+  ExpectHolds(*manager, std::nullopt, 0);
+}
+
+TEST_F(ManagerTest, DispatchedModeLetsTheCallerWaitForStagingItself) {
+  auto manager = Open();
+  absl::StatusOr<SaveHandle> handle =
+      manager->Save(1, Arrays(), "{}", ReturnWhen::kDispatched);
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  ASSERT_TRUE(handle->WaitStaged().ok());
+  testing::Refill(model_, shards_, 99);  // the optimizer step, after staging
+  ASSERT_TRUE(handle->WaitCommitted().ok());
+  ExpectHolds(*manager, 1, 0);
+}
+
+TEST_F(ManagerTest, TrainingLoopWithASmallPoolKeepsTheLastTwo) {
+  CheckpointManagerOptions options;
+  options.keep_last = 2;
+  options.pool_bytes = 16 * 1024;  // smaller than one save: waves
+  auto manager = Open(options);
+  for (int step = 1; step <= 6; ++step) {
+    testing::Refill(model_, shards_, step);
+    absl::StatusOr<SaveHandle> handle = manager->Save(step, Arrays());
+    ASSERT_TRUE(handle.ok()) << handle.status();
+  }
+  ASSERT_TRUE(manager->WaitUntilFinished().ok());
+  EXPECT_THAT(*manager->List(), ElementsAre(5, 6));
+  EXPECT_TRUE(manager->Verify(5)->ok());
+  EXPECT_TRUE(manager->Verify(6)->ok());
+  ExpectHolds(*manager, 5, 5);
+  ExpectHolds(*manager, std::nullopt, 6);
+}
+
+TEST_F(ManagerTest, KeepEveryKeepsMultiplesBeyondTheLastN) {
+  CheckpointManagerOptions options;
+  options.keep_last = 1;
+  options.keep_every = 2;
+  auto manager = Open(options);
+  for (int step = 1; step <= 5; ++step) {
+    ASSERT_TRUE(manager->Save(step, Arrays()).ok());
+  }
+  ASSERT_TRUE(manager->WaitUntilFinished().ok());
+  EXPECT_THAT(*manager->List(), ElementsAre(2, 4, 5));
+}
+
+TEST_F(ManagerTest, BackgroundErrorSurfacesOnTheHandleAndTheNextCall) {
+  std::unique_ptr<Storage> posix = MakePosixStorage();
+  // Sync 0 is the first data file: staging succeeds, persisting fails.
+  FaultInjectingStorage faulty(*posix, {.fail_sync = 0, .error = EIO});
+  auto manager = Open({}, &faulty);
+  absl::StatusOr<SaveHandle> handle = manager->Save(1, Arrays());
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  EXPECT_EQ(handle->WaitCommitted().status().code(),
+            absl::StatusCode::kAborted);
+  EXPECT_EQ(handle->status().code(), absl::StatusCode::kAborted);
+  absl::Status next = manager->Save(2, Arrays()).status();
+  EXPECT_EQ(next.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(next.message(), HasSubstr("injected sync failure"));
+  EXPECT_TRUE(manager->List()->empty());
+  // Reported once: the next save goes ahead.
+  absl::StatusOr<SaveHandle> retry = manager->Save(2, Arrays());
+  ASSERT_TRUE(retry.ok()) << retry.status();
+  EXPECT_TRUE(retry->WaitCommitted().ok());
+}
+
+TEST_F(ManagerTest, SecondManagerOnTheSameRootIsRefused) {
+  auto first = Open();
+  CheckpointManagerOptions small;
+  small.pool_bytes = 64 * 1024;
+  absl::StatusOr<std::unique_ptr<CheckpointManager>> second =
+      CheckpointManager::Open(root_, *backend_, *coordinator_, small);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(second.status().message(), HasSubstr("in use by another"));
+  first.reset();
+  EXPECT_TRUE(
+      CheckpointManager::Open(root_, *backend_, *coordinator_, small).ok());
+}
+
+TEST_F(ManagerTest, OpenRemovesStaleTemporaryDirectories) {
+  {
+    auto manager = Open();
+    ASSERT_TRUE(manager->Save(1, Arrays()).ok());
+  }
+  std::unique_ptr<Storage> posix = MakePosixStorage();
+  ASSERT_TRUE(posix->CreateDir(root_ + "/" + TmpStepDirName(2)).ok());
+  auto manager = Open();
+  std::vector<std::string> names = *posix->List(root_);
+  EXPECT_THAT(names, ElementsAre(".hoist.lock", "step_00000001"));
+}
+
+TEST_F(ManagerTest, ExistingStepDeleteAndEmptyRoot) {
+  auto manager = Open();
+  EXPECT_EQ(*manager->Latest(), std::nullopt);
+  EXPECT_EQ(manager->Restore(std::nullopt, {}).status().code(),
+            absl::StatusCode::kNotFound);
+  ASSERT_TRUE(manager->Save(3, Arrays()).ok());
+  ASSERT_TRUE(manager->WaitUntilFinished().ok());
+  EXPECT_EQ(manager->Save(3, Arrays()).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  ASSERT_TRUE(manager->Delete(3).ok());
+  EXPECT_TRUE(manager->List()->empty());
+  EXPECT_EQ(manager->Delete(3).code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ManagerTest, ShardOnAForeignDeviceIsInvalid) {
+  auto manager = Open();
+  std::vector<SaveArray> arrays = Arrays();
+  arrays[0].shards[0].device = 99;
+  EXPECT_EQ(manager->Save(1, arrays).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace hoist
