@@ -1,6 +1,8 @@
 // The hoist command-line tool.
 #include <CLI/CLI.hpp>
 
+#include "hoist/tools/demo_command.h"
+#include "hoist/tools/inspect_commands.h"
 #include "hoist/tools/plan_command.h"
 
 int main(int argc, char** argv) {
@@ -10,7 +12,9 @@ int main(int argc, char** argv) {
       "hoist");
   app.require_subcommand(1);
   app.set_version_flag("--version", "hoist 0.1.0");
+  hoist::AddDemoCommand(app);
   hoist::AddPlanCommand(app);
+  hoist::AddInspectCommands(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }

@@ -54,14 +54,15 @@ int64_t GptParameterCount(const GptConfig& config) {
   return count;
 }
 
-GptConfig GptConfigForBytes(int64_t total_bytes) {
+GptConfig GptConfigForBytes(int64_t total_bytes, DType dtype) {
   // Per layer ~12 d^2 weights; with Adam, 3 copies. Keep d a multiple of 256
   // (divisible by any model axis up to 256), aim at about 48 layers, and fit
   // the layer count to the rest.
   GptConfig config;
-  const double copies = config.adam ? 3.0 : 1.0;
-  const double item = static_cast<double>(ItemSize(config.dtype));
-  const double params = static_cast<double>(total_bytes) / (copies * item);
+  config.dtype = dtype;
+  const double bytes_per_param =
+      static_cast<double>(ItemSize(dtype)) + (config.adam ? 8.0 : 0.0);
+  const double params = static_cast<double>(total_bytes) / bytes_per_param;
   config.d_model = 256;
   while (config.d_model < 8192 &&
          12.0 * 48 * config.d_model * config.d_model < params) {
@@ -89,7 +90,8 @@ absl::StatusOr<std::vector<ArraySpec>> GptModel(const GptConfig& config,
   for (const std::string& group : groups) {
     for (const Weight& w : weights) {
       arrays.push_back({group.empty() ? w.name : group + w.name.substr(7),
-                        config.dtype, w.shape, NamedSharding{mesh, w.spec}});
+                        group.empty() ? config.dtype : DType::kFloat32, w.shape,
+                        NamedSharding{mesh, w.spec}});
     }
   }
   if (config.adam) {

@@ -26,9 +26,9 @@ struct GptConfig {
 // Parameter count of the weights alone (no optimizer state).
 int64_t GptParameterCount(const GptConfig& config);
 
-// The config of `layers` blocks and d_model chosen so that weights plus Adam
-// state come to about `total_bytes`.
-GptConfig GptConfigForBytes(int64_t total_bytes);
+// The config of `layers` blocks and d_model chosen so that weights of
+// `dtype` plus float32 Adam state come to about `total_bytes`.
+GptConfig GptConfigForBytes(int64_t total_bytes, DType dtype = DType::kFloat32);
 
 // The arrays, named "params/h/3/attn/c_attn/w", "opt/mu/…", "opt/nu/…" and
 // "opt/count" (int32 scalar). `mesh` needs axes "data" and "model"; weights

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# End-to-end test of the hoist CLI: demo, ls, inspect, verify, rm, and exit
+# codes on good and corrupted checkpoints and on bad flags.
+# Usage: cli_test.sh PATH_TO_HOIST
+set -euo pipefail
+hoist=$1
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+fail() { echo "cli_test: FAILED: $*" >&2; exit 1; }
+
+"$hoist" --help | grep -q demo || fail "--help lists no demo"
+
+"$hoist" demo --size 8MiB --vocab 512 --steps 4 --save-every 1 --keep 3 \
+  --step-time 0ms --root "$dir/r" --json >"$dir/demo.json" || fail "demo exit"
+grep -q '"verified": true' "$dir/demo.json" || fail "demo not verified"
+grep -q '"blocked_s"' "$dir/demo.json" || fail "demo json lacks blocked_s"
+
+"$hoist" ls "$dir/r" --json >"$dir/ls.json"
+for step in 2 3 4; do
+  grep -q "\"step\": $step" "$dir/ls.json" || fail "ls lacks step $step"
+done
+grep -q '"step": 1,' "$dir/ls.json" && fail "retention kept step 1"
+
+"$hoist" inspect "$dir/r/step_00000004" --json | grep -q '"format": "hoist/1"' ||
+  fail "inspect"
+"$hoist" verify "$dir/r/step_00000004" >/dev/null || fail "verify of a good step"
+
+# A truncated data file: verify exits 1 and says why.
+truncate -s 100 "$dir/r/step_00000004/data/r00000_w00.bin"
+if "$hoist" verify "$dir/r/step_00000004" >"$dir/verify.txt"; then
+  fail "verify passed a truncated file"
+fi
+grep -q "truncated" "$dir/verify.txt" || fail "verify did not say truncated"
+
+# A garbage manifest: inspect and verify fail with the reason.
+echo "garbage" >"$dir/r/step_00000003/MANIFEST.json"
+if "$hoist" inspect "$dir/r/step_00000003" 2>"$dir/inspect.err"; then
+  fail "inspect read a garbage manifest"
+fi
+grep -q "not valid JSON" "$dir/inspect.err" || fail "inspect error text"
+if "$hoist" verify "$dir/r/step_00000003" >/dev/null; then
+  fail "verify passed a garbage manifest"
+fi
+
+"$hoist" rm "$dir/r" 2 >/dev/null || fail "rm"
+[ ! -e "$dir/r/step_00000002" ] || fail "rm left the step"
+if "$hoist" rm "$dir/r" 2 2>/dev/null; then fail "rm of a missing step"; fi
+
+# Bad flags and bad input exit non-zero with a message.
+if "$hoist" demo --steps 0 --root "$dir/x" 2>/dev/null; then fail "--steps 0"; fi
+if "$hoist" plan --mesh 3x 2>/dev/null; then fail "--mesh 3x"; fi
+if "$hoist" nonsense 2>/dev/null; then fail "unknown command"; fi
+
+echo "cli_test: 1 passed, 0 failed"

@@ -1,0 +1,427 @@
+// The demo, in order:
+//   1. Build a GPT-style model (bf16 weights, fp32 Adam moments) on a
+//      2 (data) x 4 (model) mesh of 8 host devices; every device holds its
+//      own shards, replicas included.
+//   2. Train: each step changes every shard (identically on replicas) and
+//      waits --step-time, standing in for the devices' forward and backward
+//      pass (the host is idle meanwhile, as it is on a GPU job); every
+//      --save-every steps it saves, alternating the two modes:
+//      staged (Save returns once the arrays are copied off the devices) and
+//      dispatched (Save returns once the copies are enqueued; the loop does
+//      its forward/backward work, then waits for staging before the next
+//      change). Time blocked = time the loop spent inside hoist's calls.
+//   3. Restore the latest step onto a 4 x 2 mesh and into host memory and
+//      compare every byte with the training state of that step.
+#include "hoist/tools/demo_command.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "hoist/array/box_copy.h"
+#include "hoist/base/bytes.h"
+#include "hoist/base/status_macros.h"
+#include "hoist/checkpoint_manager.h"
+#include "hoist/host_backend.h"
+#include "hoist/tools/sample_model.h"
+
+namespace hoist {
+namespace {
+
+struct DemoFlags {
+  std::string root;
+  std::string size = "1GiB";
+  std::string pool = "auto";
+  int steps = 6;
+  int save_every = 2;
+  int writers = 2;
+  int keep = 2;
+  std::string io = "posix";
+  std::string step_time = "250ms";
+  int64_t vocab = 50257;
+  bool keep_files = false;
+  bool json = false;
+};
+
+// One device's shard of one array.
+struct Shard {
+  DeviceId device;
+  Box box;
+  MemoryBlock memory;
+};
+
+int64_t PeakRssBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  }
+  return -1;
+}
+
+// Deterministic contents for (array, box) at a step: replicas (same box) get
+// the same bytes, every step different ones.
+void Fill(uint8_t* data, int64_t bytes, uint64_t seed) {
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull;
+  int64_t at = 0;
+  for (; at + 8 <= bytes; at += 8) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    std::memcpy(data + at, &x, 8);
+  }
+  for (; at < bytes; ++at) data[at] = static_cast<uint8_t>(x >> (8 * (at % 8)));
+}
+
+// A training step's change: one word in every 64 bytes.
+void Mutate(uint8_t* data, int64_t bytes, uint64_t seed, int step) {
+  const uint64_t delta = (seed + 1) * 0xBF58476D1CE4E5B9ull ^ step;
+  for (int64_t at = 0; at + 8 <= bytes; at += 64) {
+    uint64_t word;
+    std::memcpy(&word, data + at, 8);
+    word += delta;
+    std::memcpy(data + at, &word, 8);
+  }
+}
+
+uint64_t SeedOf(size_t array, const Box& box) {
+  uint64_t seed = array * 1000003;
+  for (int64_t v : box.origin()) seed = seed * 31 + static_cast<uint64_t>(v);
+  return seed;
+}
+
+struct ModeStats {
+  int saves = 0;
+  double blocked_s = 0;
+  double staged_s = 0;
+  double committed_s = 0;
+  int64_t bytes = 0;
+  int64_t dispatches = 0;
+};
+
+absl::Status RunDemo(const DemoFlags& flags) {
+  ASSIGN_OR_RETURN(int64_t size, ParseBytes(flags.size));
+  if (flags.steps < 1 || flags.save_every < 1 ||
+      flags.steps < flags.save_every) {
+    return absl::InvalidArgumentError(
+        "--steps and --save-every must be >= 1, with at least one save");
+  }
+  absl::Duration step_time;
+  if (!absl::ParseDuration(flags.step_time, &step_time) ||
+      step_time < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--step-time '%s' is not a duration such as 250ms", flags.step_time));
+  }
+  // The devices computing: the host has nothing to do until they finish.
+  const auto compute = [step_time] {
+    absl::Notification never;
+    (void)never.WaitForNotificationWithTimeout(step_time);
+  };
+  const bool own_root = flags.root.empty();
+  const std::string root =
+      own_root ? absl::StrFormat("hoist-demo.%d", getpid()) : flags.root;
+
+  // 1. The model and its shards.
+  GptConfig config = GptConfigForBytes(size, DType::kBFloat16);
+  config.vocab = flags.vocab;
+  ASSIGN_OR_RETURN(Mesh mesh, Mesh::Create({"data", "model"}, {2, 4}));
+  ASSIGN_OR_RETURN(std::vector<ArraySpec> model, GptModel(config, mesh));
+  ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
+                   MakeHostBackend({.num_devices = 8}));
+  std::vector<std::vector<Shard>> shards(model.size());
+  int64_t model_bytes = 0;
+  for (size_t a = 0; a < model.size(); ++a) {
+    ASSIGN_OR_RETURN(ShardLayout layout,
+                     model[a].sharding.Layout(model[a].shape));
+    const int64_t item = ItemSize(model[a].dtype);
+    model_bytes += Box::FromShape(model[a].shape).num_elements() * item;
+    for (const DeviceShard& shard : layout.shards) {
+      const int64_t bytes = shard.box.num_elements() * item;
+      ASSIGN_OR_RETURN(MemoryBlock memory,
+                       backend->devices()[shard.device]->Allocate(bytes));
+      Fill(static_cast<uint8_t*>(memory.data()), bytes, SeedOf(a, shard.box));
+      shards[a].push_back({shard.device, shard.box, std::move(memory)});
+    }
+  }
+  // "auto": room for a whole save (plus the 4 KiB rounding of each slice),
+  // so staging never waits for storage.
+  int64_t pool = model_bytes + model_bytes / 64 + (int64_t{16} << 20);
+  if (flags.pool != "auto") {
+    ASSIGN_OR_RETURN(pool, ParseBytes(flags.pool));
+  }
+  std::vector<SaveArray> arrays;
+  for (size_t a = 0; a < model.size(); ++a) {
+    SaveArray array{model[a], {}};
+    for (const Shard& s : shards[a]) {
+      array.shards.push_back({s.device, s.memory.data()});
+    }
+    arrays.push_back(std::move(array));
+  }
+
+  CheckpointManagerOptions options;
+  options.pool_bytes = pool;
+  options.plan.writer_streams = flags.writers;
+  options.keep_last = flags.keep;
+  options.io = flags.io == "io_uring" ? IoEngine::kIoUring : IoEngine::kPosix;
+  std::unique_ptr<Coordinator> coordinator = MakeSingleProcessCoordinator();
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<CheckpointManager> manager,
+      CheckpointManager::Open(root, *backend, *coordinator, options));
+  if (!flags.json) {
+    std::cout << absl::StrFormat(
+        "hoist demo: GPT-style model, %d layers x d_model %d, bf16 weights + "
+        "fp32 Adam moments: %s in %d arrays\n"
+        "%s over 8 host devices; %s staging pool; %d writer streams; %s I/O; "
+        "root %s\n\n"
+        "%5s %-11s %11s %11s %11s %9s %11s\n",
+        config.layers, config.d_model, FormatBytes(model_bytes), model.size(),
+        mesh.ToString(), FormatBytes(pool), flags.writers, flags.io, root,
+        "step", "mode", "blocked", "staged", "committed", "GB/s", "dispatches");
+  }
+
+  // 2. Train.
+  ModeStats modes[2];
+  std::vector<SaveHandle> handles;
+  std::vector<int> handle_mode;
+  std::vector<double> handle_blocked;
+  int64_t last_saved = -1;
+  for (int step = 1; step <= flags.steps; ++step) {
+    for (size_t a = 0; a < model.size(); ++a) {
+      for (Shard& s : shards[a]) {
+        Mutate(static_cast<uint8_t*>(s.memory.data()), s.memory.size_bytes(),
+               SeedOf(a, s.box), step);
+      }
+    }
+    if (step % flags.save_every != 0) {
+      compute();
+      continue;
+    }
+    const int mode = static_cast<int>(handles.size() % 2);
+    const absl::Time start = absl::Now();
+    ASSIGN_OR_RETURN(
+        SaveHandle handle,
+        manager->Save(
+            step, arrays, absl::StrFormat(R"({"step": %d})", step),
+            mode == 0 ? ReturnWhen::kStaged : ReturnWhen::kDispatched));
+    double blocked = absl::ToDoubleSeconds(absl::Now() - start);
+    // Forward and backward run while the copies proceed (dispatched mode)
+    // or after them (staged mode)...
+    compute();
+    if (mode == 1) {
+      // ...and the optimizer step waits for staging before it changes them.
+      const absl::Time wait = absl::Now();
+      RETURN_IF_ERROR(handle.WaitStaged());
+      blocked += absl::ToDoubleSeconds(absl::Now() - wait);
+    }
+    handles.push_back(handle);
+    handle_mode.push_back(mode);
+    handle_blocked.push_back(blocked);
+    last_saved = step;
+  }
+  for (size_t i = 0; i < handles.size(); ++i) {
+    ASSIGN_OR_RETURN(SaveInfo info, handles[i].WaitCommitted());
+    ModeStats& m = modes[handle_mode[i]];
+    ++m.saves;
+    m.blocked_s += handle_blocked[i];
+    m.staged_s += absl::ToDoubleSeconds(info.staged);
+    m.committed_s += absl::ToDoubleSeconds(info.committed);
+    m.bytes = info.bytes;
+    m.dispatches = info.dispatches;
+    if (!flags.json) {
+      std::cout << absl::StrFormat(
+          "%5d %-11s %10.3fs %10.3fs %10.3fs %9.2f %11d\n", info.step,
+          handle_mode[i] == 0 ? "staged" : "dispatched", handle_blocked[i],
+          absl::ToDoubleSeconds(info.staged),
+          absl::ToDoubleSeconds(info.committed),
+          info.bytes / 1e9 / absl::ToDoubleSeconds(info.committed),
+          info.dispatches);
+    }
+  }
+  RETURN_IF_ERROR(manager->WaitUntilFinished());
+
+  // 3. Restore the latest step: into host memory, compared with every
+  // device shard of the training state; then onto a 4 x 2 mesh, compared
+  // with the (verified) host copy.
+  ASSIGN_OR_RETURN(std::optional<int64_t> latest, manager->Latest());
+  if (latest != last_saved) {
+    return absl::InternalError(
+        absl::StrFormat("latest committed step is %d, expected %d",
+                        latest.value_or(-1), last_saved));
+  }
+  bool verified = true;
+  std::vector<uint8_t> expected;
+  std::vector<std::vector<uint8_t>> host(model.size());
+  std::vector<RestoreTarget> targets;
+  for (size_t a = 0; a < model.size(); ++a) {
+    const Box whole = Box::FromShape(model[a].shape);
+    host[a].resize(whole.num_elements() * ItemSize(model[a].dtype));
+    targets.push_back({model[a].name,
+                       model[a].dtype,
+                       model[a].shape,
+                       {{whole, nullptr, host[a].data()}}});
+  }
+  ASSIGN_OR_RETURN(RestoreStats host_stats, manager->Restore(latest, targets));
+  for (size_t a = 0; a < model.size(); ++a) {
+    const Box whole = Box::FromShape(model[a].shape);
+    const int64_t item = ItemSize(model[a].dtype);
+    for (const Shard& s : shards[a]) {
+      expected.assign(s.box.num_elements() * item, 0);
+      CopyBox(host[a].data(), whole, expected.data(), s.box, s.box, item);
+      verified &=
+          std::memcmp(expected.data(), s.memory.data(), expected.size()) == 0;
+    }
+  }
+  // Training is over: its device arrays can go before the 4 x 2 ones come.
+  arrays.clear();
+  shards.clear();
+  // Onto a 4 x 2 mesh of the same devices.
+  ASSIGN_OR_RETURN(Mesh other, Mesh::Create({"data", "model"}, {4, 2}));
+  std::vector<std::vector<MemoryBlock>> restored(model.size());
+  targets.clear();
+  for (size_t a = 0; a < model.size(); ++a) {
+    ArraySpec spec = model[a];
+    spec.sharding = NamedSharding{other, spec.sharding.named()->spec};
+    ASSIGN_OR_RETURN(ShardLayout layout, spec.sharding.Layout(spec.shape));
+    RestoreTarget target{spec.name, spec.dtype, spec.shape, {}};
+    for (const DeviceShard& shard : layout.shards) {
+      Device* device = backend->devices()[shard.device];
+      ASSIGN_OR_RETURN(
+          MemoryBlock memory,
+          device->Allocate(shard.box.num_elements() * ItemSize(spec.dtype)));
+      target.destinations.push_back({shard.box, device, memory.data()});
+      restored[a].push_back(std::move(memory));
+    }
+    targets.push_back(std::move(target));
+  }
+  ASSIGN_OR_RETURN(RestoreStats mesh_stats, manager->Restore(latest, targets));
+  for (size_t a = 0; a < model.size(); ++a) {
+    const Box whole = Box::FromShape(model[a].shape);
+    const int64_t item = ItemSize(model[a].dtype);
+    for (const RestoreDestination& dest : targets[a].destinations) {
+      expected.assign(dest.box.num_elements() * item, 0);
+      CopyBox(host[a].data(), whole, expected.data(), dest.box, dest.box, item);
+      verified &= std::memcmp(expected.data(), dest.data, expected.size()) == 0;
+    }
+  }
+  const int64_t peak_rss = PeakRssBytes();
+  manager.reset();
+  if (own_root && !flags.keep_files) std::filesystem::remove_all(root);
+
+  ModeStats all;
+  for (const ModeStats& m : modes) {
+    all.saves += m.saves;
+    all.blocked_s += m.blocked_s;
+    all.committed_s += m.committed_s;
+    all.bytes = std::max(all.bytes, m.bytes);
+    all.dispatches = std::max(all.dispatches, m.dispatches);
+  }
+  const auto mode_json = [](const ModeStats& m) {
+    const double n = std::max(1, m.saves);
+    return nlohmann::json{{"saves", m.saves},
+                          {"blocked_s", m.blocked_s / n},
+                          {"staged_s", m.staged_s / n},
+                          {"save_s", m.committed_s / n}};
+  };
+  const double n = std::max(1, all.saves);
+  nlohmann::json json = {
+      {"bytes", all.bytes},
+      {"blocked_s", all.blocked_s / n},
+      {"save_s", all.committed_s / n},
+      {"save_gbps", all.bytes / 1e9 / (all.committed_s / n)},
+      {"dispatches", all.dispatches},
+      {"peak_rss_bytes", peak_rss},
+      {"verified", verified},
+      {"latest_step", *latest},
+      {"restore_mesh_s", absl::ToDoubleSeconds(mesh_stats.elapsed)},
+      {"restore_host_s", absl::ToDoubleSeconds(host_stats.elapsed)},
+      {"modes",
+       {{"staged", mode_json(modes[0])}, {"dispatched", mode_json(modes[1])}}}};
+  if (flags.json) {
+    std::cout << json.dump(2) << "\n";
+  } else {
+    std::cout << "\n"
+              << absl::StrFormat("%-11s %6s %15s %15s %9s\n", "mode", "saves",
+                                 "blocked/save", "committed/save", "blocked");
+    for (int m = 0; m < 2; ++m) {
+      const ModeStats& s = modes[m];
+      if (s.saves == 0) continue;
+      std::cout << absl::StrFormat(
+          "%-11s %6d %14.3fs %14.3fs %8.1f%%\n",
+          m == 0 ? "staged" : "dispatched", s.saves, s.blocked_s / s.saves,
+          s.committed_s / s.saves, 100.0 * s.blocked_s / s.committed_s);
+    }
+    std::cout << absl::StrFormat(
+        "\nrestored step %d onto %s in %.3fs (%d dispatches) and into host "
+        "memory in %.3fs: %s\n"
+        "peak host memory %s (the 8 host devices' arrays included)\n",
+        *latest, other.ToString(), absl::ToDoubleSeconds(mesh_stats.elapsed),
+        mesh_stats.dispatches, absl::ToDoubleSeconds(host_stats.elapsed),
+        verified ? "verified bit-exact" : "MISMATCH", FormatBytes(peak_rss));
+  }
+  if (!verified) {
+    return absl::DataLossError("restored arrays differ from the saved ones");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void AddDemoCommand(CLI::App& app) {
+  auto flags = std::make_shared<DemoFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "demo",
+      "The main job: a GPT-style model sharded over 8 host devices (2 x 4 "
+      "mesh) trains and saves asynchronously; the latest step is restored "
+      "onto a 4 x 2 mesh and into host memory and checked bit-exact.");
+  cmd->add_option("--size", flags->size, "Model size (weights + Adam)")
+      ->capture_default_str();
+  cmd->add_option("--vocab", flags->vocab,
+                  "Vocabulary (embedding rows); small values make small models")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  cmd->add_option("--pool", flags->pool,
+                  "Pinned staging pool; auto: the whole save fits, so "
+                  "training waits only for the device-to-host copies")
+      ->capture_default_str();
+  cmd->add_option("--steps", flags->steps, "Training steps")
+      ->capture_default_str();
+  cmd->add_option("--save-every", flags->save_every, "Save every N steps")
+      ->capture_default_str();
+  cmd->add_option("--writers", flags->writers, "Writer streams")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100));
+  cmd->add_option("--keep", flags->keep, "Keep the newest N steps (0: all)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--io", flags->io, "I/O engine: posix or io_uring")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"posix", "io_uring"}));
+  cmd->add_option("--step-time", flags->step_time,
+                  "Device compute per training step, during which the host "
+                  "waits (e.g. 250ms, 1s)")
+      ->capture_default_str();
+  cmd->add_option("--root", flags->root,
+                  "Checkpoint root (default: a new directory here, removed "
+                  "at the end unless --keep-files)");
+  cmd->add_flag("--keep-files", flags->keep_files,
+                "Keep the default root's checkpoints");
+  cmd->add_flag("--json", flags->json, "Print the summary as JSON");
+  cmd->callback([flags] {
+    absl::Status status = RunDemo(*flags);
+    if (!status.ok()) {
+      std::cerr << "hoist demo: " << status << "\n";
+      throw CLI::RuntimeError(1);
+    }
+  });
+}
+
+}  // namespace hoist

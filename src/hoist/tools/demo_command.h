@@ -1,0 +1,15 @@
+// `hoist demo`: the main job. A GPT-style model sharded over 8 host devices
+// trains for a few steps, saving asynchronously; the latest step is restored
+// onto another mesh and onto the host and checked bit-exact.
+#ifndef HOIST_TOOLS_DEMO_COMMAND_H_
+#define HOIST_TOOLS_DEMO_COMMAND_H_
+
+#include <CLI/CLI.hpp>
+
+namespace hoist {
+
+void AddDemoCommand(CLI::App& app);
+
+}  // namespace hoist
+
+#endif  // HOIST_TOOLS_DEMO_COMMAND_H_

@@ -1,0 +1,228 @@
+#include "hoist/tools/inspect_commands.h"
+
+#include <iostream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "hoist/base/bytes.h"
+#include "hoist/base/status_macros.h"
+#include "hoist/checkpoint/layout.h"
+#include "hoist/checkpoint/root_lock.h"
+#include "hoist/checkpoint/save.h"
+#include "hoist/checkpoint/verify.h"
+#include "hoist/manifest.h"
+
+namespace hoist {
+namespace {
+
+int64_t ManifestBytes(const Manifest& manifest) {
+  int64_t bytes = 0;
+  for (const ManifestArray& array : manifest.arrays) {
+    for (const ManifestExtent& extent : array.extents) {
+      bytes += extent.length_bytes;
+    }
+  }
+  return bytes;
+}
+
+absl::Status Ls(const std::string& root, bool json) {
+  std::unique_ptr<Storage> storage = MakePosixStorage();
+  ASSIGN_OR_RETURN(std::vector<std::string> names, storage->List(root));
+  nlohmann::json out = nlohmann::json::array();
+  if (!json) {
+    std::cout << absl::StrFormat("%-24s %10s %8s  %s\n", "step", "bytes",
+                                 "arrays", "state");
+  }
+  for (const std::string& name : names) {
+    const std::string path = JoinPath(root, name);
+    if (std::optional<int64_t> step = ParseStepDirName(name)) {
+      absl::StatusOr<Manifest> manifest = ReadManifest(*storage, path);
+      const std::string state =
+          manifest.ok()
+              ? "committed"
+              : "unreadable: " + std::string(manifest.status().message());
+      const int64_t bytes = manifest.ok() ? ManifestBytes(*manifest) : 0;
+      const int64_t arrays =
+          manifest.ok() ? static_cast<int64_t>(manifest->arrays.size()) : 0;
+      out.push_back({{"step", *step},
+                     {"path", path},
+                     {"bytes", bytes},
+                     {"arrays", arrays},
+                     {"state", manifest.ok() ? "committed" : "unreadable"}});
+      if (!json) {
+        std::cout << absl::StrFormat("%-24d %10s %8d  %s\n", *step,
+                                     FormatBytes(bytes), arrays, state);
+      }
+    } else if (IsTmpStepDirName(name)) {
+      out.push_back({{"path", path}, {"state", "incomplete"}});
+      if (!json) {
+        std::cout << absl::StrFormat(
+            "%-24s %10s %8s  %s\n", name, "-", "-",
+            "incomplete (a save that did not commit; removed when a "
+            "manager opens the root)");
+      }
+    }
+  }
+  if (json) std::cout << out.dump(2) << "\n";
+  return absl::OkStatus();
+}
+
+absl::Status Inspect(const std::string& step_dir, bool json) {
+  std::unique_ptr<Storage> storage = MakePosixStorage();
+  ASSIGN_OR_RETURN(Manifest manifest, ReadManifest(*storage, step_dir));
+  std::map<std::string, int64_t> file_bytes;
+  nlohmann::json arrays = nlohmann::json::array();
+  for (const ManifestArray& array : manifest.arrays) {
+    int64_t bytes = 0;
+    for (const ManifestExtent& extent : array.extents) {
+      bytes += extent.length_bytes;
+      file_bytes[extent.file] += extent.length_bytes;
+    }
+    arrays.push_back({{"name", array.name},
+                      {"dtype", std::string(DTypeName(array.dtype))},
+                      {"shape", array.shape},
+                      {"sharding", array.sharding},
+                      {"bytes", bytes},
+                      {"extents", array.extents.size()}});
+  }
+  if (json) {
+    nlohmann::json files = nlohmann::json::object();
+    for (const auto& [file, bytes] : file_bytes) files[file] = bytes;
+    std::cout << nlohmann::json{{"path", step_dir},
+                                {"format", std::string(kManifestFormat)},
+                                {"step", manifest.step},
+                                {"metadata",
+                                 nlohmann::json::parse(manifest.metadata_json)},
+                                {"bytes", ManifestBytes(manifest)},
+                                {"arrays", arrays},
+                                {"files", files}}
+                     .dump(2)
+              << "\n";
+    return absl::OkStatus();
+  }
+  std::cout << absl::StrFormat(
+      "%s: format %s, step %d, %d arrays, %s\nmetadata: %s\n\n", step_dir,
+      kManifestFormat, manifest.step, manifest.arrays.size(),
+      FormatBytes(ManifestBytes(manifest)), manifest.metadata_json);
+  std::cout << absl::StrFormat("%-40s %-14s %-16s %10s %7s  %s\n", "array",
+                               "dtype", "shape", "bytes", "extents",
+                               "saved sharding");
+  for (const nlohmann::json& a : arrays) {
+    std::cout << absl::StrFormat(
+        "%-40s %-14s %-16s %10s %7d  %s\n", a["name"].get<std::string>(),
+        a["dtype"].get<std::string>(),
+        ShapeToString(a["shape"].get<std::vector<int64_t>>()),
+        FormatBytes(a["bytes"].get<double>()), a["extents"].get<int64_t>(),
+        a["sharding"].get<std::string>());
+  }
+  std::cout << "\nfiles:\n";
+  for (const auto& [file, bytes] : file_bytes) {
+    std::cout << absl::StrFormat("  %-30s %10s\n", file, FormatBytes(bytes));
+  }
+  return absl::OkStatus();
+}
+
+// 0: verified; 1: problems found (printed).
+int Verify(const std::string& step_dir, bool json) {
+  std::unique_ptr<Storage> storage = MakePosixStorage();
+  const VerifyReport report = VerifyCheckpoint(*storage, step_dir);
+  if (json) {
+    std::cout << nlohmann::json{{"path", step_dir},
+                                {"ok", report.ok()},
+                                {"arrays", report.arrays},
+                                {"extents", report.extents},
+                                {"bytes", report.bytes},
+                                {"problems", report.problems}}
+                     .dump(2)
+              << "\n";
+  } else {
+    for (const std::string& problem : report.problems) {
+      std::cout << "problem: " << problem << "\n";
+    }
+    std::cout << absl::StrFormat(
+        "%s: %s (%d arrays, %d extents, %s read, %d problems)\n", step_dir,
+        report.ok() ? "OK" : "CORRUPT", report.arrays, report.extents,
+        FormatBytes(report.bytes), report.problems.size());
+  }
+  return report.ok() ? 0 : 1;
+}
+
+absl::Status Rm(const std::string& root, const std::vector<int64_t>& steps) {
+  ASSIGN_OR_RETURN(std::unique_ptr<RootLock> lock, RootLock::Acquire(root));
+  std::unique_ptr<Storage> storage = MakePosixStorage();
+  for (int64_t step : steps) {
+    const std::string dir = JoinPath(root, StepDirName(step));
+    ASSIGN_OR_RETURN(bool exists, storage->Exists(dir));
+    if (!exists) {
+      return absl::NotFoundError(
+          absl::StrFormat("%s: no committed step %d", root, step));
+    }
+    // Uncommit first (a crash then leaves debris, not a broken step).
+    const std::string aside = JoinPath(root, TmpStepDirName(step) + ".del");
+    RETURN_IF_ERROR(storage->Rename(dir, aside));
+    RETURN_IF_ERROR(storage->SyncDir(root));
+    RETURN_IF_ERROR(storage->RemoveAll(aside));
+    std::cout << "removed " << dir << "\n";
+  }
+  return absl::OkStatus();
+}
+
+[[noreturn]] void Fail(const char* command, const absl::Status& status) {
+  std::cerr << "hoist " << command << ": " << status.message() << "\n";
+  throw CLI::RuntimeError(1);
+}
+
+}  // namespace
+
+void AddInspectCommands(CLI::App& app) {
+  struct Flags {
+    std::string path;
+    bool json = false;
+    std::vector<int64_t> steps;
+  };
+  auto flags = std::make_shared<Flags>();
+
+  CLI::App* ls = app.add_subcommand(
+      "ls", "List a root's committed steps (and incomplete saves)");
+  ls->add_option("ROOT", flags->path, "Checkpoint root")->required();
+  ls->add_flag("--json", flags->json, "Print JSON");
+  ls->callback([flags] {
+    if (absl::Status s = Ls(flags->path, flags->json); !s.ok()) Fail("ls", s);
+  });
+
+  CLI::App* inspect = app.add_subcommand(
+      "inspect",
+      "Show a step's arrays (dtype, shape, saved sharding, bytes) and files");
+  inspect->add_option("CKPT", flags->path, "Step directory (ROOT/step_N)")
+      ->required();
+  inspect->add_flag("--json", flags->json, "Print JSON");
+  inspect->callback([flags] {
+    if (absl::Status s = Inspect(flags->path, flags->json); !s.ok()) {
+      Fail("inspect", s);
+    }
+  });
+
+  CLI::App* verify = app.add_subcommand(
+      "verify",
+      "Re-read every extent of a step and check its XXH3; exit 0 if intact, "
+      "1 if not (every problem is listed)");
+  verify->add_option("CKPT", flags->path, "Step directory (ROOT/step_N)")
+      ->required();
+  verify->add_flag("--json", flags->json, "Print JSON");
+  verify->callback([flags] {
+    if (Verify(flags->path, flags->json) != 0) throw CLI::RuntimeError(1);
+  });
+
+  CLI::App* rm = app.add_subcommand(
+      "rm", "Delete committed steps (takes the root's lock)");
+  rm->add_option("ROOT", flags->path, "Checkpoint root")->required();
+  rm->add_option("STEP", flags->steps, "Steps to delete")->required();
+  rm->callback([flags] {
+    if (absl::Status s = Rm(flags->path, flags->steps); !s.ok()) Fail("rm", s);
+  });
+}
+
+}  // namespace hoist
