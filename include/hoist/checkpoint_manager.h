@@ -25,6 +25,7 @@
 #include "hoist/future.h"
 #include "hoist/save_plan.h"
 #include "hoist/storage.h"
+#include "hoist/trace.h"
 
 namespace hoist {
 
@@ -51,6 +52,10 @@ struct CheckpointManagerOptions {
   // waits for the previous one to commit).
   int max_in_flight = 1;
   RestoreOptions restore;
+  // When set, every save records its device copies ("device N" tracks), its
+  // writes ("writer FILE") and its commit phases ("commit"). It must outlive
+  // the manager. Default none.
+  Tracer* tracer = nullptr;
 };
 
 // One array to save: its spec, and where each local device holds its shard

@@ -88,7 +88,7 @@ class CheckpointManager::Impl {
         storage_(storage),
         topology_(std::move(topology)),
         pool_(std::move(pool)),
-        engine_(*pool_),
+        engine_(*pool_, TransferOptions{.tracer = options_.tracer}),
         lock_(std::move(lock)) {
     saver_ = std::thread([this] { SaverLoop(); });
   }
@@ -312,6 +312,7 @@ class CheckpointManager::Impl {
     request.arrays = job.specs;
     request.plan = &job.plan;
     request.metadata_json = job.metadata_json;
+    request.tracer = options_.tracer;
     request.on_dispatched = [&job](const absl::Status& status) {
       job.dispatched_after = absl::Now() - job.start;
       job.dispatched.Set(status);

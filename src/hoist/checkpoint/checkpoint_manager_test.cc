@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <nlohmann/json.hpp>
 
 #include "hoist/checkpoint/layout.h"
 #include "hoist/checkpoint/restore.h"
@@ -217,6 +218,34 @@ TEST_F(ManagerTest, ExistingStepDeleteAndEmptyRoot) {
   ASSERT_TRUE(manager->Delete(3).ok());
   EXPECT_TRUE(manager->List()->empty());
   EXPECT_EQ(manager->Delete(3).code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ManagerTest, TraceHasATrackPerDevicePerWriterAndTheCommit) {
+  Tracer tracer;
+  CheckpointManagerOptions options;
+  options.tracer = &tracer;
+  {
+    auto manager = Open(options);
+    ASSERT_TRUE(manager->Save(1, Arrays()).ok());
+    ASSERT_TRUE(manager->WaitUntilFinished().ok());
+  }
+  const std::vector<std::string> tracks = tracer.tracks();
+  for (const char* track :
+       {"device 0", "device 7", "writer data/r00000_w00.bin",
+        "writer data/r00000_w01.bin", "commit"}) {
+    EXPECT_THAT(tracks, ::testing::Contains(track));
+  }
+  const nlohmann::json trace = nlohmann::json::parse(tracer.ToJson());
+  int spans = 0, names = 0;
+  for (const nlohmann::json& event : trace["traceEvents"]) {
+    if (event["ph"] == "X") {
+      ++spans;
+      EXPECT_GE(event["dur"].get<int64_t>(), 0);
+    }
+    if (event["ph"] == "M") ++names;
+  }
+  EXPECT_EQ(names, static_cast<int>(tracks.size()));
+  EXPECT_GE(spans, 8 + 2 + 4);  // a copy per device, writes, commit phases
 }
 
 TEST_F(ManagerTest, ShardOnAForeignDeviceIsInvalid) {

@@ -6,18 +6,19 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "hoist/base/bytes.h"
 
 namespace hoist {
 
-ExtentWriter::ExtentWriter(const SavePlan& plan) : plan_(plan) {
-  absl::MutexLock lock(&mu_);
-  hashes_.assign(plan.slices.size(), 0);
-}
-
 absl::StatusOr<std::unique_ptr<ExtentWriter>> ExtentWriter::Open(
     Storage& storage, const std::string& dir, const SavePlan& plan, int process,
-    int threads_per_file) {
-  std::unique_ptr<ExtentWriter> writer(new ExtentWriter(plan));
+    int threads_per_file, Tracer* tracer) {
+  std::unique_ptr<ExtentWriter> writer(new ExtentWriter(plan, tracer));
+  {
+    absl::MutexLock lock(&writer->mu_);
+    writer->hashes_.assign(plan.slices.size(), 0);
+  }
   const int streams = plan.options.writer_streams;
   writer->first_file_ = process * streams;
   for (int f = writer->first_file_; f < writer->first_file_ + streams; ++f) {
@@ -90,6 +91,7 @@ void ExtentWriter::Run(Stream* stream) {
       }
     }
     // Hash each extent while it is hot, pad it to whole blocks, write all.
+    const absl::Time hash_start = absl::Now();
     pieces.clear();
     hashes.clear();
     for (StagedExtent& extent : run) {
@@ -100,7 +102,21 @@ void ExtentWriter::Run(Stream* stream) {
       pieces.emplace_back(lease.data(), lease.reserved_bytes());
     }
     const int64_t offset = plan_.slices[run.front().slice].offset_bytes;
+    const absl::Time write_start = absl::Now();
     absl::Status status = stream->file->WriteAtv(offset, pieces);
+    if (tracer_ != nullptr) {
+      int64_t bytes = 0;
+      for (const auto& piece : pieces) bytes += piece.size();
+      const std::string track =
+          "writer " + plan_.files[plan_.slices[run.front().slice].file].path;
+      tracer_->Span(track, absl::StrFormat("hash %d extents", run.size()),
+                    hash_start, write_start);
+      tracer_->Span(
+          track,
+          absl::StrFormat("write %s @ %d",
+                          FormatBytes(static_cast<double>(bytes)), offset),
+          write_start, absl::Now());
+    }
     for (StagedExtent& extent : run) extent.lease.Release();
     absl::MutexLock lock(&mu_);
     if (!status.ok()) {

@@ -26,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "hoist/save_plan.h"
 #include "hoist/storage.h"
+#include "hoist/trace.h"
 #include "hoist/transfer/transfer_engine.h"
 
 namespace hoist {
@@ -38,7 +39,7 @@ class ExtentWriter final : public StagedExtentSink {
   // must outlive the writer.
   static absl::StatusOr<std::unique_ptr<ExtentWriter>> Open(
       Storage& storage, const std::string& dir, const SavePlan& plan,
-      int process, int threads_per_file = 2);
+      int process, int threads_per_file = 2, Tracer* tracer = nullptr);
 
   ~ExtentWriter() override;
 
@@ -61,12 +62,14 @@ class ExtentWriter final : public StagedExtentSink {
     std::vector<std::thread> threads;
   };
 
-  explicit ExtentWriter(const SavePlan& plan);
+  ExtentWriter(const SavePlan& plan, Tracer* tracer)
+      : plan_(plan), tracer_(tracer) {}
   void Run(Stream* stream);
   static bool StreamHasWork(Stream* stream) ABSL_NO_THREAD_SAFETY_ANALYSIS;
   void StopThreads() ABSL_LOCKS_EXCLUDED(mu_);
 
   const SavePlan& plan_;
+  Tracer* const tracer_;  // "writer FILE" tracks, when set
   std::vector<std::unique_ptr<Stream>> streams_;  // by file index - first
   int first_file_ = 0;
   mutable absl::Mutex mu_;

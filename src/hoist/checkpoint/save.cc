@@ -127,7 +127,7 @@ absl::StatusOr<SaveResult> SaveInto(Storage& storage, Coordinator& coordinator,
   std::vector<uint64_t> hashes;
   {
     absl::StatusOr<std::unique_ptr<ExtentWriter>> writer =
-        ExtentWriter::Open(storage, tmp, plan, process);
+        ExtentWriter::Open(storage, tmp, plan, process, 2, request.tracer);
     local = writer.status();
     if (local.ok()) {
       bool dispatched = false;
@@ -154,6 +154,18 @@ absl::StatusOr<SaveResult> SaveInto(Storage& storage, Coordinator& coordinator,
     }
   }
   // 4. Everyone learns whether everyone succeeded, and the hashes.
+  // Commit phases go on the "commit" track.
+  absl::Time phase = absl::Now();
+  const auto traced = [&](const char* name) {
+    const absl::Time now = absl::Now();
+    if (request.tracer != nullptr) {
+      request.tracer->Span("commit", name, phase, now);
+    }
+    phase = now;
+  };
+  if (request.tracer != nullptr) {
+    request.tracer->Span("commit", "stage + persist", start, phase);
+  }
   RETURN_IF_ERROR(coordinator.Barrier("written"));
   ASSIGN_OR_RETURN(
       std::vector<std::string> statuses,
@@ -177,7 +189,9 @@ absl::StatusOr<SaveResult> SaveInto(Storage& storage, Coordinator& coordinator,
   const std::string final_dir =
       JoinPath(request.root, StepDirName(request.step));
   if (coordinator.rank() == 0) {
+    traced("barrier + hash all-gather");
     RETURN_IF_ERROR(WriteManifest(storage, tmp, BuildManifest(request, all)));
+    traced("manifest (write, fsync, rename, fsync dirs)");
     ASSIGN_OR_RETURN(bool exists, storage.Exists(final_dir));
     std::string aside;
     if (exists) {
@@ -192,9 +206,11 @@ absl::StatusOr<SaveResult> SaveInto(Storage& storage, Coordinator& coordinator,
     RETURN_IF_ERROR(storage.Rename(tmp, final_dir));
     RETURN_IF_ERROR(storage.SyncDir(request.root));
     if (!aside.empty()) RETURN_IF_ERROR(storage.RemoveAll(aside));
+    traced("publish (rename, fsync root)");
   }
   // 7.
   RETURN_IF_ERROR(coordinator.Barrier("committed"));
+  traced("barrier committed");
   result.path = final_dir;
   result.committed = absl::Now() - start;
   return result;

@@ -15,6 +15,7 @@
 #include "hoist/manifest.h"
 #include "hoist/save_plan.h"
 #include "hoist/storage.h"
+#include "hoist/trace.h"
 #include "hoist/transfer/transfer_engine.h"
 
 namespace hoist {
@@ -32,6 +33,8 @@ struct SaveRequest {
   // before staging. Optional.
   std::function<void(const absl::Status&)> on_dispatched;
   std::function<void(const absl::Status&)> on_staged;
+  // Records the commit phases and every write when set. Optional.
+  Tracer* tracer = nullptr;
 };
 
 struct SaveResult {

@@ -11,7 +11,12 @@ fail() { echo "cli_test: FAILED: $*" >&2; exit 1; }
 "$hoist" --help | grep -q demo || fail "--help lists no demo"
 
 "$hoist" demo --size 8MiB --vocab 512 --steps 4 --save-every 1 --keep 3 \
-  --step-time 0ms --root "$dir/r" --json >"$dir/demo.json" || fail "demo exit"
+  --step-time 0ms --root "$dir/r" --trace "$dir/trace.json" --json \
+  >"$dir/demo.json" || fail "demo exit"
+for track in '"device 0"' '"device 7"' '"writer data/r00000_w00.bin"' \
+  '"commit"' '"traceEvents"'; do
+  grep -q "$track" "$dir/trace.json" || fail "trace lacks $track"
+done
 grep -q '"verified": true' "$dir/demo.json" || fail "demo not verified"
 grep -q '"blocked_s"' "$dir/demo.json" || fail "demo json lacks blocked_s"
 

@@ -48,6 +48,7 @@ struct DemoFlags {
   std::string io = "posix";
   std::string step_time = "250ms";
   int64_t vocab = 50257;
+  std::string trace;
   bool keep_files = false;
   bool json = false;
 };
@@ -172,6 +173,8 @@ absl::Status RunDemo(const DemoFlags& flags) {
   options.plan.writer_streams = flags.writers;
   options.keep_last = flags.keep;
   options.io = flags.io == "io_uring" ? IoEngine::kIoUring : IoEngine::kPosix;
+  Tracer tracer;
+  if (!flags.trace.empty()) options.tracer = &tracer;
   std::unique_ptr<Coordinator> coordinator = MakeSingleProcessCoordinator();
   ASSIGN_OR_RETURN(
       std::unique_ptr<CheckpointManager> manager,
@@ -314,6 +317,7 @@ absl::Status RunDemo(const DemoFlags& flags) {
   }
   const int64_t peak_rss = PeakRssBytes();
   manager.reset();
+  if (!flags.trace.empty()) RETURN_IF_ERROR(tracer.WriteFile(flags.trace));
   if (own_root && !flags.keep_files) std::filesystem::remove_all(root);
 
   ModeStats all;
@@ -414,6 +418,10 @@ void AddDemoCommand(CLI::App& app) {
                   "at the end unless --keep-files)");
   cmd->add_flag("--keep-files", flags->keep_files,
                 "Keep the default root's checkpoints");
+  cmd->add_option("--trace", flags->trace,
+                  "Write a Chrome trace (Perfetto, chrome://tracing) of the "
+                  "saves: a track per device, per writer stream, and the "
+                  "commit phases");
   cmd->add_flag("--json", flags->json, "Print the summary as JSON");
   cmd->callback([flags] {
     absl::Status status = RunDemo(*flags);

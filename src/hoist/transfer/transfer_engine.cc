@@ -171,22 +171,34 @@ absl::StatusOr<TransferStats> TransferEngine::Stage(
       batches[b].extents.push_back({wave[i], std::move(lease)});
     }
     for (Batch& batch : batches) {
+      const absl::Time dispatched_at = absl::Now();
       Future<> copied = batch.device->CopyToHost(batch.ops);
       ++stats.dispatches;
       Promise<> done;
       delivered.push_back(done.future());
-      copied.OnReady(
-          [extents = std::move(batch.extents), &sink, first_error,
-           done = std::move(done)](const absl::Status& status) mutable {
-            if (status.ok()) {
-              for (StagedExtent& extent : extents)
-                sink.OnStaged(std::move(extent));
-            } else {
-              first_error->Record(status);
-              extents.clear();  // the copy is over: the leases can go back
-            }
-            done.Set(status);
-          });
+      std::string span;
+      if (options_.tracer != nullptr) {
+        int64_t bytes = 0;
+        for (const CopyOp& op : batch.ops) bytes += op.bytes();
+        span = absl::StrFormat("copy %d slices, %s", batch.ops.size(),
+                               FormatBytes(static_cast<double>(bytes)));
+      }
+      copied.OnReady([extents = std::move(batch.extents), &sink, first_error,
+                      done = std::move(done), tracer = options_.tracer,
+                      device = batch.device->id(), span = std::move(span),
+                      dispatched_at](const absl::Status& status) mutable {
+        if (tracer != nullptr) {
+          tracer->Span(absl::StrFormat("device %d", device), span,
+                       dispatched_at, absl::Now());
+        }
+        if (status.ok()) {
+          for (StagedExtent& extent : extents) sink.OnStaged(std::move(extent));
+        } else {
+          first_error->Record(status);
+          extents.clear();  // the copy is over: the leases can go back
+        }
+        done.Set(status);
+      });
       if (options_.wait == WaitMode::kSequential) delivered.back().Wait();
     }
   }

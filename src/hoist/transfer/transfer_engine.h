@@ -26,6 +26,7 @@
 #include "absl/types/span.h"
 #include "hoist/device.h"
 #include "hoist/save_plan.h"
+#include "hoist/trace.h"
 #include "hoist/transfer/staging_pool.h"
 
 namespace hoist {
@@ -38,6 +39,8 @@ struct TransferOptions {
   DispatchMode dispatch = DispatchMode::kBatched;
   // Dispatch everything, then wait (default); or wait after each dispatch.
   WaitMode wait = WaitMode::kParallel;
+  // Records each dispatch on a "device N" track when set (default none).
+  Tracer* tracer = nullptr;
 };
 
 // Where this process's shards live: for (array index in the plan, device),
