@@ -202,8 +202,8 @@ int Main(int argc, char** argv) {
       io == "io_uring" ? Check(MakeIoUringStorage()) : MakePosixStorage();
   std::unique_ptr<Coordinator> coordinator = MakeSingleProcessCoordinator();
   TransferEngine engine(*pool);
-  const SaveRequest request{dir,  1,       model,   &plan,  "{}",
-                            true, nullptr, nullptr, nullptr};
+  const SaveRequest request{dir,  1,       model,   &plan,   "{}",
+                            true, nullptr, nullptr, nullptr, nullptr};
   const SaveResult saved = Check(SaveCheckpoint(
       *storage, *coordinator, request, engine, backend->devices(), sources));
   const int64_t save_peak = ProcStatusBytes("VmHWM") - rss_before;

@@ -103,21 +103,27 @@ class SaveHandle {
   // the error that failed the save.
   absl::Status status() const;
 
+  // Bytes staged and written so far, of total_bytes (for progress bars).
+  const SaveProgress& progress() const { return *progress_; }
+
   // For the CUDA backend, an event the training stream can wait on instead
   // of WaitStaged() will live here; the host backend has none.
 
  private:
   friend class CheckpointManager;
   SaveHandle(int64_t step, Future<> dispatched, Future<> staged,
-             Future<SaveInfo> committed)
+             Future<SaveInfo> committed,
+             std::shared_ptr<const SaveProgress> progress)
       : step_(step),
         dispatched_(std::move(dispatched)),
         staged_(std::move(staged)),
-        committed_(std::move(committed)) {}
+        committed_(std::move(committed)),
+        progress_(std::move(progress)) {}
   int64_t step_ = 0;
   Future<> dispatched_;
   Future<> staged_;
   Future<SaveInfo> committed_;
+  std::shared_ptr<const SaveProgress> progress_;
 };
 
 class CheckpointManager {

@@ -3,7 +3,9 @@
 #ifndef HOIST_CHECKPOINT_TYPES_H_
 #define HOIST_CHECKPOINT_TYPES_H_
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -39,6 +41,14 @@ struct RestoreStats {
   int64_t dispatches = 0;  // CopyFromHost calls
   int64_t waves = 0;
   absl::Duration elapsed;
+};
+
+// Live byte counts of one save, updated as it runs (this process's share).
+struct SaveProgress {
+  std::atomic<int64_t> staged_bytes{0};   // in host memory
+  std::atomic<int64_t> written_bytes{0};  // handed to storage
+  int64_t total_bytes = 0;
+  absl::Time start;  // when Save() accepted the save
 };
 
 struct VerifyReport {

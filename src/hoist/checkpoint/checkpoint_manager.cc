@@ -45,6 +45,7 @@ struct Job {
   Promise<> dispatched;
   Promise<> staged;
   Promise<SaveInfo> committed;
+  std::shared_ptr<SaveProgress> progress = std::make_shared<SaveProgress>();
   absl::Duration dispatched_after, staged_after;
   // Set by Save() once it has returned, and whether it returned an error.
   absl::Notification save_returned;
@@ -140,9 +141,13 @@ class CheckpointManager::Impl {
       return absl::AlreadyExistsError(
           absl::StrFormat("%s: step %d is already committed", root_, step));
     }
+    for (int s : job->plan.SlicesOfProcess(coordinator_.rank())) {
+      job->progress->total_bytes += job->plan.slices[s].length_bytes;
+    }
     SaveHandle handle(step, job->dispatched.future(), job->staged.future(),
-                      job->committed.future());
+                      job->committed.future(), job->progress);
     job->start = absl::Now();
+    job->progress->start = job->start;
     {
       absl::MutexLock lock(&mu_);
       in_flight_steps_.insert(step);
@@ -313,6 +318,7 @@ class CheckpointManager::Impl {
     request.plan = &job.plan;
     request.metadata_json = job.metadata_json;
     request.tracer = options_.tracer;
+    request.progress = job.progress.get();
     request.on_dispatched = [&job](const absl::Status& status) {
       job.dispatched_after = absl::Now() - job.start;
       job.dispatched.Set(status);

@@ -114,6 +114,10 @@ TEST_F(ManagerTest, SaveReturnsStagedAndCommitsInTheBackground) {
   EXPECT_GT(info->bytes, 0);
   EXPECT_LE(info->staged, info->committed);
   EXPECT_TRUE(handle->status().ok());
+  const SaveProgress& progress = handle->progress();
+  EXPECT_EQ(progress.total_bytes, info->bytes);
+  EXPECT_EQ(progress.staged_bytes.load(), info->bytes);
+  EXPECT_EQ(progress.written_bytes.load(), info->bytes);
   EXPECT_THAT(*manager->List(), ElementsAre(10));
   EXPECT_EQ(*manager->Latest(), 10);
   EXPECT_TRUE(manager->Verify(10)->ok());

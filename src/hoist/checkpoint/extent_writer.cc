@@ -13,8 +13,9 @@ namespace hoist {
 
 absl::StatusOr<std::unique_ptr<ExtentWriter>> ExtentWriter::Open(
     Storage& storage, const std::string& dir, const SavePlan& plan, int process,
-    int threads_per_file, Tracer* tracer) {
-  std::unique_ptr<ExtentWriter> writer(new ExtentWriter(plan, tracer));
+    int threads_per_file, Tracer* tracer, SaveProgress* progress) {
+  std::unique_ptr<ExtentWriter> writer(
+      new ExtentWriter(plan, tracer, progress));
   {
     absl::MutexLock lock(&writer->mu_);
     writer->hashes_.assign(plan.slices.size(), 0);
@@ -59,6 +60,10 @@ void ExtentWriter::OnStaged(StagedExtent extent) {
   absl::MutexLock lock(&mu_);
   if (!error_.ok()) return;  // the save failed: drop, releasing the lease
   const int64_t offset = plan_.slices[extent.slice].offset_bytes;
+  if (progress_ != nullptr) {
+    progress_->staged_bytes.fetch_add(extent.lease.size_bytes(),
+                                      std::memory_order_relaxed);
+  }
   streams_[file - first_file_]->queue.emplace(offset, std::move(extent));
 }
 
@@ -126,6 +131,10 @@ void ExtentWriter::Run(Stream* stream) {
     }
     for (size_t i = 0; i < run.size(); ++i) {
       hashes_[run[i].slice] = hashes[i];
+      if (progress_ != nullptr) {
+        progress_->written_bytes.fetch_add(
+            plan_.slices[run[i].slice].length_bytes, std::memory_order_relaxed);
+      }
     }
   }
 }

@@ -24,6 +24,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "hoist/checkpoint_types.h"
 #include "hoist/save_plan.h"
 #include "hoist/storage.h"
 #include "hoist/trace.h"
@@ -39,7 +40,8 @@ class ExtentWriter final : public StagedExtentSink {
   // must outlive the writer.
   static absl::StatusOr<std::unique_ptr<ExtentWriter>> Open(
       Storage& storage, const std::string& dir, const SavePlan& plan,
-      int process, int threads_per_file = 2, Tracer* tracer = nullptr);
+      int process, int threads_per_file = 2, Tracer* tracer = nullptr,
+      SaveProgress* progress = nullptr);
 
   ~ExtentWriter() override;
 
@@ -62,14 +64,15 @@ class ExtentWriter final : public StagedExtentSink {
     std::vector<std::thread> threads;
   };
 
-  ExtentWriter(const SavePlan& plan, Tracer* tracer)
-      : plan_(plan), tracer_(tracer) {}
+  ExtentWriter(const SavePlan& plan, Tracer* tracer, SaveProgress* progress)
+      : plan_(plan), tracer_(tracer), progress_(progress) {}
   void Run(Stream* stream);
   static bool StreamHasWork(Stream* stream) ABSL_NO_THREAD_SAFETY_ANALYSIS;
   void StopThreads() ABSL_LOCKS_EXCLUDED(mu_);
 
   const SavePlan& plan_;
-  Tracer* const tracer_;  // "writer FILE" tracks, when set
+  Tracer* const tracer_;          // "writer FILE" tracks, when set
+  SaveProgress* const progress_;  // bytes staged and written, when set
   std::vector<std::unique_ptr<Stream>> streams_;  // by file index - first
   int first_file_ = 0;
   mutable absl::Mutex mu_;

@@ -126,8 +126,8 @@ absl::StatusOr<SaveResult> SaveInto(Storage& storage, Coordinator& coordinator,
   absl::Status local;
   std::vector<uint64_t> hashes;
   {
-    absl::StatusOr<std::unique_ptr<ExtentWriter>> writer =
-        ExtentWriter::Open(storage, tmp, plan, process, 2, request.tracer);
+    absl::StatusOr<std::unique_ptr<ExtentWriter>> writer = ExtentWriter::Open(
+        storage, tmp, plan, process, 2, request.tracer, request.progress);
     local = writer.status();
     if (local.ok()) {
       bool dispatched = false;

@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "hoist/array_spec.h"
+#include "hoist/checkpoint_types.h"
 #include "hoist/coordinator.h"
 #include "hoist/manifest.h"
 #include "hoist/save_plan.h"
@@ -35,6 +36,8 @@ struct SaveRequest {
   std::function<void(const absl::Status&)> on_staged;
   // Records the commit phases and every write when set. Optional.
   Tracer* tracer = nullptr;
+  // Counts bytes staged and written when set. Optional.
+  SaveProgress* progress = nullptr;
 };
 
 struct SaveResult {

@@ -88,8 +88,8 @@ class CheckpointTest : public ::testing::Test {
         testing::FillShards(model, backend_->devices(), version);
     TransferEngine engine(*pool_);
     SaveRequest request{
-        root_,     step,    model,   &*plan, R"({"note":"test"})",
-        overwrite, nullptr, nullptr, nullptr};
+        root_,     step,    model,   &*plan,  R"({"note":"test"})",
+        overwrite, nullptr, nullptr, nullptr, nullptr};
     return SaveCheckpoint(storage, *coordinator_, request, engine,
                           backend_->devices(), shards.sources);
   }

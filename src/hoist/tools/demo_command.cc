@@ -22,6 +22,8 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
@@ -99,6 +101,67 @@ uint64_t SeedOf(size_t array, const Box& box) {
   for (int64_t v : box.origin()) seed = seed * 31 + static_cast<uint64_t>(v);
   return seed;
 }
+
+// A status line redrawn every 100 ms on a terminal, showing the newest save:
+// bytes staged and written, rate and ETA. Owns its drawing thread; draws
+// nothing when disabled (stdout is not a terminal, or --json).
+class ProgressLine {
+ public:
+  explicit ProgressLine(bool enabled) {
+    if (enabled) thread_ = std::thread([this] { Run(); });
+  }
+  ~ProgressLine() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+  void Track(const SaveHandle& handle) {
+    absl::MutexLock lock(&mu_);
+    handle_ = handle;
+  }
+
+ private:
+  bool Stopped() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_; }
+
+  void Run() {
+    absl::MutexLock lock(&mu_);
+    while (!mu_.AwaitWithTimeout(absl::Condition(this, &ProgressLine::Stopped),
+                                 absl::Milliseconds(100))) {
+      if (!handle_) continue;
+      const SaveProgress& p = handle_->progress();
+      const double total =
+          static_cast<double>(std::max<int64_t>(1, p.total_bytes));
+      const double staged = static_cast<double>(p.staged_bytes.load());
+      const double written = static_cast<double>(p.written_bytes.load());
+      const double elapsed = absl::ToDoubleSeconds(absl::Now() - p.start);
+      const double rate = elapsed > 0 ? written / elapsed : 0;
+      constexpr int kWidth = 24;
+      const int done = static_cast<int>(kWidth * written / total);
+      std::string bar(done, '#');
+      bar.resize(kWidth, '-');
+      const bool finished = handle_->status().ok() || written >= total;
+      std::cout << absl::StrFormat(
+                       "\r\033[Kstep %d [%s] staged %s, written %s of %s, "
+                       "%.2f GB/s%s",
+                       handle_->step(), bar, FormatBytes(staged),
+                       FormatBytes(written), FormatBytes(total), rate / 1e9,
+                       finished
+                           ? ", committing"
+                           : absl::StrFormat(
+                                 ", ETA %.1fs",
+                                 rate > 0 ? (total - written) / rate : 0.0))
+                << std::flush;
+    }
+    if (handle_) std::cout << "\r\033[K" << std::flush;
+  }
+
+  absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<SaveHandle> handle_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
 
 struct ModeStats {
   int saves = 0;
@@ -192,6 +255,8 @@ absl::Status RunDemo(const DemoFlags& flags) {
   }
 
   // 2. Train.
+  std::optional<ProgressLine> progress;
+  progress.emplace(!flags.json && isatty(STDOUT_FILENO) != 0);
   ModeStats modes[2];
   std::vector<SaveHandle> handles;
   std::vector<int> handle_mode;
@@ -225,11 +290,14 @@ absl::Status RunDemo(const DemoFlags& flags) {
       RETURN_IF_ERROR(handle.WaitStaged());
       blocked += absl::ToDoubleSeconds(absl::Now() - wait);
     }
+    progress->Track(handle);
     handles.push_back(handle);
     handle_mode.push_back(mode);
     handle_blocked.push_back(blocked);
     last_saved = step;
   }
+  RETURN_IF_ERROR(manager->WaitUntilFinished());
+  progress.reset();  // the status line goes before the table
   for (size_t i = 0; i < handles.size(); ++i) {
     ASSIGN_OR_RETURN(SaveInfo info, handles[i].WaitCommitted());
     ModeStats& m = modes[handle_mode[i]];
@@ -249,7 +317,6 @@ absl::Status RunDemo(const DemoFlags& flags) {
           info.dispatches);
     }
   }
-  RETURN_IF_ERROR(manager->WaitUntilFinished());
 
   // 3. Restore the latest step: into host memory, compared with every
   // device shard of the training state; then onto a 4 x 2 mesh, compared
