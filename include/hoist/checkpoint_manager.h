@@ -128,13 +128,14 @@ class SaveHandle {
 
 class CheckpointManager {
  public:
-  // Opens (creating if needed) `root`, takes its lock, removes the
-  // temporary directories of crashed saves, allocates the pool and starts
-  // the saver thread. `backend` drives this process's devices and
-  // `coordinator` links the job's processes; both must outlive the manager.
-  // `storage` overrides the I/O engine (tests); it must outlive the manager.
-  // Errors: kFailedPrecondition when another manager holds the root;
-  // kInvalidArgument for bad options; storage and pool errors as is.
+  // Opens (creating if needed) `root`, takes its lock, recovers what a
+  // crashed process left (a save that had written its manifest is committed,
+  // a step an overwrite had moved aside comes back, the rest is removed),
+  // allocates the pool and starts the saver thread. `backend` drives this
+  // process's devices and `coordinator` links the job's processes; both must
+  // outlive the manager. `storage` overrides the I/O engine (tests); it must
+  // outlive the manager. Errors: kFailedPrecondition when another manager holds
+  // the root; kInvalidArgument for bad options; storage and pool errors as is.
   static absl::StatusOr<std::unique_ptr<CheckpointManager>> Open(
       const std::string& root, Backend& backend, Coordinator& coordinator,
       const CheckpointManagerOptions& options = {}, Storage* storage = nullptr);

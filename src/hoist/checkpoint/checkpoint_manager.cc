@@ -11,6 +11,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -71,6 +72,54 @@ absl::StatusOr<Topology> GatherTopology(Backend& backend,
     }
   }
   return Topology::Create(std::move(process_devices));
+}
+
+// What a crashed process left in `root`, made whole:
+//   - a save's directory whose MANIFEST.json is valid (it crashed after
+//     writing the manifest, before or during the rename to step_N) is
+//     committed now, as the rename would have: all its data is durable;
+//   - a step an overwrite had moved aside (".old") comes back if no step of
+//     its number exists;
+//   - everything else (saves that never wrote a manifest, deletes that were
+//     under way) is removed.
+absl::Status Recover(Storage& storage, const std::string& root) {
+  ASSIGN_OR_RETURN(std::vector<std::string> names, storage.List(root));
+  std::vector<std::string> debris, aside;
+  for (const std::string& name : names) {
+    if (!IsTmpStepDirName(name)) continue;
+    const std::string path = JoinPath(root, name);
+    const std::optional<int64_t> step =
+        ParseStepDirName(name.substr(1, name.find(".tmp-") - 1));
+    const bool plain =
+        name.find('.', name.find(".tmp-") + 1) == std::string::npos;
+    if (step && plain && ReadManifest(storage, path).ok()) {
+      const std::string final_dir = JoinPath(root, StepDirName(*step));
+      ASSIGN_OR_RETURN(bool exists, storage.Exists(final_dir));
+      if (!exists) {
+        RETURN_IF_ERROR(storage.Rename(path, final_dir));
+        RETURN_IF_ERROR(storage.SyncDir(root));
+        continue;
+      }
+    }
+    (step && absl::EndsWith(name, ".old") ? aside : debris).push_back(name);
+  }
+  for (const std::string& name : aside) {
+    const std::string path = JoinPath(root, name);
+    const std::optional<int64_t> step =
+        ParseStepDirName(name.substr(1, name.find(".tmp-") - 1));
+    const std::string final_dir = JoinPath(root, StepDirName(*step));
+    ASSIGN_OR_RETURN(bool exists, storage.Exists(final_dir));
+    if (!exists && ReadManifest(storage, path).ok()) {
+      RETURN_IF_ERROR(storage.Rename(path, final_dir));
+      RETURN_IF_ERROR(storage.SyncDir(root));
+    } else {
+      debris.push_back(name);
+    }
+  }
+  for (const std::string& name : debris) {
+    RETURN_IF_ERROR(storage.RemoveAll(JoinPath(root, name)));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -393,15 +442,7 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
   if (owned != nullptr && coordinator.rank() == 0) {
     ASSIGN_OR_RETURN(lock, RootLock::Acquire(root));
   }
-  // Debris of crashed saves (and deletes).
-  if (coordinator.rank() == 0) {
-    ASSIGN_OR_RETURN(std::vector<std::string> names, storage->List(root));
-    for (const std::string& name : names) {
-      if (IsTmpStepDirName(name)) {
-        RETURN_IF_ERROR(storage->RemoveAll(JoinPath(root, name)));
-      }
-    }
-  }
+  if (coordinator.rank() == 0) RETURN_IF_ERROR(Recover(*storage, root));
   ASSIGN_OR_RETURN(Topology topology, GatherTopology(backend, coordinator));
   ASSIGN_OR_RETURN(std::unique_ptr<StagingPool> pool,
                    StagingPool::Create(backend, options.pool_bytes));

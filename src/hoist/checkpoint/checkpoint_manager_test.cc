@@ -210,6 +210,38 @@ TEST_F(ManagerTest, OpenRemovesStaleTemporaryDirectories) {
   EXPECT_THAT(names, ElementsAre(".hoist.lock", "step_00000001"));
 }
 
+TEST_F(ManagerTest, OpenCommitsASaveThatCrashedAfterItsManifest) {
+  {
+    auto manager = Open();
+    testing::Refill(model_, shards_, 7);
+    ASSERT_TRUE(manager->Save(1, Arrays()).ok());
+  }
+  // As if the process died between the manifest and the rename.
+  std::unique_ptr<Storage> posix = MakePosixStorage();
+  ASSERT_TRUE(posix
+                  ->Rename(root_ + "/step_00000001",
+                           root_ + "/.step_00000001.tmp-00000000deadbeef")
+                  .ok());
+  auto manager = Open();
+  EXPECT_THAT(*manager->List(), ElementsAre(1));
+  ExpectHolds(*manager, 1, 7);
+}
+
+TEST_F(ManagerTest, OpenBringsBackAStepAnOverwriteHadMovedAside) {
+  {
+    auto manager = Open();
+    ASSERT_TRUE(manager->Save(1, Arrays()).ok());
+  }
+  std::unique_ptr<Storage> posix = MakePosixStorage();
+  ASSERT_TRUE(posix
+                  ->Rename(root_ + "/step_00000001",
+                           root_ + "/.step_00000001.tmp-0000000000000001.old")
+                  .ok());
+  auto manager = Open();
+  EXPECT_THAT(*manager->List(), ElementsAre(1));
+  ExpectHolds(*manager, 1, 0);
+}
+
 TEST_F(ManagerTest, ExistingStepDeleteAndEmptyRoot) {
   auto manager = Open();
   EXPECT_EQ(*manager->Latest(), std::nullopt);

@@ -16,13 +16,15 @@
 //      rename's durability on, the step exists. (Overwrite: the old step is
 //      first renamed aside to .step_N.old-<nonce>, then removed after the
 //      new one is durable; a crash between the two renames leaves the new
-//      step complete in its .tmp directory and the old one aside.)
+//      step complete in its .tmp directory and the old one aside, and the
+//      CheckpointManager's recovery commits the new one.)
 //   7. Barrier "committed".
 //
 // A directory without a valid MANIFEST.json is never a checkpoint, so a crash
-// at any point before step 6's rename leaves the previous steps as they were
-// and the new one absent; on error the .tmp directory is removed here, or by
-// garbage collection if the process died.
+// at any point before step 5's manifest rename leaves the previous steps as
+// they were and the new one absent; on error the .tmp directory is removed
+// here, or by the CheckpointManager's recovery if the process died (which
+// also commits a .tmp directory whose manifest was already in place).
 #include "hoist/checkpoint/save.h"
 
 #include <cstring>
