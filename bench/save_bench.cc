@@ -114,19 +114,6 @@ Raw RawDirect(const std::string& path, int64_t bytes) {
   return raw;
 }
 
-// Fast pseudo-random contents, different per box.
-void Fill(uint8_t* data, int64_t bytes, uint64_t seed) {
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  int64_t at = 0;
-  for (; at + 8 <= bytes; at += 8) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    std::memcpy(data + at, &x, 8);
-  }
-  for (; at < bytes; ++at) data[at] = static_cast<uint8_t>(x >> (at % 8));
-}
-
 int Main(int argc, char** argv) {
   CLI::App app("hoist save/restore benchmark against raw O_DIRECT I/O");
   std::string bytes_text = "4GiB", dir = "", pool_text = "";
@@ -177,7 +164,7 @@ int Main(int argc, char** argv) {
       const int64_t bytes =
           unique.box.num_elements() * ItemSize(model[a].dtype);
       MemoryBlock block = Check(backend->devices()[0]->Allocate(bytes));
-      Fill(static_cast<uint8_t*>(block.data()), bytes, arrays.size());
+      FillSynthetic(static_cast<uint8_t*>(block.data()), bytes, arrays.size());
       for (DeviceId device : unique.devices) {
         sources.Add(static_cast<int>(a), device, block.data());
       }

@@ -35,6 +35,7 @@
 #include "hoist/array/box_copy.h"
 #include "hoist/base/bytes.h"
 #include "hoist/base/checked_math.h"
+#include "hoist/base/first_error.h"
 #include "hoist/base/status_macros.h"
 #include "hoist/checkpoint/save.h"
 
@@ -104,22 +105,6 @@ absl::Status CheckDataPath(Storage& storage, const std::string& step_dir,
   }
   return absl::OkStatus();
 }
-
-class FirstError {
- public:
-  void Record(absl::Status status) ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
-    if (status_.ok()) status_ = std::move(status);
-  }
-  absl::Status Get() const ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
-    return status_;
-  }
-
- private:
-  mutable absl::Mutex mu_;
-  absl::Status status_ ABSL_GUARDED_BY(mu_);
-};
 
 // A reader thread's buffer: 4 KiB-aligned (for O_DIRECT), grown on demand,
 // reused across extents and waves.

@@ -71,20 +71,6 @@ int64_t PeakRssBytes() {
   return -1;
 }
 
-// Deterministic contents for (array, box) at a step: replicas (same box) get
-// the same bytes, every step different ones.
-void Fill(uint8_t* data, int64_t bytes, uint64_t seed) {
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull;
-  int64_t at = 0;
-  for (; at + 8 <= bytes; at += 8) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    std::memcpy(data + at, &x, 8);
-  }
-  for (; at < bytes; ++at) data[at] = static_cast<uint8_t>(x >> (8 * (at % 8)));
-}
-
 // A training step's change: one word in every 64 bytes.
 void Mutate(uint8_t* data, int64_t bytes, uint64_t seed, int step) {
   const uint64_t delta = (seed + 1) * 0xBF58476D1CE4E5B9ull ^ step;
@@ -212,7 +198,8 @@ absl::Status RunDemo(const DemoFlags& flags) {
       const int64_t bytes = shard.box.num_elements() * item;
       ASSIGN_OR_RETURN(MemoryBlock memory,
                        backend->devices()[shard.device]->Allocate(bytes));
-      Fill(static_cast<uint8_t*>(memory.data()), bytes, SeedOf(a, shard.box));
+      FillSynthetic(static_cast<uint8_t*>(memory.data()), bytes,
+                    SeedOf(a, shard.box));
       shards[a].push_back({shard.device, shard.box, std::move(memory)});
     }
   }

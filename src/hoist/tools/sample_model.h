@@ -40,6 +40,10 @@ GptConfig GptConfigForBytes(int64_t total_bytes, DType dtype = DType::kFloat32);
 absl::StatusOr<std::vector<ArraySpec>> GptModel(const GptConfig& config,
                                                 const Mesh& mesh);
 
+// Fills `bytes` at `data` with fast pseudo-random contents determined by
+// `seed` (xorshift64): synthetic weights for the demo and the benchmarks.
+void FillSynthetic(uint8_t* data, int64_t bytes, uint64_t seed);
+
 }  // namespace hoist
 
 #endif  // HOIST_TOOLS_SAMPLE_MODEL_H_

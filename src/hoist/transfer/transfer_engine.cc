@@ -24,26 +24,10 @@
 #include "absl/time/clock.h"
 #include "hoist/base/bytes.h"
 #include "hoist/base/checked_math.h"
+#include "hoist/base/first_error.h"
 
 namespace hoist {
 namespace {
-
-// The first error any dispatch reported; shared with completion callbacks.
-class FirstError {
- public:
-  void Record(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
-    if (status_.ok()) status_ = status;
-  }
-  absl::Status Get() const ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
-    return status_;
-  }
-
- private:
-  mutable absl::Mutex mu_;
-  absl::Status status_ ABSL_GUARDED_BY(mu_);
-};
 
 // One dispatch's worth of work: its ops and the extents they fill.
 struct Batch {
