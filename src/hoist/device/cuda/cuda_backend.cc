@@ -1,0 +1,310 @@
+// The CUDA backend (see include/hoist/cuda_backend.h for the contract).
+//
+// A dispatch, on the calling thread: cudaSetDevice; make the copy stream
+// wait on an event recorded on the compute stream (when one was given); one
+// cudaMemcpyBatchAsync carrying every contiguous op (a loop of
+// cudaMemcpyAsync before CUDA 12.8); one cudaMemcpy2DAsync per strided op;
+// record a completion event; hand (event, promise) to the device's
+// completion thread, which cudaEventSynchronize()s events in order and
+// completes each promise with the result, so an asynchronous copy failure
+// reaches the future. Every CUDA call's result is checked and named.
+#include "hoist/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <deque>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "hoist/device/copy_op.h"
+
+namespace hoist {
+namespace {
+
+absl::Status CudaStatus(cudaError_t error, const char* call) {
+  const std::string message = absl::StrFormat(
+      "%s: %s (%s)", call, cudaGetErrorString(error), cudaGetErrorName(error));
+  switch (error) {
+    case cudaErrorMemoryAllocation:
+      return absl::ResourceExhaustedError(message);
+    case cudaErrorInvalidValue:
+    case cudaErrorInvalidDevicePointer:
+      return absl::InvalidArgumentError(message);
+    default:
+      return absl::InternalError(message);
+  }
+}
+
+#define HOIST_CUDA_RETURN_IF_ERROR(call)                      \
+  do {                                                        \
+    if (cudaError_t error_ = (call); error_ != cudaSuccess) { \
+      return CudaStatus(error_, #call);                       \
+    }                                                         \
+  } while (0)
+
+class CudaDevice final : public Device {
+ public:
+  static absl::StatusOr<std::unique_ptr<CudaDevice>> Create(
+      DeviceId id, int ordinal, cudaStream_t compute) {
+    HOIST_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal));
+    cudaStream_t d2h = nullptr, h2d = nullptr;
+    HOIST_CUDA_RETURN_IF_ERROR(
+        cudaStreamCreateWithFlags(&d2h, cudaStreamNonBlocking));
+    HOIST_CUDA_RETURN_IF_ERROR(
+        cudaStreamCreateWithFlags(&h2d, cudaStreamNonBlocking));
+    return std::unique_ptr<CudaDevice>(
+        new CudaDevice(id, ordinal, d2h, h2d, compute));
+  }
+
+  ~CudaDevice() override {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    completer_.join();  // drains every pending completion first
+    cudaSetDevice(ordinal_);
+    cudaStreamDestroy(d2h_);
+    cudaStreamDestroy(h2d_);
+  }
+
+  DeviceId id() const override { return id_; }
+
+  Future<> CopyToHost(absl::Span<const CopyOp> ops) override {
+    return Dispatch(ops, d2h_, cudaMemcpyDeviceToHost);
+  }
+  Future<> CopyFromHost(absl::Span<const CopyOp> ops) override {
+    return Dispatch(ops, h2d_, cudaMemcpyHostToDevice);
+  }
+
+  absl::StatusOr<MemoryBlock> Allocate(int64_t bytes) override {
+    if (bytes < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("device %d: cannot allocate %d bytes", id_, bytes));
+    }
+    HOIST_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+    void* data = nullptr;
+    HOIST_CUDA_RETURN_IF_ERROR(cudaMalloc(&data, std::max<int64_t>(bytes, 1)));
+    const int ordinal = ordinal_;
+    return MemoryBlock(data, bytes, [ordinal](void* p, int64_t) {
+      cudaSetDevice(ordinal);
+      cudaFree(p);
+    });
+  }
+
+  DeviceCounters counters() const override {
+    DeviceCounters c;
+    c.dispatches = dispatches_.load(std::memory_order_relaxed);
+    c.ops = ops_.load(std::memory_order_relaxed);
+    c.bytes = bytes_.load(std::memory_order_relaxed);
+    c.busy_ns = busy_ns_.load(std::memory_order_relaxed);
+    return c;
+  }
+
+ private:
+  struct Pending {
+    cudaEvent_t event;
+    Promise<> promise;
+    absl::Time dispatched;
+  };
+
+  CudaDevice(DeviceId id, int ordinal, cudaStream_t d2h, cudaStream_t h2d,
+             cudaStream_t compute)
+      : id_(id), ordinal_(ordinal), d2h_(d2h), h2d_(h2d), compute_(compute) {
+    completer_ = std::thread([this] { CompleteLoop(); });
+  }
+
+  Future<> Dispatch(absl::Span<const CopyOp> ops, cudaStream_t stream,
+                    cudaMemcpyKind kind) {
+    absl::StatusOr<std::vector<CopyOp>> normalized = NormalizeCopyOps(ops);
+    if (!normalized.ok()) return Future<>::Ready(normalized.status());
+    if (normalized->empty()) return Future<>::Ready(absl::OkStatus());
+    Pending pending;
+    pending.dispatched = absl::Now();
+    Future<> future = pending.promise.future();
+    absl::Status status = Enqueue(*normalized, stream, kind, &pending.event);
+    if (!status.ok()) {
+      return Future<>::Ready(absl::Status(
+          status.code(),
+          absl::StrFormat("device %d: %s", id_, status.message())));
+    }
+    int64_t bytes = 0;
+    for (const CopyOp& op : *normalized) bytes += op.bytes();
+    dispatches_.fetch_add(1, std::memory_order_relaxed);
+    ops_.fetch_add(static_cast<int64_t>(normalized->size()),
+                   std::memory_order_relaxed);
+    bytes_.fetch_add(bytes, std::memory_order_relaxed);
+    absl::MutexLock lock(&mu_);
+    pending_.push_back(std::move(pending));
+    return future;
+  }
+
+  absl::Status Enqueue(const std::vector<CopyOp>& ops, cudaStream_t stream,
+                       cudaMemcpyKind kind, cudaEvent_t* done) {
+    HOIST_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+    if (compute_ != nullptr) {
+      cudaEvent_t ready;
+      HOIST_CUDA_RETURN_IF_ERROR(
+          cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+      HOIST_CUDA_RETURN_IF_ERROR(cudaEventRecord(ready, compute_));
+      HOIST_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, ready, 0));
+      HOIST_CUDA_RETURN_IF_ERROR(cudaEventDestroy(ready));
+    }
+    std::vector<void*> dsts;
+    std::vector<const void*> srcs;
+    std::vector<size_t> sizes;
+    for (const CopyOp& op : ops) {
+      if (op.rows == 1) {
+        dsts.push_back(op.dst);
+        srcs.push_back(op.src);
+        sizes.push_back(static_cast<size_t>(op.width_bytes));
+      } else {
+        HOIST_CUDA_RETURN_IF_ERROR(
+            cudaMemcpy2DAsync(op.dst, op.dst_pitch, op.src, op.src_pitch,
+                              op.width_bytes, op.rows, kind, stream));
+      }
+    }
+    if (!dsts.empty()) {
+#if CUDART_VERSION >= 12080
+      cudaMemcpyAttributes attributes = {};
+      attributes.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+      size_t attribute_index = 0;
+#if CUDART_VERSION >= 13000
+      HOIST_CUDA_RETURN_IF_ERROR(cudaMemcpyBatchAsync(
+          dsts.data(), srcs.data(), sizes.data(), dsts.size(), &attributes,
+          &attribute_index, 1, stream));
+#else
+      size_t fail_index = 0;
+      HOIST_CUDA_RETURN_IF_ERROR(cudaMemcpyBatchAsync(
+          dsts.data(), const_cast<void**>(srcs.data()), sizes.data(),
+          dsts.size(), &attributes, &attribute_index, 1, &fail_index, stream));
+#endif
+#else
+      for (size_t i = 0; i < dsts.size(); ++i) {
+        HOIST_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(dsts[i], srcs[i], sizes[i], kind, stream));
+      }
+#endif
+    }
+    HOIST_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(
+        done, cudaEventDisableTiming | cudaEventBlockingSync));
+    HOIST_CUDA_RETURN_IF_ERROR(cudaEventRecord(*done, stream));
+    return absl::OkStatus();
+  }
+
+  bool HasWorkOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stopping_ || !pending_.empty();
+  }
+
+  // Completes dispatches in order, on this device's completion thread.
+  void CompleteLoop() {
+    while (true) {
+      Pending pending;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(this, &CudaDevice::HasWorkOrStopping));
+        if (pending_.empty()) return;
+        pending = std::move(pending_.front());
+        pending_.pop_front();
+      }
+      cudaSetDevice(ordinal_);
+      const cudaError_t error = cudaEventSynchronize(pending.event);
+      cudaEventDestroy(pending.event);
+      busy_ns_.fetch_add(
+          absl::ToInt64Nanoseconds(absl::Now() - pending.dispatched),
+          std::memory_order_relaxed);
+      pending.promise.Set(
+          error == cudaSuccess
+              ? absl::OkStatus()
+              : CudaStatus(error, "cudaEventSynchronize(copy completion)"));
+    }
+  }
+
+  const DeviceId id_;
+  const int ordinal_;
+  const cudaStream_t d2h_;
+  const cudaStream_t h2d_;
+  const cudaStream_t compute_;
+  absl::Mutex mu_;
+  std::deque<Pending> pending_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<int64_t> dispatches_{0}, ops_{0}, bytes_{0}, busy_ns_{0};
+  std::thread completer_;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(std::vector<std::unique_ptr<CudaDevice>> devices)
+      : owned_(std::move(devices)) {
+    for (auto& device : owned_) devices_.push_back(device.get());
+  }
+  std::string_view name() const override { return "cuda"; }
+  absl::Span<Device* const> devices() const override { return devices_; }
+
+  absl::StatusOr<MemoryBlock> AllocatePinned(int64_t bytes) override {
+    if (bytes <= 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "pinned allocation of %d bytes: size must be > 0", bytes));
+    }
+    void* data = nullptr;
+    HOIST_CUDA_RETURN_IF_ERROR(
+        cudaHostAlloc(&data, bytes, cudaHostAllocPortable));
+    return MemoryBlock(data, bytes, [](void* p, int64_t) { cudaFreeHost(p); });
+  }
+
+ private:
+  std::vector<std::unique_ptr<CudaDevice>> owned_;
+  std::vector<Device*> devices_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(
+    const CudaBackendOptions& options) {
+  // Without a driver cudaGetDeviceCount fails (cudaErrorInsufficientDriver)
+  // and leaves the count unwritten: read it only on success.
+  int count = 0;
+  if (const cudaError_t error = cudaGetDeviceCount(&count);
+      error != cudaSuccess) {
+    return absl::UnavailableError(
+        absl::StrFormat("CUDA unavailable: cudaGetDeviceCount: %s (%s)",
+                        cudaGetErrorString(error), cudaGetErrorName(error)));
+  }
+  if (count == 0) {
+    return absl::UnavailableError("CUDA unavailable: no CUDA devices");
+  }
+  std::vector<int> ordinals = options.ordinals;
+  if (ordinals.empty()) {
+    for (int i = 0; i < count; ++i) ordinals.push_back(i);
+  }
+  if (!options.compute_streams.empty() &&
+      options.compute_streams.size() != ordinals.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%d compute streams given for %d devices",
+                        options.compute_streams.size(), ordinals.size()));
+  }
+  std::vector<std::unique_ptr<CudaDevice>> devices;
+  for (size_t i = 0; i < ordinals.size(); ++i) {
+    if (ordinals[i] < 0 || ordinals[i] >= count) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "CUDA device %d does not exist (%d visible)", ordinals[i], count));
+    }
+    cudaStream_t compute =
+        options.compute_streams.empty()
+            ? nullptr
+            : static_cast<cudaStream_t>(options.compute_streams[i]);
+    absl::StatusOr<std::unique_ptr<CudaDevice>> device =
+        CudaDevice::Create(options.first_device_id + static_cast<DeviceId>(i),
+                           ordinals[i], compute);
+    if (!device.ok()) return device.status();
+    devices.push_back(*std::move(device));
+  }
+  return std::make_unique<CudaBackend>(std::move(devices));
+}
+
+}  // namespace hoist
