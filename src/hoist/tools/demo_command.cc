@@ -25,7 +25,9 @@
 #include <optional>
 #include <thread>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -33,6 +35,7 @@
 #include "hoist/base/bytes.h"
 #include "hoist/base/status_macros.h"
 #include "hoist/checkpoint_manager.h"
+#include "hoist/cuda_backend.h"
 #include "hoist/host_backend.h"
 #include "hoist/tools/sample_model.h"
 
@@ -51,15 +54,10 @@ struct DemoFlags {
   std::string step_time = "250ms";
   int64_t vocab = 50257;
   std::string trace;
+  std::string backend = "host";
+  std::string mesh = "2x4";
   bool keep_files = false;
   bool json = false;
-};
-
-// One device's shard of one array.
-struct Shard {
-  DeviceId device;
-  Box box;
-  MemoryBlock memory;
 };
 
 int64_t PeakRssBytes() {
@@ -158,6 +156,49 @@ struct ModeStats {
   int64_t dispatches = 0;
 };
 
+// The training state: per array, per distinct box, the host copy that is
+// the truth, and the device memory of every replica holding it. Devices are
+// only reached through copies, as on a GPU.
+struct Part {
+  Box box;
+  uint64_t seed;
+  std::vector<uint8_t> host;
+  std::vector<std::pair<Device*, MemoryBlock>> replicas;
+};
+
+// Copies every part's host bytes to its replicas: one dispatch per device.
+absl::Status Upload(std::vector<std::vector<Part>>& parts) {
+  absl::flat_hash_map<Device*, std::vector<CopyOp>> ops;
+  for (auto& array : parts) {
+    for (Part& part : array) {
+      const int64_t bytes = static_cast<int64_t>(part.host.size());
+      for (auto& [device, memory] : part.replicas) {
+        ops[device].push_back(
+            {part.host.data(), bytes, memory.data(), bytes, bytes, 1});
+      }
+    }
+  }
+  std::vector<Future<>> copies;
+  for (auto& [device, device_ops] : ops) {
+    copies.push_back(device->CopyFromHost(device_ops));
+  }
+  return WhenAll(copies).Wait();
+}
+
+absl::StatusOr<std::pair<int64_t, int64_t>> ParseMeshFlag(
+    const std::string& text) {
+  const size_t x = text.find('x');
+  int64_t data = 0, model = 0;
+  if (x == std::string::npos ||
+      !absl::SimpleAtoi(absl::string_view(text).substr(0, x), &data) ||
+      !absl::SimpleAtoi(absl::string_view(text).substr(x + 1), &model) ||
+      data < 1 || model < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--mesh '%s' is not DATAxMODEL with positive sizes, e.g. 2x4", text));
+  }
+  return std::make_pair(data, model);
+}
+
 absl::Status RunDemo(const DemoFlags& flags) {
   ASSIGN_OR_RETURN(int64_t size, ParseBytes(flags.size));
   if (flags.steps < 1 || flags.save_every < 1 ||
@@ -176,46 +217,74 @@ absl::Status RunDemo(const DemoFlags& flags) {
     absl::Notification never;
     (void)never.WaitForNotificationWithTimeout(step_time);
   };
+  ASSIGN_OR_RETURN(auto mesh_shape, ParseMeshFlag(flags.mesh));
+  const int64_t mesh_devices = mesh_shape.first * mesh_shape.second;
   const bool own_root = flags.root.empty();
   const std::string root =
       own_root ? absl::StrFormat("hoist-demo.%d", getpid()) : flags.root;
 
-  // 1. The model and its shards.
+  // 1. The backend, the model, and its shards.
+  std::unique_ptr<Backend> backend;
+  if (flags.backend == "cuda") {
+    ASSIGN_OR_RETURN(backend, MakeCudaBackend());
+  } else {
+    ASSIGN_OR_RETURN(
+        backend,
+        MakeHostBackend({.num_devices = static_cast<int>(mesh_devices)}));
+  }
+  if (static_cast<int64_t>(backend->devices().size()) < mesh_devices) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "the %s mesh needs %d devices; the %s backend has %d (try --mesh "
+        "1x%d)",
+        flags.mesh, mesh_devices, flags.backend, backend->devices().size(),
+        backend->devices().size()));
+  }
+  absl::flat_hash_map<DeviceId, Device*> device_of;
+  for (Device* device : backend->devices()) device_of[device->id()] = device;
   GptConfig config = GptConfigForBytes(size, DType::kBFloat16);
   config.vocab = flags.vocab;
-  ASSIGN_OR_RETURN(Mesh mesh, Mesh::Create({"data", "model"}, {2, 4}));
+  ASSIGN_OR_RETURN(
+      Mesh mesh,
+      Mesh::Create({"data", "model"}, {mesh_shape.first, mesh_shape.second}));
   ASSIGN_OR_RETURN(std::vector<ArraySpec> model, GptModel(config, mesh));
-  ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
-                   MakeHostBackend({.num_devices = 8}));
-  std::vector<std::vector<Shard>> shards(model.size());
+  std::vector<std::vector<Part>> parts(model.size());
+  std::vector<SaveArray> arrays;
   int64_t model_bytes = 0;
   for (size_t a = 0; a < model.size(); ++a) {
-    ASSIGN_OR_RETURN(ShardLayout layout,
-                     model[a].sharding.Layout(model[a].shape));
+    absl::StatusOr<ShardLayout> layout =
+        model[a].sharding.Layout(model[a].shape);
+    if (!layout.ok()) {
+      return absl::Status(
+          layout.status().code(),
+          absl::StrFormat("array '%s' on %s: %s", model[a].name,
+                          mesh.ToString(), layout.status().message()));
+    }
     const int64_t item = ItemSize(model[a].dtype);
     model_bytes += Box::FromShape(model[a].shape).num_elements() * item;
-    for (const DeviceShard& shard : layout.shards) {
-      const int64_t bytes = shard.box.num_elements() * item;
-      ASSIGN_OR_RETURN(MemoryBlock memory,
-                       backend->devices()[shard.device]->Allocate(bytes));
-      FillSynthetic(static_cast<uint8_t*>(memory.data()), bytes,
-                    SeedOf(a, shard.box));
-      shards[a].push_back({shard.device, shard.box, std::move(memory)});
+    SaveArray array{model[a], {}};
+    for (const UniqueBox& unique : layout->unique_boxes) {
+      Part part{unique.box, SeedOf(a, unique.box), {}, {}};
+      part.host.resize(unique.box.num_elements() * item);
+      FillSynthetic(part.host.data(), static_cast<int64_t>(part.host.size()),
+                    part.seed);
+      for (DeviceId id : unique.devices) {
+        Device* device = device_of.at(id);
+        ASSIGN_OR_RETURN(
+            MemoryBlock memory,
+            device->Allocate(static_cast<int64_t>(part.host.size())));
+        array.shards.push_back({id, memory.data()});
+        part.replicas.emplace_back(device, std::move(memory));
+      }
+      parts[a].push_back(std::move(part));
     }
+    arrays.push_back(std::move(array));
   }
+  RETURN_IF_ERROR(Upload(parts));
   // "auto": room for a whole save (plus the 4 KiB rounding of each slice),
   // so staging never waits for storage.
   int64_t pool = model_bytes + model_bytes / 64 + (int64_t{16} << 20);
   if (flags.pool != "auto") {
     ASSIGN_OR_RETURN(pool, ParseBytes(flags.pool));
-  }
-  std::vector<SaveArray> arrays;
-  for (size_t a = 0; a < model.size(); ++a) {
-    SaveArray array{model[a], {}};
-    for (const Shard& s : shards[a]) {
-      array.shards.push_back({s.device, s.memory.data()});
-    }
-    arrays.push_back(std::move(array));
   }
 
   CheckpointManagerOptions options;
@@ -233,12 +302,13 @@ absl::Status RunDemo(const DemoFlags& flags) {
     std::cout << absl::StrFormat(
         "hoist demo: GPT-style model, %d layers x d_model %d, bf16 weights + "
         "fp32 Adam moments: %s in %d arrays\n"
-        "%s over 8 host devices; %s staging pool; %d writer streams; %s I/O; "
+        "%s over %d %s devices; %s staging pool; %d writer streams; %s I/O; "
         "root %s\n\n"
         "%5s %-11s %11s %11s %11s %9s %11s\n",
         config.layers, config.d_model, FormatBytes(model_bytes), model.size(),
-        mesh.ToString(), FormatBytes(pool), flags.writers, flags.io, root,
-        "step", "mode", "blocked", "staged", "committed", "GB/s", "dispatches");
+        mesh.ToString(), mesh_devices, backend->name(), FormatBytes(pool),
+        flags.writers, flags.io, root, "step", "mode", "blocked", "staged",
+        "committed", "GB/s", "dispatches");
   }
 
   // 2. Train.
@@ -250,12 +320,14 @@ absl::Status RunDemo(const DemoFlags& flags) {
   std::vector<double> handle_blocked;
   int64_t last_saved = -1;
   for (int step = 1; step <= flags.steps; ++step) {
-    for (size_t a = 0; a < model.size(); ++a) {
-      for (Shard& s : shards[a]) {
-        Mutate(static_cast<uint8_t*>(s.memory.data()), s.memory.size_bytes(),
-               SeedOf(a, s.box), step);
+    // The optimizer step: new values, on every replica.
+    for (auto& array : parts) {
+      for (Part& part : array) {
+        Mutate(part.host.data(), static_cast<int64_t>(part.host.size()),
+               part.seed, step);
       }
     }
+    RETURN_IF_ERROR(Upload(parts));
     if (step % flags.save_every != 0) {
       compute();
       continue;
@@ -305,9 +377,9 @@ absl::Status RunDemo(const DemoFlags& flags) {
     }
   }
 
-  // 3. Restore the latest step: into host memory, compared with every
-  // device shard of the training state; then onto a 4 x 2 mesh, compared
-  // with the (verified) host copy.
+  // 3. Restore the latest step: into host memory, compared with the
+  // training state; then onto the transposed mesh of the same devices,
+  // copied back and compared with the (verified) host copy.
   ASSIGN_OR_RETURN(std::optional<int64_t> latest, manager->Latest());
   if (latest != last_saved) {
     return absl::InternalError(
@@ -330,18 +402,18 @@ absl::Status RunDemo(const DemoFlags& flags) {
   for (size_t a = 0; a < model.size(); ++a) {
     const Box whole = Box::FromShape(model[a].shape);
     const int64_t item = ItemSize(model[a].dtype);
-    for (const Shard& s : shards[a]) {
-      expected.assign(s.box.num_elements() * item, 0);
-      CopyBox(host[a].data(), whole, expected.data(), s.box, s.box, item);
-      verified &=
-          std::memcmp(expected.data(), s.memory.data(), expected.size()) == 0;
+    for (const Part& part : parts[a]) {
+      expected.assign(part.host.size(), 0);
+      CopyBox(host[a].data(), whole, expected.data(), part.box, part.box, item);
+      verified &= expected == part.host;
     }
   }
-  // Training is over: its device arrays can go before the 4 x 2 ones come.
+  // Training is over: its arrays can go before the other mesh's come.
   arrays.clear();
-  shards.clear();
-  // Onto a 4 x 2 mesh of the same devices.
-  ASSIGN_OR_RETURN(Mesh other, Mesh::Create({"data", "model"}, {4, 2}));
+  parts.clear();
+  ASSIGN_OR_RETURN(
+      Mesh other,
+      Mesh::Create({"data", "model"}, {mesh_shape.second, mesh_shape.first}));
   std::vector<std::vector<MemoryBlock>> restored(model.size());
   targets.clear();
   for (size_t a = 0; a < model.size(); ++a) {
@@ -350,7 +422,7 @@ absl::Status RunDemo(const DemoFlags& flags) {
     ASSIGN_OR_RETURN(ShardLayout layout, spec.sharding.Layout(spec.shape));
     RestoreTarget target{spec.name, spec.dtype, spec.shape, {}};
     for (const DeviceShard& shard : layout.shards) {
-      Device* device = backend->devices()[shard.device];
+      Device* device = device_of.at(shard.device);
       ASSIGN_OR_RETURN(
           MemoryBlock memory,
           device->Allocate(shard.box.num_elements() * ItemSize(spec.dtype)));
@@ -360,15 +432,21 @@ absl::Status RunDemo(const DemoFlags& flags) {
     targets.push_back(std::move(target));
   }
   ASSIGN_OR_RETURN(RestoreStats mesh_stats, manager->Restore(latest, targets));
+  std::vector<uint8_t> back;
   for (size_t a = 0; a < model.size(); ++a) {
     const Box whole = Box::FromShape(model[a].shape);
     const int64_t item = ItemSize(model[a].dtype);
     for (const RestoreDestination& dest : targets[a].destinations) {
-      expected.assign(dest.box.num_elements() * item, 0);
+      const int64_t bytes = dest.box.num_elements() * item;
+      expected.assign(bytes, 0);
+      back.assign(bytes, 1);
       CopyBox(host[a].data(), whole, expected.data(), dest.box, dest.box, item);
-      verified &= std::memcmp(expected.data(), dest.data, expected.size()) == 0;
+      const CopyOp op{dest.data, bytes, back.data(), bytes, bytes, 1};
+      RETURN_IF_ERROR(dest.device->CopyToHost({&op, 1}).Wait());
+      verified &= expected == back;
     }
   }
+  restored.clear();
   const int64_t peak_rss = PeakRssBytes();
   manager.reset();
   if (!flags.trace.empty()) RETURN_IF_ERROR(tracer.WriteFile(flags.trace));
@@ -391,6 +469,7 @@ absl::Status RunDemo(const DemoFlags& flags) {
   };
   const double n = std::max(1, all.saves);
   nlohmann::json json = {
+      {"backend", std::string(backend->name())},
       {"bytes", all.bytes},
       {"blocked_s", all.blocked_s / n},
       {"save_s", all.committed_s / n},
@@ -410,20 +489,22 @@ absl::Status RunDemo(const DemoFlags& flags) {
               << absl::StrFormat("%-11s %6s %15s %15s %9s\n", "mode", "saves",
                                  "blocked/save", "committed/save", "blocked");
     for (int m = 0; m < 2; ++m) {
-      const ModeStats& s = modes[m];
-      if (s.saves == 0) continue;
+      const ModeStats& st = modes[m];
+      if (st.saves == 0) continue;
       std::cout << absl::StrFormat(
           "%-11s %6d %14.3fs %14.3fs %8.1f%%\n",
-          m == 0 ? "staged" : "dispatched", s.saves, s.blocked_s / s.saves,
-          s.committed_s / s.saves, 100.0 * s.blocked_s / s.committed_s);
+          m == 0 ? "staged" : "dispatched", st.saves, st.blocked_s / st.saves,
+          st.committed_s / st.saves, 100.0 * st.blocked_s / st.committed_s);
     }
     std::cout << absl::StrFormat(
         "\nrestored step %d onto %s in %.3fs (%d dispatches) and into host "
         "memory in %.3fs: %s\n"
-        "peak host memory %s (the 8 host devices' arrays included)\n",
+        "peak host memory %s%s\n",
         *latest, other.ToString(), absl::ToDoubleSeconds(mesh_stats.elapsed),
         mesh_stats.dispatches, absl::ToDoubleSeconds(host_stats.elapsed),
-        verified ? "verified bit-exact" : "MISMATCH", FormatBytes(peak_rss));
+        verified ? "verified bit-exact" : "MISMATCH", FormatBytes(peak_rss),
+        backend->name() == "host" ? " (the host devices' arrays included)"
+                                  : "");
   }
   if (!verified) {
     return absl::DataLossError("restored arrays differ from the saved ones");
@@ -437,9 +518,17 @@ void AddDemoCommand(CLI::App& app) {
   auto flags = std::make_shared<DemoFlags>();
   CLI::App* cmd = app.add_subcommand(
       "demo",
-      "The main job: a GPT-style model sharded over 8 host devices (2 x 4 "
-      "mesh) trains and saves asynchronously; the latest step is restored "
-      "onto a 4 x 2 mesh and into host memory and checked bit-exact.");
+      "The main job: a GPT-style model sharded over 8 devices (2 x 4 mesh) "
+      "trains and saves asynchronously; the latest step is restored onto a "
+      "4 x 2 mesh and into host memory and checked bit-exact.");
+  cmd->add_option("--backend", flags->backend,
+                  "host (logical devices over host RAM) or cuda (this "
+                  "machine's GPUs)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"host", "cuda"}));
+  cmd->add_option("--mesh", flags->mesh,
+                  "DATAxMODEL devices; the restore uses MODELxDATA")
+      ->capture_default_str();
   cmd->add_option("--size", flags->size, "Model size (weights + Adam)")
       ->capture_default_str();
   cmd->add_option("--vocab", flags->vocab,
