@@ -1,0 +1,34 @@
+// Test helper: the arrays crash_saver saves and crash_test checks. Step N's
+// array a holds FillSynthetic(seed = N * 1000 + a) as a whole, C order.
+#ifndef HOIST_TESTING_CRASH_MODEL_H_
+#define HOIST_TESTING_CRASH_MODEL_H_
+
+#include <vector>
+
+#include "hoist/array_spec.h"
+
+namespace hoist::testing {
+
+// 2 x 4 shardings and odd sizes, replicated and not.
+inline std::vector<ArraySpec> CrashModel() {
+  const Mesh mesh = *Mesh::Create({"data", "model"}, {2, 4});
+  return {
+      {"w0", DType::kFloat32, {256, 512}, NamedSharding{mesh, {{}, {"model"}}}},
+      {"w1",
+       DType::kBFloat16,
+       {1000, 24},
+       NamedSharding{mesh, {{"data", "model"}}}},
+      {"w2", DType::kFloat32, {77, 33}, Sharding::Replicated(mesh)},
+      {"w3", DType::kInt8, {4096}, NamedSharding{mesh, {{"model"}}}},
+      {"w4", DType::kFloat64, {64, 64}, NamedSharding{mesh, {{"data"}}}},
+      {"count", DType::kInt32, {}, Sharding::Replicated(mesh)},
+  };
+}
+
+inline uint64_t CrashSeed(int64_t step, size_t array) {
+  return static_cast<uint64_t>(step * 1000 + static_cast<int64_t>(array));
+}
+
+}  // namespace hoist::testing
+
+#endif  // HOIST_TESTING_CRASH_MODEL_H_
