@@ -36,10 +36,9 @@ build_dir() {
   local name=$1
   shift
   local dir="$HOIST_ROOT/build/$name"
-  if [ ! -f "$dir/build.ninja" ]; then
-    log "configuring build/$name"
-    cmake -S "$HOIST_ROOT" -B "$dir" -G Ninja "$@" >/dev/null
-  fi
+  # Configuring again is cheap and applies options added since the last run.
+  log "configuring build/$name"
+  cmake -S "$HOIST_ROOT" -B "$dir" -G Ninja "$@" >/dev/null
   log "building build/$name"
   cmake --build "$dir" -j "$(nproc)"
 }

@@ -2,7 +2,8 @@
 # Installs what is missing, then checks everything CI checks:
 #   1. formatting (clang-format, Google style) of every C++ source;
 #   2. the release build (g++, -Werror) and its tests;
-#   3. a clang build with -Wthread-safety, ASan and UBSan, and its tests.
+#   3. a clang build with -Wthread-safety, ASan and UBSan, and its tests;
+#   4. the libFuzzer targets (manifest decoding, restore) for a bounded time.
 # Exits non-zero on the first failure.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
@@ -21,10 +22,28 @@ log "testing build/release"
 ctest --test-dir build/release --output-on-failure -j "$jobs"
 
 build_dir asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \
-  -DHOIST_SANITIZE=ON -DHOIST_BUILD_BENCH=OFF
+  -DHOIST_SANITIZE=ON -DHOIST_BUILD_BENCH=OFF -DHOIST_FUZZ=ON
 log "testing build/asan (clang, -Wthread-safety, ASan + UBSan)"
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
-  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build/asan --output-on-failure -j "$jobs"
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+ctest --test-dir build/asan --output-on-failure -j "$jobs"
+
+# Fuzzing: each libFuzzer target on the checked-in corpus plus what it finds,
+# for a bounded time (HOIST_FUZZ_SECONDS, default 20). New inputs go to
+# build/asan/fuzz-corpus, not into the repository.
+fuzz_seconds=${HOIST_FUZZ_SECONDS:-20}
+for fuzzer in manifest_fuzzer restore_fuzzer; do
+  log "fuzzing $fuzzer for ${fuzz_seconds}s"
+  mkdir -p "build/asan/fuzz-corpus/$fuzzer"
+  if ! "build/asan/fuzz/$fuzzer" -max_total_time="$fuzz_seconds" -timeout=10 \
+    -rss_limit_mb=2048 -print_final_stats=1 \
+    "build/asan/fuzz-corpus/$fuzzer" fuzz/corpus/manifest \
+    >"build/asan/$fuzzer.log" 2>&1; then
+    tail -n 40 "build/asan/$fuzzer.log" >&2
+    echo "$fuzzer found a failure (build/asan/$fuzzer.log)" >&2
+    exit 1
+  fi
+  grep -E '^(Done|stat::peak_rss_mb)' "build/asan/$fuzzer.log"
+done
 
 log "all checks passed"
