@@ -3,7 +3,8 @@
 #   1. formatting (clang-format, Google style) of every C++ source;
 #   2. the release build (g++, -Werror) and its tests;
 #   3. a clang build with -Wthread-safety, ASan and UBSan, and its tests;
-#   4. the libFuzzer targets (manifest decoding, restore) for a bounded time.
+#   4. a clang build with ThreadSanitizer, and its tests;
+#   5. the libFuzzer targets (manifest decoding, restore) for a bounded time.
 # Exits non-zero on the first failure.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
@@ -27,6 +28,12 @@ log "testing build/asan (clang, -Wthread-safety, ASan + UBSan)"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 ctest --test-dir build/asan --output-on-failure -j "$jobs"
+
+build_dir tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+  -DHOIST_TSAN=ON -DHOIST_BUILD_BENCH=OFF
+log "testing build/tsan (clang, ThreadSanitizer)"
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+  ctest --test-dir build/tsan --output-on-failure -j "$jobs"
 
 # Fuzzing: each libFuzzer target on the checked-in corpus plus what it finds,
 # for a bounded time (HOIST_FUZZ_SECONDS, default 20). New inputs go to

@@ -28,9 +28,9 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "hoist/mutex.h"
 
 namespace hoist {
 
@@ -56,7 +56,7 @@ class State {
     std::vector<Callback> callbacks;
     const Result* set = nullptr;
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       if (result_.has_value()) return false;
       result_.emplace(std::move(result));
       set = &*result_;
@@ -68,26 +68,25 @@ class State {
   }
 
   bool ready() const ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     return result_.has_value();
   }
 
   const Result& Wait() const ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(this, &State::HasResult));
+    MutexLock lock(&mu_);
+    mu_.Await(Condition(this, &State::HasResult));
     return *result_;
   }
 
   bool WaitFor(absl::Duration timeout) const ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
-    return mu_.AwaitWithTimeout(absl::Condition(this, &State::HasResult),
-                                timeout);
+    MutexLock lock(&mu_);
+    return mu_.AwaitWithTimeout(Condition(this, &State::HasResult), timeout);
   }
 
   void OnReady(Callback callback) ABSL_LOCKS_EXCLUDED(mu_) {
     const Result* set = nullptr;
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       if (!result_.has_value()) {
         callbacks_.push_back(std::move(callback));
         return;
@@ -102,7 +101,7 @@ class State {
     return result_.has_value();
   }
 
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::optional<Result> result_ ABSL_GUARDED_BY(mu_);
   std::vector<Callback> callbacks_ ABSL_GUARDED_BY(mu_);
 };

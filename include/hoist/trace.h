@@ -11,9 +11,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "hoist/mutex.h"
 
 namespace hoist {
 
@@ -44,7 +44,7 @@ class Tracer {
     int64_t duration_us;
   };
   const absl::Time origin_;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   absl::flat_hash_map<std::string, int> track_ids_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> track_names_ ABSL_GUARDED_BY(mu_);
   std::vector<Event> events_ ABSL_GUARDED_BY(mu_);

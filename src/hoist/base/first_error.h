@@ -4,7 +4,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
+#include "hoist/mutex.h"
 
 namespace hoist {
 
@@ -12,16 +12,16 @@ namespace hoist {
 class FirstError {
  public:
   void Record(absl::Status status) ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (status_.ok()) status_ = std::move(status);
   }
   absl::Status Get() const ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     return status_;
   }
 
  private:
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
 };
 

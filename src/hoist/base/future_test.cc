@@ -5,7 +5,7 @@
 
 #include <thread>
 
-#include "absl/synchronization/notification.h"
+#include "hoist/mutex.h"
 
 namespace hoist {
 namespace {
@@ -46,7 +46,7 @@ TEST(FutureTest, WaitForTimesOutWhenNothingIsSet) {
 TEST(FutureTest, CallbackRunsOnTheSettingThreadWhenRegisteredEarly) {
   Promise<> promise;
   std::thread::id ran_on;
-  absl::Notification done;
+  Notification done;
   promise.future().OnReady([&](const absl::Status& status) {
     EXPECT_TRUE(status.ok());
     ran_on = std::this_thread::get_id();

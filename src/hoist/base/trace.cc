@@ -14,7 +14,7 @@ void Tracer::Span(const std::string& track, std::string name, absl::Time start,
   const int64_t start_us = absl::ToInt64Microseconds(start - origin_);
   const int64_t duration_us =
       std::max<int64_t>(0, absl::ToInt64Microseconds(end - start));
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto [it, inserted] =
       track_ids_.emplace(track, static_cast<int>(track_names_.size()));
   if (inserted) track_names_.push_back(track);
@@ -23,7 +23,7 @@ void Tracer::Span(const std::string& track, std::string name, absl::Time start,
 
 std::string Tracer::ToJson() const {
   nlohmann::json events = nlohmann::json::array();
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   for (size_t t = 0; t < track_names_.size(); ++t) {
     events.push_back({{"name", "thread_name"},
                       {"ph", "M"},
@@ -56,7 +56,7 @@ absl::Status Tracer::WriteFile(const std::string& path) const {
 }
 
 std::vector<std::string> Tracer::tracks() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return track_names_;
 }
 

@@ -13,8 +13,6 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "hoist/base/status_macros.h"
 #include "hoist/checkpoint/layout.h"
@@ -22,6 +20,7 @@
 #include "hoist/checkpoint/root_lock.h"
 #include "hoist/checkpoint/save.h"
 #include "hoist/checkpoint/verify.h"
+#include "hoist/mutex.h"
 #include "hoist/transfer/transfer_engine.h"
 
 namespace hoist {
@@ -49,7 +48,7 @@ struct Job {
   std::shared_ptr<SaveProgress> progress = std::make_shared<SaveProgress>();
   absl::Duration dispatched_after, staged_after;
   // Set by Save() once it has returned, and whether it returned an error.
-  absl::Notification save_returned;
+  Notification save_returned;
   bool error_returned = false;
 };
 
@@ -145,7 +144,7 @@ class CheckpointManager::Impl {
 
   ~Impl() {
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       stopping_ = true;
     }
     saver_.join();
@@ -177,8 +176,8 @@ class CheckpointManager::Impl {
                      MakeSavePlan(job->specs, topology_, options_.plan));
     // Wait for room, then refuse a step that exists or is being saved.
     {
-      absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(this, &Impl::HasRoom));
+      MutexLock lock(&mu_);
+      mu_.Await(Condition(this, &Impl::HasRoom));
       if (in_flight_steps_.contains(step)) {
         return absl::AlreadyExistsError(
             absl::StrFormat("step %d is already being saved", step));
@@ -198,7 +197,7 @@ class CheckpointManager::Impl {
     job->start = absl::Now();
     job->progress->start = job->start;
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       in_flight_steps_.insert(step);
       queue_.push_back(job);
     }
@@ -213,8 +212,8 @@ class CheckpointManager::Impl {
 
   absl::Status WaitUntilFinished() {
     {
-      absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(this, &Impl::Idle));
+      MutexLock lock(&mu_);
+      mu_.Await(Condition(this, &Impl::Idle));
     }
     return TakeDeferredError();
   }
@@ -263,7 +262,7 @@ class CheckpointManager::Impl {
 
   absl::Status Delete(int64_t step) {
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       if (in_flight_steps_.contains(step)) {
         return absl::FailedPreconditionError(
             absl::StrFormat("step %d is being saved", step));
@@ -293,7 +292,7 @@ class CheckpointManager::Impl {
   }
 
   absl::Status TakeDeferredError() {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     return std::exchange(deferred_error_, absl::OkStatus());
   }
 
@@ -320,7 +319,7 @@ class CheckpointManager::Impl {
       if (step == newest) continue;
       if (options_.keep_every > 0 && step % options_.keep_every == 0) continue;
       {
-        absl::MutexLock lock(&mu_);
+        MutexLock lock(&mu_);
         if (in_flight_steps_.contains(step)) continue;
       }
       RETURN_IF_ERROR(RemoveStep(step));
@@ -332,8 +331,8 @@ class CheckpointManager::Impl {
     while (true) {
       std::shared_ptr<Job> job;
       {
-        absl::MutexLock lock(&mu_);
-        mu_.Await(absl::Condition(this, &Impl::HasJobOrStopping));
+        MutexLock lock(&mu_);
+        mu_.Await(Condition(this, &Impl::HasJobOrStopping));
         if (queue_.empty()) return;
         job = queue_.front();
         queue_.pop_front();
@@ -342,14 +341,14 @@ class CheckpointManager::Impl {
       if (info.ok()) {
         absl::Status retained = ApplyRetention(job->step);
         if (!retained.ok()) {
-          absl::MutexLock lock(&mu_);
+          MutexLock lock(&mu_);
           if (deferred_error_.ok()) deferred_error_ = retained;
         }
       }
       // An error Save() already returned is not reported twice.
       job->save_returned.WaitForNotification();
       {
-        absl::MutexLock lock(&mu_);
+        MutexLock lock(&mu_);
         if (!info.ok() && !job->error_returned && deferred_error_.ok()) {
           deferred_error_ = info.status();
         }
@@ -403,7 +402,7 @@ class CheckpointManager::Impl {
   TransferEngine engine_;  // used by the saver thread only
   const std::unique_ptr<RootLock> lock_;
 
-  absl::Mutex mu_;
+  Mutex mu_;
   std::deque<std::shared_ptr<Job>> queue_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<int64_t> in_flight_steps_ ABSL_GUARDED_BY(mu_);
   absl::Status deferred_error_ ABSL_GUARDED_BY(mu_);

@@ -17,7 +17,7 @@ absl::StatusOr<std::unique_ptr<ExtentWriter>> ExtentWriter::Open(
   std::unique_ptr<ExtentWriter> writer(
       new ExtentWriter(plan, tracer, progress));
   {
-    absl::MutexLock lock(&writer->mu_);
+    MutexLock lock(&writer->mu_);
     writer->hashes_.assign(plan.slices.size(), 0);
   }
   const int streams = plan.options.writer_streams;
@@ -45,7 +45,7 @@ ExtentWriter::~ExtentWriter() { StopThreads(); }
 
 void ExtentWriter::StopThreads() {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     closing_ = true;
   }
   for (auto& stream : streams_) {
@@ -57,7 +57,7 @@ void ExtentWriter::StopThreads() {
 
 void ExtentWriter::OnStaged(StagedExtent extent) {
   const int file = plan_.slices[extent.slice].file;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (!error_.ok()) return;  // the save failed: drop, releasing the lease
   const int64_t offset = plan_.slices[extent.slice].offset_bytes;
   if (progress_ != nullptr) {
@@ -80,8 +80,8 @@ void ExtentWriter::Run(Stream* stream) {
   while (true) {
     run.clear();
     {
-      absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(&ExtentWriter::StreamHasWork, stream));
+      MutexLock lock(&mu_);
+      mu_.Await(Condition(&ExtentWriter::StreamHasWork, stream));
       if (stream->queue.empty()) return;  // closing and drained
       // The lowest queued extent and those that continue it in the file.
       auto it = stream->queue.begin();
@@ -123,7 +123,7 @@ void ExtentWriter::Run(Stream* stream) {
           write_start, absl::Now());
     }
     for (StagedExtent& extent : run) extent.lease.Release();
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (!status.ok()) {
       if (error_.ok()) error_ = status;
       for (auto& s : streams_) s->queue.clear();  // drop what is left
@@ -143,7 +143,7 @@ absl::StatusOr<std::vector<uint64_t>> ExtentWriter::Finish() {
   StopThreads();  // drains every queue first
   absl::Status status;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     status = error_;
   }
   for (auto& stream : streams_) {
@@ -152,7 +152,7 @@ absl::StatusOr<std::vector<uint64_t>> ExtentWriter::Finish() {
     if (status.ok()) status = closed;
   }
   if (!status.ok()) return status;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return std::move(hashes_);
 }
 

@@ -23,8 +23,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "hoist/checkpoint_types.h"
+#include "hoist/mutex.h"
 #include "hoist/save_plan.h"
 #include "hoist/storage.h"
 #include "hoist/trace.h"
@@ -75,7 +75,7 @@ class ExtentWriter final : public StagedExtentSink {
   SaveProgress* const progress_;  // bytes staged and written, when set
   std::vector<std::unique_ptr<Stream>> streams_;  // by file index - first
   int first_file_ = 0;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> hashes_ ABSL_GUARDED_BY(mu_);

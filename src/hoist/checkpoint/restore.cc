@@ -30,7 +30,6 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "hoist/array/box_copy.h"
 #include "hoist/base/bytes.h"

@@ -14,7 +14,7 @@ using Dir = MemoryStorage::Dir;
 
 class MemoryWritableFile final : public WritableFile {
  public:
-  MemoryWritableFile(std::string path, std::shared_ptr<absl::Mutex> mu,
+  MemoryWritableFile(std::string path, std::shared_ptr<Mutex> mu,
                      std::shared_ptr<File> file)
       : path_(std::move(path)), mu_(std::move(mu)), file_(std::move(file)) {}
 
@@ -24,7 +24,7 @@ class MemoryWritableFile final : public WritableFile {
       return absl::InvalidArgumentError(
           absl::StrFormat("%s: negative write offset %d", path_, offset));
     }
-    absl::MutexLock lock(mu_.get());
+    MutexLock lock(mu_.get());
     if (!file_) return Closed();
     const size_t end = static_cast<size_t>(offset) + data.size();
     if (file_->data.size() < end) file_->data.resize(end);
@@ -34,14 +34,14 @@ class MemoryWritableFile final : public WritableFile {
   }
 
   absl::Status Sync() override {
-    absl::MutexLock lock(mu_.get());
+    MutexLock lock(mu_.get());
     if (!file_) return Closed();
     file_->durable = file_->data;
     return absl::OkStatus();
   }
 
   absl::Status Close() override {
-    absl::MutexLock lock(mu_.get());
+    MutexLock lock(mu_.get());
     file_.reset();
     return absl::OkStatus();
   }
@@ -52,18 +52,18 @@ class MemoryWritableFile final : public WritableFile {
         absl::StrFormat("%s: file is closed", path_));
   }
   const std::string path_;
-  const std::shared_ptr<absl::Mutex> mu_;
+  const std::shared_ptr<Mutex> mu_;
   std::shared_ptr<File> file_;
 };
 
 class MemoryReadableFile final : public ReadableFile {
  public:
-  MemoryReadableFile(std::string path, std::shared_ptr<absl::Mutex> mu,
+  MemoryReadableFile(std::string path, std::shared_ptr<Mutex> mu,
                      std::shared_ptr<File> file)
       : path_(std::move(path)), mu_(std::move(mu)), file_(std::move(file)) {}
 
   absl::Status ReadAt(int64_t offset, absl::Span<uint8_t> out) override {
-    absl::MutexLock lock(mu_.get());
+    MutexLock lock(mu_.get());
     const int64_t size = static_cast<int64_t>(file_->data.size());
     if (offset < 0 || offset > size ||
         static_cast<int64_t>(out.size()) > size - offset) {
@@ -76,13 +76,13 @@ class MemoryReadableFile final : public ReadableFile {
   }
 
   absl::StatusOr<int64_t> Size() override {
-    absl::MutexLock lock(mu_.get());
+    MutexLock lock(mu_.get());
     return static_cast<int64_t>(file_->data.size());
   }
 
  private:
   const std::string path_;
-  const std::shared_ptr<absl::Mutex> mu_;
+  const std::shared_ptr<Mutex> mu_;
   const std::shared_ptr<File> file_;
 };
 
@@ -102,7 +102,7 @@ void Revert(Dir& dir) {
 MemoryStorage::MemoryStorage() : root_(std::make_shared<Dir>()) {}
 
 void MemoryStorage::Crash() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   Revert(*root_);
 }
 
@@ -140,7 +140,7 @@ absl::StatusOr<MemoryStorage::Node> MemoryStorage::Find(
 
 absl::StatusOr<std::unique_ptr<WritableFile>> MemoryStorage::OpenWritable(
     const std::string& path) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   absl::StatusOr<Where> where = Locate(path);
   if (!where.ok()) return where.status();
   Node& node = where->parent->entries[where->name];
@@ -156,7 +156,7 @@ absl::StatusOr<std::unique_ptr<WritableFile>> MemoryStorage::OpenWritable(
 
 absl::StatusOr<std::unique_ptr<ReadableFile>> MemoryStorage::OpenReadable(
     const std::string& path) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   absl::StatusOr<Node> node = Find(path);
   if (!node.ok()) return node.status();
   auto* file = std::get_if<std::shared_ptr<File>>(&*node);
@@ -168,7 +168,7 @@ absl::StatusOr<std::unique_ptr<ReadableFile>> MemoryStorage::OpenReadable(
 }
 
 absl::Status MemoryStorage::CreateDir(const std::string& path) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   absl::StatusOr<Where> where = Locate(path);
   if (!where.ok()) return where.status();
   auto [it, inserted] = where->parent->entries.emplace(
@@ -181,7 +181,7 @@ absl::Status MemoryStorage::CreateDir(const std::string& path) {
 
 absl::Status MemoryStorage::Rename(const std::string& from,
                                    const std::string& to) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   absl::StatusOr<Where> source = Locate(from);
   if (!source.ok()) return source.status();
   absl::StatusOr<Where> target = Locate(to);
@@ -201,7 +201,7 @@ absl::Status MemoryStorage::Rename(const std::string& from,
 }
 
 absl::Status MemoryStorage::SyncDir(const std::string& path) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   absl::StatusOr<Node> node = Find(path);
   if (!node.ok()) return node.status();
   auto* dir = std::get_if<std::shared_ptr<Dir>>(&*node);
@@ -215,7 +215,7 @@ absl::Status MemoryStorage::SyncDir(const std::string& path) {
 
 absl::StatusOr<std::vector<std::string>> MemoryStorage::List(
     const std::string& path) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   absl::StatusOr<Node> node = Find(path);
   if (!node.ok()) return node.status();
   auto* dir = std::get_if<std::shared_ptr<Dir>>(&*node);
@@ -228,7 +228,7 @@ absl::StatusOr<std::vector<std::string>> MemoryStorage::List(
 }
 
 absl::Status MemoryStorage::RemoveAll(const std::string& path) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   absl::StatusOr<Where> where = Locate(path);
   if (absl::IsNotFound(where.status())) return absl::OkStatus();
   if (!where.ok()) return where.status();
@@ -237,7 +237,7 @@ absl::Status MemoryStorage::RemoveAll(const std::string& path) {
 }
 
 absl::StatusOr<bool> MemoryStorage::Exists(const std::string& path) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   absl::StatusOr<Node> node = Find(path);
   if (absl::IsNotFound(node.status())) return false;
   if (!node.ok()) return node.status();
@@ -245,7 +245,7 @@ absl::StatusOr<bool> MemoryStorage::Exists(const std::string& path) {
 }
 
 absl::StatusOr<bool> MemoryStorage::IsDir(const std::string& path) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   absl::StatusOr<Node> node = Find(path);
   if (absl::IsNotFound(node.status())) return false;
   if (!node.ok()) return node.status();

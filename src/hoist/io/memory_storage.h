@@ -11,7 +11,7 @@
 #include <variant>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "hoist/mutex.h"
 #include "hoist/storage.h"
 
 namespace hoist {
@@ -60,8 +60,8 @@ class MemoryStorage final : public Storage {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Files share it: one lock for the whole tree.
-  std::shared_ptr<absl::Mutex> mu_holder_ = std::make_shared<absl::Mutex>();
-  absl::Mutex& mu_ = *mu_holder_;
+  std::shared_ptr<Mutex> mu_holder_ = std::make_shared<Mutex>();
+  Mutex& mu_ = *mu_holder_;
   std::shared_ptr<Dir> root_ ABSL_GUARDED_BY(mu_);
 };
 

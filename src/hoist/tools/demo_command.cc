@@ -29,7 +29,6 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "hoist/array/box_copy.h"
 #include "hoist/base/bytes.h"
@@ -37,6 +36,7 @@
 #include "hoist/checkpoint_manager.h"
 #include "hoist/cuda_backend.h"
 #include "hoist/host_backend.h"
+#include "hoist/mutex.h"
 #include "hoist/tools/sample_model.h"
 
 namespace hoist {
@@ -96,13 +96,13 @@ class ProgressLine {
   }
   ~ProgressLine() {
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       stop_ = true;
     }
     if (thread_.joinable()) thread_.join();
   }
   void Track(const SaveHandle& handle) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     handle_ = handle;
   }
 
@@ -110,8 +110,8 @@ class ProgressLine {
   bool Stopped() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_; }
 
   void Run() {
-    absl::MutexLock lock(&mu_);
-    while (!mu_.AwaitWithTimeout(absl::Condition(this, &ProgressLine::Stopped),
+    MutexLock lock(&mu_);
+    while (!mu_.AwaitWithTimeout(Condition(this, &ProgressLine::Stopped),
                                  absl::Milliseconds(100))) {
       if (!handle_) continue;
       const SaveProgress& p = handle_->progress();
@@ -141,7 +141,7 @@ class ProgressLine {
     if (handle_) std::cout << "\r\033[K" << std::flush;
   }
 
-  absl::Mutex mu_;
+  Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<SaveHandle> handle_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
@@ -214,7 +214,7 @@ absl::Status RunDemo(const DemoFlags& flags) {
   }
   // The devices computing: the host has nothing to do until they finish.
   const auto compute = [step_time] {
-    absl::Notification never;
+    Notification never;
     (void)never.WaitForNotificationWithTimeout(step_time);
   };
   ASSIGN_OR_RETURN(auto mesh_shape, ParseMeshFlag(flags.mesh));

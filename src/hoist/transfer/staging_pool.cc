@@ -51,7 +51,7 @@ StagingPool::StagingPool(MemoryBlock memory, int64_t capacity_bytes)
 }
 
 StagingPool::~StagingPool() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   assert(stats_.in_use_bytes == 0 && "a Lease outlived its StagingPool");
 }
 
@@ -102,7 +102,7 @@ absl::StatusOr<std::vector<Lease>> StagingPool::AcquireAll(
   const absl::Time deadline = absl::Now() + timeout;
   std::optional<std::vector<int64_t>> offsets;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     offsets = TryPlace(reserved);
     if (!offsets) ++stats_.waits;
     while (!offsets) {
@@ -141,7 +141,7 @@ absl::StatusOr<Lease> StagingPool::Acquire(int64_t bytes,
 
 void StagingPool::Free(int64_t offset, int64_t reserved) {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     auto [it, inserted] = free_.emplace(offset, reserved);
     assert(inserted);
     // Coalesce with the following and the preceding free block.
@@ -163,12 +163,12 @@ void StagingPool::Free(int64_t offset, int64_t reserved) {
 }
 
 StagingPoolStats StagingPool::stats() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return stats_;
 }
 
 void StagingPool::ResetPeak() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   stats_.peak_bytes = stats_.in_use_bytes;
 }
 

@@ -12,10 +12,10 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "hoist/device.h"
+#include "hoist/mutex.h"
 
 namespace hoist {
 
@@ -108,8 +108,8 @@ class StagingPool {
 
   const MemoryBlock memory_;
   const int64_t capacity_bytes_;
-  mutable absl::Mutex mu_;
-  absl::CondVar freed_;
+  mutable Mutex mu_;
+  CondVar freed_;
   std::map<int64_t, int64_t> free_ ABSL_GUARDED_BY(mu_);  // offset -> bytes
   StagingPoolStats stats_ ABSL_GUARDED_BY(mu_);
 };

@@ -5,8 +5,8 @@
 
 #include <thread>
 
-#include "absl/synchronization/notification.h"
 #include "hoist/host_backend.h"
+#include "hoist/mutex.h"
 
 namespace hoist {
 namespace {
@@ -74,7 +74,7 @@ TEST_F(StagingPoolTest, RequestThatCanNeverFitIsResourceExhausted) {
 TEST_F(StagingPoolTest, AcquireWaitsUntilSpaceIsReleased) {
   auto pool = MakePool(8192);
   Lease held = *pool->Acquire(8192);
-  absl::Notification acquired;
+  Notification acquired;
   std::thread waiter([&] {
     absl::StatusOr<Lease> lease = pool->Acquire(4096);
     EXPECT_TRUE(lease.ok());
@@ -109,7 +109,7 @@ TEST_F(StagingPoolTest, AllOrNothingNeverHoldsPartOfABatchWhileWaiting) {
   auto pool = MakePool(3 * 4096);
   Lease held = *pool->Acquire(2 * 4096);
   // Needs 2 x 4 KiB; only 4 KiB is free: it must wait without taking it.
-  absl::Notification acquired;
+  Notification acquired;
   std::thread waiter([&] {
     EXPECT_TRUE(pool->AcquireAll({4096, 4096}).ok());
     acquired.Notify();

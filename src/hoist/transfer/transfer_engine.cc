@@ -20,7 +20,6 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "hoist/base/bytes.h"
 #include "hoist/base/checked_math.h"

@@ -8,8 +8,8 @@
 #include <map>
 #include <thread>
 
-#include "absl/synchronization/mutex.h"
 #include "hoist/host_backend.h"
+#include "hoist/mutex.h"
 #include "testing/array_bytes.h"
 #include "testing/faulty_device.h"
 
@@ -27,19 +27,19 @@ class CopyingSink final : public StagedExtentSink {
   CopyingSink() : writer_([this] { Drain(); }) {}
   ~CopyingSink() override {
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       done_ = true;
     }
     writer_.join();
   }
   void OnStaged(StagedExtent extent) override {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     queue_.push_back(std::move(extent));
   }
   // Waits until the writer has drained what was handed over so far.
   std::map<int, std::vector<uint8_t>> Take() {
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(
+    MutexLock lock(&mu_);
+    mu_.Await(Condition(
         +[](std::deque<StagedExtent>* q) { return q->empty(); }, &queue_));
     return std::move(staged_);
   }
@@ -50,8 +50,8 @@ class CopyingSink final : public StagedExtentSink {
   }
   void Drain() {
     while (true) {
-      absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(this, &CopyingSink::HasWork));
+      MutexLock lock(&mu_);
+      mu_.Await(Condition(this, &CopyingSink::HasWork));
       if (queue_.empty()) return;
       StagedExtent extent = std::move(queue_.front());
       std::vector<uint8_t> bytes(
@@ -63,7 +63,7 @@ class CopyingSink final : public StagedExtentSink {
     }
   }
 
-  absl::Mutex mu_;
+  Mutex mu_;
   std::deque<StagedExtent> queue_ ABSL_GUARDED_BY(mu_);
   std::map<int, std::vector<uint8_t>> staged_ ABSL_GUARDED_BY(mu_);
   bool done_ ABSL_GUARDED_BY(mu_) = false;

@@ -20,9 +20,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "hoist/device/copy_op.h"
+#include "hoist/mutex.h"
 
 namespace hoist {
 namespace {
@@ -64,7 +64,7 @@ class CudaDevice final : public Device {
 
   ~CudaDevice() override {
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       stopping_ = true;
     }
     completer_.join();  // drains every pending completion first
@@ -139,7 +139,7 @@ class CudaDevice final : public Device {
     ops_.fetch_add(static_cast<int64_t>(normalized->size()),
                    std::memory_order_relaxed);
     bytes_.fetch_add(bytes, std::memory_order_relaxed);
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     pending_.push_back(std::move(pending));
     return future;
   }
@@ -206,8 +206,8 @@ class CudaDevice final : public Device {
     while (true) {
       Pending pending;
       {
-        absl::MutexLock lock(&mu_);
-        mu_.Await(absl::Condition(this, &CudaDevice::HasWorkOrStopping));
+        MutexLock lock(&mu_);
+        mu_.Await(Condition(this, &CudaDevice::HasWorkOrStopping));
         if (pending_.empty()) return;
         pending = std::move(pending_.front());
         pending_.pop_front();
@@ -230,7 +230,7 @@ class CudaDevice final : public Device {
   const cudaStream_t d2h_;
   const cudaStream_t h2d_;
   const cudaStream_t compute_;
-  absl::Mutex mu_;
+  Mutex mu_;
   std::deque<Pending> pending_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<int64_t> dispatches_{0}, ops_{0}, bytes_{0}, busy_ns_{0};

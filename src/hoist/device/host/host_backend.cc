@@ -18,10 +18,10 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "hoist/base/checked_math.h"
 #include "hoist/device/copy_op.h"
+#include "hoist/mutex.h"
 
 namespace hoist {
 namespace {
@@ -57,7 +57,7 @@ class HostDevice final : public Device {
 
   ~HostDevice() override {
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       stopping_ = true;
     }
     for (std::thread& engine : engines_) engine.join();
@@ -131,7 +131,7 @@ class HostDevice final : public Device {
                    std::memory_order_relaxed);
     bytes_.fetch_add(total_bytes, std::memory_order_relaxed);
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       queue_.push_back(std::move(dispatch));
     }
     return future;
@@ -175,8 +175,8 @@ class HostDevice final : public Device {
       size_t op = 0;
       int64_t piece = 0;
       {
-        absl::MutexLock lock(&mu_);
-        mu_.Await(absl::Condition(this, &HostDevice::HasWorkOrStopping));
+        MutexLock lock(&mu_);
+        mu_.Await(Condition(this, &HostDevice::HasWorkOrStopping));
         if (queue_.empty()) return;  // stopping, and nothing left to copy
         dispatch = queue_.front();
         op = next_op_;
@@ -201,7 +201,7 @@ class HostDevice final : public Device {
 
   const DeviceId id_;
   const int64_t chunk_bytes_;
-  absl::Mutex mu_;
+  Mutex mu_;
   std::deque<std::shared_ptr<Dispatch>> queue_ ABSL_GUARDED_BY(mu_);
   // Claim cursor into queue_.front().
   size_t next_op_ ABSL_GUARDED_BY(mu_) = 0;

@@ -82,21 +82,21 @@ TEST(HostBackendTest, DispatchesOnOneDeviceCompleteInOrder) {
   Device& device = *backend->devices()[0];
   const std::vector<uint8_t> src = Iota(1 << 16);
   std::vector<std::vector<uint8_t>> dst(20, std::vector<uint8_t>(1 << 16));
-  absl::Mutex mu;
+  Mutex mu;
   std::vector<int> order;
   std::vector<Future<>> futures;
   for (int i = 0; i < 20; ++i) {
     const CopyOp op{src.data(), 0, dst[i].data(), 0, 1 << 16, 1};
     futures.push_back(device.CopyToHost({&op, 1}));
     futures.back().OnReady([&, i](const absl::Status&) {
-      absl::MutexLock lock(&mu);
+      MutexLock lock(&mu);
       order.push_back(i);
     });
   }
   ASSERT_TRUE(WhenAll(futures).Wait().ok());
   std::vector<int> expected(20);
   std::iota(expected.begin(), expected.end(), 0);
-  absl::MutexLock lock(&mu);
+  MutexLock lock(&mu);
   EXPECT_EQ(order, expected);
   EXPECT_EQ(device.counters().dispatches, 20);
 }
