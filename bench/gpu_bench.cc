@@ -22,6 +22,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "bench/bench_util.h"
 #include "hoist/base/bytes.h"
 #include "hoist/checkpoint_manager.h"
 #include "hoist/cuda_backend.h"
@@ -31,15 +32,8 @@
 namespace hoist {
 namespace {
 
-[[noreturn]] void Die(const absl::Status& status) {
-  std::cerr << "gpu_bench: " << status << "\n";
-  std::exit(1);
-}
-template <typename T>
-T Check(absl::StatusOr<T> value) {
-  if (!value.ok()) Die(value.status());
-  return *std::move(value);
-}
+using bench::Check;
+using bench::Die;
 void CheckCuda(cudaError_t error, const char* what) {
   if (error != cudaSuccess) {
     Die(absl::InternalError(

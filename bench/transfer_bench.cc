@@ -26,6 +26,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "bench/bench_util.h"
 #include "hoist/base/bytes.h"
 #include "hoist/base/checked_math.h"
 #include "hoist/host_backend.h"
@@ -36,15 +37,8 @@
 namespace hoist {
 namespace {
 
-[[noreturn]] void Die(const absl::Status& status) {
-  std::cerr << "transfer_bench: " << status << "\n";
-  std::exit(1);
-}
-template <typename T>
-T Check(absl::StatusOr<T> value) {
-  if (!value.ok()) Die(value.status());
-  return *std::move(value);
-}
+using bench::Check;
+using bench::Die;
 
 class DroppingSink final : public StagedExtentSink {
  public:
