@@ -205,8 +205,17 @@ absl::StatusOr<SaveResult> SaveInto(Storage& storage, Coordinator& coordinator,
       aside = JoinPath(request.root, TmpStepDirName(request.step) + ".old");
       RETURN_IF_ERROR(storage.Rename(final_dir, aside));
     }
-    RETURN_IF_ERROR(storage.Rename(tmp, final_dir));
-    RETURN_IF_ERROR(storage.SyncDir(request.root));
+    if (absl::Status renamed = storage.Rename(tmp, final_dir); !renamed.ok()) {
+      if (!aside.empty()) storage.Rename(aside, final_dir).IgnoreError();
+      return renamed;
+    }
+    if (absl::Status synced = storage.SyncDir(request.root); !synced.ok()) {
+      // The rename may not be durable: take it back, so that what is visible
+      // agrees with the error (the old step returns from aside).
+      storage.Rename(final_dir, tmp).IgnoreError();
+      if (!aside.empty()) storage.Rename(aside, final_dir).IgnoreError();
+      return synced;
+    }
     if (!aside.empty()) RETURN_IF_ERROR(storage.RemoveAll(aside));
     traced("publish (rename, fsync root)");
   }

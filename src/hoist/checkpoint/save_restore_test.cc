@@ -275,6 +275,37 @@ TEST_F(CheckpointTest, DiskFullMidSaveIsACleanError) {
   EXPECT_TRUE(Save(*posix_, model, 2).ok());  // space is back
 }
 
+TEST_F(CheckpointTest, FailureAtEveryWriteAndSyncLeavesThePreviousStepIntact) {
+  const std::vector<ArraySpec> model = Model(MeshOf(2, 4));
+  ASSERT_TRUE(Save(*posix_, model, 1, /*version=*/1).ok());
+  // Count the writes and syncs of one save, then fail each in turn.
+  FaultInjectingStorage counting(*posix_, {});
+  ASSERT_TRUE(Save(counting, model, 2, 2).ok());
+  ASSERT_TRUE(posix_->RemoveAll(root_ + "/step_00000002").ok());
+  const int writes = counting.writes();
+  const int syncs = counting.syncs();
+  ASSERT_GT(writes, 2);
+  ASSERT_GT(syncs, 4);
+  for (int i = 0; i < writes + syncs; ++i) {
+    FaultPlan plan;
+    plan.error = i % 2 == 0 ? ENOSPC : EIO;
+    plan.torn = i % 3 == 0;
+    if (i < writes) {
+      plan.fail_write = i;
+    } else {
+      plan.fail_sync = i - writes;
+    }
+    FaultInjectingStorage faulty(*posix_, plan);
+    absl::Status status = Save(faulty, model, 2, 2).status();
+    ASSERT_FALSE(status.ok()) << "fault " << i << " went unnoticed";
+    EXPECT_THAT(*posix_->List(root_), ::testing::ElementsAre("step_00000001"))
+        << "fault " << i << ": " << status;
+    EXPECT_EQ(pool_->stats().in_use_bytes, 0) << "fault " << i;
+  }
+  ExpectRestores(*posix_, model, 1, 1);
+  RecordProperty("faults_injected", writes + syncs);
+}
+
 TEST_F(CheckpointTest, TornWriteAndFailedSyncAbortTheStep) {
   const std::vector<ArraySpec> model = Model(MeshOf(2, 4));
   FaultInjectingStorage torn(*posix_, {.fail_write = 2, .torn = true});
