@@ -97,14 +97,7 @@ class CudaDevice final : public Device {
     });
   }
 
-  DeviceCounters counters() const override {
-    DeviceCounters c;
-    c.dispatches = dispatches_.load(std::memory_order_relaxed);
-    c.ops = ops_.load(std::memory_order_relaxed);
-    c.bytes = bytes_.load(std::memory_order_relaxed);
-    c.busy_ns = busy_ns_.load(std::memory_order_relaxed);
-    return c;
-  }
+  DeviceCounters counters() const override { return counters_.Snapshot(); }
 
  private:
   struct Pending {
@@ -133,12 +126,7 @@ class CudaDevice final : public Device {
           status.code(),
           absl::StrFormat("device %d: %s", id_, status.message())));
     }
-    int64_t bytes = 0;
-    for (const CopyOp& op : *normalized) bytes += op.bytes();
-    dispatches_.fetch_add(1, std::memory_order_relaxed);
-    ops_.fetch_add(static_cast<int64_t>(normalized->size()),
-                   std::memory_order_relaxed);
-    bytes_.fetch_add(bytes, std::memory_order_relaxed);
+    counters_.AddDispatch(*normalized);
     MutexLock lock(&mu_);
     pending_.push_back(std::move(pending));
     return future;
@@ -215,9 +203,7 @@ class CudaDevice final : public Device {
       cudaSetDevice(ordinal_);
       const cudaError_t error = cudaEventSynchronize(pending.event);
       cudaEventDestroy(pending.event);
-      busy_ns_.fetch_add(
-          absl::ToInt64Nanoseconds(absl::Now() - pending.dispatched),
-          std::memory_order_relaxed);
+      counters_.AddBusy(absl::Now() - pending.dispatched);
       pending.promise.Set(
           error == cudaSuccess
               ? absl::OkStatus()
@@ -233,7 +219,7 @@ class CudaDevice final : public Device {
   Mutex mu_;
   std::deque<Pending> pending_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::atomic<int64_t> dispatches_{0}, ops_{0}, bytes_{0}, busy_ns_{0};
+  AtomicDeviceCounters counters_;
   std::thread completer_;
 };
 

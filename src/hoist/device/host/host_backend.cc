@@ -95,14 +95,7 @@ class HostDevice final : public Device {
                        [size](void* p, int64_t) { munmap(p, size); });
   }
 
-  DeviceCounters counters() const override {
-    DeviceCounters c;
-    c.dispatches = dispatches_.load(std::memory_order_relaxed);
-    c.ops = ops_.load(std::memory_order_relaxed);
-    c.bytes = bytes_.load(std::memory_order_relaxed);
-    c.busy_ns = busy_ns_.load(std::memory_order_relaxed);
-    return c;
-  }
+  DeviceCounters counters() const override { return counters_.Snapshot(); }
 
  private:
   Future<> Enqueue(absl::Span<const CopyOp> ops) {
@@ -116,20 +109,16 @@ class HostDevice final : public Device {
     if (normalized->empty()) return Future<>::Ready(absl::OkStatus());
     auto dispatch = std::make_shared<Dispatch>();
     dispatch->ops = *std::move(normalized);
-    int64_t total_pieces = 0, total_bytes = 0;
+    int64_t total_pieces = 0;
     dispatch->pieces.reserve(dispatch->ops.size());
     for (const CopyOp& op : dispatch->ops) {
       const int64_t pieces = PiecesOf(op);
       dispatch->pieces.push_back(pieces);
       total_pieces += pieces;
-      total_bytes += op.bytes();
     }
     dispatch->remaining.store(total_pieces, std::memory_order_relaxed);
     Future<> future = dispatch->promise.future();
-    dispatches_.fetch_add(1, std::memory_order_relaxed);
-    ops_.fetch_add(static_cast<int64_t>(dispatch->ops.size()),
-                   std::memory_order_relaxed);
-    bytes_.fetch_add(total_bytes, std::memory_order_relaxed);
+    counters_.AddDispatch(dispatch->ops);
     {
       MutexLock lock(&mu_);
       queue_.push_back(std::move(dispatch));
@@ -191,8 +180,7 @@ class HostDevice final : public Device {
       }
       const absl::Time start = absl::Now();
       CopyPiece(dispatch->ops[op], piece);
-      busy_ns_.fetch_add(absl::ToInt64Nanoseconds(absl::Now() - start),
-                         std::memory_order_relaxed);
+      counters_.AddBusy(absl::Now() - start);
       if (dispatch->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) {
         dispatch->promise.Set(absl::OkStatus());
       }
@@ -207,7 +195,7 @@ class HostDevice final : public Device {
   size_t next_op_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t next_piece_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::atomic<int64_t> dispatches_{0}, ops_{0}, bytes_{0}, busy_ns_{0};
+  AtomicDeviceCounters counters_;
   std::vector<std::thread> engines_;  // last: started after the state above
 };
 
