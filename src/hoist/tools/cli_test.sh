@@ -47,6 +47,11 @@ if "$hoist" verify "$dir/r/step_00000003" >/dev/null; then
   fail "verify passed a garbage manifest"
 fi
 
+if "$hoist" verify "$dir/no-such-step" 2>"$dir/missing.err"; then
+  fail "verify passed a missing directory"
+fi
+grep -q "no such checkpoint" "$dir/missing.err" || fail "verify missing text"
+
 "$hoist" rm "$dir/r" 2 >/dev/null || fail "rm"
 [ ! -e "$dir/r/step_00000002" ] || fail "rm left the step"
 if "$hoist" rm "$dir/r" 2 2>/dev/null; then fail "rm of a missing step"; fi

@@ -128,6 +128,12 @@ absl::Status Inspect(const std::string& step_dir, bool json) {
 // 0: verified; 1: problems found (printed).
 int Verify(const std::string& step_dir, bool json) {
   std::unique_ptr<Storage> storage = MakePosixStorage();
+  if (absl::StatusOr<bool> is_dir = storage->IsDir(step_dir);
+      !is_dir.ok() || !*is_dir) {
+    std::cerr << "hoist verify: " << step_dir
+              << ": no such checkpoint directory\n";
+    return 1;
+  }
   const VerifyReport report = VerifyCheckpoint(*storage, step_dir);
   if (json) {
     std::cout << nlohmann::json{{"path", step_dir},
