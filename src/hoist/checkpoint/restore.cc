@@ -283,17 +283,41 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
         host_dests.push_back({array, dest.box, data, {}, bytes});
         continue;
       }
-      if (AlignUp(bytes, StagingPool::kAlignment) > pool.capacity_bytes()) {
-        return absl::ResourceExhaustedError(absl::StrFormat(
-            "array '%s': box %s needs %s of staging but the pool holds %s",
-            target.name, dest.box.ToString(), FormatBytes(bytes),
-            FormatBytes(pool.capacity_bytes())));
+      // A box larger than half the pool is restored in parts: consecutive
+      // ranges of its first axis longer than 1, each a contiguous run of the
+      // box's memory.
+      const int64_t item = ItemSize(array->dtype);
+      const int64_t max_part = pool.capacity_bytes() / 2;
+      std::vector<Box> pieces = {dest.box};
+      if (AlignUp(bytes, StagingPool::kAlignment) > max_part) {
+        int axis = 0;
+        while (axis < dest.box.rank() && dest.box.shape()[axis] == 1) ++axis;
+        const int64_t row_bytes =
+            axis < dest.box.rank() ? bytes / dest.box.shape()[axis] : bytes;
+        if (axis == dest.box.rank() ||
+            AlignUp(row_bytes, StagingPool::kAlignment) > max_part) {
+          return absl::ResourceExhaustedError(absl::StrFormat(
+              "array '%s': box %s needs at least %s of staging at a time but "
+              "half the pool is %s; raise the pool capacity",
+              target.name, dest.box.ToString(), FormatBytes(row_bytes),
+              FormatBytes(max_part)));
+        }
+        const int64_t rows_per_part = std::max<int64_t>(
+            1, (max_part - StagingPool::kAlignment) / row_bytes);
+        pieces = dest.box.Split(
+            axis, (dest.box.shape()[axis] + rows_per_part - 1) / rows_per_part);
       }
-      auto [it, inserted] = image_of.emplace(std::make_pair(array, dest.box),
-                                             device_dests.size());
-      if (inserted)
-        device_dests.push_back({array, dest.box, nullptr, {}, bytes});
-      device_dests[it->second].devices.emplace_back(dest.device, data);
+      for (const Box& piece : pieces) {
+        const int64_t offset = *ContiguousOffset(dest.box, piece, item);
+        auto [it, inserted] =
+            image_of.emplace(std::make_pair(array, piece), device_dests.size());
+        if (inserted) {
+          device_dests.push_back(
+              {array, piece, nullptr, {}, piece.num_elements() * item});
+        }
+        device_dests[it->second].devices.emplace_back(dest.device,
+                                                      data + offset);
+      }
     }
   }
 

@@ -5,7 +5,8 @@
 // device boxes through leases of the staging pool); then each device gets
 // ONE CopyFromHost per wave carrying all of its boxes. Device boxes that do
 // not fit in the pool together are restored in waves of at most half of it,
-// so host memory stays bounded by the pool.
+// and a box larger than that in parts along its first axis, so host memory
+// stays bounded by the pool.
 #ifndef HOIST_CHECKPOINT_RESTORE_H_
 #define HOIST_CHECKPOINT_RESTORE_H_
 
@@ -31,9 +32,10 @@ namespace hoist {
 // message); kInvalidArgument for a destination outside the array or without
 // memory; kDataLoss for an extent whose bytes do not match their XXH3 (naming
 // array, extent, file and offset), a truncated file, or a data path that
-// leaves the checkpoint through a symlink; kResourceExhausted for a device
-// box larger than the pool; storage and device errors as is. `pool` stages
-// device boxes and must outlive the call.
+// leaves the checkpoint through a symlink; kResourceExhausted when one row
+// (along the first axis longer than 1) of a device box exceeds half the pool;
+// storage and device errors as is. `pool` stages device boxes and must outlive
+// the call.
 absl::StatusOr<RestoreStats> RestoreCheckpoint(
     Storage& storage, const std::string& step_dir,
     absl::Span<const RestoreTarget> targets, StagingPool& pool,

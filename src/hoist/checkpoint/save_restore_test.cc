@@ -218,6 +218,34 @@ TEST_F(CheckpointTest, RestoreThroughASmallPoolRunsInWaves) {
   ExpectRestores(*posix_, Reshard(model, MeshOf(4, 2)), 4);
 }
 
+TEST_F(CheckpointTest, BoxLargerThanThePoolIsRestoredInParts) {
+  // One 256 KiB box per device, restored through a 64 KiB pool.
+  const std::vector<ArraySpec> model = {
+      {"big",
+       DType::kFloat32,
+       {8 * 256, 256},
+       NamedSharding{MeshOf(8, 1), {{"data"}}}}};
+  ASSERT_TRUE(Save(*posix_, model, 1).ok());
+  pool_ = *StagingPool::Create(*backend_, 64 * 1024);
+  ShardBuffers buffers = *AllocateShards(model[0], backend_->devices());
+  absl::StatusOr<RestoreStats> stats = RestoreCheckpoint(
+      *posix_, root_ + "/step_00000001", {buffers.target}, *pool_);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_GT(stats->waves, 8);
+  for (const RestoreDestination& dest : buffers.target.destinations) {
+    const std::vector<uint8_t> expected = BoxBytes(model[0], 0, dest.box);
+    ASSERT_EQ(std::memcmp(dest.data, expected.data(), expected.size()), 0)
+        << dest.box.ToString();
+  }
+  // A single row wider than half the pool cannot be split further.
+  pool_ = *StagingPool::Create(*backend_, 1024);
+  EXPECT_EQ(RestoreCheckpoint(*posix_, root_ + "/step_00000001",
+                              {buffers.target}, *pool_)
+                .status()
+                .code(),
+            absl::StatusCode::kResourceExhausted);
+}
+
 TEST_F(CheckpointTest, ExistingStepIsAlreadyExistsUnlessOverwriting) {
   const std::vector<ArraySpec> model = Model(MeshOf(2, 4));
   ASSERT_TRUE(Save(*posix_, model, 5, /*version=*/1).ok());
