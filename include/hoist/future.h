@@ -9,6 +9,9 @@
 // - on the thread that sets the promise, after the result is visible to
 //   waiters, if the future was not ready at registration; or
 // - on the registering thread, before OnReady returns, if it was.
+// So a callback registered late may run while earlier ones are still
+// running on the setting thread: to wait for a callback's work, have it set
+// a promise of its own when done, and wait on that.
 // Callbacks must not block for long: they run on device copy workers and
 // writer threads.
 //

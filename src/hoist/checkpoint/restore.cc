@@ -405,11 +405,17 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
       wave_copies.push_back(device->CopyFromHost(device_ops));
       ++stats.dispatches;
     }
-    Future<> landed = WhenAll(wave_copies);
-    landed.OnReady([leases = std::move(*leases)](const absl::Status&) mutable {
-      leases.clear();
-    });
-    copies.push_back(landed);
+    // `released` completes only after the leases are back: a callback added
+    // to `landed` later could otherwise run (inline) while the release is
+    // still under way on the device's thread.
+    Promise<> released;
+    copies.push_back(released.future());
+    WhenAll(wave_copies)
+        .OnReady([leases = std::move(*leases), released = std::move(released)](
+                     const absl::Status& status) mutable {
+          leases.clear();
+          released.Set(status);
+        });
   }
   // 4. Every copy must be over before the destinations or leases are touched
   // again, also after an error.

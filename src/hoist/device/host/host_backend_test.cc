@@ -84,16 +84,21 @@ TEST(HostBackendTest, DispatchesOnOneDeviceCompleteInOrder) {
   std::vector<std::vector<uint8_t>> dst(20, std::vector<uint8_t>(1 << 16));
   Mutex mu;
   std::vector<int> order;
-  std::vector<Future<>> futures;
+  std::vector<Future<>> recorded;  // set once each callback has recorded
   for (int i = 0; i < 20; ++i) {
     const CopyOp op{src.data(), 0, dst[i].data(), 0, 1 << 16, 1};
-    futures.push_back(device.CopyToHost({&op, 1}));
-    futures.back().OnReady([&, i](const absl::Status&) {
-      MutexLock lock(&mu);
-      order.push_back(i);
-    });
+    Promise<> done;
+    recorded.push_back(done.future());
+    device.CopyToHost({&op, 1}).OnReady(
+        [&, i, done = std::move(done)](const absl::Status& status) mutable {
+          {
+            MutexLock lock(&mu);
+            order.push_back(i);
+          }
+          done.Set(status);
+        });
   }
-  ASSERT_TRUE(WhenAll(futures).Wait().ok());
+  ASSERT_TRUE(WhenAll(recorded).Wait().ok());
   std::vector<int> expected(20);
   std::iota(expected.begin(), expected.end(), 0);
   MutexLock lock(&mu);
