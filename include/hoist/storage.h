@@ -85,9 +85,10 @@ class Storage {
 // The local filesystem, through plain syscalls (pwritev, preadv, fsync).
 std::unique_ptr<Storage> MakePosixStorage();
 
-// The local filesystem, every transfer and fsync submitted to io_uring (a
-// ring per thread). kUnavailable with the reason where io_uring is not
-// available (old kernel, seccomp, or a build without liburing).
+// The local filesystem, every transfer and fsync submitted to io_uring (rings
+// lent from a pool, one per concurrent call). kUnavailable with the reason
+// where io_uring is not available (old kernel, seccomp, or a build without
+// liburing).
 absl::StatusOr<std::unique_ptr<Storage>> MakeIoUringStorage();
 
 // Joins path components with '/'.

@@ -4,9 +4,12 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "hoist/mutex.h"
 
 #ifdef HOIST_HAVE_LIBURING
 #include <liburing.h>
@@ -29,11 +32,11 @@ class SyscallFileIo final : public FileIo {
 };
 
 #ifdef HOIST_HAVE_LIBURING
-// A ring per thread: writer and reader threads submit without sharing a lock.
-class ThreadRing {
+// A ring, used by one thread at a time.
+class Ring {
  public:
-  ThreadRing() { init_ = io_uring_queue_init(8, &ring_, 0); }
-  ~ThreadRing() {
+  Ring() { init_ = io_uring_queue_init(8, &ring_, 0); }
+  ~Ring() {
     if (init_ == 0) io_uring_queue_exit(&ring_);
   }
   // Submits one prepared operation and waits for its result.
@@ -60,27 +63,58 @@ class ThreadRing {
   int init_;
 };
 
-ThreadRing& Ring() {
-  thread_local ThreadRing ring;
-  return ring;
-}
+// Rings are kept for the life of the engine and lent to one caller at a
+// time, so threads never set up a ring of their own (restore starts reader
+// threads per wave) and a ring's memory is never unmapped under another.
+class RingPool {
+ public:
+  std::unique_ptr<Ring> Take() ABSL_LOCKS_EXCLUDED(mu_) {
+    {
+      MutexLock lock(&mu_);
+      if (!free_.empty()) {
+        std::unique_ptr<Ring> ring = std::move(free_.back());
+        free_.pop_back();
+        return ring;
+      }
+    }
+    return std::make_unique<Ring>();
+  }
+  void Give(std::unique_ptr<Ring> ring) ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
+    free_.push_back(std::move(ring));
+  }
+
+ private:
+  Mutex mu_;
+  std::vector<std::unique_ptr<Ring>> free_ ABSL_GUARDED_BY(mu_);
+};
 
 class IoUringFileIo final : public FileIo {
  public:
   ssize_t Writev(int fd, const iovec* iov, int count, int64_t offset) override {
-    return Ring().Run([&](io_uring_sqe* sqe) {
+    return Run([&](io_uring_sqe* sqe) {
       io_uring_prep_writev(sqe, fd, iov, count, offset);
     });
   }
   ssize_t Readv(int fd, const iovec* iov, int count, int64_t offset) override {
-    return Ring().Run([&](io_uring_sqe* sqe) {
+    return Run([&](io_uring_sqe* sqe) {
       io_uring_prep_readv(sqe, fd, iov, count, offset);
     });
   }
   int Fsync(int fd) override {
-    return Ring().Run(
-        [&](io_uring_sqe* sqe) { io_uring_prep_fsync(sqe, fd, 0); });
+    return Run([&](io_uring_sqe* sqe) { io_uring_prep_fsync(sqe, fd, 0); });
   }
+
+ private:
+  template <typename Prep>
+  int Run(Prep prep) {
+    std::unique_ptr<Ring> ring = rings_.Take();
+    const int result = ring->Run(prep);
+    rings_.Give(std::move(ring));
+    return result;
+  }
+
+  RingPool rings_;
 };
 #endif
 

@@ -1,6 +1,6 @@
 // FileIo: how a POSIX file's bytes move. The syscall engine calls
 // pwritev/preadv/fsync; the io_uring engine submits the same operations to a
-// ring of the calling thread's own and waits for their completion. Storage
+// ring borrowed for the call and waits for their completion. Storage
 // semantics (O_DIRECT choice, error mapping, short transfers) live above, in
 // posix_storage.cc, the same for both.
 #ifndef HOIST_IO_FILE_IO_H_
@@ -31,8 +31,9 @@ class FileIo {
 // Plain syscalls. Never fails.
 std::unique_ptr<FileIo> MakeSyscallFileIo();
 
-// io_uring (liburing), one ring per calling thread. kUnavailable with the
-// reason when the kernel or the build has no io_uring.
+// io_uring (liburing): each call borrows a ring from the engine's pool (one
+// ring per concurrent caller, kept for the engine's life). kUnavailable with
+// the reason when the kernel or the build has no io_uring.
 absl::StatusOr<std::unique_ptr<FileIo>> MakeIoUringFileIo();
 
 }  // namespace hoist
