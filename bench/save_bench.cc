@@ -215,21 +215,12 @@ int Main(int argc, char** argv) {
   buffers.clear();
   targets.clear();
 
-  // Restore every array whole into host memory (pre-faulted, as a caller's
+  // Restore every array whole into host memory (resident, as a caller's
   // numpy arrays would be): hoist's read path alone, no device copies.
   DropCacheTree(saved.path);
-  std::vector<MemoryBlock> host;
-  for (const ArraySpec& spec : model) {
-    const Box whole = Box::FromShape(spec.shape);
-    host.push_back(Check(backend->devices()[0]->Allocate(
-        whole.num_elements() * ItemSize(spec.dtype))));
-    targets.push_back({spec.name,
-                       spec.dtype,
-                       spec.shape,
-                       {{whole, nullptr, host.back().data()}}});
-  }
-  const RestoreStats to_host = Check(
-      RestoreCheckpoint(*storage, saved.path, targets, *pool, restore_options));
+  const HostArrays host = WholeArraysInHost(model);
+  const RestoreStats to_host = Check(RestoreCheckpoint(
+      *storage, saved.path, host.targets, *pool, restore_options));
   const double host_s = absl::ToDoubleSeconds(to_host.elapsed);
   pool.reset();
   if (own_dir) std::filesystem::remove_all(dir);

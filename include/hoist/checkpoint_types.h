@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "hoist/array_spec.h"
 #include "hoist/box.h"
 #include "hoist/device.h"
 #include "hoist/dtype.h"
@@ -30,6 +32,15 @@ struct RestoreTarget {
   std::vector<int64_t> shape;  // must match the checkpoint's
   std::vector<RestoreDestination> destinations;
 };
+
+// Every array of `specs` restored whole into host memory this object owns:
+// targets[i] fills bytes[i] with array i, dense, in C order. The buffers are
+// zero-filled (so resident) when made.
+struct HostArrays {
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<RestoreTarget> targets;
+};
+HostArrays WholeArraysInHost(absl::Span<const ArraySpec> specs);
 
 struct RestoreOptions {
   int reader_threads = 8;  // extents read in parallel (default 8), >= 1

@@ -1,4 +1,6 @@
-// The checkpoint manager. Save() plans on the caller's thread and queues a
+// The checkpoint manager. Save() plans on the caller's thread (reusing the
+// last plan when the arrays' specs have not changed, as in a training loop,
+// so planning stays off the time training is blocked) and queues a
 // job; the saver thread runs jobs in order (stage, persist, commit: see
 // save.cc), reporting each stage through the job's promises, then applies
 // retention. A job's error that Save() did not already return is kept and
@@ -38,7 +40,7 @@ namespace {
 struct Job {
   int64_t step = 0;
   std::vector<ArraySpec> specs;
-  SavePlan plan;
+  std::shared_ptr<const SavePlan> plan;  // shared with later saves
   ShardSources sources;
   std::string metadata_json;
   absl::Time start;
@@ -172,8 +174,7 @@ class CheckpointManager::Impl {
         job->sources.Add(static_cast<int>(a), shard.device, shard.data);
       }
     }
-    ASSIGN_OR_RETURN(job->plan,
-                     MakeSavePlan(job->specs, topology_, options_.plan));
+    ASSIGN_OR_RETURN(job->plan, PlanFor(job->specs));
     // Wait for room, then refuse a step that exists or is being saved.
     {
       MutexLock lock(&mu_);
@@ -189,8 +190,8 @@ class CheckpointManager::Impl {
       return absl::AlreadyExistsError(
           absl::StrFormat("%s: step %d is already committed", root_, step));
     }
-    for (int s : job->plan.SlicesOfProcess(coordinator_.rank())) {
-      job->progress->total_bytes += job->plan.slices[s].length_bytes;
+    for (int s : job->plan->SlicesOfProcess(coordinator_.rank())) {
+      job->progress->total_bytes += job->plan->slices[s].length_bytes;
     }
     SaveHandle handle(step, job->dispatched.future(), job->staged.future(),
                       job->committed.future(), job->progress);
@@ -280,6 +281,19 @@ class CheckpointManager::Impl {
   const std::string& root() const { return root_; }
 
  private:
+  // The plan of `specs`: the previous save's if the specs are the same.
+  absl::StatusOr<std::shared_ptr<const SavePlan>> PlanFor(
+      const std::vector<ArraySpec>& specs) ABSL_LOCKS_EXCLUDED(plan_mu_) {
+    MutexLock lock(&plan_mu_);
+    if (planned_plan_ == nullptr || planned_specs_ != specs) {
+      ASSIGN_OR_RETURN(SavePlan plan,
+                       MakeSavePlan(specs, topology_, options_.plan));
+      planned_plan_ = std::make_shared<const SavePlan>(std::move(plan));
+      planned_specs_ = specs;
+    }
+    return planned_plan_;
+  }
+
   bool HasRoom() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return static_cast<int>(in_flight_steps_.size()) <
            std::max(1, options_.max_in_flight);
@@ -363,7 +377,7 @@ class CheckpointManager::Impl {
     request.root = root_;
     request.step = job.step;
     request.arrays = job.specs;
-    request.plan = &job.plan;
+    request.plan = job.plan.get();
     request.metadata_json = job.metadata_json;
     request.tracer = options_.tracer;
     request.progress = job.progress.get();
@@ -401,6 +415,10 @@ class CheckpointManager::Impl {
   const std::unique_ptr<StagingPool> pool_;
   TransferEngine engine_;  // used by the saver thread only
   const std::unique_ptr<RootLock> lock_;
+
+  Mutex plan_mu_;
+  std::vector<ArraySpec> planned_specs_ ABSL_GUARDED_BY(plan_mu_);
+  std::shared_ptr<const SavePlan> planned_plan_ ABSL_GUARDED_BY(plan_mu_);
 
   Mutex mu_;
   std::deque<std::shared_ptr<Job>> queue_ ABSL_GUARDED_BY(mu_);

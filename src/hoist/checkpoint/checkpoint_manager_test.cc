@@ -284,6 +284,21 @@ TEST_F(ManagerTest, TraceHasATrackPerDevicePerWriterAndTheCommit) {
   EXPECT_GE(spans, 8 + 2 + 4);  // a copy per device, writes, commit phases
 }
 
+TEST_F(ManagerTest, ChangedArraysArePlannedAgain) {
+  auto manager = Open();
+  std::vector<SaveArray> arrays = Arrays();
+  ASSERT_TRUE(manager->Save(1, arrays).ok());
+  arrays.pop_back();  // the next save has one array fewer
+  ASSERT_TRUE(manager->Save(2, arrays).ok());
+  ASSERT_TRUE(manager->Save(3, Arrays()).ok());
+  ASSERT_TRUE(manager->WaitUntilFinished().ok());
+  EXPECT_EQ(manager->Verify(1)->arrays, 4);
+  EXPECT_EQ(manager->Verify(2)->arrays, 3);
+  EXPECT_EQ(manager->Verify(3)->arrays, 4);
+  EXPECT_TRUE(manager->Verify(2)->ok());
+  ExpectHolds(*manager, 3, 0);
+}
+
 TEST_F(ManagerTest, ShardOnAForeignDeviceIsInvalid) {
   auto manager = Open();
   std::vector<SaveArray> arrays = Arrays();

@@ -98,26 +98,18 @@ TEST(CrashTest, SigkillAtRandomMomentsNeverLosesACommittedStep) {
       EXPECT_GE(steps.back(), acknowledged) << "kill " << kill_number;
     }
     for (int64_t step : steps) {
-      std::vector<std::vector<uint8_t>> host(model.size());
-      std::vector<RestoreTarget> targets;
-      for (size_t a = 0; a < model.size(); ++a) {
-        const Box whole = Box::FromShape(model[a].shape);
-        host[a].resize(whole.num_elements() * ItemSize(model[a].dtype));
-        targets.push_back({model[a].name,
-                           model[a].dtype,
-                           model[a].shape,
-                           {{whole, nullptr, host[a].data()}}});
-      }
+      HostArrays host = WholeArraysInHost(model);
       absl::StatusOr<RestoreStats> restored =
-          (*manager)->Restore(step, targets);
+          (*manager)->Restore(step, host.targets);
       ASSERT_TRUE(restored.ok()) << "kill " << kill_number << " step " << step
                                  << ": " << restored.status();
       for (size_t a = 0; a < model.size(); ++a) {
-        std::vector<uint8_t> expected(host[a].size());
+        std::vector<uint8_t> expected(host.bytes[a].size());
         FillSynthetic(expected.data(), static_cast<int64_t>(expected.size()),
                       testing::CrashSeed(step, a));
-        ASSERT_EQ(host[a], expected) << "kill " << kill_number << " step "
-                                     << step << " array " << model[a].name;
+        ASSERT_EQ(host.bytes[a], expected)
+            << "kill " << kill_number << " step " << step << " array "
+            << model[a].name;
       }
       ++verified_steps;
     }

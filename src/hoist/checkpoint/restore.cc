@@ -427,6 +427,20 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
   return stats;
 }
 
+HostArrays WholeArraysInHost(absl::Span<const ArraySpec> specs) {
+  HostArrays out;
+  out.bytes.resize(specs.size());
+  for (size_t a = 0; a < specs.size(); ++a) {
+    const Box whole = Box::FromShape(specs[a].shape);
+    out.bytes[a].resize(whole.num_elements() * ItemSize(specs[a].dtype));
+    out.targets.push_back({specs[a].name,
+                           specs[a].dtype,
+                           specs[a].shape,
+                           {{whole, nullptr, out.bytes[a].data()}}});
+  }
+  return out;
+}
+
 absl::StatusOr<ShardBuffers> AllocateShards(const ArraySpec& spec,
                                             absl::Span<Device* const> devices) {
   ASSIGN_OR_RETURN(ShardLayout layout, spec.sharding.Layout(spec.shape));

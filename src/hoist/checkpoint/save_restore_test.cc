@@ -152,23 +152,14 @@ TEST_F(CheckpointTest, RestoresBitExactOntoEveryOtherSharding) {
 TEST_F(CheckpointTest, RestoresWholeArraysIntoHostMemory) {
   const std::vector<ArraySpec> model = Model(MeshOf(2, 4));
   ASSERT_TRUE(Save(*posix_, model, 7).ok());
-  std::vector<std::vector<uint8_t>> host(model.size());
-  std::vector<RestoreTarget> targets;
-  for (size_t a = 0; a < model.size(); ++a) {
-    const Box whole = Box::FromShape(model[a].shape);
-    host[a].resize(whole.num_elements() * ItemSize(model[a].dtype));
-    targets.push_back({model[a].name,
-                       model[a].dtype,
-                       model[a].shape,
-                       {{whole, nullptr, host[a].data()}}});
-  }
-  absl::StatusOr<RestoreStats> stats =
-      RestoreCheckpoint(*posix_, root_ + "/step_00000007", targets, *pool_);
+  HostArrays host = WholeArraysInHost(model);
+  absl::StatusOr<RestoreStats> stats = RestoreCheckpoint(
+      *posix_, root_ + "/step_00000007", host.targets, *pool_);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->dispatches, 0);
   for (size_t a = 0; a < model.size(); ++a) {
-    EXPECT_EQ(host[a], BoxBytes(model[a], static_cast<int>(a),
-                                Box::FromShape(model[a].shape)))
+    EXPECT_EQ(host.bytes[a], BoxBytes(model[a], static_cast<int>(a),
+                                      Box::FromShape(model[a].shape)))
         << model[a].name;
   }
 }

@@ -388,23 +388,16 @@ absl::Status RunDemo(const DemoFlags& flags) {
   }
   bool verified = true;
   std::vector<uint8_t> expected;
-  std::vector<std::vector<uint8_t>> host(model.size());
-  std::vector<RestoreTarget> targets;
-  for (size_t a = 0; a < model.size(); ++a) {
-    const Box whole = Box::FromShape(model[a].shape);
-    host[a].resize(whole.num_elements() * ItemSize(model[a].dtype));
-    targets.push_back({model[a].name,
-                       model[a].dtype,
-                       model[a].shape,
-                       {{whole, nullptr, host[a].data()}}});
-  }
-  ASSIGN_OR_RETURN(RestoreStats host_stats, manager->Restore(latest, targets));
+  HostArrays host = WholeArraysInHost(model);
+  ASSIGN_OR_RETURN(RestoreStats host_stats,
+                   manager->Restore(latest, host.targets));
   for (size_t a = 0; a < model.size(); ++a) {
     const Box whole = Box::FromShape(model[a].shape);
     const int64_t item = ItemSize(model[a].dtype);
     for (const Part& part : parts[a]) {
       expected.assign(part.host.size(), 0);
-      CopyBox(host[a].data(), whole, expected.data(), part.box, part.box, item);
+      CopyBox(host.bytes[a].data(), whole, expected.data(), part.box, part.box,
+              item);
       verified &= expected == part.host;
     }
   }
@@ -415,7 +408,7 @@ absl::Status RunDemo(const DemoFlags& flags) {
       Mesh other,
       Mesh::Create({"data", "model"}, {mesh_shape.second, mesh_shape.first}));
   std::vector<std::vector<MemoryBlock>> restored(model.size());
-  targets.clear();
+  std::vector<RestoreTarget> targets;
   for (size_t a = 0; a < model.size(); ++a) {
     ArraySpec spec = model[a];
     spec.sharding = NamedSharding{other, spec.sharding.named()->spec};
@@ -440,7 +433,8 @@ absl::Status RunDemo(const DemoFlags& flags) {
       const int64_t bytes = dest.box.num_elements() * item;
       expected.assign(bytes, 0);
       back.assign(bytes, 1);
-      CopyBox(host[a].data(), whole, expected.data(), dest.box, dest.box, item);
+      CopyBox(host.bytes[a].data(), whole, expected.data(), dest.box, dest.box,
+              item);
       const CopyOp op{dest.data, bytes, back.data(), bytes, bytes, 1};
       RETURN_IF_ERROR(dest.device->CopyToHost({&op, 1}).Wait());
       verified &= expected == back;

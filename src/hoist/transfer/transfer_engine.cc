@@ -137,7 +137,7 @@ absl::StatusOr<TransferStats> TransferEngine::Stage(
     std::vector<int> batch_of_device(devices.size(), -1);
     for (size_t i = 0; i < wave.size(); ++i) {
       const PlannedSlice& slice = plan.slices[wave[i]];
-      const int d = local[slice.device];
+      const int d = local.at(slice.device);  // checked above
       int b = batch_of_device[d];
       if (b < 0 || options_.dispatch == DispatchMode::kPerSlice) {
         b = static_cast<int>(batches.size());
