@@ -2,9 +2,12 @@
 // manifests. The input is a manifest (up to the first NUL) and the bytes
 // that stand for every data file. The step lives in a MemoryStorage; every
 // array of a valid manifest whose bytes stay under 1 MiB is restored into
-// host memory, whole and in two halves along its first dimension. Restore
-// must fail with a status (usually a hash mismatch) or succeed; nothing may
-// crash or read outside what it was given.
+// host memory, whole and in two halves along its first dimension; a larger
+// one (the manifest may claim any size) only its first element, so its
+// extents are read through restore's bounded buffers. Then the step is
+// verified. Restore must fail with a status (usually a hash mismatch) or
+// succeed; nothing may crash, read outside what it was given, or allocate
+// from the manifest's claims (libFuzzer's -malloc_limit_mb catches that).
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -12,6 +15,7 @@
 #include <string>
 
 #include "hoist/checkpoint/restore.h"
+#include "hoist/checkpoint/verify.h"
 #include "hoist/host_backend.h"
 #include "hoist/io/memory_storage.h"
 #include "hoist/manifest.h"
@@ -70,9 +74,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const auto& array : manifest->arrays) {
     const hoist::Box whole = hoist::Box::FromShape(array.shape);
     const int64_t total = whole.num_elements() * hoist::ItemSize(array.dtype);
-    if (total > (1 << 20)) continue;
     hoist::RestoreTarget target{array.name, array.dtype, array.shape, {}};
-    if (whole.rank() > 0 && whole.shape()[0] >= 2) {
+    if (total > (1 << 20)) {
+      const hoist::Box first(std::vector<int64_t>(whole.rank(), 0),
+                             std::vector<int64_t>(whole.rank(), 1));
+      memory.emplace_back(hoist::ItemSize(array.dtype));
+      target.destinations.push_back({first, nullptr, memory.back().data()});
+    } else if (whole.rank() > 0 && whole.shape()[0] >= 2) {
       for (const hoist::Box& half : whole.Split(0, 2)) {
         memory.emplace_back(half.num_elements() * hoist::ItemSize(array.dtype));
         target.destinations.push_back({half, nullptr, memory.back().data()});
@@ -85,5 +93,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   (void)hoist::RestoreCheckpoint(storage, "/step", targets, Pool(),
                                  {.reader_threads = 2});
+  (void)hoist::VerifyCheckpoint(storage, "/step");
   return 0;
 }

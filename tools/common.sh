@@ -11,7 +11,7 @@ HOIST_DEBS=(
   build-essential cmake ninja-build pkg-config git
   clang libclang-rt-14-dev clang-format
   libabsl-dev nlohmann-json3-dev libcli11-dev libxxhash-dev liburing-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libgtest-dev libgmock-dev libbenchmark-dev e2fsprogs mount
 )
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }

@@ -36,6 +36,7 @@
 #include "hoist/base/checked_math.h"
 #include "hoist/base/first_error.h"
 #include "hoist/base/status_macros.h"
+#include "hoist/checkpoint/extent_reader.h"
 #include "hoist/checkpoint/save.h"
 
 namespace hoist {
@@ -80,49 +81,6 @@ std::optional<int64_t> ContiguousOffset(const Box& outer, const Box& inner,
   }
   return offset * item_bytes;
 }
-
-// Every directory between `step_dir` and a data file must be a real
-// directory, not a symlink that could lead out of the checkpoint.
-absl::Status CheckDataPath(Storage& storage, const std::string& step_dir,
-                           const std::string& file,
-                           absl::flat_hash_set<std::string>& checked) {
-  std::string dir = step_dir;
-  size_t at = 0;
-  while (true) {
-    const size_t slash = file.find('/', at);
-    if (slash == std::string::npos) break;
-    dir = JoinPath(dir, file.substr(at, slash - at));
-    at = slash + 1;
-    if (checked.contains(dir)) continue;
-    ASSIGN_OR_RETURN(bool is_dir, storage.IsDir(dir));
-    if (!is_dir) {
-      return absl::DataLossError(absl::StrFormat(
-          "%s: not a directory inside the checkpoint (missing, or a link)",
-          dir));
-    }
-    checked.insert(dir);
-  }
-  return absl::OkStatus();
-}
-
-// A reader thread's buffer: 4 KiB-aligned (for O_DIRECT), grown on demand,
-// reused across extents and waves.
-class ReadBuffer {
- public:
-  ~ReadBuffer() { std::free(data_); }
-  uint8_t* Get(int64_t bytes) {
-    if (bytes > capacity_) {
-      std::free(data_);
-      capacity_ = AlignUp(std::max<int64_t>(bytes, 4096), 4096);
-      data_ = static_cast<uint8_t*>(std::aligned_alloc(4096, capacity_));
-    }
-    return data_;
-  }
-
- private:
-  uint8_t* data_ = nullptr;
-  int64_t capacity_ = 0;
-};
 
 // Reads, verifies and scatters `tasks` with `threads` readers.
 absl::Status ReadWave(Storage& storage, const std::string& step_dir,
@@ -203,6 +161,27 @@ absl::Status ReadWave(Storage& storage, const std::string& step_dir,
       const std::optional<int64_t> direct = direct_at[order[begin]];
       const int64_t span =
           last.offset_bytes + last.length_bytes - first.offset_bytes;
+      if (!direct && span > kMaxRunBytes) {
+        // One extent larger than a run, scattered: read it in pieces so
+        // the buffer stays bounded whatever the extent's size.
+        const int64_t item = ItemSize(head.array->dtype);
+        absl::Status s =
+            ReadExtentInPieces(*file, first, item, kMaxRunBytes, buffer,
+                               [&](const Box& piece, const uint8_t* bytes) {
+                                 for (int k : head.sinks) {
+                                   const Box& box = sinks[k].dest->box;
+                                   CopyBox(bytes, piece, sinks[k].host, box,
+                                           piece.Intersect(box), item);
+                                 }
+                               });
+        if (!s.ok()) {
+          error.Record(
+              absl::Status(s.code(), absl::StrCat(where, ": ", s.message())));
+          return;
+        }
+        bytes_read.fetch_add(first.length_bytes);
+        continue;
+      }
       uint8_t* data =
           direct ? sinks[head.sinks[0]].host + *direct : buffer.Get(span);
       if (absl::Status s =

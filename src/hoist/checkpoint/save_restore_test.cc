@@ -16,6 +16,7 @@
 #include "hoist/io/fault_storage.h"
 #include "hoist/io/memory_storage.h"
 #include "testing/array_bytes.h"
+#include "testing/loop_filesystem.h"
 #include "testing/temp_dir.h"
 
 namespace hoist {
@@ -237,6 +238,23 @@ TEST_F(CheckpointTest, BoxLargerThanThePoolIsRestoredInParts) {
             absl::StatusCode::kResourceExhausted);
 }
 
+// A 32 MiB extent restored as column blocks is read in pieces of at most
+// 16 MiB (bounded memory) and still lands bit-exact.
+TEST_F(CheckpointTest, ExtentLargerThanARunIsReadInPieces) {
+  pool_ = *StagingPool::Create(*backend_, 96 << 20);
+  const std::vector<ArraySpec> whole = {{"big",
+                                         DType::kFloat32,
+                                         {2048, 4096},
+                                         Sharding::Replicated(MeshOf(1, 1))}};
+  ASSERT_TRUE(Save(*posix_, whole, 1, 7).ok());
+  Manifest manifest = *ReadManifest(*posix_, root_ + "/step_00000001");
+  ASSERT_EQ(manifest.arrays[0].extents.size(), 1u);
+  std::vector<ArraySpec> columns = whole;
+  columns[0].sharding = NamedSharding{MeshOf(2, 4), {{}, {"model"}}};
+  ExpectRestores(*posix_, columns, 1, 7);
+  EXPECT_TRUE(VerifyCheckpoint(*posix_, root_ + "/step_00000001").ok());
+}
+
 TEST_F(CheckpointTest, ExistingStepIsAlreadyExistsUnlessOverwriting) {
   const std::vector<ArraySpec> model = Model(MeshOf(2, 4));
   ASSERT_TRUE(Save(*posix_, model, 5, /*version=*/1).ok());
@@ -292,6 +310,42 @@ TEST_F(CheckpointTest, DiskFullMidSaveIsACleanError) {
   }
   ExpectRestores(*posix_, model, 1);
   EXPECT_TRUE(Save(*posix_, model, 2).ok());  // space is back
+}
+
+// The same on a real (loop-mounted ext4) filesystem filled for real: the
+// kernel, not an injector, says ENOSPC, in whichever write it happens.
+TEST_F(CheckpointTest, DiskFullOnARealFilesystemIsACleanError) {
+  testing::LoopFilesystem fs(48 << 20);
+  if (!fs.ok()) GTEST_SKIP() << fs.reason();
+  root_ = fs.path() + "/ckpt";
+  ASSERT_TRUE(posix_->CreateDir(root_).ok());
+  pool_ = *StagingPool::Create(*backend_, 8 << 20);
+  const std::vector<ArraySpec> model = {
+      {"w",
+       DType::kFloat32,
+       {1024, 2048},
+       NamedSharding{MeshOf(2, 4), {{"data"}, {"model"}}}}};  // 8 MiB
+  ASSERT_TRUE(Save(*posix_, model, 1, 1).ok());
+  // Leave 3 MiB free, so the next save fails part-way through its writes.
+  const std::string filler = fs.path() + "/filler";
+  {
+    std::ofstream out(filler, std::ios::binary);
+    const std::string block(1 << 20, 'x');
+    while (fs.FreeBytes() > (int64_t{4} << 20))
+      out.write(block.data(), block.size()).flush();
+  }
+  sync();
+  absl::Status status = Save(*posix_, model, 2, 2).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_THAT(status.message(), HasSubstr("No space left on device"));
+  EXPECT_THAT(*posix_->List(root_), ::testing::ElementsAre("step_00000001"));
+  EXPECT_EQ(pool_->stats().in_use_bytes, 0);
+  ExpectRestores(*posix_, model, 1, 1);
+  EXPECT_TRUE(VerifyCheckpoint(*posix_, root_ + "/step_00000001").ok());
+
+  std::filesystem::remove(filler);  // space is back: the same save succeeds
+  ASSERT_TRUE(Save(*posix_, model, 2, 2).ok());
+  ExpectRestores(*posix_, model, 2, 2);
 }
 
 TEST_F(CheckpointTest, FailureAtEveryWriteAndSyncLeavesThePreviousStepIntact) {
@@ -426,6 +480,43 @@ TEST_F(CorruptionTest, DataDirectoryLinkedOutOfTheCheckpointIsRefused) {
   absl::Status status = RestoreAll();
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(status.message(), HasSubstr("not a directory inside"));
+  // verify does not read through the link either.
+  VerifyReport report = VerifyCheckpoint(*posix_, Step());
+  ASSERT_FALSE(report.problems.empty());
+  EXPECT_EQ(report.bytes, 0);
+  EXPECT_THAT(report.problems[0], HasSubstr("not a directory inside"));
+}
+
+// A manifest may claim an array of any size: restore and verify check the
+// claim against the file before sizing any buffer from it.
+TEST_F(CorruptionTest, HugeExtentClaimIsRefusedBeforeAnyLargeAllocation) {
+  const int64_t elements = int64_t{1} << 38;  // 1 TiB of float32
+  manifest_.arrays.push_back(
+      {"bomb",
+       DType::kFloat32,
+       {elements},
+       "replicated",
+       {{Box::FromShape({elements}), "data/r00000_w00.bin", 0, elements * 4,
+         0x0123456789abcdefull}}});
+  WriteManifestText(EncodeManifest(manifest_));
+
+  VerifyReport report = VerifyCheckpoint(*posix_, Step());
+  ASSERT_EQ(report.problems.size(), 1u);
+  EXPECT_THAT(report.problems[0], HasSubstr("array 'bomb'"));
+  EXPECT_THAT(report.problems[0], HasSubstr("runs past the end"));
+
+  // Sixteen elements of it, into host memory: the extent does not fit the
+  // destination, so it would be read through a buffer.
+  std::vector<float> small(16);
+  RestoreTarget target{"bomb",
+                       DType::kFloat32,
+                       {elements},
+                       {{Box({0}, {16}), nullptr, small.data()}}};
+  absl::Status status =
+      RestoreCheckpoint(*posix_, Step(), {target}, *pool_).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(status.message(), HasSubstr("array 'bomb': extent 0 of 1"));
+  EXPECT_THAT(status.message(), HasSubstr("runs past the end"));
 }
 
 TEST_F(CorruptionTest, DataFileLinkedOutOfTheCheckpointIsRefused) {

@@ -1,0 +1,94 @@
+#include "hoist/checkpoint/extent_reader.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <xxhash.h>
+
+#include <numeric>
+
+#include "hoist/array/box_copy.h"
+#include "hoist/io/memory_storage.h"
+
+namespace hoist {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Every piece is at most `max` bytes (or one element), the pieces tile the
+// box in order, and each is the contiguous run of the box's bytes that
+// starts where the previous one ended.
+void ExpectContiguousPieces(const Box& box, int64_t item, int64_t max,
+                            size_t expected_pieces) {
+  std::vector<uint8_t> bytes(box.num_elements() * item);
+  std::iota(bytes.begin(), bytes.end(), uint8_t{0});
+  const std::vector<Box> pieces = ContiguousPieces(box, item, max);
+  EXPECT_EQ(pieces.size(), expected_pieces) << box.ToString();
+  int64_t offset = 0;
+  for (const Box& piece : pieces) {
+    const int64_t size = piece.num_elements() * item;
+    EXPECT_LE(size, std::max(max, item)) << piece.ToString();
+    std::vector<uint8_t> copied(size);
+    CopyBox(bytes.data(), box, copied.data(), piece, piece, item);
+    ASSERT_LE(offset + size, static_cast<int64_t>(bytes.size()));
+    EXPECT_TRUE(
+        std::equal(copied.begin(), copied.end(), bytes.begin() + offset))
+        << piece.ToString() << " is not the run at " << offset;
+    offset += size;
+  }
+  EXPECT_EQ(offset, static_cast<int64_t>(bytes.size()));
+}
+
+TEST(ContiguousPiecesTest, WholeRowsOfTheFirstAxis) {
+  ExpectContiguousPieces(Box({0, 0}, {4, 6}), 4, 48, 2);
+  ExpectContiguousPieces(Box({3, 5}, {5, 6}), 4, 48, 3);  // 2 + 2 + 1 rows
+  ExpectContiguousPieces(Box({0, 0}, {4, 6}), 4, 1 << 20, 1);
+}
+
+TEST(ContiguousPiecesTest, RowsLargerThanAPieceAreSplitFurther) {
+  // Rows of 4,000 bytes, pieces of 1,000: each row in 4 pieces.
+  ExpectContiguousPieces(Box({0, 0, 0}, {1, 3, 1000}), 4, 1000, 12);
+  // Smaller than one element: one element a piece.
+  ExpectContiguousPieces(Box({0, 0}, {2, 3}), 8, 1, 6);
+  ExpectContiguousPieces(Box({}, {}), 4, 1, 1);  // a scalar
+}
+
+TEST(ExtentReaderTest, PiecesHashLikeTheWholeAndMismatchIsDataLoss) {
+  MemoryStorage storage;
+  std::vector<uint8_t> bytes(10 * 300 * 4);
+  std::iota(bytes.begin(), bytes.end(), uint8_t{1});
+  {
+    auto file = *storage.OpenWritable("/f");
+    ASSERT_TRUE(file->WriteAt(8192, bytes).ok());
+  }
+  ManifestExtent extent{Box({0, 0}, {10, 300}), "f", 8192,
+                        static_cast<int64_t>(bytes.size()),
+                        XXH3_64bits(bytes.data(), bytes.size())};
+  auto file = *storage.OpenReadable("/f");
+  ReadBuffer buffer;
+  std::vector<uint8_t> seen;
+  int pieces = 0;
+  ASSERT_TRUE(ReadExtentInPieces(*file, extent, 4, 2400, buffer,
+                                 [&](const Box& box, const uint8_t* data) {
+                                   seen.insert(seen.end(), data,
+                                               data + box.num_elements() * 4);
+                                   ++pieces;
+                                 })
+                  .ok());
+  EXPECT_EQ(pieces, 5);
+  EXPECT_EQ(seen, bytes);
+
+  extent.xxh3 ^= 1;
+  absl::Status status = ReadExtentInPieces(*file, extent, 4, 2400, buffer,
+                                           [](const Box&, const uint8_t*) {});
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(status.message(), HasSubstr("xxh3 mismatch in f @ 8192"));
+
+  extent.offset_bytes = 16384;  // past the end: refused before reading
+  status = ReadExtentInPieces(*file, extent, 4, 2400, buffer,
+                              [](const Box&, const uint8_t*) { FAIL(); });
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(status.message(), HasSubstr("runs past the end of f"));
+}
+
+}  // namespace
+}  // namespace hoist
