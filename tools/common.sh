@@ -12,6 +12,7 @@ HOIST_DEBS=(
   clang libclang-rt-14-dev clang-format
   libabsl-dev nlohmann-json3-dev libcli11-dev libxxhash-dev liburing-dev
   libgtest-dev libgmock-dev libbenchmark-dev e2fsprogs mount
+  openmpi-bin libopenmpi-dev
 )
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace hoist {
 
@@ -38,6 +39,33 @@ class Coordinator {
 
 // Rank 0 of 1: every operation returns at once.
 std::unique_ptr<Coordinator> MakeSingleProcessCoordinator();
+
+struct MpiCoordinatorOptions {
+  // How long one operation waits for the other ranks (default 10 minutes).
+  // Rank 0 then fails it with kDeadlineExceeded naming every rank that did
+  // not arrive, and tells the ranks that did; a rank that rank 0 never
+  // answers fails after twice this, naming rank 0.
+  absl::Duration timeout = absl::Minutes(10);
+  // The communicator to coordinate over, as a pointer to an MPI_Comm (hoist
+  // duplicates it, so its messages never meet the job's). Default
+  // MPI_COMM_WORLD.
+  const void* communicator = nullptr;
+};
+
+// A Coordinator over MPI. Initializes MPI (MPI_THREAD_MULTIPLE asked, at
+// least MPI_THREAD_SERIALIZED needed) unless the job already has, and then
+// finalizes it at exit. Every operation is a gather at rank 0 and its answer,
+// point to point with per-operation tags, polled against the timeout, so a
+// hung rank is named instead of hanging the job; rank 0 also checks that
+// every rank called the operation of the same name. kUnimplemented when
+// hoist was built without MPI; kFailedPrecondition when the job initialized
+// MPI with too low a thread level.
+absl::StatusOr<std::unique_ptr<Coordinator>> MakeMpiCoordinator(
+    const MpiCoordinatorOptions& options = {});
+
+// True when an MPI launcher (mpirun, srun with PMI) started this process as
+// one of several: what `hoist demo` uses to choose MPI by itself.
+bool LaunchedByMpiWithSeveralRanks();
 
 }  // namespace hoist
 

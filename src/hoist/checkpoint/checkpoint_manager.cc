@@ -455,11 +455,33 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
       if (!created.ok() && !absl::IsAlreadyExists(created)) return created;
     }
   }
+  // One lock per job: rank 0 takes it and recovers the root, then tells the
+  // others, who check that they see its lock (the same filesystem).
   std::unique_ptr<RootLock> lock;
-  if (owned != nullptr && coordinator.rank() == 0) {
-    ASSIGN_OR_RETURN(lock, RootLock::Acquire(root));
+  absl::Status opened;
+  if (coordinator.rank() == 0) {
+    if (owned != nullptr) {
+      absl::StatusOr<std::unique_ptr<RootLock>> acquired =
+          RootLock::Acquire(root);
+      opened = acquired.status();
+      if (acquired.ok()) lock = *std::move(acquired);
+    }
+    if (opened.ok()) opened = Recover(*storage, root);
   }
-  if (coordinator.rank() == 0) RETURN_IF_ERROR(Recover(*storage, root));
+  ASSIGN_OR_RETURN(
+      std::string token,
+      coordinator.Broadcast("open",
+                            opened.ok() ? (lock ? lock->token() : "-")
+                                        : "!" + std::string(opened.message()),
+                            0));
+  RETURN_IF_ERROR(opened);
+  if (absl::StartsWith(token, "!")) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("rank 0 could not open %s: %s", root, token.substr(1)));
+  }
+  if (coordinator.rank() != 0 && owned != nullptr && token != "-") {
+    RETURN_IF_ERROR(RootLock::Check(root, token));
+  }
   ASSIGN_OR_RETURN(Topology topology, GatherTopology(backend, coordinator));
   ASSIGN_OR_RETURN(std::unique_ptr<StagingPool> pool,
                    StagingPool::Create(backend, options.pool_bytes));

@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 
@@ -17,13 +18,20 @@ class RootLock {
   // kFailedPrecondition naming the holder's pid when the root is locked.
   static absl::StatusOr<std::unique_ptr<RootLock>> Acquire(
       const std::string& root);
+  // For the other processes of a job: kFailedPrecondition unless `root`'s
+  // lock file holds `token` (rank 0's lock), which fails when this process
+  // does not see the same filesystem as rank 0.
+  static absl::Status Check(const std::string& root, const std::string& token);
   ~RootLock();
+  // What the lock file holds: "pid PID on HOST, RANDOM".
+  const std::string& token() const { return token_; }
   RootLock(const RootLock&) = delete;
   RootLock& operator=(const RootLock&) = delete;
 
  private:
-  explicit RootLock(int fd) : fd_(fd) {}
+  RootLock(int fd, std::string token) : fd_(fd), token_(std::move(token)) {}
   const int fd_;
+  const std::string token_;
 };
 
 }  // namespace hoist

@@ -1,14 +1,17 @@
 // The save and commit protocol of one step. Each process, in order:
 //
-//   1. Refuse early: if ROOT/step_N exists and overwrite is off, fail with
-//      kAlreadyExists before any byte moves.
-//   2. Rank 0 creates ROOT/.step_N.tmp-<nonce>/ and its data/; the name is
-//      broadcast so every rank writes into the same directory.
+//   1. Rank 0 refuses the step if ROOT/step_N exists and overwrite is off
+//      (kAlreadyExists, before any byte moves).
+//   2. Rank 0 creates ROOT/.step_N.tmp-<nonce>/ and its data/; the name, or
+//      the error of step 1 or 2, is broadcast ("tmp_dir") so every rank
+//      writes into the same directory or fails with rank 0's error.
 //   3. Stage this process's slices (TransferEngine) while the ExtentWriter
 //      writes them into this process's data files at their planned offsets,
 //      hashing each; then fsync and close each data file.
-//   4. Barrier "written"; all-gather the extent hashes. Any rank's failure
-//      is broadcast, and every rank aborts the step.
+//   4. All-gather "written" (the barrier): each rank's outcome and the
+//      fingerprint of its plan. Any rank's failure, or a plan that differs
+//      from rank 0's, aborts the step on every rank, naming that rank. Then
+//      all-gather the extent hashes.
 //   5. Rank 0 writes MANIFEST.json: to MANIFEST.json.tmp, fsync, rename,
 //      then fsync data/ and the step directory, so the manifest and every
 //      data file's name are durable before the step becomes visible.
@@ -18,7 +21,10 @@
 //      new one is durable; a crash between the two renames leaves the new
 //      step complete in its .tmp directory and the old one aside, and the
 //      CheckpointManager's recovery commits the new one.)
-//   7. Barrier "committed".
+//   7. Rank 0 broadcasts how steps 5 and 6 went ("committed"): every rank
+//      returns success only once the step is durable, or rank 0's error.
+// A rank that never arrives at an operation fails it on every other rank
+// after the Coordinator's timeout (naming the rank), so no step commits.
 //
 // A directory without a valid MANIFEST.json is never a checkpoint, so a crash
 // at any point before step 5's manifest rename leaves the previous steps as
@@ -27,9 +33,15 @@
 // also commits a .tmp directory whose manifest was already in place).
 #include "hoist/checkpoint/save.h"
 
+#include <xxhash.h>
+
 #include <cstring>
+#include <functional>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "hoist/base/status_macros.h"
@@ -70,6 +82,39 @@ absl::Status DecodeHashes(const std::string& bytes,
     hashes[slice] = hash;
   }
   return absl::OkStatus();
+}
+
+// A status as bytes for the coordinator ("" is OK), and back, with the
+// sender named in the message.
+std::string EncodeStatus(const absl::Status& status) {
+  if (status.ok()) return std::string();
+  return absl::StrCat(static_cast<int>(status.code()), ":", status.message());
+}
+
+absl::Status DecodeStatus(const std::string& bytes, int rank) {
+  if (bytes.empty()) return absl::OkStatus();
+  const size_t colon = bytes.find(':');
+  int code = static_cast<int>(absl::StatusCode::kUnknown);
+  if (colon == std::string::npos ||
+      !absl::SimpleAtoi(bytes.substr(0, colon), &code)) {
+    return absl::UnknownError(absl::StrFormat("rank %d: %s", rank, bytes));
+  }
+  return absl::Status(
+      static_cast<absl::StatusCode>(code),
+      absl::StrFormat("rank %d: %s", rank, bytes.substr(colon + 1)));
+}
+
+Manifest BuildManifest(const SaveRequest& request,
+                       const std::vector<uint64_t>& hashes);
+
+// What every process must agree on: the manifest without hashes or
+// metadata (arrays, shapes, dtypes, shardings, every slice's place).
+uint64_t PlanFingerprint(const SaveRequest& request) {
+  SaveRequest bare = request;
+  bare.metadata_json = "{}";
+  const std::string text = EncodeManifest(
+      BuildManifest(bare, std::vector<uint64_t>(request.plan->slices.size())));
+  return XXH3_64bits(text.data(), text.size());
 }
 
 Manifest BuildManifest(const SaveRequest& request,
@@ -113,7 +158,42 @@ absl::Status WriteManifest(Storage& storage, const std::string& dir,
   return storage.SyncDir(dir);
 }
 
-// Steps 3-6 for this process; `tmp` exists.
+// Steps 5 and 6, on rank 0: the manifest, then the rename that publishes.
+absl::Status Commit(Storage& storage, const SaveRequest& request,
+                    const std::string& tmp, const Manifest& manifest,
+                    const std::function<void(const char*)>& traced) {
+  const std::string final_dir =
+      JoinPath(request.root, StepDirName(request.step));
+  RETURN_IF_ERROR(WriteManifest(storage, tmp, manifest));
+  traced("manifest (write, fsync, rename, fsync dirs)");
+  ASSIGN_OR_RETURN(bool exists, storage.Exists(final_dir));
+  std::string aside;
+  if (exists) {
+    if (!request.overwrite) {
+      return absl::AlreadyExistsError(
+          absl::StrFormat("%s: step %d was committed while this save ran",
+                          final_dir, request.step));
+    }
+    aside = JoinPath(request.root, TmpStepDirName(request.step) + ".old");
+    RETURN_IF_ERROR(storage.Rename(final_dir, aside));
+  }
+  if (absl::Status renamed = storage.Rename(tmp, final_dir); !renamed.ok()) {
+    if (!aside.empty()) storage.Rename(aside, final_dir).IgnoreError();
+    return renamed;
+  }
+  if (absl::Status synced = storage.SyncDir(request.root); !synced.ok()) {
+    // The rename may not be durable: take it back, so that what is visible
+    // agrees with the error (the old step returns from aside).
+    storage.Rename(final_dir, tmp).IgnoreError();
+    if (!aside.empty()) storage.Rename(aside, final_dir).IgnoreError();
+    return synced;
+  }
+  if (!aside.empty()) RETURN_IF_ERROR(storage.RemoveAll(aside));
+  traced("publish (rename, fsync root)");
+  return absl::OkStatus();
+}
+
+// Steps 3-7 for this process; `tmp` exists.
 absl::StatusOr<SaveResult> SaveInto(Storage& storage, Coordinator& coordinator,
                                     const SaveRequest& request,
                                     const std::string& tmp,
@@ -168,16 +248,30 @@ absl::StatusOr<SaveResult> SaveInto(Storage& storage, Coordinator& coordinator,
   if (request.tracer != nullptr) {
     request.tracer->Span("commit", "stage + persist", start, phase);
   }
-  RETURN_IF_ERROR(coordinator.Barrier("written"));
+  // One all-gather is the "written" barrier: each process's outcome and
+  // its plan's fingerprint.
   ASSIGN_OR_RETURN(
-      std::vector<std::string> statuses,
-      coordinator.AllGather("status",
-                            local.ok() ? std::string() : local.ToString()));
-  for (int r = 0; r < static_cast<int>(statuses.size()); ++r) {
-    if (!statuses[r].empty()) {
+      std::vector<std::string> outcomes,
+      coordinator.AllGather(
+          "written", absl::StrCat(absl::Hex(PlanFingerprint(request)), "|",
+                                  EncodeStatus(local))));
+  for (int r = 0; r < static_cast<int>(outcomes.size()); ++r) {
+    const size_t bar = outcomes[r].find('|');
+    const absl::Status theirs =
+        DecodeStatus(bar == std::string::npos ? "2:malformed outcome"
+                                              : outcomes[r].substr(bar + 1),
+                     r);
+    if (!theirs.ok()) {
       if (!local.ok()) return local;
       return absl::AbortedError(absl::StrFormat(
-          "step %d aborted: rank %d failed: %s", request.step, r, statuses[r]));
+          "step %d aborted: %s", request.step, theirs.message()));
+    }
+    if (outcomes[r].substr(0, bar) !=
+        outcomes[0].substr(0, outcomes[0].find('|'))) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "step %d aborted: rank %d planned a different checkpoint than "
+          "rank 0 (different arrays, shapes, shardings or plan options)",
+          request.step, r));
     }
   }
   ASSIGN_OR_RETURN(
@@ -187,41 +281,21 @@ absl::StatusOr<SaveResult> SaveInto(Storage& storage, Coordinator& coordinator,
   for (const std::string& bytes : gathered) {
     RETURN_IF_ERROR(DecodeHashes(bytes, all));
   }
-  // 5 and 6: rank 0 commits.
+  // 5 and 6: rank 0 commits, and tells everyone how it went (step 7).
   const std::string final_dir =
       JoinPath(request.root, StepDirName(request.step));
+  absl::Status committed;
   if (coordinator.rank() == 0) {
     traced("barrier + hash all-gather");
-    RETURN_IF_ERROR(WriteManifest(storage, tmp, BuildManifest(request, all)));
-    traced("manifest (write, fsync, rename, fsync dirs)");
-    ASSIGN_OR_RETURN(bool exists, storage.Exists(final_dir));
-    std::string aside;
-    if (exists) {
-      if (!request.overwrite) {
-        return absl::AlreadyExistsError(
-            absl::StrFormat("%s: step %d was committed while this save ran",
-                            final_dir, request.step));
-      }
-      aside = JoinPath(request.root, TmpStepDirName(request.step) + ".old");
-      RETURN_IF_ERROR(storage.Rename(final_dir, aside));
-    }
-    if (absl::Status renamed = storage.Rename(tmp, final_dir); !renamed.ok()) {
-      if (!aside.empty()) storage.Rename(aside, final_dir).IgnoreError();
-      return renamed;
-    }
-    if (absl::Status synced = storage.SyncDir(request.root); !synced.ok()) {
-      // The rename may not be durable: take it back, so that what is visible
-      // agrees with the error (the old step returns from aside).
-      storage.Rename(final_dir, tmp).IgnoreError();
-      if (!aside.empty()) storage.Rename(aside, final_dir).IgnoreError();
-      return synced;
-    }
-    if (!aside.empty()) RETURN_IF_ERROR(storage.RemoveAll(aside));
-    traced("publish (rename, fsync root)");
+    committed =
+        Commit(storage, request, tmp, BuildManifest(request, all), traced);
   }
-  // 7.
-  RETURN_IF_ERROR(coordinator.Barrier("committed"));
-  traced("barrier committed");
+  ASSIGN_OR_RETURN(
+      std::string outcome,
+      coordinator.Broadcast("committed", EncodeStatus(committed), 0));
+  if (coordinator.rank() == 0) RETURN_IF_ERROR(committed);
+  RETURN_IF_ERROR(DecodeStatus(outcome, 0));
+  traced("committed");
   result.path = final_dir;
   result.committed = absl::Now() - start;
   return result;
@@ -263,33 +337,42 @@ static absl::StatusOr<SaveResult> SaveCheckpointImpl(
     return absl::InvalidArgumentError(
         "save request needs a step >= 0 and the plan of its arrays");
   }
-  // 1.
-  const std::string final_dir =
-      JoinPath(request.root, StepDirName(request.step));
-  ASSIGN_OR_RETURN(bool exists, storage.Exists(final_dir));
-  if (exists && !request.overwrite) {
-    return absl::AlreadyExistsError(absl::StrFormat(
-        "%s: step %d is already committed (ask for overwrite to replace it)",
-        final_dir, request.step));
-  }
-  // 2.
+  // 1 and 2, decided by rank 0 for everyone: the name of the directory to
+  // write into, or why there is none.
   std::string tmp_name;
-  absl::Status created;
+  absl::Status refused;
   if (coordinator.rank() == 0) {
-    tmp_name = TmpStepDirName(request.step);
-    created = storage.CreateDir(JoinPath(request.root, tmp_name));
-    if (created.ok()) {
-      created = storage.CreateDir(JoinPath(request.root, tmp_name + "/data"));
+    const std::string final_dir =
+        JoinPath(request.root, StepDirName(request.step));
+    absl::StatusOr<bool> exists = storage.Exists(final_dir);
+    refused = exists.status();
+    if (refused.ok() && *exists && !request.overwrite) {
+      refused = absl::AlreadyExistsError(absl::StrFormat(
+          "%s: step %d is already committed (ask for overwrite to replace it)",
+          final_dir, request.step));
     }
-    if (!created.ok()) tmp_name.clear();  // tells the others
+    tmp_name = TmpStepDirName(request.step);
+    if (refused.ok()) {
+      refused = storage.CreateDir(JoinPath(request.root, tmp_name));
+    }
+    if (refused.ok()) {
+      refused = storage.CreateDir(JoinPath(request.root, tmp_name + "/data"));
+    }
   }
-  ASSIGN_OR_RETURN(tmp_name, coordinator.Broadcast("tmp_dir", tmp_name, 0));
-  if (tmp_name.empty()) {
-    if (!created.ok()) return created;
-    return absl::AbortedError(absl::StrFormat(
-        "step %d aborted: rank 0 could not create its directory",
-        request.step));
+  absl::StatusOr<std::string> decided = coordinator.Broadcast(
+      "tmp_dir", refused.ok() ? tmp_name : "!" + EncodeStatus(refused), 0);
+  if (!refused.ok()) return refused;
+  if (!decided.ok()) {
+    if (coordinator.rank() == 0) {
+      storage.RemoveAll(JoinPath(request.root, tmp_name)).IgnoreError();
+    }
+    return decided.status();
   }
+  if (decided->empty() || absl::StartsWith(*decided, "!")) {
+    return DecodeStatus(
+        decided->empty() ? "13:no directory" : decided->substr(1), 0);
+  }
+  tmp_name = *std::move(decided);
   const std::string tmp = JoinPath(request.root, tmp_name);
   absl::StatusOr<SaveResult> result = SaveInto(
       storage, coordinator, request, tmp, engine, devices, sources, start);

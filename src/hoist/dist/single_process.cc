@@ -1,3 +1,5 @@
+#include <cstdlib>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "hoist/coordinator.h"
@@ -29,6 +31,15 @@ class SingleProcessCoordinator final : public Coordinator {
 
 std::unique_ptr<Coordinator> MakeSingleProcessCoordinator() {
   return std::make_unique<SingleProcessCoordinator>();
+}
+
+bool LaunchedByMpiWithSeveralRanks() {
+  // Open MPI's mpirun, and PMI launchers (MPICH's hydra, srun --mpi=pmi2).
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+    const char* value = std::getenv(name);
+    if (value != nullptr && std::atoi(value) > 1) return true;
+  }
+  return false;
 }
 
 }  // namespace hoist

@@ -1,0 +1,307 @@
+// The commit protocol across processes, under mpirun (mpi_test.sh runs it):
+// phase "save" on 4 ranks x 2 devices, then phase "restore" on 2 ranks x 4
+// devices and on 1 rank x 8, all on the root in $HOIST_MPI_ROOT.
+//   Save.*     saves steps 1 and 2 on a 2 x 4 mesh, restores them onto 4 x 2
+//              on every rank, checks the per-rank balance of the sample
+//              model, then fails a step on one rank and hangs another.
+//   Restore.*  restores steps 1 and 2 onto another mesh bit-exact, and finds
+//              no trace of the failed steps.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
+
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "hoist/checkpoint/restore.h"
+#include "hoist/checkpoint/save.h"
+#include "hoist/checkpoint_manager.h"
+#include "hoist/host_backend.h"
+#include "hoist/io/fault_storage.h"
+#include "hoist/tools/sample_model.h"
+#include "testing/array_bytes.h"
+
+namespace hoist {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr int kDevices = 8;  // in the whole job, whatever the ranks
+
+std::string Root() {
+  const char* root = std::getenv("HOIST_MPI_ROOT");
+  return root != nullptr ? root : "";
+}
+
+Mesh MeshOf(int64_t data, int64_t model) {
+  return *Mesh::Create({"data", "model"}, {data, model});
+}
+
+// Every dtype; sharded by rows or columns, over both axes, replicated.
+std::vector<ArraySpec> Model(const Mesh& mesh) {
+  std::vector<ArraySpec> model;
+  int i = 0;
+  for (DType dtype : kAllDTypes) {
+    const std::string name = "params/" + std::string(DTypeName(dtype));
+    switch (i++ % 3) {
+      case 0:
+        model.push_back(
+            {name, dtype, {64, 48}, NamedSharding{mesh, {{}, {"model"}}}});
+        break;
+      case 1:
+        model.push_back(
+            {name, dtype, {80, 3}, NamedSharding{mesh, {{"data", "model"}}}});
+        break;
+      default:
+        model.push_back({name, dtype, {33, 170}, Sharding::Replicated(mesh)});
+    }
+  }
+  model.push_back({"opt/count", DType::kInt32, {}, Sharding::Replicated(mesh)});
+  return model;
+}
+
+std::vector<ArraySpec> Reshard(std::vector<ArraySpec> model, const Mesh& mesh) {
+  for (ArraySpec& spec : model) {
+    spec.sharding = NamedSharding{mesh, spec.sharding.named()->spec};
+  }
+  return model;
+}
+
+// One process of the job: its coordinator and its share of the 8 devices.
+class Job : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(Root().empty()) << "run through mpi_test.sh";
+    coordinator_ = Coordinator(absl::Minutes(2));
+    ASSERT_NE(coordinator_, nullptr);
+    const int per_rank = kDevices / coordinator_->size();
+    backend_ =
+        *MakeHostBackend({.num_devices = per_rank,
+                          .first_device_id = coordinator_->rank() * per_rank});
+  }
+
+  static std::unique_ptr<hoist::Coordinator> Coordinator(
+      absl::Duration timeout) {
+    absl::StatusOr<std::unique_ptr<hoist::Coordinator>> c =
+        MakeMpiCoordinator({.timeout = timeout});
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? *std::move(c) : nullptr;
+  }
+
+  std::unique_ptr<CheckpointManager> Open(hoist::Coordinator& coordinator,
+                                          Storage* storage = nullptr) {
+    CheckpointManagerOptions options;
+    options.pool_bytes = 4 << 20;
+    absl::StatusOr<std::unique_ptr<CheckpointManager>> manager =
+        CheckpointManager::Open(Root(), *backend_, coordinator, options,
+                                storage);
+    EXPECT_TRUE(manager.ok()) << manager.status();
+    return manager.ok() ? *std::move(manager) : nullptr;
+  }
+
+  static std::vector<SaveArray> Arrays(const std::vector<ArraySpec>& model,
+                                       const testing::DeviceShards& shards) {
+    std::vector<SaveArray> arrays;
+    for (size_t a = 0; a < model.size(); ++a) {
+      SaveArray array{model[a], {}};
+      for (const auto& placed : shards.placed[a]) {
+        array.shards.push_back({placed.device, placed.data});
+      }
+      arrays.push_back(std::move(array));
+    }
+    return arrays;
+  }
+
+  // Restores `model` (any sharding) from `step` onto this rank's devices,
+  // checks every byte, and checks that only the extents its boxes need were
+  // read.
+  void ExpectRestores(CheckpointManager& manager,
+                      const std::vector<ArraySpec>& model, int64_t step,
+                      uint64_t version) {
+    std::vector<ShardBuffers> buffers;
+    std::vector<RestoreTarget> targets;
+    for (const ArraySpec& spec : model) {
+      buffers.push_back(*AllocateShards(spec, backend_->devices()));
+      targets.push_back(buffers.back().target);
+    }
+    absl::StatusOr<RestoreStats> stats = manager.Restore(step, targets);
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    for (size_t a = 0; a < model.size(); ++a) {
+      for (const RestoreDestination& dest : targets[a].destinations) {
+        const std::vector<uint8_t> expected =
+            testing::BoxBytes(model[a], static_cast<int>(a), dest.box, version);
+        ASSERT_EQ(std::memcmp(dest.data, expected.data(), expected.size()), 0)
+            << "rank " << coordinator_->rank() << " step " << step << " "
+            << model[a].name << " " << dest.box.ToString();
+      }
+    }
+    // Exactly the extents that meet one of this rank's boxes.
+    const Manifest manifest = *ReadManifest(
+        *MakePosixStorage(), Root() + "/" + absl::StrFormat("step_%08d", step));
+    int64_t needed = 0;
+    for (const RestoreTarget& target : targets) {
+      for (const ManifestExtent& extent : manifest.Find(target.name)->extents) {
+        for (const RestoreDestination& dest : target.destinations) {
+          if (!extent.box.Intersect(dest.box).empty()) {
+            needed += extent.length_bytes;
+            break;
+          }
+        }
+      }
+    }
+    EXPECT_EQ(stats->bytes_read, needed) << "rank " << coordinator_->rank();
+  }
+
+  std::unique_ptr<hoist::Coordinator> coordinator_;
+  std::unique_ptr<Backend> backend_;
+};
+
+using Save = Job;
+using Restore = Job;
+
+TEST_F(Save, EveryRankWritesItsShareAndRestoresOntoAnotherMesh) {
+  ASSERT_EQ(coordinator_->size(), 4);
+  auto manager = Open(*coordinator_);
+  ASSERT_NE(manager, nullptr);
+  const std::vector<ArraySpec> model = Model(MeshOf(2, 4));
+  for (int64_t step : {1, 2}) {
+    testing::DeviceShards shards =
+        testing::FillShards(model, backend_->devices(), step);
+    absl::StatusOr<SaveHandle> handle =
+        manager->Save(step, Arrays(model, shards));
+    ASSERT_TRUE(handle.ok()) << handle.status();
+    absl::StatusOr<SaveInfo> info = handle->WaitCommitted();
+    ASSERT_TRUE(info.ok()) << "rank " << coordinator_->rank() << ": "
+                           << info.status();
+  }
+  EXPECT_THAT(*manager->List(), ElementsAre(1, 2));
+  // Every rank wrote its own files.
+  const std::string data = Root() + "/step_00000002/data";
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_TRUE(
+        std::filesystem::exists(absl::StrFormat("%s/r%05d_w00.bin", data, r)))
+        << r;
+  }
+  for (int64_t step : {1, 2}) {
+    ExpectRestores(*manager, Reshard(model, MeshOf(4, 2)), step, step);
+  }
+  if (coordinator_->rank() == 0) {
+    EXPECT_TRUE(manager->Verify(2)->ok());
+  }
+}
+
+TEST_F(Save, ReplicaSlicesAreBalancedAcrossRanks) {
+  ASSERT_EQ(coordinator_->size(), 4);
+  const std::string root = Root() + "/balance";
+  if (coordinator_->rank() == 0) std::filesystem::create_directories(root);
+  ASSERT_TRUE(coordinator_->Barrier("balance root").ok());
+  CheckpointManagerOptions options;
+  options.pool_bytes = 16 << 20;
+  auto manager =
+      *CheckpointManager::Open(root, *backend_, *coordinator_, options);
+  // The sample GPT model: weights sharded over "model" and replicated over
+  // "data", so half of each rank's bytes are replica slices.
+  const std::vector<ArraySpec> model =
+      *GptModel(GptConfigForBytes(48 << 20), MeshOf(2, 4));
+  testing::DeviceShards shards =
+      testing::FillShards(model, backend_->devices());
+  absl::StatusOr<SaveHandle> handle = manager->Save(1, Arrays(model, shards));
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  absl::StatusOr<SaveInfo> info = handle->WaitCommitted();
+  ASSERT_TRUE(info.ok()) << info.status();
+  std::vector<std::string> all =
+      *coordinator_->AllGather("bytes", std::to_string(info->bytes));
+  double total = 0;
+  for (const std::string& b : all) total += std::stod(b);
+  const double mean = total / all.size();
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_NEAR(std::stod(all[r]), mean, 0.10 * mean)
+        << "rank " << r << " wrote " << all[r] << " bytes; mean " << mean;
+  }
+  if (coordinator_->rank() == 0) {
+    std::printf("per-rank bytes: %s %s %s %s (mean %.0f)\n", all[0].c_str(),
+                all[1].c_str(), all[2].c_str(), all[3].c_str(), mean);
+  }
+}
+
+TEST_F(Save, RankFailingMidWriteAbortsTheStepOnEveryRank) {
+  ASSERT_EQ(coordinator_->size(), 4);
+  std::unique_ptr<Storage> posix = MakePosixStorage();
+  // Rank 2's second data write fails with EIO.
+  FaultInjectingStorage faulty(*posix, {.fail_write = 1, .error = EIO});
+  auto manager =
+      Open(*coordinator_, coordinator_->rank() == 2 ? &faulty : nullptr);
+  ASSERT_NE(manager, nullptr);
+  const std::vector<ArraySpec> model = Model(MeshOf(2, 4));
+  testing::DeviceShards shards =
+      testing::FillShards(model, backend_->devices(), 3);
+  absl::StatusOr<SaveHandle> handle = manager->Save(3, Arrays(model, shards));
+  const absl::Status status =
+      handle.ok() ? handle->WaitCommitted().status() : handle.status();
+  ASSERT_FALSE(status.ok());
+  if (coordinator_->rank() == 2) {
+    EXPECT_THAT(status.message(), HasSubstr("Input/output error"));
+  } else {
+    EXPECT_EQ(status.code(), absl::StatusCode::kAborted) << status;
+    EXPECT_THAT(status.message(), HasSubstr("step 3 aborted: rank 2:"));
+  }
+  // The manager repeats a background error once, on the next call.
+  EXPECT_FALSE(manager->WaitUntilFinished().ok());
+  ASSERT_TRUE(coordinator_->Barrier("after failure").ok());
+  EXPECT_THAT(*manager->List(), ElementsAre(1, 2));
+  for (const auto& entry : std::filesystem::directory_iterator(Root())) {
+    EXPECT_EQ(entry.path().filename().string().find(".step_00000003"),
+              std::string::npos)
+        << entry.path() << " left behind";
+  }
+  ExpectRestores(*manager, Model(MeshOf(2, 4)), 2, 2);
+}
+
+TEST_F(Save, HungRankIsNamedAndNoStepCommits) {
+  ASSERT_EQ(coordinator_->size(), 4);
+  auto quick = Coordinator(absl::Seconds(2));
+  auto manager = Open(*quick);
+  ASSERT_NE(manager, nullptr);
+  const std::vector<ArraySpec> model = Model(MeshOf(2, 4));
+  testing::DeviceShards shards =
+      testing::FillShards(model, backend_->devices(), 4);
+  // Rank 3 stalls (a hung process) for longer than the timeout before it
+  // saves.
+  if (quick->rank() == 3) absl::SleepFor(absl::Seconds(3));
+  // Save() waits until staged, so the error may come from it or later.
+  absl::StatusOr<SaveHandle> handle = manager->Save(4, Arrays(model, shards));
+  const absl::Status status =
+      handle.ok() ? handle->WaitCommitted().status() : handle.status();
+  ASSERT_FALSE(status.ok());
+  if (quick->rank() == 3) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  } else {
+    EXPECT_THAT(status.message(), HasSubstr("rank 3 did not arrive within 2s"));
+  }
+  ASSERT_TRUE(coordinator_->Barrier("after hang").ok());
+  EXPECT_THAT(*manager->List(), ElementsAre(1, 2));
+  for (const auto& entry : std::filesystem::directory_iterator(Root())) {
+    EXPECT_EQ(entry.path().filename().string().find(".step_00000004"),
+              std::string::npos)
+        << entry.path() << " left behind";
+  }
+}
+
+TEST_F(Restore, OntoAnotherTopologyBitExact) {
+  const int size = coordinator_->size();
+  ASSERT_TRUE(size == 1 || size == 2) << size;
+  auto manager = Open(*coordinator_);
+  ASSERT_NE(manager, nullptr);
+  EXPECT_THAT(*manager->List(), ElementsAre(1, 2));
+  const Mesh target = size == 2 ? MeshOf(4, 2) : MeshOf(1, 8);
+  for (int64_t step : {1, 2}) {
+    ExpectRestores(*manager, Reshard(Model(MeshOf(2, 4)), target), step, step);
+  }
+}
+
+}  // namespace
+}  // namespace hoist

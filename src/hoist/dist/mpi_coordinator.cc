@@ -1,0 +1,392 @@
+// Coordinator over MPI. Every operation is a gather at rank 0 followed by
+// rank 0's answer to each rank, sent point to point on a tag of its own (the
+// operation's sequence number), and every wait is a poll against a deadline:
+// MPI's blocking collectives cannot time out, name a missing rank, or notice
+// two ranks calling different operations, and hoist must do all three.
+//
+// Messages (bytes, on the coordinator's private duplicate communicator):
+//   request, rank r -> 0: u32 kind | i32 root | u32 name length | name |
+//                          payload
+//   answer,  rank 0 -> r: u8 ok | ok: the result (AllGather: for each rank
+//                          u64 length | bytes; Broadcast: root's bytes;
+//                          Barrier: nothing) | not ok: the error's message
+// A rank that arrives after rank 0 gave up gets no answer and fails after
+// twice the timeout; its late request stays unmatched under a tag no later
+// operation uses.
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <list>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "hoist/base/status_macros.h"
+#include "hoist/coordinator.h"
+#include "hoist/mutex.h"
+
+namespace hoist {
+namespace {
+
+enum class Kind : uint32_t { kBarrier = 0, kAllGather = 1, kBroadcast = 2 };
+
+const char* KindName(Kind kind) {
+  switch (kind) {
+    case Kind::kBarrier:
+      return "Barrier";
+    case Kind::kAllGather:
+      return "AllGather";
+    case Kind::kBroadcast:
+      return "Broadcast";
+  }
+  return "?";
+}
+
+absl::Status MpiStatus(int code, const char* call) {
+  if (code == MPI_SUCCESS) return absl::OkStatus();
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  return absl::InternalError(
+      absl::StrFormat("%s: %s", call, std::string(text, length)));
+}
+
+// Returns from the calling function with the named error unless `call`
+// returned MPI_SUCCESS (the communicator's handler is MPI_ERRORS_RETURN).
+#define HOIST_MPI(call) RETURN_IF_ERROR(MpiStatus((call), #call))
+
+void AppendU32(std::string& out, uint32_t v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+void AppendU64(std::string& out, uint64_t v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+
+// Reads a fixed-size value at `at`; false if the message is too short.
+template <typename T>
+bool Take(const std::string& in, size_t& at, T& out) {
+  if (in.size() - at < sizeof out || at > in.size()) return false;
+  std::memcpy(&out, in.data() + at, sizeof out);
+  at += sizeof out;
+  return true;
+}
+
+struct Request {
+  Kind kind;
+  int32_t root;
+  std::string name;
+  std::string payload;
+};
+
+std::string EncodeRequest(const Request& r) {
+  std::string out;
+  AppendU32(out, static_cast<uint32_t>(r.kind));
+  AppendU32(out, static_cast<uint32_t>(r.root));
+  AppendU32(out, static_cast<uint32_t>(r.name.size()));
+  out += r.name;
+  out += r.payload;
+  return out;
+}
+
+bool DecodeRequest(const std::string& in, Request& r) {
+  size_t at = 0;
+  uint32_t kind, root, name_size;
+  if (!Take(in, at, kind) || !Take(in, at, root) || !Take(in, at, name_size) ||
+      in.size() - at < name_size) {
+    return false;
+  }
+  r.kind = static_cast<Kind>(kind);
+  r.root = static_cast<int32_t>(root);
+  r.name = in.substr(at, name_size);
+  r.payload = in.substr(at + name_size);
+  return true;
+}
+
+void FinalizeAtExit() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+class MpiCoordinator final : public Coordinator {
+ public:
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Create(
+      const MpiCoordinatorOptions& options) {
+    if (options.timeout <= absl::ZeroDuration()) {
+      return absl::InvalidArgumentError("MPI coordinator: timeout must be > 0");
+    }
+    int initialized = 0, finalized = 0;
+    HOIST_MPI(MPI_Initialized(&initialized));
+    HOIST_MPI(MPI_Finalized(&finalized));
+    if (finalized) {
+      return absl::FailedPreconditionError(
+          "MPI coordinator: MPI was already finalized in this process");
+    }
+    if (!initialized) {
+      int provided = 0;
+      HOIST_MPI(
+          MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
+      std::atexit(FinalizeAtExit);
+    }
+    int level = 0;
+    HOIST_MPI(MPI_Query_thread(&level));
+    if (level < MPI_THREAD_SERIALIZED) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "MPI coordinator: MPI runs at thread level %d; hoist calls MPI "
+          "from its saver thread and needs MPI_THREAD_SERIALIZED (%d) or "
+          "more (initialize MPI with MPI_Init_thread)",
+          level, MPI_THREAD_SERIALIZED));
+    }
+    const MPI_Comm parent =
+        options.communicator != nullptr
+            ? *static_cast<const MPI_Comm*>(options.communicator)
+            : MPI_COMM_WORLD;
+    MPI_Comm comm;
+    HOIST_MPI(MPI_Comm_dup(parent, &comm));
+    HOIST_MPI(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
+    auto coordinator = std::unique_ptr<MpiCoordinator>(
+        new MpiCoordinator(comm, options.timeout));
+    HOIST_MPI(MPI_Comm_rank(comm, &coordinator->rank_));
+    HOIST_MPI(MPI_Comm_size(comm, &coordinator->size_));
+    int* tag_ub = nullptr;
+    int found = 0;
+    HOIST_MPI(MPI_Comm_get_attr(comm, MPI_TAG_UB, &tag_ub, &found));
+    coordinator->max_tag_ = found && tag_ub != nullptr ? *tag_ub : 32767;
+    return std::unique_ptr<Coordinator>(std::move(coordinator));
+  }
+
+  ~MpiCoordinator() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Comm_free(&comm_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  absl::Status Barrier(std::string_view name) override {
+    return Run(Kind::kBarrier, name, std::string(), 0).status();
+  }
+  absl::StatusOr<std::vector<std::string>> AllGather(
+      std::string_view name, std::string bytes) override {
+    return Run(Kind::kAllGather, name, std::move(bytes), 0);
+  }
+  absl::StatusOr<std::string> Broadcast(std::string_view name,
+                                        std::string bytes, int root) override {
+    if (root < 0 || root >= size_) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "broadcast '%s': root %d does not exist in a job of %d processes",
+          name, root, size_));
+    }
+    ASSIGN_OR_RETURN(std::vector<std::string> out,
+                     Run(Kind::kBroadcast, name, std::move(bytes), root));
+    return std::move(out[0]);
+  }
+
+ private:
+  MpiCoordinator(MPI_Comm comm, absl::Duration timeout)
+      : comm_(comm), timeout_(timeout) {}
+
+  // One operation. Barrier: an empty vector. AllGather: every rank's bytes.
+  // Broadcast: a vector of one, the root's bytes.
+  absl::StatusOr<std::vector<std::string>> Run(Kind kind, std::string_view name,
+                                               std::string bytes, int root)
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
+    const int tag = 1 + static_cast<int>(sequence_++ % (max_tag_ - 1));
+    Request mine{kind, root, std::string(name), std::move(bytes)};
+    if (rank_ == 0) return Lead(tag, std::move(mine));
+    return Follow(tag, mine);
+  }
+
+  // Polls `ready` until it says true or `deadline` passes (false).
+  template <typename Ready>
+  absl::StatusOr<bool> PollUntil(absl::Time deadline, Ready ready) {
+    absl::Duration pause = absl::Microseconds(20);
+    while (true) {
+      ASSIGN_OR_RETURN(bool done, ready());
+      if (done) return true;
+      if (absl::Now() >= deadline) return false;
+      absl::SleepFor(pause);
+      pause = std::min(pause * 2, absl::Milliseconds(1));
+    }
+  }
+
+  // Receives the message from `source` under `tag` if one is there.
+  absl::StatusOr<bool> TryReceive(int source, int tag, std::string& out) {
+    int flag = 0;
+    MPI_Status status;
+    HOIST_MPI(MPI_Iprobe(source, tag, comm_, &flag, &status));
+    if (!flag) return false;
+    int count = 0;
+    HOIST_MPI(MPI_Get_count(&status, MPI_BYTE, &count));
+    out.resize(count);
+    HOIST_MPI(MPI_Recv(out.data(), count, MPI_BYTE, source, tag, comm_,
+                       MPI_STATUS_IGNORE));
+    return true;
+  }
+
+  // Sends `bytes` to `dest` without blocking the caller past the deadline;
+  // the buffer lives until the send completes or this coordinator ends.
+  absl::Status Send(int dest, int tag, std::string bytes, absl::Time deadline) {
+    if (bytes.size() > static_cast<size_t>(INT32_MAX)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "MPI coordinator: a message of %d bytes is over MPI's 2 GiB",
+          bytes.size()));
+    }
+    pending_.push_back(std::move(bytes));
+    std::string& buffer = pending_.back();
+    MPI_Request request;
+    HOIST_MPI(MPI_Isend(buffer.data(), static_cast<int>(buffer.size()),
+                        MPI_BYTE, dest, tag, comm_, &request));
+    ASSIGN_OR_RETURN(bool sent,
+                     PollUntil(deadline, [&]() -> absl::StatusOr<bool> {
+                       int flag = 0;
+                       HOIST_MPI(MPI_Test(&request, &flag, MPI_STATUS_IGNORE));
+                       return flag != 0;
+                     }));
+    if (sent) {
+      pending_.pop_back();
+      return absl::OkStatus();
+    }
+    MPI_Request_free(&request);  // `buffer` stays in pending_
+    return absl::DeadlineExceededError(
+        absl::StrFormat("rank %d did not take rank %d's message within %s",
+                        dest, rank_, absl::FormatDuration(timeout_)));
+  }
+
+  absl::StatusOr<std::vector<std::string>> Lead(int tag, Request mine) {
+    const absl::Time deadline = absl::Now() + timeout_;
+    std::vector<std::string> payloads(size_);
+    std::vector<bool> arrived(size_, false);
+    payloads[0] = std::move(mine.payload);
+    arrived[0] = true;
+    int waiting = size_ - 1;
+    absl::Status problem;
+    ASSIGN_OR_RETURN(
+        bool all, PollUntil(deadline, [&]() -> absl::StatusOr<bool> {
+          for (int r = 1; r < size_; ++r) {
+            if (arrived[r]) continue;
+            std::string message;
+            ASSIGN_OR_RETURN(bool got, TryReceive(r, tag, message));
+            if (!got) continue;
+            arrived[r] = true;
+            --waiting;
+            Request theirs;
+            if (!DecodeRequest(message, theirs)) {
+              problem.Update(absl::InternalError(absl::StrFormat(
+                  "'%s': rank %d sent a malformed message", mine.name, r)));
+            } else if (theirs.kind != mine.kind || theirs.name != mine.name ||
+                       theirs.root != mine.root) {
+              problem.Update(absl::FailedPreconditionError(absl::StrFormat(
+                  "rank %d called %s('%s', root %d) while rank 0 called "
+                  "%s('%s', root %d): the ranks disagree on what to do",
+                  r, KindName(theirs.kind), theirs.name, theirs.root,
+                  KindName(mine.kind), mine.name, mine.root)));
+            } else {
+              payloads[r] = std::move(theirs.payload);
+            }
+          }
+          return waiting == 0;
+        }));
+    if (!all) {
+      std::vector<int> missing;
+      for (int r = 1; r < size_; ++r) {
+        if (!arrived[r]) missing.push_back(r);
+      }
+      problem = absl::DeadlineExceededError(absl::StrFormat(
+          "'%s': rank%s %s did not arrive within %s (dead, hung, or doing "
+          "something else)",
+          mine.name, missing.size() > 1 ? "s" : "",
+          absl::StrJoin(missing, ", "), absl::FormatDuration(timeout_)));
+    }
+    // The answer, to every rank that is listening.
+    std::string answer(1, problem.ok() ? '\1' : '\0');
+    std::vector<std::string> result;
+    if (!problem.ok()) {
+      answer += std::string(problem.message());
+    } else if (mine.kind == Kind::kAllGather) {
+      for (const std::string& p : payloads) {
+        AppendU64(answer, p.size());
+        answer += p;
+      }
+      result = payloads;
+    } else if (mine.kind == Kind::kBroadcast) {
+      answer += payloads[mine.root];
+      result.push_back(std::move(payloads[mine.root]));
+    }
+    const absl::Time answer_deadline = absl::Now() + timeout_;
+    for (int r = 1; r < size_; ++r) {
+      if (!arrived[r]) continue;
+      if (absl::Status sent = Send(r, tag, answer, answer_deadline);
+          !sent.ok() && problem.ok()) {
+        problem = sent;
+      }
+    }
+    if (!problem.ok()) return problem;
+    return result;
+  }
+
+  absl::StatusOr<std::vector<std::string>> Follow(int tag,
+                                                  const Request& mine) {
+    const absl::Time deadline = absl::Now() + 2 * timeout_;
+    RETURN_IF_ERROR(Send(0, tag, EncodeRequest(mine), deadline));
+    std::string answer;
+    ASSIGN_OR_RETURN(bool got,
+                     PollUntil(deadline, [&]() -> absl::StatusOr<bool> {
+                       return TryReceive(0, tag, answer);
+                     }));
+    if (!got) {
+      return absl::DeadlineExceededError(absl::StrFormat(
+          "'%s': rank 0 did not answer rank %d within %s (rank 0 dead or "
+          "hung, or it gave up on this rank as late)",
+          mine.name, rank_, absl::FormatDuration(2 * timeout_)));
+    }
+    if (answer.empty()) {
+      return absl::InternalError("MPI coordinator: empty answer from rank 0");
+    }
+    if (answer[0] != '\1') {
+      return absl::AbortedError(
+          absl::StrFormat("rank 0: %s", answer.substr(1)));
+    }
+    std::vector<std::string> result;
+    if (mine.kind == Kind::kBroadcast) {
+      result.push_back(answer.substr(1));
+    } else if (mine.kind == Kind::kAllGather) {
+      size_t at = 1;
+      for (int r = 0; r < size_; ++r) {
+        uint64_t length = 0;
+        if (!Take(answer, at, length) || answer.size() - at < length) {
+          return absl::InternalError(
+              "MPI coordinator: malformed answer from rank 0");
+        }
+        result.push_back(answer.substr(at, length));
+        at += length;
+      }
+    }
+    return result;
+  }
+
+  Mutex mu_;
+  MPI_Comm comm_;
+  const absl::Duration timeout_;
+  int rank_ = 0;
+  int size_ = 1;
+  int max_tag_ = 32767;
+  uint64_t sequence_ ABSL_GUARDED_BY(mu_) = 0;
+  std::list<std::string> pending_;  // send buffers MPI may still read
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Coordinator>> MakeMpiCoordinator(
+    const MpiCoordinatorOptions& options) {
+  return MpiCoordinator::Create(options);
+}
+
+}  // namespace hoist

@@ -1,0 +1,96 @@
+// Runs under mpirun (see CMakeLists.txt: 1, 2 and 4 ranks): every rank runs
+// every test; a failure on any rank fails the run.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "hoist/coordinator.h"
+
+namespace hoist {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::unique_ptr<Coordinator> Make(absl::Duration timeout) {
+  absl::StatusOr<std::unique_ptr<Coordinator>> c =
+      MakeMpiCoordinator({.timeout = timeout});
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? *std::move(c) : nullptr;
+}
+
+TEST(MpiCoordinatorTest, RanksAgreeWithMpi) {
+  auto c = Make(absl::Seconds(60));
+  int rank, size;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  EXPECT_EQ(c->rank(), rank);
+  EXPECT_EQ(c->size(), size);
+  EXPECT_EQ(LaunchedByMpiWithSeveralRanks(), size > 1);
+}
+
+TEST(MpiCoordinatorTest, AllGatherBroadcastAndBarrier) {
+  auto c = Make(absl::Seconds(60));
+  for (int round = 0; round < 3; ++round) {
+    // Sizes differ by rank, including empty contributions.
+    const std::string mine(c->rank() * 1000 + round,
+                           static_cast<char>('a' + c->rank()));
+    absl::StatusOr<std::vector<std::string>> all = c->AllGather("gather", mine);
+    ASSERT_TRUE(all.ok()) << all.status();
+    ASSERT_EQ(static_cast<int>(all->size()), c->size());
+    for (int r = 0; r < c->size(); ++r) {
+      EXPECT_EQ((*all)[r],
+                std::string(r * 1000 + round, static_cast<char>('a' + r)));
+    }
+    const int root = c->size() - 1;
+    absl::StatusOr<std::string> got = c->Broadcast(
+        "bcast", c->rank() == root ? "from the last rank" : "ignored", root);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(*got, "from the last rank");
+    EXPECT_TRUE(c->Barrier("barrier").ok());
+  }
+  EXPECT_EQ(c->Broadcast("bad", "", c->size()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(MpiCoordinatorTest, RanksCallingDifferentOperationsAllFailNamingTheRank) {
+  auto c = Make(absl::Seconds(60));
+  if (c->size() < 2) GTEST_SKIP() << "needs two ranks";
+  absl::Status s = c->Barrier(c->rank() == 1 ? "other" : "barrier");
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("rank 1 called Barrier('other'"));
+  EXPECT_THAT(s.message(), HasSubstr("rank 0 called Barrier('barrier'"));
+  EXPECT_TRUE(c->Barrier("after").ok());  // the coordinator goes on
+}
+
+TEST(MpiCoordinatorTest, HungRankTimesOutNamedAndTheOthersGoOn) {
+  auto quick = Make(absl::Seconds(1));
+  auto patient = Make(absl::Seconds(60));
+  if (quick->size() < 2) GTEST_SKIP() << "needs two ranks";
+  const int late = quick->size() - 1;
+  if (quick->rank() == late) absl::SleepFor(absl::Milliseconds(1500));
+  absl::Status s = quick->Barrier("written");
+  ASSERT_FALSE(s.ok());
+  if (quick->rank() == late) {
+    // Rank 0 gave up before this rank arrived: no answer ever comes.
+    EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+    EXPECT_THAT(s.message(), HasSubstr("rank 0 did not answer"));
+  } else {
+    EXPECT_THAT(s.message(), HasSubstr(absl::StrFormat(
+                                 "'written': rank %d did not arrive", late)));
+    EXPECT_EQ(s.code(), quick->rank() == 0 ? absl::StatusCode::kDeadlineExceeded
+                                           : absl::StatusCode::kAborted)
+        << s;
+  }
+  ASSERT_TRUE(patient->Barrier("resync").ok());
+  // The late request stays behind under its own tag; the next operation is
+  // unaffected.
+  absl::StatusOr<std::vector<std::string>> all =
+      quick->AllGather("next", std::to_string(quick->rank()));
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ((*all)[late], std::to_string(late));
+}
+
+}  // namespace
+}  // namespace hoist
