@@ -30,6 +30,10 @@ struct CudaBackendOptions {
   // before the dispatch, so staging starts after the last kernel that wrote
   // the arrays. Empty (default): no ordering with other streams.
   std::vector<void*> compute_streams = {};
+  // Pinned memory on the host NUMA nodes nearest the devices (mmap + mbind
+  // + parallel first touch + cudaHostRegister) where the driver reports them
+  // (default true); false, or no NUMA information: cudaHostAlloc.
+  bool numa_placement = true;
 };
 
 // kUnavailable with "CUDA unavailable: <reason>" when hoist was built

@@ -2,10 +2,12 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_format.h"
 #include "hoist/checkpoint/layout.h"
 #include "hoist/checkpoint/restore.h"
 #include "hoist/host_backend.h"
@@ -193,6 +195,8 @@ TEST_F(ManagerTest, SecondManagerOnTheSameRootIsRefused) {
       CheckpointManager::Open(root_, *backend_, *coordinator_, small);
   EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(second.status().message(), HasSubstr("in use by another"));
+  EXPECT_THAT(second.status().message(),
+              HasSubstr(absl::StrFormat("held by pid %d on ", getpid())));
   first.reset();
   EXPECT_TRUE(
       CheckpointManager::Open(root_, *backend_, *coordinator_, small).ok());

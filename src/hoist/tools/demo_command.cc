@@ -12,10 +12,14 @@
 //      change). Time blocked = time the loop spent inside hoist's calls.
 //   3. Restore the latest step onto a 4 x 2 mesh and into host memory and
 //      compare every byte with the training state of that step.
+// Under mpirun (or with --coordinator mpi) the job's processes share the
+// mesh's devices: each holds mesh/size of them, saves its share into the
+// common root, restores its own shards, and rank 0 prints the summary.
 #include "hoist/tools/demo_command.h"
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -28,7 +32,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "hoist/array/box_copy.h"
 #include "hoist/base/bytes.h"
@@ -56,6 +62,7 @@ struct DemoFlags {
   std::string trace;
   std::string backend = "host";
   std::string mesh = "2x4";
+  std::string coordinator = "auto";
   bool keep_files = false;
   bool json = false;
 };
@@ -219,20 +226,50 @@ absl::Status RunDemo(const DemoFlags& flags) {
   };
   ASSIGN_OR_RETURN(auto mesh_shape, ParseMeshFlag(flags.mesh));
   const int64_t mesh_devices = mesh_shape.first * mesh_shape.second;
-  const bool own_root = flags.root.empty();
-  const std::string root =
-      own_root ? absl::StrFormat("hoist-demo.%d", getpid()) : flags.root;
 
-  // 1. The backend, the model, and its shards.
+  // The job: one process, or the ranks MPI started.
+  std::unique_ptr<Coordinator> coordinator;
+  if (flags.coordinator == "mpi" ||
+      (flags.coordinator == "auto" && LaunchedByMpiWithSeveralRanks())) {
+    ASSIGN_OR_RETURN(coordinator, MakeMpiCoordinator());
+  } else {
+    coordinator = MakeSingleProcessCoordinator();
+  }
+  const int rank = coordinator->rank();
+  const int processes = coordinator->size();
+  const bool lead = rank == 0;  // prints, and owns the default root
+  if (mesh_devices % processes != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the %s mesh's %d devices do not divide among %d processes", flags.mesh,
+        mesh_devices, processes));
+  }
+  const int64_t local_devices = mesh_devices / processes;
+  const bool own_root = flags.root.empty();
+  ASSIGN_OR_RETURN(
+      const std::string root,
+      coordinator->Broadcast(
+          "root",
+          own_root ? absl::StrFormat("hoist-demo.%d", getpid()) : flags.root,
+          0));
+
+  // 1. The backend, the model, and this process's shards.
   std::unique_ptr<Backend> backend;
+  if (flags.backend == "cuda" && processes > 1) {
+    return absl::UnimplementedError(
+        "the demo runs --backend cuda in one process (each rank's GPUs "
+        "would need job-wide device ids)");
+  }
   if (flags.backend == "cuda") {
     ASSIGN_OR_RETURN(backend, MakeCudaBackend());
   } else {
     ASSIGN_OR_RETURN(
         backend,
-        MakeHostBackend({.num_devices = static_cast<int>(mesh_devices)}));
+        MakeHostBackend(
+            {.num_devices = static_cast<int>(local_devices),
+             .first_device_id = static_cast<DeviceId>(rank * local_devices)}));
   }
-  if (static_cast<int64_t>(backend->devices().size()) < mesh_devices) {
+  if (processes == 1 &&
+      static_cast<int64_t>(backend->devices().size()) < mesh_devices) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "the %s mesh needs %d devices; the %s backend has %d (try --mesh "
         "1x%d)",
@@ -263,11 +300,16 @@ absl::Status RunDemo(const DemoFlags& flags) {
     model_bytes += Box::FromShape(model[a].shape).num_elements() * item;
     SaveArray array{model[a], {}};
     for (const UniqueBox& unique : layout->unique_boxes) {
+      const bool here =
+          std::any_of(unique.devices.begin(), unique.devices.end(),
+                      [&](DeviceId id) { return device_of.contains(id); });
+      if (!here) continue;  // another process holds it
       Part part{unique.box, SeedOf(a, unique.box), {}, {}};
       part.host.resize(unique.box.num_elements() * item);
       FillSynthetic(part.host.data(), static_cast<int64_t>(part.host.size()),
                     part.seed);
       for (DeviceId id : unique.devices) {
+        if (!device_of.contains(id)) continue;
         Device* device = device_of.at(id);
         ASSIGN_OR_RETURN(
             MemoryBlock memory,
@@ -294,26 +336,27 @@ absl::Status RunDemo(const DemoFlags& flags) {
   options.io = flags.io == "io_uring" ? IoEngine::kIoUring : IoEngine::kPosix;
   Tracer tracer;
   if (!flags.trace.empty()) options.tracer = &tracer;
-  std::unique_ptr<Coordinator> coordinator = MakeSingleProcessCoordinator();
   ASSIGN_OR_RETURN(
       std::unique_ptr<CheckpointManager> manager,
       CheckpointManager::Open(root, *backend, *coordinator, options));
-  if (!flags.json) {
+  const bool print = lead && !flags.json;
+  if (print) {
     std::cout << absl::StrFormat(
         "hoist demo: GPT-style model, %d layers x d_model %d, bf16 weights + "
         "fp32 Adam moments: %s in %d arrays\n"
-        "%s over %d %s devices; %s staging pool; %d writer streams; %s I/O; "
-        "root %s\n\n"
+        "%s over %d %s devices in %d process%s; %s staging pool per process; "
+        "%d writer streams; %s I/O; root %s\n\n"
         "%5s %-11s %11s %11s %11s %9s %11s\n",
         config.layers, config.d_model, FormatBytes(model_bytes), model.size(),
-        mesh.ToString(), mesh_devices, backend->name(), FormatBytes(pool),
-        flags.writers, flags.io, root, "step", "mode", "blocked", "staged",
-        "committed", "GB/s", "dispatches");
+        mesh.ToString(), mesh_devices, backend->name(), processes,
+        processes == 1 ? "" : "es", FormatBytes(pool), flags.writers, flags.io,
+        root, "step", "mode", "blocked", "staged", "committed", "GB/s",
+        "dispatches");
   }
 
   // 2. Train.
   std::optional<ProgressLine> progress;
-  progress.emplace(!flags.json && isatty(STDOUT_FILENO) != 0);
+  progress.emplace(print && isatty(STDOUT_FILENO) != 0);
   ModeStats modes[2];
   std::vector<SaveHandle> handles;
   std::vector<int> handle_mode;
@@ -357,8 +400,26 @@ absl::Status RunDemo(const DemoFlags& flags) {
   }
   RETURN_IF_ERROR(manager->WaitUntilFinished());
   progress.reset();  // the status line goes before the table
+  // Each process knows the bytes it wrote; the job's are their sum.
+  std::string mine;
+  for (SaveHandle& handle : handles) {
+    ASSIGN_OR_RETURN(SaveInfo info, handle.WaitCommitted());
+    absl::StrAppend(&mine, info.bytes, ",");
+  }
+  ASSIGN_OR_RETURN(std::vector<std::string> theirs,
+                   coordinator->AllGather("bytes", mine));
+  std::vector<int64_t> job_bytes(handles.size(), 0);
+  for (const std::string& list : theirs) {
+    size_t i = 0;
+    for (absl::string_view b : absl::StrSplit(list, ',', absl::SkipEmpty())) {
+      int64_t v = 0;
+      if (i < job_bytes.size() && absl::SimpleAtoi(b, &v)) job_bytes[i] += v;
+      ++i;
+    }
+  }
   for (size_t i = 0; i < handles.size(); ++i) {
     ASSIGN_OR_RETURN(SaveInfo info, handles[i].WaitCommitted());
+    info.bytes = job_bytes[i];
     ModeStats& m = modes[handle_mode[i]];
     ++m.saves;
     m.blocked_s += handle_blocked[i];
@@ -366,7 +427,7 @@ absl::Status RunDemo(const DemoFlags& flags) {
     m.committed_s += absl::ToDoubleSeconds(info.committed);
     m.bytes = info.bytes;
     m.dispatches = info.dispatches;
-    if (!flags.json) {
+    if (print) {
       std::cout << absl::StrFormat(
           "%5d %-11s %10.3fs %10.3fs %10.3fs %9.2f %11d\n", info.step,
           handle_mode[i] == 0 ? "staged" : "dispatched", handle_blocked[i],
@@ -415,6 +476,7 @@ absl::Status RunDemo(const DemoFlags& flags) {
     ASSIGN_OR_RETURN(ShardLayout layout, spec.sharding.Layout(spec.shape));
     RestoreTarget target{spec.name, spec.dtype, spec.shape, {}};
     for (const DeviceShard& shard : layout.shards) {
+      if (!device_of.contains(shard.device)) continue;  // another process's
       Device* device = device_of.at(shard.device);
       ASSIGN_OR_RETURN(
           MemoryBlock memory,
@@ -441,10 +503,29 @@ absl::Status RunDemo(const DemoFlags& flags) {
     }
   }
   restored.clear();
-  const int64_t peak_rss = PeakRssBytes();
+  // Every process verified its own shards; the job's peak is the largest.
+  ASSIGN_OR_RETURN(
+      std::vector<std::string> outcomes,
+      coordinator->AllGather(
+          "verified", absl::StrCat(verified ? 1 : 0, ",", PeakRssBytes())));
+  int64_t peak_rss = 0;
+  for (const std::string& o : outcomes) {
+    std::pair<std::string, std::string> parts_of =
+        absl::StrSplit(o, absl::MaxSplits(',', 1));
+    verified &= parts_of.first == "1";
+    int64_t rss = 0;
+    if (absl::SimpleAtoi(parts_of.second, &rss)) {
+      peak_rss = std::max(peak_rss, rss);
+    }
+  }
   manager.reset();
-  if (!flags.trace.empty()) RETURN_IF_ERROR(tracer.WriteFile(flags.trace));
-  if (own_root && !flags.keep_files) std::filesystem::remove_all(root);
+  RETURN_IF_ERROR(coordinator->Barrier("done"));
+  if (!flags.trace.empty()) {
+    RETURN_IF_ERROR(tracer.WriteFile(
+        processes == 1 ? flags.trace
+                       : absl::StrFormat("%s.rank%d", flags.trace, rank)));
+  }
+  if (lead && own_root && !flags.keep_files) std::filesystem::remove_all(root);
 
   ModeStats all;
   for (const ModeStats& m : modes) {
@@ -464,6 +545,7 @@ absl::Status RunDemo(const DemoFlags& flags) {
   const double n = std::max(1, all.saves);
   nlohmann::json json = {
       {"backend", std::string(backend->name())},
+      {"processes", processes},
       {"bytes", all.bytes},
       {"blocked_s", all.blocked_s / n},
       {"save_s", all.committed_s / n},
@@ -476,9 +558,9 @@ absl::Status RunDemo(const DemoFlags& flags) {
       {"restore_host_s", absl::ToDoubleSeconds(host_stats.elapsed)},
       {"modes",
        {{"staged", mode_json(modes[0])}, {"dispatched", mode_json(modes[1])}}}};
-  if (flags.json) {
+  if (lead && flags.json) {
     std::cout << json.dump(2) << "\n";
-  } else {
+  } else if (print) {
     std::cout << "\n"
               << absl::StrFormat("%-11s %6s %15s %15s %9s\n", "mode", "saves",
                                  "blocked/save", "committed/save", "blocked");
@@ -493,10 +575,11 @@ absl::Status RunDemo(const DemoFlags& flags) {
     std::cout << absl::StrFormat(
         "\nrestored step %d onto %s in %.3fs (%d dispatches) and into host "
         "memory in %.3fs: %s\n"
-        "peak host memory %s%s\n",
+        "peak host memory %s%s%s\n",
         *latest, other.ToString(), absl::ToDoubleSeconds(mesh_stats.elapsed),
         mesh_stats.dispatches, absl::ToDoubleSeconds(host_stats.elapsed),
         verified ? "verified bit-exact" : "MISMATCH", FormatBytes(peak_rss),
+        processes > 1 ? " in the largest process" : "",
         backend->name() == "host" ? " (the host devices' arrays included)"
                                   : "");
   }
@@ -523,6 +606,12 @@ void AddDemoCommand(CLI::App& app) {
   cmd->add_option("--mesh", flags->mesh,
                   "DATAxMODEL devices; the restore uses MODELxDATA")
       ->capture_default_str();
+  cmd->add_option("--coordinator", flags->coordinator,
+                  "single (one process), mpi (the ranks of mpirun share the "
+                  "mesh's devices and one root), or auto: mpi when started "
+                  "by mpirun with several ranks")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "single", "mpi"}));
   cmd->add_option("--size", flags->size, "Model size (weights + Adam)")
       ->capture_default_str();
   cmd->add_option("--vocab", flags->vocab,

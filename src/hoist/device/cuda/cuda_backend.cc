@@ -2,16 +2,29 @@
 //
 // A dispatch, on the calling thread: cudaSetDevice; make the copy stream
 // wait on an event recorded on the compute stream (when one was given); one
-// cudaMemcpyBatchAsync carrying every contiguous op (a loop of
-// cudaMemcpyAsync before CUDA 12.8); one cudaMemcpy2DAsync per strided op;
-// record a completion event; hand (event, promise) to the device's
-// completion thread, which cudaEventSynchronize()s events in order and
-// completes each promise with the result, so an asynchronous copy failure
-// reaches the future. Every CUDA call's result is checked and named.
+// cudaMemcpyBatchAsync carrying every contiguous op and one
+// cudaMemcpy3DBatchAsync carrying every strided (2-D) op (CUDA 12.8 and
+// later; before, or where the driver does not support them, a loop of
+// cudaMemcpyAsync / cudaMemcpy2DAsync in the same dispatch); record a
+// completion event; hand (event, promise) to the device's completion thread,
+// which cudaEventSynchronize()s events in order and completes each promise
+// with the result, so an asynchronous copy failure reaches the future (the
+// futures complete on that thread). Every CUDA call's result is checked and
+// named.
+//
+// Pinned memory: where the driver reports the devices' host NUMA nodes
+// (cudaDevAttrHostNumaId), the pool is mmap'd, bound to those nodes (mbind:
+// preferred for one node, interleaved over several), faulted in by parallel
+// threads and registered with cudaHostRegister; otherwise cudaHostAlloc.
 #include "hoist/cuda_backend.h"
 
 #include <cuda_runtime_api.h>
+#include <linux/mempolicy.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <thread>
@@ -21,6 +34,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "hoist/base/status_macros.h"
 #include "hoist/device/copy_op.h"
 #include "hoist/mutex.h"
 
@@ -47,6 +61,17 @@ absl::Status CudaStatus(cudaError_t error, const char* call) {
       return CudaStatus(error_, #call);                       \
     }                                                         \
   } while (0)
+
+// A batch call the driver cannot do: fall back to one call per op (and
+// clear the sticky last error the failed call left).
+bool BatchUnsupported(cudaError_t error) {
+  if (error != cudaErrorNotSupported &&
+      error != cudaErrorCallRequiresNewerDriver) {
+    return false;
+  }
+  (void)cudaGetLastError();
+  return true;
+}
 
 class CudaDevice final : public Device {
  public:
@@ -143,45 +168,102 @@ class CudaDevice final : public Device {
       HOIST_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, ready, 0));
       HOIST_CUDA_RETURN_IF_ERROR(cudaEventDestroy(ready));
     }
-    std::vector<void*> dsts;
-    std::vector<const void*> srcs;
-    std::vector<size_t> sizes;
-    for (const CopyOp& op : ops) {
-      if (op.rows == 1) {
-        dsts.push_back(op.dst);
-        srcs.push_back(op.src);
-        sizes.push_back(static_cast<size_t>(op.width_bytes));
-      } else {
-        HOIST_CUDA_RETURN_IF_ERROR(
-            cudaMemcpy2DAsync(op.dst, op.dst_pitch, op.src, op.src_pitch,
-                              op.width_bytes, op.rows, kind, stream));
-      }
-    }
-    if (!dsts.empty()) {
-#if CUDART_VERSION >= 12080
-      cudaMemcpyAttributes attributes = {};
-      attributes.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
-      size_t attribute_index = 0;
-#if CUDART_VERSION >= 13000
-      HOIST_CUDA_RETURN_IF_ERROR(cudaMemcpyBatchAsync(
-          dsts.data(), srcs.data(), sizes.data(), dsts.size(), &attributes,
-          &attribute_index, 1, stream));
-#else
-      size_t fail_index = 0;
-      HOIST_CUDA_RETURN_IF_ERROR(cudaMemcpyBatchAsync(
-          dsts.data(), const_cast<void**>(srcs.data()), sizes.data(),
-          dsts.size(), &attributes, &attribute_index, 1, &fail_index, stream));
-#endif
-#else
-      for (size_t i = 0; i < dsts.size(); ++i) {
-        HOIST_CUDA_RETURN_IF_ERROR(
-            cudaMemcpyAsync(dsts[i], srcs[i], sizes[i], kind, stream));
-      }
-#endif
-    }
+    std::vector<const CopyOp*> flat, strided;
+    for (const CopyOp& op : ops) (op.rows == 1 ? flat : strided).push_back(&op);
+    RETURN_IF_ERROR(EnqueueContiguous(flat, stream, kind));
+    RETURN_IF_ERROR(EnqueueStrided(strided, stream, kind));
     HOIST_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(
         done, cudaEventDisableTiming | cudaEventBlockingSync));
     HOIST_CUDA_RETURN_IF_ERROR(cudaEventRecord(*done, stream));
+    return absl::OkStatus();
+  }
+
+  // Every contiguous op: one cudaMemcpyBatchAsync.
+  absl::Status EnqueueContiguous(const std::vector<const CopyOp*>& ops,
+                                 cudaStream_t stream, cudaMemcpyKind kind) {
+    if (ops.empty()) return absl::OkStatus();
+#if CUDART_VERSION >= 12080
+    std::vector<void*> dsts;
+    std::vector<const void*> srcs;
+    std::vector<size_t> sizes;
+    for (const CopyOp* op : ops) {
+      dsts.push_back(op->dst);
+      srcs.push_back(op->src);
+      sizes.push_back(static_cast<size_t>(op->width_bytes));
+    }
+    cudaMemcpyAttributes attributes = {};
+    attributes.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    size_t attribute_index = 0;
+#if CUDART_VERSION >= 13000
+    const cudaError_t error = cudaMemcpyBatchAsync(
+        dsts.data(), srcs.data(), sizes.data(), dsts.size(), &attributes,
+        &attribute_index, 1, stream);
+#else
+    size_t fail_index = 0;
+    const cudaError_t error = cudaMemcpyBatchAsync(
+        dsts.data(), const_cast<void**>(srcs.data()), sizes.data(), dsts.size(),
+        &attributes, &attribute_index, 1, &fail_index, stream);
+#endif
+    if (!BatchUnsupported(error)) {
+      if (error != cudaSuccess) {
+        return CudaStatus(error, "cudaMemcpyBatchAsync");
+      }
+      return absl::OkStatus();
+    }
+#endif
+    for (const CopyOp* op : ops) {
+      HOIST_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(op->dst, op->src,
+                          static_cast<size_t>(op->width_bytes), kind, stream));
+    }
+    return absl::OkStatus();
+  }
+
+  // Every strided op (rows x width, pitched): one cudaMemcpy3DBatchAsync,
+  // each op a pointer-to-pointer copy of depth 1 whose "elements" are bytes.
+  absl::Status EnqueueStrided(const std::vector<const CopyOp*>& ops,
+                              cudaStream_t stream, cudaMemcpyKind kind) {
+    if (ops.empty()) return absl::OkStatus();
+#if CUDART_VERSION >= 12080
+    std::vector<cudaMemcpy3DBatchOp> batch(ops.size());
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const CopyOp& op = *ops[i];
+      cudaMemcpy3DBatchOp& b = batch[i];
+      b = {};
+      b.src.type = cudaMemcpyOperandTypePointer;
+      b.src.op.ptr.ptr = const_cast<void*>(op.src);
+      b.src.op.ptr.rowLength = static_cast<size_t>(op.src_pitch);
+      b.dst.type = cudaMemcpyOperandTypePointer;
+      b.dst.op.ptr.ptr = op.dst;
+      b.dst.op.ptr.rowLength = static_cast<size_t>(op.dst_pitch);
+      b.extent.width = static_cast<size_t>(op.width_bytes);
+      b.extent.height = static_cast<size_t>(op.rows);
+      b.extent.depth = 1;
+      b.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+      b.flags = 0;
+    }
+#if CUDART_VERSION >= 13000
+    const cudaError_t error =
+        cudaMemcpy3DBatchAsync(batch.size(), batch.data(), 0, stream);
+#else
+    size_t fail_index = 0;
+    const cudaError_t error = cudaMemcpy3DBatchAsync(batch.size(), batch.data(),
+                                                     &fail_index, 0, stream);
+#endif
+    if (!BatchUnsupported(error)) {
+      if (error != cudaSuccess) {
+        return CudaStatus(error, "cudaMemcpy3DBatchAsync");
+      }
+      return absl::OkStatus();
+    }
+#endif
+    for (const CopyOp* op : ops) {
+      HOIST_CUDA_RETURN_IF_ERROR(
+          cudaMemcpy2DAsync(op->dst, static_cast<size_t>(op->dst_pitch),
+                            op->src, static_cast<size_t>(op->src_pitch),
+                            static_cast<size_t>(op->width_bytes),
+                            static_cast<size_t>(op->rows), kind, stream));
+    }
     return absl::OkStatus();
   }
 
@@ -223,10 +305,30 @@ class CudaDevice final : public Device {
   std::thread completer_;
 };
 
+// Faults in every page of [data, data + bytes) from `threads` threads, so
+// that the pages come from the memory policy's nodes in parallel.
+void TouchInParallel(uint8_t* data, int64_t bytes) {
+  const int64_t page = sysconf(_SC_PAGESIZE);
+  const int threads = static_cast<int>(std::clamp<int64_t>(
+      std::min<int64_t>(std::thread::hardware_concurrency(), 16), 1,
+      std::max<int64_t>(1, bytes >> 26)));  // a thread per 64 MiB, up to 16
+  const int64_t chunk = (bytes / threads + page - 1) / page * page;
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([=] {
+      const int64_t begin = t * chunk;
+      const int64_t end = std::min(bytes, begin + chunk);
+      for (int64_t at = begin; at < end; at += page) data[at] = 0;
+    });
+  }
+  for (std::thread& w : workers) w.join();
+}
+
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(std::vector<std::unique_ptr<CudaDevice>> devices)
-      : owned_(std::move(devices)) {
+  CudaBackend(std::vector<std::unique_ptr<CudaDevice>> devices,
+              std::vector<int> numa_nodes)
+      : owned_(std::move(devices)), numa_nodes_(std::move(numa_nodes)) {
     for (auto& device : owned_) devices_.push_back(device.get());
   }
   std::string_view name() const override { return "cuda"; }
@@ -237,14 +339,51 @@ class CudaBackend final : public Backend {
       return absl::InvalidArgumentError(absl::StrFormat(
           "pinned allocation of %d bytes: size must be > 0", bytes));
     }
-    void* data = nullptr;
-    HOIST_CUDA_RETURN_IF_ERROR(
-        cudaHostAlloc(&data, bytes, cudaHostAllocPortable));
-    return MemoryBlock(data, bytes, [](void* p, int64_t) { cudaFreeHost(p); });
+    if (numa_nodes_.empty()) {
+      void* data = nullptr;
+      HOIST_CUDA_RETURN_IF_ERROR(
+          cudaHostAlloc(&data, bytes, cudaHostAllocPortable));
+      return MemoryBlock(data, bytes,
+                         [](void* p, int64_t) { cudaFreeHost(p); });
+    }
+    // On the devices' NUMA nodes: map, bind, fault in, register.
+    const int64_t size =
+        (bytes + (int64_t{2} << 20) - 1) & ~((int64_t{2} << 20) - 1);
+    void* data = mmap(nullptr, size, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (data == MAP_FAILED) {
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("pinned allocation of %d bytes: mmap failed", bytes));
+    }
+    madvise(data, size, MADV_HUGEPAGE);
+    constexpr int kMaskBits = 1024;
+    unsigned long mask[kMaskBits / (8 * sizeof(unsigned long))] = {};
+    for (int node : numa_nodes_) {
+      if (node < kMaskBits) {
+        mask[node / (8 * sizeof(unsigned long))] |=
+            1ul << (node % (8 * sizeof(unsigned long)));
+      }
+    }
+    // Best effort: without it the pages land where the touching threads run.
+    (void)syscall(SYS_mbind, data, size,
+                  numa_nodes_.size() == 1 ? MPOL_PREFERRED : MPOL_INTERLEAVE,
+                  mask, kMaskBits + 1, 0);
+    TouchInParallel(static_cast<uint8_t*>(data), size);
+    if (const cudaError_t error =
+            cudaHostRegister(data, size, cudaHostRegisterPortable);
+        error != cudaSuccess) {
+      munmap(data, size);
+      return CudaStatus(error, "cudaHostRegister(staging pool)");
+    }
+    return MemoryBlock(data, bytes, [size](void* p, int64_t) {
+      cudaHostUnregister(p);
+      munmap(p, size);
+    });
   }
 
  private:
   std::vector<std::unique_ptr<CudaDevice>> owned_;
+  const std::vector<int> numa_nodes_;  // host nodes near the devices
   std::vector<Device*> devices_;
 };
 
@@ -275,6 +414,7 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(
                         options.compute_streams.size(), ordinals.size()));
   }
   std::vector<std::unique_ptr<CudaDevice>> devices;
+  std::vector<int> numa_nodes;
   for (size_t i = 0; i < ordinals.size(); ++i) {
     if (ordinals[i] < 0 || ordinals[i] >= count) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -289,8 +429,22 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(
                            ordinals[i], compute);
     if (!device.ok()) return device.status();
     devices.push_back(*std::move(device));
+    // The host NUMA node nearest the device, where the driver knows it
+    // (CUDA 12.2+); -1 or an error means no NUMA placement.
+    int node = -1;
+    if (cudaDeviceGetAttribute(&node, cudaDevAttrHostNumaId, ordinals[i]) !=
+        cudaSuccess) {
+      (void)cudaGetLastError();
+      node = -1;
+    }
+    if (node >= 0 && std::find(numa_nodes.begin(), numa_nodes.end(), node) ==
+                         numa_nodes.end()) {
+      numa_nodes.push_back(node);
+    }
   }
-  return std::make_unique<CudaBackend>(std::move(devices));
+  if (!options.numa_placement) numa_nodes.clear();
+  return std::make_unique<CudaBackend>(std::move(devices),
+                                       std::move(numa_nodes));
 }
 
 }  // namespace hoist

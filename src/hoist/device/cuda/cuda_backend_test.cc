@@ -62,6 +62,32 @@ TEST(CudaBackendTest, ContiguousAndStridedCopiesRoundTripInOneDispatchEach) {
   EXPECT_EQ(device.counters().ops, 4);
 }
 
+// Both ways of pinning: NUMA-placed (mmap + mbind + cudaHostRegister) and
+// cudaHostAlloc, at a size that is not a multiple of the 2 MiB rounding.
+TEST(CudaBackendTest, PinnedMemoryEitherWayCopiesBothWays) {
+  for (bool numa : {true, false}) {
+    absl::StatusOr<std::unique_ptr<Backend>> backend =
+        MakeCudaBackend({.numa_placement = numa});
+    if (!backend.ok()) GTEST_SKIP() << backend.status().message();
+    Device& device = *(*backend)->devices()[0];
+    constexpr int64_t kBytes = (int64_t{40} << 20) + 12345;
+    absl::StatusOr<MemoryBlock> pinned = (*backend)->AllocatePinned(kBytes);
+    ASSERT_TRUE(pinned.ok()) << pinned.status();
+    absl::StatusOr<MemoryBlock> on_device = device.Allocate(kBytes);
+    ASSERT_TRUE(on_device.ok()) << on_device.status();
+    auto* host = static_cast<uint8_t*>(pinned->data());
+    for (int64_t i = 0; i < kBytes; ++i) host[i] = static_cast<uint8_t>(i * 7);
+    const CopyOp up{host, kBytes, on_device->data(), kBytes, kBytes, 1};
+    ASSERT_TRUE(device.CopyFromHost({&up, 1}).Wait().ok());
+    std::memset(host, 0, kBytes);
+    const CopyOp down{on_device->data(), kBytes, host, kBytes, kBytes, 1};
+    ASSERT_TRUE(device.CopyToHost({&down, 1}).Wait().ok());
+    for (int64_t i = 0; i < kBytes; i += 4099) {
+      ASSERT_EQ(host[i], static_cast<uint8_t>(i * 7)) << "numa " << numa;
+    }
+  }
+}
+
 TEST(CudaBackendTest, MalformedOpFailsWithoutADispatch) {
   HOIST_REQUIRE_GPU(backend);
   Device& device = *(*backend)->devices()[0];
