@@ -43,3 +43,23 @@ build_dir() {
   log "building build/$name"
   cmake --build "$dir" -j "$(nproc)"
 }
+
+# python_package REQUIREMENTS: the project's virtualenv (.venv, Python 3.12;
+# made once), the packages in REQUIREMENTS (pip skips what is installed),
+# and the hoist package itself, built from this tree (build/python is reused).
+HOIST_VENV="$HOIST_ROOT/.venv"
+python_package() {
+  local requirements=$1
+  if [[ ! -x "$HOIST_VENV/bin/python" ]]; then
+    local python=/root/.pyenv/versions/3.12.1/bin/python3.12
+    [[ -x "$python" ]] || python=$(command -v python3.12 || command -v python3)
+    log "creating the virtualenv .venv ($("$python" --version))"
+    "$python" -m venv "$HOIST_VENV"
+  fi
+  log "installing Python packages ($requirements)"
+  "$HOIST_VENV/bin/pip" install -q --disable-pip-version-check \
+    -r "$HOIST_ROOT/$requirements"
+  log "building the hoist Python package"
+  "$HOIST_VENV/bin/pip" install -q --disable-pip-version-check \
+    --no-build-isolation "$HOIST_ROOT"
+}

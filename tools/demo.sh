@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds hoist (build/release) and runs its main job,
-# `hoist demo`. Extra arguments go to `hoist demo` (see `hoist demo --help`).
+# Installs what is missing, builds hoist (build/release) and its Python
+# package (into .venv), and runs the main job, `hoist demo`. Extra arguments go to `hoist demo` (see `hoist demo --help`).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 install_debs
 build_dir release -DCMAKE_BUILD_TYPE=RelWithDebInfo
+python_package python/requirements.txt  # `import hoist` in .venv
 log "hoist demo $*"
 build/release/hoist demo "$@"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, then checks everything CI checks:
 #   1. formatting (clang-format, Google style) of every C++ source;
-#   2. the release build (g++, -Werror) and its tests;
+#   2. the release build (g++, -Werror) and its tests (ctest, MPI tests under
+#      mpirun included), then the Python package and its tests (pytest);
 #   3. a clang build with -Wthread-safety, ASan and UBSan, and its tests;
 #   4. a clang build with ThreadSanitizer, and its tests;
 #   5. the libFuzzer targets (manifest decoding, restore) for a bounded time.
@@ -21,6 +22,10 @@ jobs=$(nproc)
 build_dir release -DCMAKE_BUILD_TYPE=RelWithDebInfo
 log "testing build/release"
 ctest --test-dir build/release --output-on-failure -j "$jobs"
+
+python_package python/requirements-test.txt
+log "testing the Python package (pytest)"
+"$HOIST_VENV/bin/python" -m pytest -q python/tests
 
 build_dir asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \
   -DHOIST_SANITIZE=ON -DHOIST_BUILD_BENCH=OFF -DHOIST_FUZZ=ON

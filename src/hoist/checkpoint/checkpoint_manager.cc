@@ -472,7 +472,7 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
       std::string token,
       coordinator.Broadcast("open",
                             opened.ok() ? (lock ? lock->token() : "-")
-                                        : "!" + std::string(opened.message()),
+                                        : absl::StrCat("!", opened.message()),
                             0));
   RETURN_IF_ERROR(opened);
   if (absl::StartsWith(token, "!")) {

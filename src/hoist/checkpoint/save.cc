@@ -360,7 +360,8 @@ static absl::StatusOr<SaveResult> SaveCheckpointImpl(
     }
   }
   absl::StatusOr<std::string> decided = coordinator.Broadcast(
-      "tmp_dir", refused.ok() ? tmp_name : "!" + EncodeStatus(refused), 0);
+      "tmp_dir",
+      refused.ok() ? tmp_name : absl::StrCat("!", EncodeStatus(refused)), 0);
   if (!refused.ok()) return refused;
   if (!decided.ok()) {
     if (coordinator.rank() == 0) {

@@ -1,0 +1,211 @@
+"""hoist: asynchronous checkpointing of sharded arrays.
+
+Training stalls only while its arrays are copied off the devices; writing,
+hashing, committing and pruning happen in the background, and a committed
+checkpoint is never lost or corrupted. Saves take a pytree (nested dicts,
+lists and tuples) of JAX arrays (sharded or not), PyTorch tensors, NumPy
+arrays or other DLPack producers; restores rebuild it, onto any sharding.
+
+    mgr = hoist.CheckpointManager("/ckpt", keep=3)
+    handle = mgr.save(step, state)      # returns once the arrays are copied
+    ...                                 # training goes on
+    mgr.wait_until_finished()
+    state = mgr.restore(like=state)     # the latest step, shaped like `state`
+"""
+
+import json
+import os
+import sys
+
+import ml_dtypes  # noqa: F401  (registers bfloat16 and float8 with numpy)
+import numpy as np
+
+from . import _hoist
+from ._errors import DataLossError
+from ._errors import call as _call
+from ._tree import flatten, unflatten
+
+__all__ = ["CheckpointManager", "SaveHandle", "DataLossError", "inspect"]
+__version__ = "0.1.0"
+
+_FORMAT_KEY = "hoist.python"
+
+
+def _step_dir(root, step):
+    return os.path.join(root, "step_%08d" % step)
+
+
+class SaveHandle:
+    """One save in flight: wait for it, or poll it."""
+
+    def __init__(self, handle):
+        self._handle = handle
+
+    @property
+    def step(self):
+        return self._handle.step
+
+    def wait_staged(self):
+        """Returns once every byte is off the devices: the arrays may change."""
+        _call(self._handle.wait_staged)
+
+    def wait(self):
+        """Returns once the step is durable and visible, with its figures:
+        bytes, dispatches, staged_s, committed_s, path, ..."""
+        return _call(self._handle.wait)
+
+    def done(self):
+        """True once the save has committed or failed."""
+        return self._handle.done()
+
+    def progress(self):
+        """(bytes staged, bytes written, total bytes) of this save."""
+        return self._handle.progress()
+
+
+class CheckpointManager:
+    """Saves and restores the steps of one checkpoint root.
+
+    path:          the root directory (created if needed); one manager per
+                   root at a time (a second one gets ValueError).
+    keep:          keep the newest N steps (None: all).
+    keep_every:    also keep every step divisible by this.
+    pool_bytes:    the pinned staging pool, allocated once (default 1 GiB);
+                   larger saves stage in waves, so host memory stays bounded.
+    backend:       "host" (arrays in host memory: NumPy, CPU tensors, JAX's
+                   CPU devices) or "cuda" (arrays in GPU memory).
+    num_devices:   host backend devices; default: JAX's device count when
+                   JAX is imported, else 1. JAX device ids must be below it.
+    max_in_flight: saves accepted before a save waits for an earlier commit.
+    writers:       writer streams (files) per process.
+    io:            "posix" or "io_uring".
+    """
+
+    def __init__(self, path, *, keep=None, keep_every=None,
+                 pool_bytes=1 << 30, backend="host", num_devices=None,
+                 max_in_flight=1, writers=2, io="posix"):
+        if num_devices is None:
+            jax = sys.modules.get("jax")
+            num_devices = jax.device_count() if jax is not None else 1
+        if keep is not None and keep < 1:
+            raise ValueError("keep must be >= 1 (or None to keep every step)")
+        self._backend = _call(_hoist.Backend, backend, int(num_devices))
+        self._manager = _call(
+            _hoist.Manager, os.fspath(path), self._backend, int(pool_bytes),
+            int(keep or 0), int(keep_every or 0), int(max_in_flight),
+            int(writers), io)
+        self._device_ids = self._backend.device_ids()
+
+    # -- saving ------------------------------------------------------------
+
+    def save(self, step, state, *, metadata=None, return_when="staged"):
+        """Saves `state` (a pytree) as `step`.
+
+        Arrays become named by their path ("model/layers/0/w"); every other
+        leaf (int, float, str, bool, None) goes into the manifest's metadata
+        and comes back in place. Returns a SaveHandle once the arrays are
+        copied off the devices (return_when="staged", the default) or once
+        the copies are enqueued ("dispatched": call handle.wait_staged()
+        before changing the arrays). Writing and committing continue in the
+        background. Non-contiguous arrays are copied first.
+        """
+        if return_when not in ("staged", "dispatched"):
+            raise ValueError("return_when must be 'staged' or 'dispatched'")
+        arrays, skeleton = flatten(state, self._device_ids[0],
+                                   self._backend.kind)
+        meta = {_FORMAT_KEY: 1, "tree": skeleton}
+        if metadata is not None:
+            meta["user"] = metadata
+        try:
+            text = json.dumps(meta)
+        except (TypeError, ValueError) as error:
+            raise TypeError(f"metadata is not JSON-serializable: {error}")
+        handle = _call(self._manager.save, int(step),
+                       [a.engine_form() for a in arrays], text,
+                       return_when == "dispatched")
+        return SaveHandle(handle)
+
+    def wait_until_finished(self):
+        """Waits for every save in flight; raises the first error not yet
+        reported."""
+        _call(self._manager.wait_until_finished)
+
+    # -- restoring ---------------------------------------------------------
+
+    def restore(self, step=None, like=None):
+        """Restores `step` (default: the latest).
+
+        like=None rebuilds the saved pytree with NumPy arrays for NumPy and
+        JAX leaves and CPU tensors for PyTorch ones. Otherwise the result is
+        shaped like `like`: a jax.Array or jax.ShapeDtypeStruct leaf comes
+        back as a jax.Array with that leaf's sharding (any sharding, not
+        only the saved one), a tensor as a tensor on its device, a NumPy
+        array as a NumPy array; other leaves take the saved values.
+        """
+        if step is None:
+            step = self.latest
+            if step is None:
+                raise FileNotFoundError(
+                    f"no committed step in {self._manager.root}")
+        manifest = inspect(_step_dir(self._manager.root, step))
+        meta = manifest.get("metadata") or {}
+        return unflatten(
+            manifest, meta.get("tree") if meta.get(_FORMAT_KEY) else None,
+            like, lambda targets: _call(self._manager.restore, int(step),
+                                        targets))
+
+    def metadata(self, step=None):
+        """The user metadata saved with `step` (default: the latest)."""
+        step = self.latest if step is None else step
+        if step is None:
+            raise FileNotFoundError(f"no committed step in {self._manager.root}")
+        meta = inspect(_step_dir(self._manager.root, step)).get("metadata")
+        return (meta or {}).get("user")
+
+    # -- the root ----------------------------------------------------------
+
+    @property
+    def steps(self):
+        """Committed steps, ascending."""
+        return list(_call(self._manager.steps))
+
+    @property
+    def latest(self):
+        """The newest committed step, or None."""
+        steps = self.steps
+        return steps[-1] if steps else None
+
+    @property
+    def path(self):
+        return self._manager.root
+
+    def verify(self, step):
+        """Re-reads every extent of `step` against its hash: the list of
+        problems found (empty when intact)."""
+        return list(_call(self._manager.verify, int(step)))
+
+    def delete(self, step):
+        _call(self._manager.delete, int(step))
+
+    def close(self):
+        """Waits for every save, then releases the root."""
+        _call(self._manager.close)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+def inspect(path):
+    """The manifest of a step directory (or of a root's latest step) as a
+    dict: step, metadata, arrays (name, dtype, shape, sharding, extents)."""
+    path = os.fspath(path)
+    if not os.path.exists(os.path.join(path, "MANIFEST.json")):
+        steps = sorted(n for n in os.listdir(path) if n.startswith("step_"))
+        if not steps:
+            raise FileNotFoundError(f"{path}: no MANIFEST.json and no steps")
+        path = os.path.join(path, steps[-1])
+    return json.loads(_call(_hoist.inspect_step, path))

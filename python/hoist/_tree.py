@@ -1,0 +1,352 @@
+"""Pytrees to hoist's named arrays and back.
+
+An array's name is its path in the tree, keys and indices joined by "/"
+("model/layers/0/w"; a bare array is "array"). The tree's shape and its
+non-array leaves are kept as a JSON skeleton in the manifest's metadata:
+  {"d": [[key, node], ...]}  dict (keys: str or int, in order)
+  {"l": [node, ...]}         list
+  {"t": [node, ...]}         tuple (named tuples come back as tuples)
+  {"v": value}               int, float, str, bool or None
+  {"f": "nan"|"inf"|"-inf"}  a float JSON cannot hold
+  {"a": name, "k": kind}     an array; kind is numpy, torch or jax
+"""
+
+import math
+import sys
+
+import ml_dtypes
+import numpy as np
+
+_SCALARS = (bool, int, float, str, type(None))
+
+
+def _module(name):
+    return sys.modules.get(name)
+
+
+def _is_jax(x):
+    jax = _module("jax")
+    return jax is not None and isinstance(x, jax.Array)
+
+
+def _is_jax_struct(x):
+    jax = _module("jax")
+    return jax is not None and isinstance(x, jax.ShapeDtypeStruct)
+
+
+def _is_torch(x):
+    torch = _module("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def _numpy_dtype(name):
+    """numpy's dtype for a hoist dtype name (ml_dtypes for bfloat16 and
+    float8)."""
+    return np.dtype(getattr(ml_dtypes, name, None) or name)
+
+
+def _torch_dtype_name(dtype):
+    return str(dtype).removeprefix("torch.")
+
+
+def _bytes_of_numpy(a):
+    """A flat uint8 view of `a`'s memory (copied first if not contiguous)."""
+    if a.dtype.kind == "O":
+        raise TypeError("object arrays cannot be saved")
+    a = np.ascontiguousarray(a)
+    return a.reshape(-1).view(np.uint8)
+
+
+class _Array:
+    """One array to save, in the engine's terms."""
+
+    def __init__(self, name, dtype, shape, shards):
+        self.name, self.dtype, self.shape, self.shards = name, dtype, shape, shards
+
+    def engine_form(self):
+        return (self.name, self.dtype, list(self.shape), self.shards)
+
+
+def _whole(shape):
+    return [0] * len(shape), list(shape)
+
+
+def _numpy_array(name, a, device):
+    a = np.asarray(a)
+    origin, shape = _whole(a.shape)
+    return _Array(name, a.dtype.name, a.shape,
+                  [(device, origin, shape, _bytes_of_numpy(a))])
+
+
+def _torch_array(name, t, device, backend):
+    torch = _module("torch")
+    t = t.detach()
+    if t.device.type == "cuda":
+        if backend != "cuda":
+            raise ValueError(
+                f"array '{name}' is on {t.device} but the manager's backend "
+                "is 'host' (use backend='cuda')")
+        device = t.device.index
+    elif t.device.type != "cpu":
+        raise ValueError(f"array '{name}': tensors on {t.device} are not "
+                         "supported")
+    t = t.contiguous()
+    origin, shape = _whole(t.shape)
+    data = t.reshape(-1).view(torch.uint8)
+    return _Array(name, _torch_dtype_name(t.dtype), tuple(t.shape),
+                  [(device, origin, shape, data)])
+
+
+def _box_of(index, shape):
+    """(origin, shape) of a tuple of slices into an array of `shape`."""
+    origin, extent = [], []
+    for s, n in zip(index, shape):
+        start, stop, step = s.indices(n)
+        if step != 1:
+            raise ValueError("strided shard indices are not supported")
+        origin.append(start)
+        extent.append(stop - start)
+    return origin, extent
+
+
+def _jax_array(name, x):
+    shards = []
+    for shard in x.addressable_shards:
+        origin, shape = _box_of(shard.index, x.shape)
+        try:
+            data = shard.data.__dlpack__()  # zero copy
+        except Exception:  # a dtype DLPack cannot carry (float8): bytes
+            data = _bytes_of_numpy(np.asarray(shard.data))
+        shards.append((shard.device.id, origin, shape, data))
+    return _Array(name, np.dtype(x.dtype).name, x.shape, shards)
+
+
+def _encode_float(value):
+    if math.isfinite(value):
+        return {"v": value}
+    return {"f": "nan" if math.isnan(value) else ("inf" if value > 0 else
+                                                   "-inf")}
+
+
+def flatten(tree, default_device, backend):
+    """(arrays, skeleton) of `tree`."""
+    arrays = []
+    names = set()
+
+    def walk(x, path):
+        where = "/".join(path) or "the state"
+        if isinstance(x, dict):
+            items = []
+            for key, value in x.items():
+                if isinstance(key, bool) or not isinstance(key, (str, int)):
+                    raise TypeError(f"{where}: key {key!r} is not a str or int")
+                items.append([key, walk(value, path + [str(key)])])
+            return {"d": items}
+        if isinstance(x, tuple):
+            return {"t": [walk(v, path + [str(i)]) for i, v in enumerate(x)]}
+        if isinstance(x, list):
+            return {"l": [walk(v, path + [str(i)]) for i, v in enumerate(x)]}
+        if isinstance(x, float):
+            return _encode_float(x)
+        if isinstance(x, _SCALARS):
+            return {"v": x}
+        name = "/".join(path) or "array"
+        if name in names:
+            raise ValueError(f"two arrays are named '{name}'")
+        names.add(name)
+        if _is_jax(x):
+            arrays.append(_jax_array(name, x))
+            return {"a": name, "k": "jax"}
+        if _is_torch(x):
+            arrays.append(_torch_array(name, x, default_device, backend))
+            return {"a": name, "k": "torch"}
+        if isinstance(x, (np.ndarray, np.generic)):
+            arrays.append(_numpy_array(name, x, default_device))
+            return {"a": name, "k": "numpy"}
+        if hasattr(x, "__dlpack__"):
+            arrays.append(_numpy_array(name, np.from_dlpack(x), default_device))
+            return {"a": name, "k": "numpy"}
+        raise TypeError(
+            f"{where}: cannot save a {type(x).__name__} (save arrays, dicts, "
+            "lists, tuples, and int/float/str/bool/None leaves)")
+
+    return arrays, walk(tree, [])
+
+
+# -- restoring ---------------------------------------------------------------
+
+
+class _Pending:
+    """A leaf whose value exists once the engine has restored the step."""
+
+    def __init__(self, finish):
+        self.finish = finish
+
+
+class _Targets:
+    """The engine's restore targets, built leaf by leaf."""
+
+    def __init__(self, manifest):
+        self.saved = {a["name"]: a for a in manifest["arrays"]}
+        self.list = []
+
+    def saved_array(self, name):
+        if name not in self.saved:
+            raise KeyError(f"array '{name}' is not in the checkpoint "
+                           f"(it has {len(self.saved)} arrays)")
+        return self.saved[name]
+
+    def numpy(self, name, dtype_name=None, shape=None):
+        saved = self.saved_array(name)
+        dtype_name = dtype_name or saved["dtype"]
+        shape = list(saved["shape"] if shape is None else shape)
+        out = np.empty(shape, dtype=_numpy_dtype(dtype_name))
+        origin, extent = _whole(shape)
+        self.list.append((name, dtype_name, shape,
+                          [(-1, origin, extent, out.reshape(-1).view(np.uint8))]))
+        return out
+
+    def torch(self, name, like=None):
+        torch = _module("torch")
+        if torch is None:
+            return _Pending(lambda out=self.numpy(name): out)
+        saved = self.saved_array(name)
+        dtype = like.dtype if like is not None else getattr(torch,
+                                                             saved["dtype"])
+        shape = list(like.shape) if like is not None else saved["shape"]
+        out = torch.empty(shape, dtype=dtype)
+        origin, extent = _whole(shape)
+        self.list.append((name, _torch_dtype_name(dtype), shape,
+                          [(-1, origin, extent, out.reshape(-1).view(torch.uint8))]))
+        device = like.device if like is not None else None
+        if device is not None and device.type != "cpu":
+            return _Pending(lambda: out.to(device))
+        return _Pending(lambda: out)
+
+    def jax(self, name, like=None):
+        jax = _module("jax")
+        saved = self.saved_array(name)
+        if like is None:  # the default device
+            out = self.numpy(name)
+            return _Pending(lambda: jax.device_put(out))
+        shape = tuple(like.shape)
+        dtype_name = np.dtype(like.dtype).name
+        sharding = getattr(like, "sharding", None)
+        if sharding is None:
+            sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+        # One host buffer per distinct box; replicas share it.
+        buffers, per_device = {}, []
+        for device, index in sharding.addressable_devices_indices_map(
+                shape).items():
+            origin, extent = _box_of(index, shape)
+            key = (tuple(origin), tuple(extent))
+            if key not in buffers:
+                buffers[key] = np.empty(extent, dtype=_numpy_dtype(dtype_name))
+            per_device.append((device, buffers[key]))
+        dests = [(-1, list(o), list(e), b.reshape(-1).view(np.uint8))
+                 for (o, e), b in buffers.items()]
+        self.list.append((name, dtype_name, list(shape), dests))
+        del saved
+
+        def finish():
+            return jax.make_array_from_single_device_arrays(
+                shape, sharding,
+                [jax.device_put(b, d) for d, b in per_device])
+
+        return _Pending(finish)
+
+
+def _decode_value(node):
+    if "f" in node:
+        return float(node["f"])
+    return node["v"]
+
+
+def _scalars_of(skeleton):
+    """path -> value of every non-array leaf of a skeleton."""
+    out = {}
+
+    def walk(node, path):
+        if "d" in node:
+            for key, child in node["d"]:
+                walk(child, path + [str(key)])
+        elif "l" in node or "t" in node:
+            for i, child in enumerate(node.get("l", node.get("t"))):
+                walk(child, path + [str(i)])
+        elif "v" in node or "f" in node:
+            out["/".join(path)] = _decode_value(node)
+
+    walk(skeleton, [])
+    return out
+
+
+def _resolve(tree):
+    if isinstance(tree, _Pending):
+        return tree.finish()
+    if isinstance(tree, dict):
+        return {k: _resolve(v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_resolve(v) for v in tree]
+    if isinstance(tree, tuple):
+        items = [_resolve(v) for v in tree]
+        return type(tree)(*items) if hasattr(tree, "_fields") else tuple(items)
+    if isinstance(tree, np.ndarray) or _is_torch(tree):
+        return tree
+    return tree
+
+
+def unflatten(manifest, skeleton, like, restore):
+    """The restored tree: shaped like `like`, or rebuilt from `skeleton`
+    (else a flat dict name -> numpy array). `restore(targets)` runs the
+    engine."""
+    targets = _Targets(manifest)
+
+    def from_skeleton(node, path):
+        if "d" in node:
+            return {key: from_skeleton(child, path + [str(key)])
+                    for key, child in node["d"]}
+        if "l" in node:
+            return [from_skeleton(c, path + [str(i)])
+                    for i, c in enumerate(node["l"])]
+        if "t" in node:
+            return tuple(from_skeleton(c, path + [str(i)])
+                         for i, c in enumerate(node["t"]))
+        if "a" in node:
+            kind = node.get("k", "numpy")
+            if kind == "torch":
+                return targets.torch(node["a"])
+            if kind == "jax" and _module("jax") is not None:
+                return targets.jax(node["a"])
+            return targets.numpy(node["a"])
+        return _decode_value(node)
+
+    scalars = _scalars_of(skeleton) if skeleton is not None else {}
+
+    def from_like(x, path):
+        name = "/".join(path) or "array"
+        if isinstance(x, dict):
+            return {k: from_like(v, path + [str(k)]) for k, v in x.items()}
+        if isinstance(x, tuple):
+            items = [from_like(v, path + [str(i)]) for i, v in enumerate(x)]
+            return type(x)(*items) if hasattr(x, "_fields") else tuple(items)
+        if isinstance(x, list):
+            return [from_like(v, path + [str(i)]) for i, v in enumerate(x)]
+        if _is_jax(x) or _is_jax_struct(x):
+            return targets.jax(name, x)
+        if _is_torch(x):
+            return targets.torch(name, x)
+        if isinstance(x, (np.ndarray, np.generic)):
+            return targets.numpy(name, np.asarray(x).dtype.name,
+                                 np.shape(x))
+        if isinstance(x, _SCALARS):
+            return scalars.get(name, x)
+        raise TypeError(f"{name}: cannot restore into a {type(x).__name__}")
+
+    if like is not None:
+        tree = from_like(like, [])
+    elif skeleton is not None:
+        tree = from_skeleton(skeleton, [])
+    else:  # not saved from Python: every array, by name
+        tree = {name: targets.numpy(name) for name in targets.saved}
+    restore(targets.list)
+    return _resolve(tree)

@@ -1,0 +1,421 @@
+// hoist._hoist: the C++ engine for Python (nanobind). The Python package
+// (python/hoist/) turns pytrees of JAX, PyTorch and NumPy arrays into the
+// flat lists this module takes: per array its name, dtype, global shape and
+// every shard as (device id, box origin, box shape, data). Shard data comes
+// in as nanobind ndarrays, i.e. through DLPack (or the buffer protocol),
+// without a copy; a save holds them until its copies have landed, then
+// drops them (which calls each DLPack deleter). The GIL is released while
+// hoist stages, waits, restores and verifies.
+//
+// Errors: every failed call raises hoist._hoist.Error(code, message), code
+// being absl's status code; python/hoist/_errors.py maps it to ValueError,
+// OSError, hoist.DataLossError, ...
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/time.h"
+#include "hoist/checkpoint/save.h"
+#include "hoist/checkpoint_manager.h"
+#include "hoist/cuda_backend.h"
+#include "hoist/host_backend.h"
+
+namespace nb = nanobind;
+
+namespace hoist {
+namespace {
+
+// Carried to Python as hoist._hoist.Error(code, message).
+struct StatusError {
+  int code;
+  std::string message;
+};
+
+void Check(const absl::Status& status) {
+  if (!status.ok()) {
+    throw StatusError{static_cast<int>(status.code()),
+                      std::string(status.message())};
+  }
+}
+
+template <typename T>
+T Check(absl::StatusOr<T> value) {
+  Check(value.status());
+  return *std::move(value);
+}
+
+void Invalid(const std::string& message) {
+  Check(absl::InvalidArgumentError(message));
+}
+
+// (origin, shape) lists from Python as a Box.
+Box ToBox(const std::vector<int64_t>& origin, const std::vector<int64_t>& shape,
+          const std::string& where) {
+  if (origin.size() != shape.size()) {
+    Invalid(
+        absl::StrFormat("%s: origin and shape of a box differ in rank", where));
+  }
+  return Box(origin, shape);
+}
+
+// The bytes an ndarray holds, checked to be dense (C order) and `bytes`
+// long.
+void* DenseData(const nb::ndarray<>& array, int64_t bytes,
+                const std::string& where) {
+  int64_t expected = 1;
+  for (int d = static_cast<int>(array.ndim()) - 1; d >= 0; --d) {
+    if (array.shape(d) != 1 && array.stride(d) != expected) {
+      Invalid(absl::StrFormat(
+          "%s: the data is not contiguous in C order (make it contiguous "
+          "first, e.g. numpy.ascontiguousarray or tensor.contiguous())",
+          where));
+    }
+    expected *= static_cast<int64_t>(array.shape(d));
+  }
+  const int64_t have = static_cast<int64_t>(array.nbytes());
+  if (have != bytes) {
+    Invalid(absl::StrFormat("%s: the data has %d bytes, the box needs %d",
+                            where, have, bytes));
+  }
+  return array.data();
+}
+
+class PyBackend {
+ public:
+  PyBackend(const std::string& kind, int num_devices) : kind_(kind) {
+    if (kind == "host") {
+      backend_ = Check(MakeHostBackend({.num_devices = num_devices}));
+    } else if (kind == "cuda") {
+      backend_ = Check(MakeCudaBackend());
+    } else {
+      Invalid(absl::StrFormat("backend '%s': use 'host' or 'cuda'", kind));
+    }
+  }
+  Backend& get() { return *backend_; }
+  const std::string& kind() const { return kind_; }
+  std::vector<int64_t> device_ids() const {
+    std::vector<int64_t> ids;
+    for (Device* d : backend_->devices()) ids.push_back(d->id());
+    return ids;
+  }
+  Device* device(int64_t id, const std::string& where) {
+    for (Device* d : backend_->devices()) {
+      if (d->id() == id) return d;
+    }
+    Invalid(absl::StrFormat("%s: device %d is not one of this backend's", where,
+                            id));
+    return nullptr;
+  }
+
+ private:
+  std::string kind_;
+  std::unique_ptr<Backend> backend_;
+};
+
+nb::dict InfoDict(const SaveInfo& info) {
+  nb::dict d;
+  d["step"] = info.step;
+  d["path"] = info.path;
+  d["bytes"] = info.bytes;
+  d["dispatches"] = info.dispatches;
+  d["waves"] = info.waves;
+  d["dispatched_s"] = absl::ToDoubleSeconds(info.dispatched);
+  d["staged_s"] = absl::ToDoubleSeconds(info.staged);
+  d["committed_s"] = absl::ToDoubleSeconds(info.committed);
+  return d;
+}
+
+// A save in flight, holding the shards' arrays until they are staged.
+class PyHandle {
+ public:
+  PyHandle(SaveHandle handle, std::vector<nb::ndarray<>> sources)
+      : handle_(std::move(handle)), sources_(std::move(sources)) {}
+  ~PyHandle() {
+    // The copies may still read the arrays: never let them go earlier.
+    if (!sources_.empty()) {
+      nb::gil_scoped_release release;
+      (void)handle_.WaitStaged();
+    }
+  }
+  int64_t step() const { return handle_.step(); }
+
+  void WaitStaged() {
+    absl::Status status;
+    {
+      nb::gil_scoped_release release;
+      status = handle_.WaitStaged();
+    }
+    sources_.clear();  // with the GIL: may run DLPack deleters
+    Check(status);
+  }
+  nb::dict Wait() {
+    absl::StatusOr<SaveInfo> info;
+    {
+      nb::gil_scoped_release release;
+      info = handle_.WaitCommitted();
+    }
+    sources_.clear();
+    return InfoDict(Check(std::move(info)));
+  }
+  bool Done() const {
+    return handle_.status().code() != absl::StatusCode::kUnavailable;
+  }
+  std::tuple<int64_t, int64_t, int64_t> Progress() const {
+    const SaveProgress& p = handle_.progress();
+    return {p.staged_bytes.load(), p.written_bytes.load(), p.total_bytes};
+  }
+
+ private:
+  SaveHandle handle_;
+  std::vector<nb::ndarray<>> sources_;
+};
+
+// (device id, origin, shape, data)
+using PyShard = std::tuple<int64_t, std::vector<int64_t>, std::vector<int64_t>,
+                           nb::ndarray<>>;
+// (name, dtype, shape, shards)
+using PyArray = std::tuple<std::string, std::string, std::vector<int64_t>,
+                           std::vector<PyShard>>;
+
+class PyManager {
+ public:
+  PyManager(const std::string& root, std::shared_ptr<PyBackend> backend,
+            int64_t pool_bytes, int keep_last, int64_t keep_every,
+            int max_in_flight, int writers, const std::string& io)
+      : backend_(std::move(backend)),
+        coordinator_(MakeSingleProcessCoordinator()) {
+    CheckpointManagerOptions options;
+    options.pool_bytes = pool_bytes;
+    options.keep_last = keep_last;
+    options.keep_every = keep_every;
+    options.max_in_flight = max_in_flight;
+    options.plan.writer_streams = writers;
+    if (io != "posix" && io != "io_uring") {
+      Invalid(absl::StrFormat("io '%s': use 'posix' or 'io_uring'", io));
+    }
+    options.io = io == "io_uring" ? IoEngine::kIoUring : IoEngine::kPosix;
+    nb::gil_scoped_release release;
+    manager_ = Check(
+        CheckpointManager::Open(root, backend_->get(), *coordinator_, options));
+  }
+
+  std::unique_ptr<PyHandle> Save(int64_t step,
+                                 const std::vector<PyArray>& arrays,
+                                 const std::string& metadata_json,
+                                 bool dispatched) {
+    Live();
+    std::vector<SaveArray> save;
+    std::vector<nb::ndarray<>> sources;
+    for (const auto& [name, dtype_name, shape, shards] : arrays) {
+      const DType dtype = Check(ParseDType(dtype_name));
+      ExplicitSharding sharding;
+      SaveArray array{{name, dtype, shape, sharding}, {}};
+      for (const auto& [device, origin, box_shape, data] : shards) {
+        const std::string where =
+            absl::StrFormat("array '%s' on device %d", name, device);
+        const Box box = ToBox(origin, box_shape, where);
+        const int64_t bytes = box.num_elements() * ItemSize(dtype);
+        void* pointer = DenseData(data, bytes, where);
+        CheckDevice(data, device, where);
+        sharding.shards.push_back({static_cast<DeviceId>(device), box});
+        array.shards.push_back({static_cast<DeviceId>(device), pointer});
+        sources.push_back(data);
+      }
+      array.spec.sharding = std::move(sharding);
+      save.push_back(std::move(array));
+    }
+    absl::StatusOr<SaveHandle> handle;
+    {
+      nb::gil_scoped_release release;
+      handle = manager_->Save(
+          step, save, metadata_json,
+          dispatched ? ReturnWhen::kDispatched : ReturnWhen::kStaged);
+    }
+    return std::make_unique<PyHandle>(Check(std::move(handle)),
+                                      std::move(sources));
+  }
+
+  // targets: (name, dtype, shape, [(device or -1, origin, shape, data)])
+  nb::dict Restore(std::optional<int64_t> step,
+                   const std::vector<PyArray>& arrays) {
+    Live();
+    std::vector<RestoreTarget> targets;
+    for (const auto& [name, dtype_name, shape, dests] : arrays) {
+      const DType dtype = Check(ParseDType(dtype_name));
+      RestoreTarget target{name, dtype, shape, {}};
+      for (const auto& [device, origin, box_shape, data] : dests) {
+        const std::string where = absl::StrFormat("restore of '%s'", name);
+        const Box box = ToBox(origin, box_shape, where);
+        void* pointer =
+            DenseData(data, box.num_elements() * ItemSize(dtype), where);
+        Device* on = nullptr;
+        if (data.device_type() != nb::device::cpu::value) {
+          on = backend_->device(device, where);
+          CheckDevice(data, device, where);
+        }
+        target.destinations.push_back({box, on, pointer});
+      }
+      targets.push_back(std::move(target));
+    }
+    absl::StatusOr<RestoreStats> stats;
+    {
+      nb::gil_scoped_release release;
+      stats = manager_->Restore(step, targets);
+    }
+    const RestoreStats s = Check(std::move(stats));
+    nb::dict d;
+    d["bytes_read"] = s.bytes_read;
+    d["extents_read"] = s.extents_read;
+    d["dispatches"] = s.dispatches;
+    d["waves"] = s.waves;
+    d["elapsed_s"] = absl::ToDoubleSeconds(s.elapsed);
+    return d;
+  }
+
+  std::vector<int64_t> Steps() {
+    Live();
+    return Check(manager_->List());
+  }
+  std::vector<std::string> Verify(int64_t step) {
+    Live();
+    absl::StatusOr<VerifyReport> report;
+    {
+      nb::gil_scoped_release release;
+      report = manager_->Verify(step);
+    }
+    return Check(std::move(report)).problems;
+  }
+  void Delete(int64_t step) {
+    Live();
+    nb::gil_scoped_release release;
+    Check(manager_->Delete(step));
+  }
+  void WaitUntilFinished() {
+    Live();
+    nb::gil_scoped_release release;
+    Check(manager_->WaitUntilFinished());
+  }
+  // Waits for every save, then releases the root.
+  void Close() {
+    if (manager_ == nullptr) return;
+    absl::Status finished;
+    {
+      nb::gil_scoped_release release;
+      finished = manager_->WaitUntilFinished();
+      manager_.reset();
+    }
+    Check(finished);
+  }
+  std::string Root() {
+    Live();
+    return manager_->root();
+  }
+
+ private:
+  void Live() const {
+    if (manager_ == nullptr) {
+      Check(absl::FailedPreconditionError("the checkpoint manager is closed"));
+    }
+  }
+  // Host arrays for the host backend; the device's own memory for cuda.
+  void CheckDevice(const nb::ndarray<>& data, int64_t device,
+                   const std::string& where) {
+    const bool on_cpu = data.device_type() == nb::device::cpu::value;
+    if (backend_->kind() == "host" && !on_cpu) {
+      Invalid(absl::StrFormat(
+          "%s: the data is on an accelerator but this manager's backend is "
+          "'host' (use backend='cuda')",
+          where));
+    }
+    if (backend_->kind() == "cuda" &&
+        (data.device_type() != nb::device::cuda::value ||
+         data.device_id() != device)) {
+      Invalid(absl::StrFormat("%s: the data is not in CUDA device %d's memory",
+                              where, device));
+    }
+  }
+
+  std::shared_ptr<PyBackend> backend_;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::unique_ptr<CheckpointManager> manager_;
+};
+
+// The manifest of the step directory `path`, as JSON text.
+std::string InspectStep(const std::string& path) {
+  std::unique_ptr<Storage> storage = MakePosixStorage();
+  absl::StatusOr<Manifest> manifest;
+  {
+    nb::gil_scoped_release release;
+    manifest = ReadManifest(*storage, path);
+  }
+  return EncodeManifest(Check(std::move(manifest)));
+}
+
+}  // namespace
+}  // namespace hoist
+
+NB_MODULE(_hoist, m) {
+  using namespace hoist;
+  m.doc() = "hoist's C++ engine; use the hoist package instead.";
+  // hoist._hoist.Error(message), with .code (absl's status code) and
+  // .message.
+  static nb::object error_type = nb::steal(
+      PyErr_NewException("hoist._hoist.Error", PyExc_Exception, nullptr));
+  m.attr("Error") = error_type;
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const StatusError& e) {
+      nb::object error = error_type(e.message);
+      error.attr("code") = e.code;
+      error.attr("message") = e.message;
+      PyErr_SetObject(error_type.ptr(), error.ptr());
+    }
+  });
+
+  nb::class_<PyBackend>(m, "Backend")
+      .def(nb::init<const std::string&, int>(), nb::arg("kind"),
+           nb::arg("num_devices") = 1)
+      .def_prop_ro("kind", &PyBackend::kind)
+      .def("device_ids", &PyBackend::device_ids);
+
+  nb::class_<PyHandle>(m, "SaveHandle")
+      .def_prop_ro("step", &PyHandle::step)
+      .def("wait_staged", &PyHandle::WaitStaged)
+      .def("wait", &PyHandle::Wait)
+      .def("done", &PyHandle::Done)
+      .def("progress", &PyHandle::Progress);
+
+  nb::class_<PyManager>(m, "Manager")
+      .def(nb::init<const std::string&, std::shared_ptr<PyBackend>, int64_t,
+                    int, int64_t, int, int, const std::string&>(),
+           nb::arg("root"), nb::arg("backend"), nb::arg("pool_bytes"),
+           nb::arg("keep_last"), nb::arg("keep_every"),
+           nb::arg("max_in_flight"), nb::arg("writers"), nb::arg("io"))
+      .def("save", &PyManager::Save, nb::arg("step"), nb::arg("arrays"),
+           nb::arg("metadata_json"), nb::arg("dispatched"))
+      .def("restore", &PyManager::Restore, nb::arg("step").none(),
+           nb::arg("targets"))
+      .def("steps", &PyManager::Steps)
+      .def("verify", &PyManager::Verify)
+      .def("delete", &PyManager::Delete)
+      .def("wait_until_finished", &PyManager::WaitUntilFinished)
+      .def("close", &PyManager::Close)
+      .def_prop_ro("root", &PyManager::Root);
+
+  m.def("inspect_step", &InspectStep, nb::arg("path"));
+}

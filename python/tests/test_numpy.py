@@ -1,0 +1,130 @@
+import errno
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import hoist
+
+DTYPES = [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8,
+          np.uint16, np.uint32, np.uint64, np.float16, ml_dtypes.bfloat16,
+          np.float32, np.float64, ml_dtypes.float8_e4m3fn,
+          ml_dtypes.float8_e5m2]
+
+
+def random_array(dtype, shape, seed):
+    raw = np.random.default_rng(seed).integers(
+        0, 256, size=int(np.prod(shape)) * np.dtype(dtype).itemsize,
+        dtype=np.uint8)
+    if np.dtype(dtype) == np.bool_:
+        raw = raw % 2
+    return raw.view(dtype).reshape(shape)
+
+
+def same_bits(a, b):
+    return a.dtype == b.dtype and a.shape == b.shape and (
+        np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes())
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_every_dtype_round_trips_bit_exact(root, dtype):
+    state = {"a": random_array(dtype, (7, 5), 1),
+             "scalar": random_array(dtype, (), 2),
+             "empty": random_array(dtype, (0, 3), 3)}
+    with hoist.CheckpointManager(root, pool_bytes=8 << 20) as mgr:
+        mgr.save(1, state).wait()
+        for restored in (mgr.restore(), mgr.restore(1, like=state)):
+            for key in state:
+                assert same_bits(restored[key], state[key]), key
+
+
+def test_pytree_structure_and_non_array_leaves_come_back(root):
+    state = {"model": {"layers": [{"w": np.ones((2, 2))}, {"w": np.zeros(3)}]},
+             "opt": ({"count": 7}, None),
+             "lr": 3e-4, "inf": math.inf, "nan": math.nan, "name": "gpt",
+             "flag": True, 5: "int key"}
+    with hoist.CheckpointManager(root, pool_bytes=8 << 20) as mgr:
+        mgr.save(3, state, metadata={"run": "a"}).wait()
+        out = mgr.restore()
+        assert mgr.metadata() == {"run": "a"}
+        names = [a["name"] for a in hoist.inspect(root)["arrays"]]
+    assert sorted(names) == ["model/layers/0/w", "model/layers/1/w"]
+    assert isinstance(out["opt"], tuple) and out["opt"][0] == {"count": 7}
+    assert out["lr"] == 3e-4 and out["inf"] == math.inf
+    assert math.isnan(out["nan"]) and out["name"] == "gpt"
+    assert out["flag"] is True and out[5] == "int key"
+    assert same_bits(out["model"]["layers"][0]["w"], np.ones((2, 2)))
+
+
+def test_non_contiguous_arrays_are_copied_first(root):
+    base = random_array(np.float32, (8, 6), 4)
+    state = {"t": base.T, "s": base[::2, 1:4]}
+    with hoist.CheckpointManager(root, pool_bytes=8 << 20) as mgr:
+        mgr.save(1, state).wait()
+        out = mgr.restore()
+    assert np.array_equal(out["t"], base.T)
+    assert np.array_equal(out["s"], base[::2, 1:4])
+
+
+def test_retention_latest_and_dispatched_mode(root):
+    with hoist.CheckpointManager(root, keep=2, pool_bytes=8 << 20) as mgr:
+        for step in range(1, 6):
+            state = {"w": random_array(np.float32, (64, 64), step)}
+            handle = mgr.save(step, state, return_when="dispatched")
+            handle.wait_staged()
+            state["w"][:] = 0  # the arrays may change once staged
+        mgr.wait_until_finished()
+        assert mgr.steps == [4, 5] and mgr.latest == 5
+        out = mgr.restore(4)
+        assert same_bits(out["w"], random_array(np.float32, (64, 64), 4))
+
+
+def test_a_flipped_byte_is_a_data_loss_error(root):
+    with hoist.CheckpointManager(root, pool_bytes=8 << 20) as mgr:
+        mgr.save(1, {"w": random_array(np.float32, (256,), 5)}).wait()
+        manifest = hoist.inspect(root)
+        extent = manifest["arrays"][0]["extents"][0]
+        path = root / "step_00000001" / extent["file"]
+        data = bytearray(path.read_bytes())
+        data[extent["offset"] + 10] ^= 0x01
+        path.write_bytes(bytes(data))
+        assert any("xxh3 mismatch" in p for p in mgr.verify(1))
+        with pytest.raises(hoist.DataLossError, match="xxh3 mismatch"):
+            mgr.restore(1)
+
+
+def test_bad_input_raises_the_documented_exceptions(root):
+    with hoist.CheckpointManager(root, pool_bytes=8 << 20) as mgr:
+        with pytest.raises(TypeError, match="cannot save a set"):
+            mgr.save(1, {"s": {1, 2}})
+        with pytest.raises(TypeError, match="object arrays"):
+            mgr.save(1, {"o": np.array([object()])})
+        with pytest.raises(ValueError, match="complex"):
+            mgr.save(1, {"c": np.zeros(2, np.complex64)})
+        with pytest.raises(TypeError, match="JSON"):
+            mgr.save(1, {"w": np.zeros(2)}, metadata={"x": object()})
+        with pytest.raises(ValueError, match="return_when"):
+            mgr.save(1, {"w": np.zeros(2)}, return_when="never")
+        with pytest.raises(FileNotFoundError):
+            mgr.restore()
+        mgr.save(1, {"w": np.zeros((2, 3), np.float32)}).wait()
+        with pytest.raises(FileExistsError) as exists:
+            mgr.save(1, {"w": np.zeros((2, 3), np.float32)})
+        assert exists.value.errno == errno.EEXIST
+        with pytest.raises(ValueError, match="requested float32 \\(3, 2\\)"):
+            mgr.restore(1, like={"w": np.zeros((3, 2), np.float32)})
+        with pytest.raises(KeyError, match="'v' is not in the checkpoint"):
+            mgr.restore(1, like={"v": np.zeros(2)})
+        with pytest.raises(ValueError, match="in use by another"):
+            hoist.CheckpointManager(root)
+        with pytest.raises(FileNotFoundError):
+            mgr.restore(9)
+    with pytest.raises(ValueError, match="backend 'tpu'"):
+        hoist.CheckpointManager(root, backend="tpu")
+    with pytest.raises(ValueError, match="keep"):
+        hoist.CheckpointManager(root, keep=0)
+    mgr = hoist.CheckpointManager(root, pool_bytes=8 << 20)
+    mgr.close()
+    with pytest.raises(ValueError, match="closed"):
+        mgr.steps
