@@ -189,6 +189,10 @@ class _Targets:
     def __init__(self, manifest):
         self.saved = {a["name"]: a for a in manifest["arrays"]}
         self.list = []
+        # (host buffer, device) of every JAX shard, put on its device in one
+        # batched jax.device_put once the engine has filled the buffers.
+        self.puts = []
+        self.placed = []
 
     def saved_array(self, name):
         if name not in self.saved:
@@ -225,7 +229,7 @@ class _Targets:
 
     def jax(self, name, like=None):
         jax = _module("jax")
-        saved = self.saved_array(name)
+        self.saved_array(name)  # KeyError if absent
         if like is None:  # the default device
             out = self.numpy(name)
             return _Pending(lambda: jax.device_put(out))
@@ -246,14 +250,21 @@ class _Targets:
         dests = [(-1, list(o), list(e), b.reshape(-1).view(np.uint8))
                  for (o, e), b in buffers.items()]
         self.list.append((name, dtype_name, list(shape), dests))
-        del saved
+        first = len(self.puts)
+        self.puts.extend((b, d) for d, b in per_device)
 
         def finish():
             return jax.make_array_from_single_device_arrays(
-                shape, sharding,
-                [jax.device_put(b, d) for d, b in per_device])
+                shape, sharding, self.placed[first:first + len(per_device)])
 
         return _Pending(finish)
+
+    def place(self):
+        """Puts every JAX shard's buffer on its device, in one call."""
+        if self.puts:
+            jax = _module("jax")
+            self.placed = jax.device_put([b for b, _ in self.puts],
+                                         [d for _, d in self.puts])
 
 
 def _decode_value(node):
@@ -290,8 +301,6 @@ def _resolve(tree):
     if isinstance(tree, tuple):
         items = [_resolve(v) for v in tree]
         return type(tree)(*items) if hasattr(tree, "_fields") else tuple(items)
-    if isinstance(tree, np.ndarray) or _is_torch(tree):
-        return tree
     return tree
 
 
@@ -349,4 +358,5 @@ def unflatten(manifest, skeleton, like, restore):
     else:  # not saved from Python: every array, by name
         tree = {name: targets.numpy(name) for name in targets.saved}
     restore(targets.list)
+    targets.place()
     return _resolve(tree)

@@ -26,6 +26,8 @@ struct PlanFlags {
   int writers = 1;
   std::string min_slice = "1MiB";
   int max_replicas = 0;
+  std::string size;  // when set: the model of about this many bytes
+  bool list_arrays = false;
   bool json = false;
 };
 
@@ -65,6 +67,13 @@ absl::Status RunPlan(PlanFlags flags) {
   if (!min_slice.ok()) return min_slice.status();
   absl::StatusOr<DType> dtype = ParseDType(flags.dtype);
   if (!dtype.ok()) return dtype.status();
+  if (!flags.size.empty()) {
+    absl::StatusOr<int64_t> size = ParseBytes(flags.size);
+    if (!size.ok()) return size.status();
+    const int64_t vocab = flags.model.vocab;
+    flags.model = GptConfigForBytes(*size, *dtype);
+    flags.model.vocab = vocab;
+  }
   flags.model.dtype = *dtype;
   flags.model.adam = !flags.no_adam;
 
@@ -97,6 +106,18 @@ absl::Status RunPlan(PlanFlags flags) {
                          {"max_replicas", flags.max_replicas},
                          {"writer_streams", flags.writers},
                          {"rules", nlohmann::json::object()}};
+  if (flags.list_arrays) {
+    // What another program needs to build the same arrays: the benchmarks
+    // against other checkpoint engines shard them exactly like this.
+    nlohmann::json list = nlohmann::json::array();
+    for (const ArraySpec& spec : *model) {
+      list.push_back({{"name", spec.name},
+                      {"dtype", std::string(DTypeName(spec.dtype))},
+                      {"shape", spec.shape},
+                      {"spec", spec.sharding.named()->spec}});
+    }
+    json["array_list"] = std::move(list);
+  }
   std::vector<std::pair<ReplicaRule, PlanSummary>> rows;
   for (ReplicaRule rule : {ReplicaRule::kSingleReplica, ReplicaRule::kOrbax,
                            ReplicaRule::kBalanced}) {
@@ -203,6 +224,13 @@ void AddPlanCommand(CLI::App& app) {
                   "Most replicas sharing one box's save (0: all)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--size", flags->size,
+                  "Model size (weights of --dtype + fp32 Adam), as in hoist "
+                  "demo; sets --layers and --d-model")
+      ->capture_default_str();
+  cmd->add_flag("--list-arrays", flags->list_arrays,
+                "With --json: every array's name, dtype, shape and partition "
+                "spec (array_list)");
   cmd->add_flag("--json", flags->json, "Print the figures as JSON");
   cmd->callback([flags] {
     absl::Status status = RunPlan(*flags);

@@ -1,0 +1,690 @@
+#!/usr/bin/env python3
+"""hoist against its peers and this machine's limits, in one run.
+
+    .venv/bin/python bench/peers.py [--size 2GiB] [--json] [--out DIR]
+
+Measures, on the same GPT-style arrays (hoist's sample model: bf16 weights,
+fp32 Adam moments, sharded over a 2 x 4 mesh of JAX CPU devices exactly as
+`hoist demo` shards them):
+  - the machine: single-thread memcpy GB/s (transfer_bench), raw sequential
+    O_DIRECT write and read GB/s of the same bytes on the same disk
+    (save_bench);
+  - the published experiments: per-slice vs batched dispatch at 4,800
+    slices, sequential vs parallel waits (transfer_bench);
+  - every system's save (time blocked: until the save call returns; save:
+    until durable), restore onto the same sharding and onto another one, and
+    peak RSS, each in its own process: hoist (Python, JAX arrays), hoist
+    (Python, torch tensors), hoist (C++, save_bench), Orbax, PyTorch DCP
+    (async_save; and save), torch.save, numpy.save, TensorStore (zarr3);
+  - scaling: hoist's time blocked and save throughput against model size and
+    against writer streams.
+Writes DIR/peers.json and DIR/peers.svg (DIR: bench-results/ by default) and
+prints a table (or, with --json, the JSON object). A peer that cannot be
+imported or fails is reported with its error.
+
+Every system saves once untimed first (warm-up: imports, thread pools,
+compilation), then the timed save. Durability: hoist writes with O_DIRECT and fsyncs every file and directory;
+the others are followed by os.sync() inside their timed save; before every
+restore the page cache is dropped (echo 3 > /proc/sys/vm/drop_caches, root
+only; the report says whether it could).
+"""
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.path.join(ROOT, "build", "release")
+HOIST = os.path.join(BUILD, "hoist")
+SAVE_BENCH = os.path.join(BUILD, "bench", "save_bench")
+TRANSFER_BENCH = os.path.join(BUILD, "bench", "transfer_bench")
+SYSTEMS = ["hoist", "hoist_torch", "hoist_cpp", "orbax", "dcp", "torch",
+           "numpy", "tensorstore"]
+GIB = 1 << 30
+
+
+def parse_bytes(text):
+    units = {"KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "K": 1 << 10,
+             "M": 1 << 20, "G": 1 << 30, "": 1}
+    t = text.strip().upper()
+    for unit in sorted(units, key=len, reverse=True):
+        if unit and t.endswith(unit):
+            return int(float(t[:-len(unit)]) * units[unit])
+    return int(float(t))
+
+
+def drop_caches():
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def warmed(path):
+    """Removes a warm-up save (every system saves once, untimed, first)."""
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+    elif os.path.exists(path):
+        os.remove(path)
+    os.sync()
+
+
+def peak_rss():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+# -- the arrays ---------------------------------------------------------------
+
+
+def array_list(size):
+    out = subprocess.run([HOIST, "plan", "--size", str(size), "--dtype",
+                          "bfloat16", "--list-arrays", "--json"],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out)["array_list"]
+
+
+def host_arrays(specs):
+    """name -> numpy array, deterministic random bytes."""
+    import ml_dtypes  # noqa: F401
+    import numpy as np
+    rng = np.random.default_rng(20261129)
+    out = {}
+    for s in specs:
+        dtype = np.dtype(getattr(ml_dtypes, s["dtype"], None) or s["dtype"])
+        n = int(np.prod(s["shape"], dtype=np.int64)) * dtype.itemsize
+        raw = np.frombuffer(rng.bytes(n), dtype=np.uint8)
+        if dtype.kind == "f":  # no NaN patterns: keep comparisons simple
+            raw = raw.copy()
+            raw[dtype.itemsize - 1::dtype.itemsize] &= 0x3F
+        out[s["name"]] = raw.view(dtype).reshape(s["shape"])
+    return out
+
+
+def jax_arrays(specs, host, mesh_shape=(2, 4)):
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    mesh = Mesh(np.array(jax.devices()[:8]).reshape(mesh_shape),
+                ("data", "model"))
+
+    def sharding(spec):
+        return NamedSharding(mesh, PartitionSpec(*[
+            None if not axes else (axes[0] if len(axes) == 1 else tuple(axes))
+            for axes in spec]))
+
+    shardings = {s["name"]: sharding(s["spec"]) for s in specs}
+    arrays = {name: jax.device_put(host[name], shardings[name])
+              for name in host}
+    jax.block_until_ready(arrays)
+    return arrays, shardings
+
+
+def other_shardings(specs):
+    """The same partition specs on the transposed (4 x 2) mesh."""
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+    mesh = Mesh(np.array(jax.devices()[:8]).reshape(4, 2), ("data", "model"))
+    return {s["name"]: NamedSharding(mesh, PartitionSpec(*[
+        None if not a else (a[0] if len(a) == 1 else tuple(a))
+        for a in s["spec"]])) for s in specs}
+
+
+def same(restored, host):
+    import numpy as np
+    for name, expected in host.items():
+        got = restored[name]
+        if hasattr(got, "numpy") and not isinstance(got, np.ndarray) and \
+                type(got).__module__.startswith("torch"):
+            got = got.contiguous().view(-1).view(
+                __import__("torch").uint8).numpy().view(expected.dtype)
+        if np.asarray(got).reshape(-1).view(np.uint8).tobytes() != \
+                expected.reshape(-1).view(np.uint8).tobytes():
+            return False
+    return True
+
+
+def torch_tensors(host):
+    import numpy as np
+    import torch
+    out = {}
+    for name, a in host.items():
+        dtype = getattr(torch, a.dtype.name)
+        t = torch.from_numpy(np.ascontiguousarray(a).view(np.uint8).copy())
+        out[name] = t.view(dtype).reshape(a.shape)
+    return out
+
+
+# -- one system, in a child process --------------------------------------------
+
+
+def timed(fn):
+    start = time.perf_counter()
+    value = fn()
+    return value, time.perf_counter() - start
+
+
+def run_hoist(specs, host, path, args):
+    import jax
+    import hoist
+    arrays, shardings = jax_arrays(specs, host)
+    base = peak_rss()
+    total = sum(a.nbytes for a in host.values())
+    mgr = hoist.CheckpointManager(path, pool_bytes=total + total // 16 + (
+        64 << 20), writers=args.writers)
+    mgr.save(0, arrays).wait()  # warm-up
+    mgr.delete(0)
+    os.sync()
+    start = time.perf_counter()
+    handle = mgr.save(1, arrays)
+    blocked = time.perf_counter() - start
+    info = handle.wait()
+    save = time.perf_counter() - start
+    dropped = drop_caches()
+    like = {n: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=shardings[n])
+            for n, a in arrays.items()}
+    restored, restore = timed(lambda: jax.block_until_ready(
+        mgr.restore(like=like)))
+    ok = same(restored, host)
+    del restored
+    drop_caches()
+    others = other_shardings(specs)
+    like = {n: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=others[n])
+            for n, a in arrays.items()}
+    restored, restore_other = timed(lambda: jax.block_until_ready(
+        mgr.restore(like=like)))
+    ok = ok and same(restored, host)
+    mgr.close()
+    return dict(blocked_s=blocked, save_s=save, restore_s=restore,
+                restore_other_s=restore_other, verified=ok,
+                bytes_written=info["bytes"], cache_dropped=dropped,
+                rss_base=base,
+                durability="O_DIRECT writes + fsync of files and dirs")
+
+
+def run_hoist_torch(specs, host, path, args):
+    import hoist
+    tensors = torch_tensors(host)
+    base = peak_rss()
+    total = sum(a.nbytes for a in host.values())
+    mgr = hoist.CheckpointManager(path, pool_bytes=total + total // 16 + (
+        64 << 20), writers=args.writers)
+    mgr.save(0, tensors).wait()  # warm-up
+    mgr.delete(0)
+    os.sync()
+    start = time.perf_counter()
+    handle = mgr.save(1, tensors)
+    blocked = time.perf_counter() - start
+    handle.wait()
+    save = time.perf_counter() - start
+    dropped = drop_caches()
+    restored, restore = timed(lambda: mgr.restore(like=tensors))
+    ok = same(restored, host)
+    mgr.close()
+    return dict(blocked_s=blocked, save_s=save, restore_s=restore,
+                restore_other_s=None, verified=ok, cache_dropped=dropped,
+                rss_base=base,
+                durability="O_DIRECT writes + fsync of files and dirs")
+
+
+def run_orbax(specs, host, path, args):
+    import jax
+    import orbax.checkpoint as ocp
+    arrays, shardings = jax_arrays(specs, host)
+    base = peak_rss()
+    tree = {"state": arrays}
+    ckptr = ocp.AsyncCheckpointer(ocp.StandardCheckpointHandler())
+    ckptr.save(os.path.join(path, "warm"), args=ocp.args.StandardSave(tree))
+    ckptr.wait_until_finished()
+    warmed(os.path.join(path, "warm"))
+    start = time.perf_counter()
+    ckptr.save(os.path.join(path, "1"), args=ocp.args.StandardSave(tree))
+    blocked = time.perf_counter() - start
+    ckptr.wait_until_finished()
+    os.sync()
+    save = time.perf_counter() - start
+    dropped = drop_caches()
+
+    def restore(target):
+        abstract = {"state": {n: jax.ShapeDtypeStruct(
+            a.shape, a.dtype, sharding=target[n]) for n, a in arrays.items()}}
+        return jax.block_until_ready(ckptr.restore(
+            os.path.join(path, "1"), args=ocp.args.StandardRestore(abstract)))
+
+    restored, restore_s = timed(lambda: restore(shardings))
+    ok = same(restored["state"], host)
+    del restored
+    drop_caches()
+    restored, restore_other = timed(lambda: restore(other_shardings(specs)))
+    ok = ok and same(restored["state"], host)
+    ckptr.close()
+    return dict(blocked_s=blocked, save_s=save, restore_s=restore_s,
+                restore_other_s=restore_other, verified=ok,
+                cache_dropped=dropped, rss_base=base,
+                durability="os.sync() after wait_until_finished, timed")
+
+
+def run_dcp(specs, host, path, args):
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29517",
+                                rank=0, world_size=1)
+    tensors = torch_tensors(host)
+    base = peak_rss()
+    dcp.async_save(tensors, checkpoint_id=os.path.join(path, "w")).result()
+    warmed(os.path.join(path, "w"))
+    start = time.perf_counter()
+    future = dcp.async_save(tensors, checkpoint_id=os.path.join(path, "a"))
+    blocked = time.perf_counter() - start
+    future.result()
+    os.sync()
+    save = time.perf_counter() - start
+    _, save_sync = timed(lambda: (dcp.save(
+        tensors, checkpoint_id=os.path.join(path, "s")), os.sync()))
+    dropped = drop_caches()
+    target = {n: torch.empty_like(t) for n, t in tensors.items()}
+    _, restore = timed(lambda: dcp.load(target,
+                                        checkpoint_id=os.path.join(path, "a")))
+    ok = same(target, host)
+    dist.destroy_process_group()
+    return dict(blocked_s=blocked, save_s=save, save_sync_s=save_sync,
+                restore_s=restore, restore_other_s=None, verified=ok,
+                cache_dropped=dropped, rss_base=base,
+                durability="os.sync() after the future, timed")
+
+
+def run_torch(specs, host, path, args):
+    import torch
+    tensors = torch_tensors(host)
+    base = peak_rss()
+    file = os.path.join(path, "state.pt")
+    os.makedirs(path, exist_ok=True)
+
+    def save():
+        with open(file, "wb") as f:
+            torch.save(tensors, f)
+            f.flush()
+            os.fsync(f.fileno())
+
+    save()  # warm-up
+    warmed(file)
+    _, save_s = timed(save)
+    dropped = drop_caches()
+    restored, restore = timed(lambda: torch.load(file))
+    ok = same(restored, host)
+    return dict(blocked_s=save_s, save_s=save_s, restore_s=restore,
+                restore_other_s=None, verified=ok, cache_dropped=dropped,
+                rss_base=base, durability="fsync of the file, timed")
+
+
+def run_numpy(specs, host, path, args):
+    import numpy as np
+    base = peak_rss()
+    os.makedirs(path, exist_ok=True)
+    files = {name: os.path.join(path, "%05d.npy" % i)
+             for i, name in enumerate(host)}
+
+    def save():
+        for name, a in host.items():
+            with open(files[name], "wb") as f:
+                # bfloat16 and float8 as raw bytes: .npy has no such dtypes
+                np.save(f, a.view(np.uint8) if a.dtype.kind == "V" or
+                        a.dtype.name in ("bfloat16",) else a)
+                f.flush()
+                os.fsync(f.fileno())
+        fd = os.open(path, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+
+    save()  # warm-up
+    for f in files.values():
+        warmed(f)
+    _, save_s = timed(save)
+    dropped = drop_caches()
+
+    def load():
+        return {name: np.load(files[name]).view(host[name].dtype)
+                for name in host}
+
+    restored, restore = timed(load)
+    ok = same(restored, host)
+    return dict(blocked_s=save_s, save_s=save_s, restore_s=restore,
+                restore_other_s=None, verified=ok, cache_dropped=dropped,
+                rss_base=base, durability="fsync of every file and the dir, "
+                "timed")
+
+
+def run_tensorstore(specs, host, path, args):
+    import numpy as np
+    import tensorstore as ts
+    base = peak_rss()
+
+    def spec(i, a, create):
+        s = {"driver": "zarr3",
+             "kvstore": {"driver": "file",
+                         "path": os.path.join(path, "%05d" % i)}}
+        if create:
+            s["metadata"] = {"shape": list(a.shape) or [1],
+                             "data_type": a.dtype.name}
+        return s
+
+    def save():
+        futures = []
+        for i, a in enumerate(host.values()):
+            store = ts.open(spec(i, a, True), create=True,
+                            delete_existing=True).result()
+            futures.append(store.write(a.reshape(a.shape or (1,))))
+        for f in futures:
+            f.result()
+        os.sync()
+
+    save()  # warm-up
+    for i in range(len(host)):
+        warmed(os.path.join(path, "%05d" % i))
+    _, save_s = timed(save)
+    dropped = drop_caches()
+
+    def load():
+        out = {}
+        for i, (name, a) in enumerate(host.items()):
+            store = ts.open(spec(i, a, False)).result()
+            out[name] = np.asarray(store.read().result()).reshape(a.shape)
+        return out
+
+    restored, restore = timed(load)
+    ok = same(restored, host)
+    return dict(blocked_s=save_s, save_s=save_s, restore_s=restore,
+                restore_other_s=None, verified=ok, cache_dropped=dropped,
+                rss_base=base, durability="os.sync() after the writes, timed")
+
+
+RUNNERS = {"hoist": run_hoist, "hoist_torch": run_hoist_torch,
+           "orbax": run_orbax, "dcp": run_dcp, "torch": run_torch,
+           "numpy": run_numpy, "tensorstore": run_tensorstore}
+
+
+def child(args):
+    specs = array_list(args.size)
+    host = host_arrays(specs)
+    path = os.path.join(args.dir, args.child)
+    shutil.rmtree(path, ignore_errors=True)
+    result = RUNNERS[args.child](specs, host, path, args)
+    result["peak_rss_bytes"] = peak_rss()
+    result["peak_rss_over_arrays_bytes"] = peak_rss() - result.pop("rss_base")
+    shutil.rmtree(path, ignore_errors=True)
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+def run_child(system, args):
+    env = dict(os.environ)
+    env.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+    env.setdefault("JAX_PLATFORMS", "cpu")
+    command = [sys.executable, os.path.abspath(__file__), "--child", system,
+               "--size", str(args.size), "--dir", args.dir, "--writers",
+               str(args.writers)]
+    done = subprocess.run(command, capture_output=True, text=True, env=env,
+                          timeout=1800)
+    for line in done.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+    return {"error": f"exit {done.returncode}: {tail}"}
+
+
+# -- the C++ benchmarks ----------------------------------------------------------
+
+
+def cpp_json(command):
+    out = subprocess.run(command, check=True, capture_output=True,
+                         text=True).stdout
+    return json.loads(out)
+
+
+def save_bench(size, directory, writers=2, pool=None):
+    command = [SAVE_BENCH, "--bytes", str(size), "--dir", directory,
+               "--writers", str(writers), "--json"]
+    if pool is not None:
+        command += ["--pool", str(pool)]
+    return cpp_json(command)
+
+
+# -- the report -------------------------------------------------------------------
+
+
+def svg_chart(report):
+    """Bars: save GB/s, restore GB/s and time blocked per system."""
+    rows = [(name, r) for name, r in report["systems"].items()
+            if "error" not in r]
+    width, row_h, left = 860, 26, 130
+    panels = [("save GB/s (durable)", "save_gbps", report["raw_write_gbps"],
+               "raw O_DIRECT write"),
+              ("restore GB/s", "restore_gbps", report["raw_read_gbps"],
+               "raw O_DIRECT read"),
+              ("time blocked, s", "blocked_s", report["memcpy_bound_s"],
+               "bytes / memcpy rate")]
+    height = 40 + len(panels) * (len(rows) * row_h + 60)
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" '
+           f'height="{height}" font-family="sans-serif" font-size="12">',
+           f'<rect width="100%" height="100%" fill="white"/>',
+           f'<text x="10" y="20" font-size="15">hoist vs peers: '
+           f'{report["bytes"] / GIB:.2f} GiB, {report["machine"]}</text>']
+    y = 40
+    for title, key, limit, limit_name in panels:
+        values = [r.get(key) or 0 for _, r in rows]
+        top = max(values + [limit or 0]) * 1.1 or 1
+        scale = (width - left - 40) / top
+        out.append(f'<text x="10" y="{y + 14}" font-weight="bold">{title}'
+                   f'</text>')
+        y += 24
+        for (name, r), v in zip(rows, values):
+            color = "#d95f02" if name.startswith("hoist") else "#7570b3"
+            out.append(f'<text x="10" y="{y + 15}">{name}</text>')
+            out.append(f'<rect x="{left}" y="{y + 3}" width="{v * scale:.1f}"'
+                       f' height="{row_h - 8}" fill="{color}"/>')
+            out.append(f'<text x="{left + v * scale + 4:.1f}" y="{y + 15}">'
+                       f'{v:.3g}</text>')
+            y += row_h
+        if limit:
+            x = left + limit * scale
+            out.append(f'<line x1="{x:.1f}" y1="{y - len(rows) * row_h}" '
+                       f'x2="{x:.1f}" y2="{y}" stroke="black" '
+                       f'stroke-dasharray="4,3"/>')
+            out.append(f'<text x="{x + 3:.1f}" y="{y + 12}">{limit_name} '
+                       f'{limit:.3g}</text>')
+        y += 36
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def fmt(v, unit=""):
+    if v is None:
+        return "-"
+    return f"{v:.3f}{unit}" if isinstance(v, float) else str(v)
+
+
+def table(report):
+    lines = [f"{report['bytes'] / GIB:.2f} GiB, {report['arrays']} arrays; "
+             f"{report['machine']}",
+             f"memcpy {report['memcpy_gbps']:.2f} GB/s (bytes/memcpy = "
+             f"{report['memcpy_bound_s']:.3f} s); raw O_DIRECT write "
+             f"{report['raw_write_gbps']:.2f} GB/s, read "
+             f"{report['raw_read_gbps']:.2f} GB/s; page cache dropped before "
+             f"restores: {report['cache_dropped']}", "",
+             f"{'system':<12} {'blocked s':>10} {'save s':>8} {'save GB/s':>10}"
+             f" {'restore s':>10} {'other sh.':>10} {'peak RSS':>9} "
+             f"{'ok':>3}  durability"]
+    for name, r in report["systems"].items():
+        if "error" in r:
+            lines.append(f"{name:<12} FAILED: {r['error']}")
+            continue
+        lines.append(
+            f"{name:<12} {fmt(r.get('blocked_s')):>10} {fmt(r['save_s']):>8}"
+            f" {fmt(r.get('save_gbps')):>10} {fmt(r.get('restore_s')):>10}"
+            f" {fmt(r.get('restore_other_s')):>10}"
+            f" {(r.get('peak_rss_bytes') or 0) / GIB:>8.2f}G"
+            f" {'yes' if r.get('verified') else 'NO':>3}  "
+            f"{r.get('durability', '')}")
+    lines.append("")
+    lines.append("published: dispatches %d -> %d at %d slices, staging "
+                 "%.1f -> %.1f ms; sequential vs parallel %.1f -> %.1f ms" % (
+                     report["published"]["dispatches_per_slice"],
+                     report["published"]["dispatches_batched"],
+                     report["published"]["slices_a"],
+                     report["published"]["staging_s_per_slice"] * 1e3,
+                     report["published"]["staging_s_batched"] * 1e3,
+                     report["published"]["staging_s_sequential"] * 1e3,
+                     report["published"]["staging_s_parallel"] * 1e3))
+    lines.append("scaling (hoist C++, pool = whole save): " + "; ".join(
+        f"{s['bytes'] / GIB:g} GiB: blocked {s['blocked_s']:.3f} s, "
+        f"{s['save_gbps']:.2f} GB/s" for s in report["scaling_size"]))
+    lines.append("writer streams: " + "; ".join(
+        f"{s['writers']}: {s['save_gbps']:.2f} GB/s"
+        for s in report["scaling_writers"]))
+    lines.append("")
+    lines.extend(f"target {t['target']}: {'met' if t['met'] else 'MISSED'}"
+                 f" ({t['detail']})" for t in report["targets"])
+    return "\n".join(lines)
+
+
+def targets(report):
+    hoist = report["systems"].get("hoist", {"error": "not run"})
+    cpp = report["systems"].get("hoist_cpp", {})
+    peers = {n: r for n, r in report["systems"].items()
+             if not n.startswith("hoist") and "error" not in r}
+    out = []
+    if "error" not in hoist:
+        slower = [n for n, r in peers.items() if r["blocked_s"] <=
+                  hoist["blocked_s"]]
+        out.append({"target": "blocks less than every peer",
+                    "met": not slower,
+                    "detail": f"hoist {hoist['blocked_s']:.3f} s; not beaten:"
+                              f" {slower or 'none'}"})
+        slower = [n for n, r in peers.items() if r["save_s"] <=
+                  hoist["save_s"]]
+        out.append({"target": "saves faster than every peer", "met": not slower,
+                    "detail": f"hoist {hoist['save_s']:.3f} s; not beaten: "
+                              f"{slower or 'none'}"})
+        ratio = hoist["save_gbps"] / report["raw_write_gbps"]
+        out.append({"target": ">= 85% of raw write", "met": ratio >= 0.85,
+                    "detail": f"{ratio:.2f} x raw (Python, JAX arrays); C++: "
+                              f"{cpp.get('save_gbps', 0) / report['raw_write_gbps']:.2f} x"})
+        ratio = hoist["restore_gbps"] / report["raw_read_gbps"]
+        out.append({"target": "restore >= 85% of raw read",
+                    "met": ratio >= 0.85,
+                    "detail": f"{ratio:.2f} x raw (Python, onto JAX arrays); "
+                              f"C++ onto devices: {cpp.get('restore_gbps', 0) / report['raw_read_gbps']:.2f} x"})
+        bound = 1.1 * report["memcpy_bound_s"]
+        out.append({"target": "blocked <= 1.1 x bytes / memcpy rate",
+                    "met": hoist["blocked_s"] <= bound,
+                    "detail": f"{hoist['blocked_s']:.3f} s vs {bound:.3f} s"})
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", default="2GiB",
+                        help="model size (default 2GiB)")
+    parser.add_argument("--systems", default=",".join(SYSTEMS),
+                        help="comma-separated subset of " + ",".join(SYSTEMS))
+    parser.add_argument("--scaling-sizes", default="0.25GiB,0.5GiB,1GiB,2GiB,"
+                        "4GiB", help="model sizes for the scaling figures")
+    parser.add_argument("--writers", type=int, default=2,
+                        help="hoist writer streams (default 2)")
+    parser.add_argument("--dir", default=None,
+                        help="scratch directory on the disk to measure "
+                        "(default: a new one here, removed after)")
+    parser.add_argument("--out", default="bench-results",
+                        help="where peers.json and peers.svg go")
+    parser.add_argument("--json", action="store_true",
+                        help="print the figures as one JSON object")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    args.size = parse_bytes(args.size)
+    if args.child:
+        return child(args)
+    for binary in (HOIST, SAVE_BENCH, TRANSFER_BENCH):
+        if not os.path.exists(binary):
+            sys.exit(f"{binary} is missing: run tools/demo.sh first")
+    own_dir = args.dir is None
+    args.dir = os.path.abspath(args.dir or f"hoist-peers.{os.getpid()}")
+    os.makedirs(args.dir, exist_ok=True)
+    log = (lambda *a: None) if args.json else (
+        lambda *a: print(*a, file=sys.stderr, flush=True))
+    try:
+        specs = array_list(args.size)
+        report = {"bytes": 0, "arrays": len(specs),
+                  "machine": f"{os.cpu_count()} cores, "
+                  f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / GIB:.0f} GiB RAM"}
+        log("== machine limits and the published experiments")
+        published = cpp_json([TRANSFER_BENCH, "--json"])
+        report["published"] = published
+        report["memcpy_gbps"] = published["memcpy_gbps"]
+        cpp = save_bench(args.size, args.dir, args.writers,
+                         pool=int(args.size * 1.07) + (64 << 20))
+        report["bytes"] = cpp["bytes"]
+        report["raw_write_gbps"] = cpp["raw_write_gbps"]
+        report["raw_read_gbps"] = cpp["raw_read_gbps"]
+        report["memcpy_bound_s"] = cpp["bytes"] / (report["memcpy_gbps"] * 1e9)
+        report["cache_dropped"] = drop_caches()
+        report["systems"] = {}
+        for system in args.systems.split(","):
+            log(f"== {system}")
+            if system == "hoist_cpp":
+                r = dict(blocked_s=cpp["staged_s"], save_s=cpp["save_s"],
+                         restore_s=cpp["restore_s"], restore_other_s=None,
+                         verified=cpp["verified"],
+                         peak_rss_over_arrays_bytes=cpp[
+                             "peak_rss_over_baseline_bytes"],
+                         peak_rss_bytes=None,
+                         durability="O_DIRECT writes + fsync (save_bench)")
+            else:
+                r = run_child(system, args)
+            if "error" not in r:
+                r["save_gbps"] = report["bytes"] / 1e9 / r["save_s"]
+                r["restore_gbps"] = report["bytes"] / 1e9 / r["restore_s"]
+            report["systems"][system] = r
+        log("== scaling")
+        report["scaling_size"] = []
+        for size in args.scaling_sizes.split(","):
+            b = parse_bytes(size)
+            s = save_bench(b, args.dir, args.writers, pool=int(b * 1.07) + (
+                64 << 20))
+            report["scaling_size"].append(
+                {"bytes": s["bytes"], "blocked_s": s["staged_s"],
+                 "save_s": s["save_s"], "save_gbps": s["save_gbps"],
+                 "raw_write_gbps": s["raw_write_gbps"]})
+        report["scaling_writers"] = []
+        for writers in (1, 2, 4):
+            s = save_bench(args.size, args.dir, writers,
+                           pool=int(args.size * 1.07) + (64 << 20))
+            report["scaling_writers"].append(
+                {"writers": writers, "save_gbps": s["save_gbps"],
+                 "raw_write_gbps": s["raw_write_gbps"]})
+        report["targets"] = targets(report)
+    finally:
+        if own_dir:
+            shutil.rmtree(args.dir, ignore_errors=True)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "peers.json"), "w") as f:
+        json.dump(report, f, indent=2)
+    with open(os.path.join(args.out, "peers.svg"), "w") as f:
+        f.write(svg_chart(report))
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(table(report))
+        print(f"\nwrote {args.out}/peers.json and {args.out}/peers.svg")
+
+
+if __name__ == "__main__":
+    main()

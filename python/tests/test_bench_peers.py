@@ -1,0 +1,32 @@
+"""bench/peers.py runs end to end and writes the report the README shows
+(a small model and two systems; the real run is `bench/peers.py`)."""
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_peers_benchmark_writes_json_and_chart(tmp_path):
+    if not (REPO / "build/release/bench/save_bench").exists():
+        pytest.skip("build/release is not built")
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [sys.executable, str(REPO / "bench/peers.py"), "--size", "64MiB",
+         "--systems", "hoist,numpy", "--scaling-sizes", "64MiB", "--dir",
+         str(tmp_path / "scratch"), "--out", str(out), "--json"],
+        capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    for key in ("bytes", "raw_write_gbps", "raw_read_gbps", "memcpy_gbps"):
+        assert report[key] > 0, key
+    for system in ("hoist", "numpy"):
+        figures = report["systems"][system]
+        assert figures["verified"] is True, figures
+        for key in ("save_s", "blocked_s", "restore_s", "peak_rss_bytes"):
+            assert figures[key] > 0, (system, key)
+    assert json.loads((out / "peers.json").read_text()) == report
+    assert (out / "peers.svg").read_text().startswith("<svg")
