@@ -151,8 +151,9 @@ class CheckpointManager:
         meta = manifest.get("metadata") or {}
         return unflatten(
             manifest, meta.get("tree") if meta.get(_FORMAT_KEY) else None,
-            like, lambda targets: _call(self._manager.restore, int(step),
-                                        targets))
+            like, lambda targets, sink_targets, sink: _call(
+                self._manager.restore, int(step), targets, sink_targets,
+                sink))
 
     def metadata(self, step=None):
         """The user metadata saved with `step` (default: the latest)."""

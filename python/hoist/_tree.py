@@ -189,10 +189,12 @@ class _Targets:
     def __init__(self, manifest):
         self.saved = {a["name"]: a for a in manifest["arrays"]}
         self.list = []
-        # (host buffer, device) of every JAX shard, put on its device in one
-        # batched jax.device_put once the engine has filled the buffers.
-        self.puts = []
-        self.placed = []
+        # JAX shards are not filled in place (JAX arrays are immutable): the
+        # engine stages each box in its pinned pool and hands it to sink(),
+        # which puts it on its device. Token t names box sink_meta[t - 1].
+        self.sink_list = []
+        self.sink_meta = []
+        self.placed = {}
 
     def saved_array(self, name):
         if name not in self.saved:
@@ -229,42 +231,50 @@ class _Targets:
 
     def jax(self, name, like=None):
         jax = _module("jax")
-        self.saved_array(name)  # KeyError if absent
-        if like is None:  # the default device
-            out = self.numpy(name)
-            return _Pending(lambda: jax.device_put(out))
+        saved = self.saved_array(name)  # KeyError if absent
+        if like is None:  # on the default device
+            like = jax.ShapeDtypeStruct(
+                tuple(saved["shape"]), _numpy_dtype(saved["dtype"]),
+                sharding=jax.sharding.SingleDeviceSharding(jax.devices()[0]))
         shape = tuple(like.shape)
-        dtype_name = np.dtype(like.dtype).name
+        dtype = np.dtype(like.dtype)
         sharding = getattr(like, "sharding", None)
         if sharding is None:
             sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-        # One host buffer per distinct box; replicas share it.
-        buffers, per_device = {}, []
+        dests, tokens = [], []
         for device, index in sharding.addressable_devices_indices_map(
                 shape).items():
             origin, extent = _box_of(index, shape)
-            key = (tuple(origin), tuple(extent))
-            if key not in buffers:
-                buffers[key] = np.empty(extent, dtype=_numpy_dtype(dtype_name))
-            per_device.append((device, buffers[key]))
-        dests = [(-1, list(o), list(e), b.reshape(-1).view(np.uint8))
-                 for (o, e), b in buffers.items()]
-        self.list.append((name, dtype_name, list(shape), dests))
-        first = len(self.puts)
-        self.puts.extend((b, d) for d, b in per_device)
+            token = len(self.sink_meta) + 1
+            self.sink_meta.append((dtype, tuple(extent), device))
+            tokens.append(token)
+            if 0 in extent:  # nothing to read: an empty shard
+                self.placed[token] = jax.device_put(
+                    np.empty(extent, dtype), device)
+            else:
+                dests.append((device.id, origin, extent, token))
+        self.sink_list.append((name, dtype.name, list(shape), dests))
 
         def finish():
             return jax.make_array_from_single_device_arrays(
-                shape, sharding, self.placed[first:first + len(per_device)])
+                shape, sharding, [self.placed[t] for t in tokens])
 
         return _Pending(finish)
 
-    def place(self):
-        """Puts every JAX shard's buffer on its device, in one call."""
-        if self.puts:
-            jax = _module("jax")
-            self.placed = jax.device_put([b for b, _ in self.puts],
-                                         [d for _, d in self.puts])
+    def sink(self, device_id, items):
+        """Called by the engine, per device and wave, with (token, bytes) of
+        staged boxes; bytes are valid during the call only."""
+        jax = _module("jax")
+        arrays, devices, tokens = [], [], []
+        for token, raw in items:
+            dtype, extent, device = self.sink_meta[token - 1]
+            arrays.append(raw.view(dtype).reshape(extent))
+            devices.append(device)
+            tokens.append(token)
+        placed = jax.device_put(arrays, devices)
+        jax.block_until_ready(placed)  # the staging memory is reused next
+        for token, array in zip(tokens, placed):
+            self.placed[token] = array
 
 
 def _decode_value(node):
@@ -325,7 +335,7 @@ def unflatten(manifest, skeleton, like, restore):
             if kind == "torch":
                 return targets.torch(node["a"])
             if kind == "jax" and _module("jax") is not None:
-                return targets.jax(node["a"])
+                return targets.jax(node["a"])  # on the default device
             return targets.numpy(node["a"])
         return _decode_value(node)
 
@@ -357,6 +367,6 @@ def unflatten(manifest, skeleton, like, restore):
         tree = from_skeleton(skeleton, [])
     else:  # not saved from Python: every array, by name
         tree = {name: targets.numpy(name) for name in targets.saved}
-    restore(targets.list)
-    targets.place()
+    restore(targets.list, targets.sink_list,
+            targets.sink if targets.sink_list else None)
     return _resolve(tree)

@@ -100,3 +100,29 @@ def test_without_a_template_jax_leaves_come_back_as_jax_arrays(root):
         out = mgr.restore()
     assert isinstance(out["params"]["w"], jax.Array)
     assert bits(out["params"]["w"]) == bits(state["params"]["w"])
+
+
+def test_restore_through_a_pool_smaller_than_the_state_runs_in_waves(root):
+    state = sharded_state(mesh(2, 4))
+    with hoist.CheckpointManager(root, pool_bytes=64 << 10) as mgr:
+        mgr.save(1, state).wait()
+        out = mgr.restore(like=state)
+    for k, v in state["params"].items():
+        assert bits(out["params"][k]) == bits(v), k
+        assert out["params"][k].sharding == v.sharding
+
+
+def test_a_failing_placement_is_an_error_not_a_crash(root, monkeypatch):
+    state = sharded_state(mesh(2, 4))
+    with hoist.CheckpointManager(root, pool_bytes=8 << 20) as mgr:
+        mgr.save(1, state).wait()
+
+        def broken(*args, **kwargs):
+            raise RuntimeError("device out of memory")
+
+        monkeypatch.setattr(jax, "device_put", broken)
+        with pytest.raises(RuntimeError, match="device out of memory"):
+            mgr.restore(like=state)
+        monkeypatch.undo()
+        out = mgr.restore(like=state)  # the manager goes on
+    assert bits(out["params"]["w"]) == bits(state["params"]["w"])

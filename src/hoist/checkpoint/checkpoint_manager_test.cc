@@ -13,6 +13,7 @@
 #include "hoist/host_backend.h"
 #include "hoist/io/fault_storage.h"
 #include "testing/array_bytes.h"
+#include "testing/mixed_model.h"
 #include "testing/temp_dir.h"
 
 namespace hoist {
@@ -48,15 +49,7 @@ class ManagerTest : public ::testing::Test {
   }
 
   std::vector<SaveArray> Arrays() const {
-    std::vector<SaveArray> arrays;
-    for (size_t a = 0; a < model_.size(); ++a) {
-      SaveArray array{model_[a], {}};
-      for (const auto& placed : shards_.placed[a]) {
-        array.shards.push_back({placed.device, placed.data});
-      }
-      arrays.push_back(std::move(array));
-    }
-    return arrays;
+    return testing::SaveArraysOf(model_, shards_);
   }
 
   std::unique_ptr<CheckpointManager> Open(CheckpointManagerOptions options = {},

@@ -23,6 +23,7 @@
 #include "hoist/io/fault_storage.h"
 #include "hoist/tools/sample_model.h"
 #include "testing/array_bytes.h"
+#include "testing/mixed_model.h"
 
 namespace hoist {
 namespace {
@@ -37,38 +38,11 @@ std::string Root() {
   return root != nullptr ? root : "";
 }
 
-Mesh MeshOf(int64_t data, int64_t model) {
-  return *Mesh::Create({"data", "model"}, {data, model});
-}
+using testing::MeshOf;
+using testing::Reshard;
 
-// Every dtype; sharded by rows or columns, over both axes, replicated.
 std::vector<ArraySpec> Model(const Mesh& mesh) {
-  std::vector<ArraySpec> model;
-  int i = 0;
-  for (DType dtype : kAllDTypes) {
-    const std::string name = "params/" + std::string(DTypeName(dtype));
-    switch (i++ % 3) {
-      case 0:
-        model.push_back(
-            {name, dtype, {64, 48}, NamedSharding{mesh, {{}, {"model"}}}});
-        break;
-      case 1:
-        model.push_back(
-            {name, dtype, {80, 3}, NamedSharding{mesh, {{"data", "model"}}}});
-        break;
-      default:
-        model.push_back({name, dtype, {33, 170}, Sharding::Replicated(mesh)});
-    }
-  }
-  model.push_back({"opt/count", DType::kInt32, {}, Sharding::Replicated(mesh)});
-  return model;
-}
-
-std::vector<ArraySpec> Reshard(std::vector<ArraySpec> model, const Mesh& mesh) {
-  for (ArraySpec& spec : model) {
-    spec.sharding = NamedSharding{mesh, spec.sharding.named()->spec};
-  }
-  return model;
+  return testing::MixedModel(mesh);
 }
 
 // One process of the job: its coordinator and its share of the 8 devices.
@@ -101,19 +75,6 @@ class Job : public ::testing::Test {
                                 storage);
     EXPECT_TRUE(manager.ok()) << manager.status();
     return manager.ok() ? *std::move(manager) : nullptr;
-  }
-
-  static std::vector<SaveArray> Arrays(const std::vector<ArraySpec>& model,
-                                       const testing::DeviceShards& shards) {
-    std::vector<SaveArray> arrays;
-    for (size_t a = 0; a < model.size(); ++a) {
-      SaveArray array{model[a], {}};
-      for (const auto& placed : shards.placed[a]) {
-        array.shards.push_back({placed.device, placed.data});
-      }
-      arrays.push_back(std::move(array));
-    }
-    return arrays;
   }
 
   // Restores `model` (any sharding) from `step` onto this rank's devices,
@@ -172,7 +133,7 @@ TEST_F(Save, EveryRankWritesItsShareAndRestoresOntoAnotherMesh) {
     testing::DeviceShards shards =
         testing::FillShards(model, backend_->devices(), step);
     absl::StatusOr<SaveHandle> handle =
-        manager->Save(step, Arrays(model, shards));
+        manager->Save(step, testing::SaveArraysOf(model, shards));
     ASSERT_TRUE(handle.ok()) << handle.status();
     absl::StatusOr<SaveInfo> info = handle->WaitCommitted();
     ASSERT_TRUE(info.ok()) << "rank " << coordinator_->rank() << ": "
@@ -209,7 +170,8 @@ TEST_F(Save, ReplicaSlicesAreBalancedAcrossRanks) {
       *GptModel(GptConfigForBytes(48 << 20), MeshOf(2, 4));
   testing::DeviceShards shards =
       testing::FillShards(model, backend_->devices());
-  absl::StatusOr<SaveHandle> handle = manager->Save(1, Arrays(model, shards));
+  absl::StatusOr<SaveHandle> handle =
+      manager->Save(1, testing::SaveArraysOf(model, shards));
   ASSERT_TRUE(handle.ok()) << handle.status();
   absl::StatusOr<SaveInfo> info = handle->WaitCommitted();
   ASSERT_TRUE(info.ok()) << info.status();
@@ -239,7 +201,8 @@ TEST_F(Save, RankFailingMidWriteAbortsTheStepOnEveryRank) {
   const std::vector<ArraySpec> model = Model(MeshOf(2, 4));
   testing::DeviceShards shards =
       testing::FillShards(model, backend_->devices(), 3);
-  absl::StatusOr<SaveHandle> handle = manager->Save(3, Arrays(model, shards));
+  absl::StatusOr<SaveHandle> handle =
+      manager->Save(3, testing::SaveArraysOf(model, shards));
   const absl::Status status =
       handle.ok() ? handle->WaitCommitted().status() : handle.status();
   ASSERT_FALSE(status.ok());
@@ -273,7 +236,8 @@ TEST_F(Save, HungRankIsNamedAndNoStepCommits) {
   // saves.
   if (quick->rank() == 3) absl::SleepFor(absl::Seconds(3));
   // Save() waits until staged, so the error may come from it or later.
-  absl::StatusOr<SaveHandle> handle = manager->Save(4, Arrays(model, shards));
+  absl::StatusOr<SaveHandle> handle =
+      manager->Save(4, testing::SaveArraysOf(model, shards));
   const absl::Status status =
       handle.ok() ? handle->WaitCommitted().status() : handle.status();
   ASSERT_FALSE(status.ok());

@@ -17,6 +17,7 @@
 #include "hoist/io/memory_storage.h"
 #include "testing/array_bytes.h"
 #include "testing/loop_filesystem.h"
+#include "testing/mixed_model.h"
 #include "testing/temp_dir.h"
 
 namespace hoist {
@@ -25,46 +26,11 @@ namespace {
 using testing::BoxBytes;
 using ::testing::HasSubstr;
 
-Mesh MeshOf(int64_t data, int64_t model) {
-  return *Mesh::Create({"data", "model"}, {data, model});
-}
+using testing::MeshOf;
+using testing::Reshard;
 
-// Every dtype; sharded (rows or columns), replicated (and so replica-sliced),
-// and a scalar. Sizes divide by 8 where sharded.
 std::vector<ArraySpec> Model(const Mesh& mesh) {
-  std::vector<ArraySpec> model;
-  int i = 0;
-  for (DType dtype : kAllDTypes) {
-    const std::string name = "params/" + std::string(DTypeName(dtype));
-    switch (i++ % 4) {
-      case 0:
-        model.push_back(
-            {name, dtype, {16, 24}, NamedSharding{mesh, {{}, {"model"}}}});
-        break;
-      case 1:
-        model.push_back(
-            {name, dtype, {40, 3}, NamedSharding{mesh, {{"data", "model"}}}});
-        break;
-      case 2:
-        model.push_back({name, dtype, {33, 17}, Sharding::Replicated(mesh)});
-        break;
-      default:
-        model.push_back({name,
-                         dtype,
-                         {8, 5, 8},
-                         NamedSharding{mesh, {{"model"}, {}, {"data"}}}});
-    }
-  }
-  model.push_back({"opt/count", DType::kInt32, {}, Sharding::Replicated(mesh)});
-  return model;
-}
-
-// The same arrays under another sharding.
-std::vector<ArraySpec> Reshard(std::vector<ArraySpec> model, const Mesh& mesh) {
-  for (ArraySpec& spec : model) {
-    spec.sharding = NamedSharding{mesh, spec.sharding.named()->spec};
-  }
-  return model;
+  return testing::MixedModel(mesh);
 }
 
 class CheckpointTest : public ::testing::Test {

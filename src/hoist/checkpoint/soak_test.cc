@@ -16,6 +16,7 @@
 #include "hoist/host_backend.h"
 #include "testing/array_bytes.h"
 #include "testing/crash_model.h"
+#include "testing/mixed_model.h"
 #include "testing/temp_dir.h"
 
 namespace hoist {
@@ -63,14 +64,7 @@ TEST(SoakTest, SaveAndRestoreForMinutesWithFlatMemoryAndNoLeakedFiles) {
       temp.path() + "/ckpt", *backend, *coordinator, options);
   const std::vector<ArraySpec> model = testing::CrashModel();
   testing::DeviceShards shards = testing::FillShards(model, backend->devices());
-  std::vector<SaveArray> arrays;
-  for (size_t a = 0; a < model.size(); ++a) {
-    SaveArray array{model[a], {}};
-    for (const auto& placed : shards.placed[a]) {
-      array.shards.push_back({placed.device, placed.data});
-    }
-    arrays.push_back(std::move(array));
-  }
+  const std::vector<SaveArray> arrays = testing::SaveArraysOf(model, shards);
 
   const absl::Time start = absl::Now();
   const absl::Time warm = start + length / 5;
