@@ -35,15 +35,22 @@ def test_eight_cpu_devices():
     assert jax.device_count() == 8
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+# 64-bit types need JAX's x64 mode.
+WIDE = [jnp.int64, jnp.uint64, jnp.float64]
+
+
+@pytest.mark.parametrize("dtype", DTYPES + WIDE,
+                         ids=lambda d: np.dtype(d).name)
 def test_every_dtype_round_trips_sharded(root, dtype):
-    host = random(dtype, (16, 8), 1)
-    x = jax.device_put(host, NamedSharding(mesh(2, 4), P("data", "model")))
-    with hoist.CheckpointManager(root, pool_bytes=8 << 20) as mgr:
-        mgr.save(1, {"x": x}).wait()
-        out = mgr.restore(like={"x": x})["x"]
-    assert out.dtype == x.dtype and out.sharding == x.sharding
-    assert bits(out) == bits(host)
+    with jax.enable_x64(dtype in WIDE):
+        host = random(dtype, (16, 8), 1)
+        x = jax.device_put(host, NamedSharding(mesh(2, 4), P("data", "model")))
+        assert x.dtype == np.dtype(dtype)
+        with hoist.CheckpointManager(root, pool_bytes=8 << 20) as mgr:
+            mgr.save(1, {"x": x}).wait()
+            out = mgr.restore(like={"x": x})["x"]
+        assert out.dtype == x.dtype and out.sharding == x.sharding
+        assert bits(out) == bits(host)
 
 
 def sharded_state(m):

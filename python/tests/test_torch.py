@@ -5,8 +5,9 @@ torch = pytest.importorskip("torch")
 import hoist  # noqa: E402
 
 DTYPES = [torch.bool, torch.int8, torch.int16, torch.int32, torch.int64,
-          torch.uint8, torch.float16, torch.bfloat16, torch.float32,
-          torch.float64, torch.float8_e4m3fn, torch.float8_e5m2]
+          torch.uint8, torch.uint16, torch.uint32, torch.uint64,
+          torch.float16, torch.bfloat16, torch.float32, torch.float64,
+          torch.float8_e4m3fn, torch.float8_e5m2]
 
 
 def random_tensor(dtype, shape, seed):
