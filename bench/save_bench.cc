@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -72,6 +73,11 @@ void DropCacheTree(const std::string& dir) {
   }
 }
 
+double Median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
 struct Raw {
   double write_s = 0;
   double read_s = 0;
@@ -112,6 +118,7 @@ int Main(int argc, char** argv) {
   CLI::App app("hoist save/restore benchmark against raw O_DIRECT I/O");
   std::string bytes_text = "4GiB", dir = "", pool_text = "";
   int writers = 2;
+  int repeats = 1;
   bool json = false;
   std::string io = "posix";
   RestoreOptions restore_options;
@@ -132,6 +139,11 @@ int Main(int argc, char** argv) {
                  "Restore reader threads")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
+  app.add_option("--repeats", repeats,
+                 "Rounds of (raw write, raw read, save, restore), one after "
+                 "the other so each ratio compares neighbours; medians")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 20));
   app.add_flag("--json", json, "Print the figures as one JSON object");
   CLI11_PARSE(app, argc, argv);
   const int64_t model_bytes = Check(ParseBytes(bytes_text));
@@ -170,9 +182,7 @@ int Main(int argc, char** argv) {
   for (const PlannedSlice& slice : plan.slices)
     data_bytes += slice.length_bytes;
 
-  const Raw raw = RawDirect(dir + "/raw.bin", data_bytes);
-
-  // Save through a pool a quarter of the data.
+  // Save through a pool a quarter of the data (unless --pool).
   const int64_t pool_bytes = pool_text.empty() ? AlignUp(data_bytes / 4, 4096)
                                                : Check(ParseBytes(pool_text));
   const int64_t rss_before = ProcStatusBytes("VmRSS");
@@ -185,35 +195,47 @@ int Main(int argc, char** argv) {
   TransferEngine engine(*pool);
   const SaveRequest request{dir,  1,       model,   &plan,   "{}",
                             true, nullptr, nullptr, nullptr, nullptr};
-  const SaveResult saved = Check(SaveCheckpoint(
-      *storage, *coordinator, request, engine, backend->devices(), sources));
-  const int64_t save_peak = ProcStatusBytes("VmHWM") - rss_before;
-
-  // Restore onto the same sharding, from disk.
-  DropCacheTree(saved.path);
-  std::vector<ShardBuffers> buffers;
-  std::vector<RestoreTarget> targets;
-  for (const ArraySpec& spec : model) {
-    buffers.push_back(Check(AllocateShards(spec, backend->devices())));
-    targets.push_back(buffers.back().target);
-  }
-  const RestoreStats restored = Check(
-      RestoreCheckpoint(*storage, saved.path, targets, *pool, restore_options));
+  // Rounds of raw write, raw read, hoist save, hoist restore: this disk's
+  // speed drifts, so each ratio compares measurements taken side by side.
+  std::vector<double> raw_write, raw_read, saves, staged, restores;
+  int64_t save_peak = 0;
+  SaveResult saved;
+  RestoreStats restored;
   bool verified = true;
-  for (size_t b = 0; b < boxes.size(); ++b) {
-    const auto& [a, box] = boxes[b];
-    for (const RestoreDestination& dest : targets[a].destinations) {
-      if (dest.box != box) continue;
-      verified &=
-          std::memcmp(dest.data, arrays[b].data(), arrays[b].size_bytes()) == 0;
+  for (int round = 0; round < repeats; ++round) {
+    const Raw raw = RawDirect(dir + "/raw.bin", data_bytes);
+    raw_write.push_back(raw.write_s);
+    raw_read.push_back(raw.read_s);
+    saved = Check(SaveCheckpoint(*storage, *coordinator, request, engine,
+                                 backend->devices(), sources));
+    if (round == 0) save_peak = ProcStatusBytes("VmHWM") - rss_before;
+    saves.push_back(absl::ToDoubleSeconds(saved.committed));
+    staged.push_back(absl::ToDoubleSeconds(saved.staged));
+
+    // Restore onto the same sharding, from disk.
+    DropCacheTree(saved.path);
+    std::vector<ShardBuffers> buffers;
+    std::vector<RestoreTarget> targets;
+    for (const ArraySpec& spec : model) {
+      buffers.push_back(Check(AllocateShards(spec, backend->devices())));
+      targets.push_back(buffers.back().target);
+    }
+    restored = Check(RestoreCheckpoint(*storage, saved.path, targets, *pool,
+                                       restore_options));
+    restores.push_back(absl::ToDoubleSeconds(restored.elapsed));
+    for (size_t b = 0; b < boxes.size(); ++b) {
+      const auto& [a, box] = boxes[b];
+      for (const RestoreDestination& dest : targets[a].destinations) {
+        if (dest.box != box) continue;
+        verified &= std::memcmp(dest.data, arrays[b].data(),
+                                arrays[b].size_bytes()) == 0;
+      }
     }
   }
-
+  const Raw raw{Median(raw_write), Median(raw_read)};
   const double gb = data_bytes / 1e9;
-  const double save_s = absl::ToDoubleSeconds(saved.committed);
-  const double restore_s = absl::ToDoubleSeconds(restored.elapsed);
-  buffers.clear();
-  targets.clear();
+  const double save_s = Median(saves);
+  const double restore_s = Median(restores);
 
   // Restore every array whole into host memory (resident, as a caller's
   // numpy arrays would be): hoist's read path alone, no device copies.
@@ -230,7 +252,8 @@ int Main(int argc, char** argv) {
       {"raw_read_gbps", gb / raw.read_s},
       {"save_gbps", gb / save_s},
       {"save_s", save_s},
-      {"staged_s", absl::ToDoubleSeconds(saved.staged)},
+      {"staged_s", Median(staged)},
+      {"repeats", repeats},
       {"save_vs_raw_write", raw.write_s / save_s},
       {"restore_gbps", gb / restore_s},
       {"restore_s", restore_s},
@@ -270,8 +293,8 @@ int Main(int argc, char** argv) {
         gb / raw.read_s, "", "hoist restore onto 8 devices (2 x 4 mesh)",
         restore_s, gb / restore_s, raw.read_s / restore_s,
         "hoist restore into host memory (whole arrays)", host_s, gb / host_s,
-        raw.read_s / host_s, absl::ToDoubleSeconds(saved.staged),
-        FormatBytes(pool_bytes), saved.transfer.waves, FormatBytes(save_peak),
+        raw.read_s / host_s, Median(staged), FormatBytes(pool_bytes),
+        saved.transfer.waves, FormatBytes(save_peak),
         FormatBytes(save_peak - pool_bytes), verified ? "yes" : "NO");
   }
   return verified ? 0 : 1;
