@@ -3,7 +3,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import numpy as np
 
@@ -22,7 +21,9 @@ SAVER = textwrap.dedent("""
         state = {"w": rng.standard_normal((2048, 1024), dtype=np.float32),
                  "b": rng.standard_normal(1000, dtype=np.float32),
                  "step": step}
-        mgr.save(step, state).wait()
+        handle = mgr.save(step, state)  # returns once staged
+        print("staged", step, flush=True)  # writing now
+        handle.wait()
         print("committed", step, flush=True)
         step += 1
 """)
@@ -42,15 +43,25 @@ def test_sigkill_mid_save_leaves_committed_steps_restorable(root, tmp_path):
         child = subprocess.Popen([sys.executable, str(script), str(root),
                                   str(start)], stdout=subprocess.PIPE,
                                  text=True)
-        # Wait for a commit, then kill at an arbitrary point of a later save.
-        line = child.stdout.readline()
-        assert line.startswith("committed"), line
-        acknowledged = int(line.split()[1])
-        time.sleep(0.02 + 0.037 * kill)
+        # Kill while a save is writing: after its "staged" line, the kill-th
+        # save after the first commit.
+        saves_after_commit = -1
+        for line in child.stdout:
+            what, step = line.split()
+            if what == "committed":
+                acknowledged = max(acknowledged, int(step))
+                saves_after_commit = max(saves_after_commit, 0)
+            elif saves_after_commit >= 0:
+                if saves_after_commit == kill:
+                    break
+                saves_after_commit += 1
         child.send_signal(signal.SIGKILL)
         child.wait()
-        for line in child.stdout:
-            acknowledged = max(acknowledged, int(line.split()[1]))
+        for line in child.stdout:  # lines written before it died
+            what, step = line.split()
+            if what == "committed":
+                acknowledged = max(acknowledged, int(step))
+        assert acknowledged > 0
         with hoist.CheckpointManager(root, keep=3, pool_bytes=16 << 20) as mgr:
             steps = mgr.steps
             assert steps and steps[-1] >= acknowledged, (kill, steps)

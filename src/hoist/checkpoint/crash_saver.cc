@@ -1,6 +1,8 @@
 // Test helper for crash_test: saves forever (until killed) into ROOT, one
 // step after another from START, printing "committed N" once step N has
-// committed. Step N's arrays are testing/crash_model.h's.
+// committed. Step N's arrays are testing/crash_model.h's. Under mpirun with
+// several ranks it is one process of a job (MPI coordinator, 8 / ranks
+// devices each) and rank 0 prints (demo_mpi_test kills one rank).
 //
 //   crash_saver ROOT START
 #include <cstdio>
@@ -23,8 +25,22 @@ int Main(int argc, char** argv) {
   }
   const std::string root = argv[1];
   const int64_t start = std::atoll(argv[2]);
-  std::unique_ptr<Backend> backend = *MakeHostBackend({.num_devices = 8});
-  std::unique_ptr<Coordinator> coordinator = MakeSingleProcessCoordinator();
+  std::unique_ptr<Coordinator> coordinator;
+  if (LaunchedByMpiWithSeveralRanks()) {
+    absl::StatusOr<std::unique_ptr<Coordinator>> mpi = MakeMpiCoordinator();
+    if (!mpi.ok()) {
+      std::fprintf(stderr, "crash_saver: %s\n",
+                   std::string(mpi.status().message()).c_str());
+      return 1;
+    }
+    coordinator = *std::move(mpi);
+  } else {
+    coordinator = MakeSingleProcessCoordinator();
+  }
+  const int devices = 8 / coordinator->size();
+  std::unique_ptr<Backend> backend =
+      *MakeHostBackend({.num_devices = devices,
+                        .first_device_id = coordinator->rank() * devices});
   CheckpointManagerOptions options;
   options.pool_bytes = 4 << 20;
   options.keep_last = 3;
@@ -48,8 +64,11 @@ int Main(int argc, char** argv) {
     const ShardLayout layout = *model[a].sharding.Layout(model[a].shape);
     SaveArray array{model[a], {}};
     for (const DeviceShard& shard : layout.shards) {
+      const DeviceId first = backend->devices()[0]->id();
+      if (shard.device < first || shard.device >= first + devices) continue;
       const int64_t bytes = shard.box.num_elements() * ItemSize(model[a].dtype);
-      MemoryBlock memory = *backend->devices()[shard.device]->Allocate(bytes);
+      MemoryBlock memory =
+          *backend->devices()[shard.device - first]->Allocate(bytes);
       array.shards.push_back({shard.device, memory.data()});
       shards.push_back({static_cast<int>(a), shard.box, std::move(memory)});
     }
@@ -90,8 +109,10 @@ int Main(int argc, char** argv) {
                    static_cast<long long>(step));
       return 1;
     }
-    std::printf("committed %lld\n", static_cast<long long>(step));
-    std::fflush(stdout);
+    if (coordinator->rank() == 0) {
+      std::printf("committed %lld\n", static_cast<long long>(step));
+      std::fflush(stdout);
+    }
   }
 }
 

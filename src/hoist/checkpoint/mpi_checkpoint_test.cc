@@ -232,20 +232,25 @@ TEST_F(Save, HungRankIsNamedAndNoStepCommits) {
   const std::vector<ArraySpec> model = Model(MeshOf(2, 4));
   testing::DeviceShards shards =
       testing::FillShards(model, backend_->devices(), 4);
-  // Rank 3 stalls (a hung process) for longer than the timeout before it
-  // saves.
-  if (quick->rank() == 3) absl::SleepFor(absl::Seconds(3));
   // Save() waits until staged, so the error may come from it or later.
-  absl::StatusOr<SaveHandle> handle =
-      manager->Save(4, testing::SaveArraysOf(model, shards));
-  const absl::Status status =
-      handle.ok() ? handle->WaitCommitted().status() : handle.status();
-  ASSERT_FALSE(status.ok());
+  const auto save = [&] {
+    absl::StatusOr<SaveHandle> handle =
+        manager->Save(4, testing::SaveArraysOf(model, shards));
+    return handle.ok() ? handle->WaitCommitted().status() : handle.status();
+  };
+  // Rank 3 hangs: it saves only once the others have given up on it (they
+  // say so on the patient coordinator), so its own request comes too late.
+  absl::Status status;
   if (quick->rank() == 3) {
+    ASSERT_TRUE(coordinator_->Barrier("the others gave up").ok());
+    status = save();
     EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
   } else {
+    status = save();
     EXPECT_THAT(status.message(), HasSubstr("rank 3 did not arrive within 2s"));
+    ASSERT_TRUE(coordinator_->Barrier("the others gave up").ok());
   }
+  ASSERT_FALSE(status.ok());
   ASSERT_TRUE(coordinator_->Barrier("after hang").ok());
   EXPECT_THAT(*manager->List(), ElementsAre(1, 2));
   for (const auto& entry : std::filesystem::directory_iterator(Root())) {

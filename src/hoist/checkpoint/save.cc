@@ -249,12 +249,14 @@ absl::StatusOr<SaveResult> SaveInto(Storage& storage, Coordinator& coordinator,
     request.tracer->Span("commit", "stage + persist", start, phase);
   }
   // One all-gather is the "written" barrier: each process's outcome and
-  // its plan's fingerprint.
+  // its plan's fingerprint (encoding the plan costs milliseconds per save:
+  // skipped when there is no other process to disagree with).
+  const uint64_t fingerprint =
+      coordinator.size() > 1 ? PlanFingerprint(request) : 0;
   ASSIGN_OR_RETURN(
       std::vector<std::string> outcomes,
-      coordinator.AllGather(
-          "written", absl::StrCat(absl::Hex(PlanFingerprint(request)), "|",
-                                  EncodeStatus(local))));
+      coordinator.AllGather("written", absl::StrCat(absl::Hex(fingerprint), "|",
+                                                    EncodeStatus(local))));
   for (int r = 0; r < static_cast<int>(outcomes.size()); ++r) {
     const size_t bar = outcomes[r].find('|');
     const absl::Status theirs =

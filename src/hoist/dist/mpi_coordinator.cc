@@ -204,7 +204,10 @@ class MpiCoordinator final : public Coordinator {
     return Follow(tag, mine);
   }
 
-  // Polls `ready` until it says true or `deadline` passes (false).
+  // Polls `ready` until it says true or `deadline` passes (false), backing
+  // off from 20 us to 1 ms between tries. A poll, not a wait: MPI has no
+  // call that waits for a message or a send with a timeout (MPI_Wait and
+  // MPI_Probe block for good), and the timeout is the point.
   template <typename Ready>
   absl::StatusOr<bool> PollUntil(absl::Time deadline, Ready ready) {
     absl::Duration pause = absl::Microseconds(20);

@@ -192,20 +192,6 @@ absl::Status Upload(std::vector<std::vector<Part>>& parts) {
   return WhenAll(copies).Wait();
 }
 
-absl::StatusOr<std::pair<int64_t, int64_t>> ParseMeshFlag(
-    const std::string& text) {
-  const size_t x = text.find('x');
-  int64_t data = 0, model = 0;
-  if (x == std::string::npos ||
-      !absl::SimpleAtoi(absl::string_view(text).substr(0, x), &data) ||
-      !absl::SimpleAtoi(absl::string_view(text).substr(x + 1), &model) ||
-      data < 1 || model < 1) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "--mesh '%s' is not DATAxMODEL with positive sizes, e.g. 2x4", text));
-  }
-  return std::make_pair(data, model);
-}
-
 absl::Status RunDemo(const DemoFlags& flags) {
   ASSIGN_OR_RETURN(int64_t size, ParseBytes(flags.size));
   if (flags.steps < 1 || flags.save_every < 1 ||

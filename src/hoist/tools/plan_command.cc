@@ -7,9 +7,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "hoist/base/bytes.h"
 #include "hoist/save_plan.h"
 #include "hoist/tools/sample_model.h"
@@ -31,18 +29,6 @@ struct PlanFlags {
   bool json = false;
 };
 
-// "2x4" -> {2, 4}.
-absl::StatusOr<std::pair<int64_t, int64_t>> ParseMesh(const std::string& text) {
-  std::vector<std::string> parts = absl::StrSplit(text, 'x');
-  int64_t data = 0, model = 0;
-  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &data) ||
-      !absl::SimpleAtoi(parts[1], &model) || data < 1 || model < 1) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "--mesh '%s' is not DATAxMODEL with positive sizes, e.g. 2x4", text));
-  }
-  return std::make_pair(data, model);
-}
-
 nlohmann::json SummaryJson(const PlanSummary& s) {
   return {{"arrays", s.arrays},
           {"replicated_arrays", s.replicated_arrays},
@@ -61,7 +47,7 @@ nlohmann::json SummaryJson(const PlanSummary& s) {
 
 absl::Status RunPlan(PlanFlags flags) {
   absl::StatusOr<std::pair<int64_t, int64_t>> mesh_shape =
-      ParseMesh(flags.mesh);
+      ParseMeshFlag(flags.mesh);
   if (!mesh_shape.ok()) return mesh_shape.status();
   absl::StatusOr<int64_t> min_slice = ParseBytes(flags.min_slice);
   if (!min_slice.ok()) return min_slice.status();

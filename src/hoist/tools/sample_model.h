@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -39,6 +40,11 @@ GptConfig GptConfigForBytes(int64_t total_bytes, DType dtype = DType::kFloat32);
 // validated when planned.
 absl::StatusOr<std::vector<ArraySpec>> GptModel(const GptConfig& config,
                                                 const Mesh& mesh);
+
+// A --mesh flag, "DATAxMODEL" ("2x4" -> {2, 4}); kInvalidArgument naming
+// the flag otherwise.
+absl::StatusOr<std::pair<int64_t, int64_t>> ParseMeshFlag(
+    const std::string& text);
 
 // Fills `bytes` at `data` with fast pseudo-random contents determined by
 // `seed` (xorshift64): synthetic weights for the demo and the benchmarks.
