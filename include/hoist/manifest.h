@@ -23,6 +23,22 @@ namespace hoist {
 inline constexpr std::string_view kManifestFormat = "hoist/1";
 inline constexpr std::string_view kManifestFileName = "MANIFEST.json";
 
+// What a reader accepts; anything beyond is refused (kDataLoss) before it
+// can cost time or memory, and a save that would exceed them is refused
+// (kInvalidArgument) before it commits an unreadable step.
+//   - the manifest's size: 256 MiB (parsed, it takes about 10x that);
+inline constexpr int64_t kMaxManifestBytes = int64_t{256} << 20;
+//   - JSON nesting, user metadata included: 512 levels;
+inline constexpr int kMaxJsonDepth = 512;
+//   - extents of one array: 2^21 (checking that they tile it is
+//     near-linear: 1,000,000 extents take about a second);
+inline constexpr int64_t kMaxExtentsPerArray = int64_t{1} << 21;
+//   - every extent's offset is a multiple of 4 KiB, and it ends below 2^56
+//     bytes into its file (64 PiB: no sum of offsets can overflow);
+inline constexpr int64_t kExtentAlignmentBytes = 4096;
+inline constexpr int64_t kMaxFileBytes = int64_t{1} << 56;
+//   - rank: kMaxRank (box.h).
+
 // Bytes of a file holding one box of an array, in C order, little-endian.
 struct ManifestExtent {
   Box box;
@@ -53,16 +69,27 @@ struct Manifest {
   const ManifestArray* Find(std::string_view name) const;
 };
 
-// JSON text of `manifest`. Precondition: metadata_json is a JSON object.
-std::string EncodeManifest(const Manifest& manifest);
+// JSON text of `manifest`. kInvalidArgument (nothing thrown) if it could not
+// be read back: metadata that ValidateMetadataJson refuses, an array name
+// that is not UTF-8, or text larger than kMaxManifestBytes.
+absl::StatusOr<std::string> EncodeManifest(const Manifest& manifest);
+
+// OK if `json` can be a step's user metadata: a JSON object, valid UTF-8,
+// nested at most kMaxJsonDepth deep (NaN and infinities are not JSON).
+// kInvalidArgument saying what is wrong otherwise.
+absl::Status ValidateMetadataJson(std::string_view json);
 
 // Parses and validates. kInvalidArgument for a format other than "hoist/1";
 // kDataLoss, naming the array and extent, for anything else that is wrong:
-// not JSON, missing or mistyped fields, unknown dtype, negative or
-// overflowing shapes, boxes outside the array, lengths that do not match the
-// box, overflowing offsets, file names that are absolute, contain "..", "."
-// or empty components, or extents that overlap or leave part of an array
-// uncovered. Never allocates more than a small multiple of `json`'s size.
+// not JSON, larger or deeper than the limits above, missing or mistyped
+// fields, unknown dtype, negative or overflowing shapes, a rank above
+// kMaxRank, boxes outside the array, lengths that do not match the box,
+// offsets that are unaligned or end past kMaxFileBytes, file names that are
+// absolute, contain "..", "." or empty components, more than
+// kMaxExtentsPerArray extents, or extents that overlap or leave part of an
+// array uncovered. Never allocates more than a small multiple of `json`'s
+// size, never recurses deeper than the nesting limit, and takes time
+// near-linear in its size.
 absl::StatusOr<Manifest> DecodeManifest(std::string_view json);
 
 // True for a relative path of plain components ("data/r00000_w00.bin"):

@@ -61,7 +61,7 @@ struct SavePlanOptions {
   // stream. Must be in [1, 100].
   int writer_streams = 1;
   // Offset alignment of every extent in its file (default 4096, the O_DIRECT
-  // block). A power of two >= 1.
+  // block and the format's alignment). A power of two >= 4096.
   int64_t alignment_bytes = 4096;
 };
 

@@ -60,11 +60,24 @@ class Storage {
  public:
   virtual ~Storage() = default;
 
-  // Creates `path` (truncating an existing file) for writing.
+  // Creates `path` for writing. kAlreadyExists if anything exists there
+  // (a file, a link, a FIFO): hoist writes only files it has just created,
+  // never through a link.
   virtual absl::StatusOr<std::unique_ptr<WritableFile>> OpenWritable(
       const std::string& path) = 0;
+  // Opens the regular file `path` for reading. kDataLoss, without blocking,
+  // if it is a link (never followed) or not a regular file (a FIFO, socket,
+  // device or directory); kNotFound if it does not exist.
   virtual absl::StatusOr<std::unique_ptr<ReadableFile>> OpenReadable(
       const std::string& path) = 0;
+  // Opens `relative` (a plain relative path, see IsSafeRelativePath) under
+  // the directory `dir` as OpenReadable does, following no link on the way:
+  // kDataLoss "not a directory inside" if a directory between them is a link
+  // or missing. The default checks each directory with IsDir, then opens;
+  // the POSIX storage walks down with openat(O_NOFOLLOW), so nothing can
+  // swap a directory for a link in between.
+  virtual absl::StatusOr<std::unique_ptr<ReadableFile>> OpenReadableBeneath(
+      const std::string& dir, const std::string& relative);
   // Creates one directory; its parent must exist. kAlreadyExists if it does.
   virtual absl::Status CreateDir(const std::string& path) = 0;
   // Atomically renames a file or directory. kAlreadyExists if `to` exists.
@@ -75,7 +88,10 @@ class Storage {
   // Names (not paths) in directory `path`, sorted.
   virtual absl::StatusOr<std::vector<std::string>> List(
       const std::string& path) = 0;
-  // Removes a file or a directory tree. OK if `path` does not exist.
+  // Removes a file or a directory tree. OK if `path` does not exist. Never
+  // follows a link: a link is removed itself, and a tree is removed entry by
+  // entry relative to its open directories (nothing outside it can be
+  // reached by renaming a directory mid-removal).
   virtual absl::Status RemoveAll(const std::string& path) = 0;
   virtual absl::StatusOr<bool> Exists(const std::string& path) = 0;
   // True if `path` is a directory.

@@ -443,7 +443,7 @@ std::string InspectStep(const std::string& path) {
     nb::gil_scoped_release release;
     manifest = ReadManifest(*storage, path);
   }
-  return EncodeManifest(Check(std::move(manifest)));
+  return Check(EncodeManifest(Check(std::move(manifest))));
 }
 
 }  // namespace

@@ -143,6 +143,82 @@ absl::StatusOr<int64_t> CheckedNumElements(absl::Span<const int64_t> shape) {
   return n;
 }
 
+absl::StatusOr<std::optional<BoxOverlap>> FindOverlap(
+    absl::Span<const Box> boxes) {
+  std::vector<size_t> nonempty;
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    if (!boxes[i].empty()) nonempty.push_back(i);
+  }
+  if (nonempty.size() < 2) return std::nullopt;
+  const int rank = boxes[nonempty[0]].rank();
+  const auto pair = [](size_t a, size_t b) {
+    return BoxOverlap{std::min(a, b), std::max(a, b)};
+  };
+  if (rank == 0) return pair(nonempty[0], nonempty[1]);
+  // Groups still to separate, each with the axis to try first; a worklist,
+  // not recursion, so no input can exhaust the stack.
+  struct Group {
+    std::vector<size_t> boxes;
+    int axis = 0;
+  };
+  std::vector<Group> work;
+  const int64_t budget =
+      64 * static_cast<int64_t>(nonempty.size()) + (int64_t{1} << 22);
+  int64_t spent = 0;
+  work.push_back({std::move(nonempty), 0});
+  while (!work.empty()) {
+    Group group = std::move(work.back());
+    work.pop_back();
+    std::vector<size_t>& g = group.boxes;
+    if (g.size() < 2) continue;
+    bool cut = false;
+    for (int k = 0; k < rank && !cut; ++k) {
+      const int axis = (group.axis + k) % rank;
+      spent += static_cast<int64_t>(g.size());
+      if (spent > budget) break;
+      std::sort(g.begin(), g.end(), [&](size_t a, size_t b) {
+        return boxes[a].origin()[axis] < boxes[b].origin()[axis];
+      });
+      // A cut lies before box i when no earlier box reaches past its origin.
+      size_t start = 0;
+      int64_t reach = boxes[g[0]].limit(axis);
+      for (size_t i = 1; i <= g.size(); ++i) {
+        if (i < g.size() && boxes[g[i]].origin()[axis] < reach) {
+          reach = std::max(reach, boxes[g[i]].limit(axis));
+          continue;
+        }
+        if (start == 0 && i == g.size()) break;  // no cut on this axis
+        cut = true;
+        work.push_back({std::vector<size_t>(g.begin() + start, g.begin() + i),
+                        (axis + 1) % rank});
+        start = i;
+        if (i < g.size()) reach = boxes[g[i]].limit(axis);
+      }
+    }
+    if (spent > budget) break;
+    if (cut) continue;
+    // No straight cut separates this group: compare pairwise, in order of
+    // the last axis tried (sorted), stopping once boxes start past the end.
+    const int axis = (group.axis + rank - 1) % rank;
+    for (size_t i = 0; i < g.size() && spent <= budget; ++i) {
+      for (size_t j = i + 1; j < g.size(); ++j) {
+        if (boxes[g[j]].origin()[axis] >= boxes[g[i]].limit(axis)) break;
+        if (++spent > budget) break;
+        if (!boxes[g[i]].Intersect(boxes[g[j]]).empty()) {
+          return pair(g[i], g[j]);
+        }
+      }
+    }
+  }
+  if (spent > budget) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "%d boxes interlock too much to check that they are disjoint within "
+        "%d comparisons (no straight cut separates them)",
+        boxes.size(), budget));
+  }
+  return std::nullopt;
+}
+
 std::string ShapeToString(absl::Span<const int64_t> shape) {
   if (shape.size() == 1) return absl::StrFormat("(%d,)", shape[0]);
   return absl::StrCat("(", absl::StrJoin(shape, ", "), ")");

@@ -93,5 +93,55 @@ TEST(BoxTest, ToStringShowsHalfOpenRanges) {
   EXPECT_EQ(ShapeToString({5}), "(5,)");
 }
 
+TEST(FindOverlapTest, GridsAndSlicesAreDisjoint) {
+  std::vector<Box> boxes;
+  for (int64_t r = 0; r < 4; ++r) {
+    for (int64_t c = 0; c < 3; ++c) {
+      // Each shard cut into 2 slices along axis 0, and some empty boxes.
+      boxes.push_back(Box({r * 10, c * 7}, {4, 7}));
+      boxes.push_back(Box({r * 10 + 4, c * 7}, {6, 7}));
+      boxes.push_back(Box({r * 10, c * 7}, {0, 7}));
+    }
+  }
+  EXPECT_EQ(*FindOverlap(boxes), std::nullopt);
+  boxes.push_back(Box({15, 6}, {1, 2}));  // straddles two shards
+  absl::StatusOr<std::optional<BoxOverlap>> overlap = FindOverlap(boxes);
+  ASSERT_TRUE(overlap.ok() && overlap->has_value());
+  EXPECT_EQ((*overlap)->second, boxes.size() - 1);
+  EXPECT_FALSE(boxes[(*overlap)->first].Intersect(boxes.back()).empty());
+}
+
+TEST(FindOverlapTest, IdenticalBoxesAndScalarsOverlap) {
+  EXPECT_TRUE(FindOverlap({Box({0}, {4}), Box({0}, {4})})->has_value());
+  EXPECT_TRUE(FindOverlap({Box(), Box()})->has_value());
+  EXPECT_FALSE(FindOverlap({Box()})->has_value());
+}
+
+// Five boxes no straight cut separates (a pinwheel around a center): the
+// pairwise comparison decides.
+TEST(FindOverlapTest, PinwheelIsComparedPairwise) {
+  std::vector<Box> pinwheel = {Box({0, 0}, {2, 1}), Box({2, 0}, {1, 2}),
+                               Box({1, 2}, {2, 1}), Box({0, 1}, {1, 2}),
+                               Box({1, 1}, {1, 1})};
+  EXPECT_EQ(*FindOverlap(pinwheel), std::nullopt);
+  pinwheel[4] = Box({1, 1}, {2, 1});  // the center reaches into B
+  EXPECT_TRUE(FindOverlap(pinwheel)->has_value());
+}
+
+// Nested L-shaped shells peel off one box per cut: a hostile input for
+// which the work would be quadratic. It is refused, in bounded time.
+TEST(FindOverlapTest, WorkIsBoundedForInterlockingInput) {
+  constexpr int64_t n = 4000;
+  std::vector<Box> shells;
+  for (int64_t i = 0; i < n; ++i) {
+    shells.push_back(Box({i, i}, {1, n - i}));
+    if (i + 1 < n) shells.push_back(Box({i + 1, i}, {n - i - 1, 1}));
+  }
+  absl::StatusOr<std::optional<BoxOverlap>> overlap = FindOverlap(shells);
+  EXPECT_EQ(overlap.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(overlap.status().message()),
+              ::testing::HasSubstr("interlock"));
+}
+
 }  // namespace
 }  // namespace hoist

@@ -151,25 +151,25 @@ absl::StatusOr<ShardLayout> ExplicitLayout(const ExplicitSharding& sharding,
   // Distinct boxes must be disjoint; then they tile the array exactly when
   // their element counts add up to the array's.
   const std::vector<UniqueBox>& unique = layout.unique_boxes;
-  int64_t covered = 0;
-  for (size_t i = 0; i < unique.size(); ++i) {
-    for (size_t j = i + 1; j < unique.size(); ++j) {
-      // Sorted by origin along dim 0: once j starts past i's end, so does
-      // every later box.
-      if (whole.rank() > 0 &&
-          unique[j].box.origin()[0] >= unique[i].box.limit(0)) {
-        break;
-      }
-      if (!unique[i].box.Intersect(unique[j].box).empty()) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "boxes %s (device %d) and %s (device %d) overlap but are not "
-            "identical",
-            unique[i].box.ToString(), unique[i].devices[0],
-            unique[j].box.ToString(), unique[j].devices[0]));
-      }
-    }
-    covered += unique[i].box.num_elements();
+  std::vector<Box> boxes;
+  boxes.reserve(unique.size());
+  for (const UniqueBox& u : unique) boxes.push_back(u.box);
+  absl::StatusOr<std::optional<BoxOverlap>> overlap = FindOverlap(boxes);
+  if (!overlap.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("explicit sharding: %s", overlap.status().message()));
   }
+  if (*overlap) {
+    const UniqueBox& a = unique[(*overlap)->first];
+    const UniqueBox& b = unique[(*overlap)->second];
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "boxes %s (device %d) and %s (device %d) overlap but are not "
+        "identical",
+        a.box.ToString(), a.devices[0], b.box.ToString(), b.devices[0]));
+  }
+  // Disjoint boxes inside the array: their sizes add up without overflow.
+  int64_t covered = 0;
+  for (const Box& box : boxes) covered += box.num_elements();
   if (covered != total_elements) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "explicit sharding leaves a gap: its boxes cover %d of the %d "

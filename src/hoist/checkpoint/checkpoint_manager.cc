@@ -14,6 +14,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "hoist/base/status_macros.h"
@@ -76,49 +77,81 @@ absl::StatusOr<Topology> GatherTopology(Backend& backend,
 }
 
 // What a crashed process left in `root`, made whole:
-//   - a save's directory whose MANIFEST.json is valid (it crashed after
-//     writing the manifest, before or during the rename to step_N) is
-//     committed now, as the rename would have: all its data is durable;
+//   - a save's directory whose MANIFEST.json is valid and names its step (it
+//     crashed after writing the manifest, before or during the rename to
+//     step_N) is committed now, as the rename would have: all its data is
+//     durable;
 //   - a step an overwrite had moved aside (".old") comes back if no step of
 //     its number exists;
-//   - everything else (saves that never wrote a manifest, deletes that were
-//     under way) is removed.
+//   - everything else under a temporary name hoist makes (saves that never
+//     wrote a manifest, deletes that were under way, and any link or file
+//     someone put under such a name) is removed; a link is removed itself,
+//     never followed, never committed. Names hoist does not make are left
+//     alone.
 absl::Status Recover(Storage& storage, const std::string& root) {
   ASSIGN_OR_RETURN(std::vector<std::string> names, storage.List(root));
-  std::vector<std::string> debris, aside;
-  for (const std::string& name : names) {
-    if (!IsTmpStepDirName(name)) continue;
+  std::vector<std::string> debris;
+  std::vector<std::pair<std::string, int64_t>> aside;
+  const auto restore_as_step = [&](const std::string& name,
+                                   int64_t step) -> absl::StatusOr<bool> {
     const std::string path = JoinPath(root, name);
-    const std::optional<int64_t> step =
-        ParseStepDirName(name.substr(1, name.find(".tmp-") - 1));
-    const bool plain =
-        name.find('.', name.find(".tmp-") + 1) == std::string::npos;
-    if (step && plain && ReadManifest(storage, path).ok()) {
-      const std::string final_dir = JoinPath(root, StepDirName(*step));
-      ASSIGN_OR_RETURN(bool exists, storage.Exists(final_dir));
-      if (!exists) {
-        RETURN_IF_ERROR(storage.Rename(path, final_dir));
-        RETURN_IF_ERROR(storage.SyncDir(root));
-        continue;
-      }
-    }
-    (step && absl::EndsWith(name, ".old") ? aside : debris).push_back(name);
-  }
-  for (const std::string& name : aside) {
-    const std::string path = JoinPath(root, name);
-    const std::optional<int64_t> step =
-        ParseStepDirName(name.substr(1, name.find(".tmp-") - 1));
-    const std::string final_dir = JoinPath(root, StepDirName(*step));
+    const std::string final_dir = JoinPath(root, StepDirName(step));
     ASSIGN_OR_RETURN(bool exists, storage.Exists(final_dir));
-    if (!exists && ReadManifest(storage, path).ok()) {
-      RETURN_IF_ERROR(storage.Rename(path, final_dir));
-      RETURN_IF_ERROR(storage.SyncDir(root));
+    if (exists || !ReadManifest(storage, path).ok()) return false;
+    RETURN_IF_ERROR(storage.Rename(path, final_dir));
+    RETURN_IF_ERROR(storage.SyncDir(root));
+    return true;
+  };
+  for (const std::string& name : names) {
+    const std::optional<TmpStepDir> tmp = ParseTmpStepDirName(name);
+    if (!tmp) continue;
+    // IsDir does not follow links: a link is debris, whatever it points to.
+    ASSIGN_OR_RETURN(bool is_dir, storage.IsDir(JoinPath(root, name)));
+    if (is_dir && tmp->kind == TmpKind::kSave) {
+      ASSIGN_OR_RETURN(bool committed, restore_as_step(name, tmp->step));
+      if (committed) continue;
+    }
+    if (is_dir && tmp->kind == TmpKind::kAside) {
+      aside.emplace_back(name, tmp->step);
     } else {
       debris.push_back(name);
     }
   }
+  for (const auto& [name, step] : aside) {
+    ASSIGN_OR_RETURN(bool restored, restore_as_step(name, step));
+    if (!restored) debris.push_back(name);
+  }
   for (const std::string& name : debris) {
     RETURN_IF_ERROR(storage.RemoveAll(JoinPath(root, name)));
+  }
+  if (!debris.empty()) RETURN_IF_ERROR(storage.SyncDir(root));
+  return absl::OkStatus();
+}
+
+// Creates `root` and whichever of its parents are missing, each made durable
+// in its parent (SyncDir) before anything is written into it, so a step
+// committed under a new root survives a power cut with the root.
+absl::Status CreateRoot(Storage& storage, const std::string& root) {
+  std::vector<std::string> missing;
+  std::string path = root;
+  while (!path.empty() && path != "/") {
+    while (path.size() > 1 && path.back() == '/') path.pop_back();
+    ASSIGN_OR_RETURN(bool exists, storage.Exists(path));
+    if (exists) break;
+    missing.push_back(path);
+    const size_t slash = path.rfind('/');
+    path = slash == std::string::npos
+               ? ""
+               : path.substr(0, std::max<size_t>(slash, 1));
+  }
+  for (size_t i = missing.size(); i-- > 0;) {
+    absl::Status created = storage.CreateDir(missing[i]);
+    if (!created.ok() && !absl::IsAlreadyExists(created)) return created;
+    const size_t slash = missing[i].rfind('/');
+    RETURN_IF_ERROR(storage.SyncDir(
+        slash == std::string::npos
+            ? "."
+            : missing[i].substr(0, std::max<size_t>(slash, 1))));
   }
   return absl::OkStatus();
 }
@@ -157,6 +190,13 @@ class CheckpointManager::Impl {
                                   std::string metadata_json,
                                   ReturnWhen return_when) {
     RETURN_IF_ERROR(TakeDeferredError());
+    if (step < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("step %d is negative", step));
+    }
+    // Refused here, before the step is accepted: the saver thread must never
+    // meet metadata a manifest cannot carry.
+    RETURN_IF_ERROR(ValidateMetadataJson(metadata_json));
     auto job = std::make_shared<Job>();
     job->step = step;
     job->metadata_json = std::move(metadata_json);
@@ -314,7 +354,8 @@ class CheckpointManager::Impl {
   // tmp-looking directory that garbage collection removes), then removes it.
   absl::Status RemoveStep(int64_t step) {
     const std::string dir = JoinPath(root_, StepDirName(step));
-    const std::string aside = JoinPath(root_, TmpStepDirName(step) + ".del");
+    const std::string aside =
+        JoinPath(root_, absl::StrCat(TmpStepDirName(step), kDeletingSuffix));
     RETURN_IF_ERROR(storage_.Rename(dir, aside));
     RETURN_IF_ERROR(storage_.SyncDir(root_));
     return storage_.RemoveAll(aside);
@@ -446,15 +487,7 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
     }
     storage = owned.get();
   }
-  // The root and its parents.
-  std::string path;
-  for (size_t at = 0; at <= root.size(); ++at) {
-    if (at == root.size() || (root[at] == '/' && at > 0)) {
-      path = root.substr(0, at);
-      absl::Status created = storage->CreateDir(path);
-      if (!created.ok() && !absl::IsAlreadyExists(created)) return created;
-    }
-  }
+  RETURN_IF_ERROR(CreateRoot(*storage, root));
   // One lock per job: rank 0 takes it and recovers the root, then tells the
   // others, who check that they see its lock (the same filesystem).
   std::unique_ptr<RootLock> lock;

@@ -2,16 +2,22 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "absl/strings/str_format.h"
 #include "hoist/checkpoint/layout.h"
 #include "hoist/checkpoint/restore.h"
 #include "hoist/host_backend.h"
 #include "hoist/io/fault_storage.h"
+#include "hoist/io/memory_storage.h"
 #include "testing/array_bytes.h"
 #include "testing/mixed_model.h"
 #include "testing/temp_dir.h"
@@ -162,6 +168,7 @@ TEST_F(ManagerTest, KeepEveryKeepsMultiplesBeyondTheLastN) {
 
 TEST_F(ManagerTest, BackgroundErrorSurfacesOnTheHandleAndTheNextCall) {
   std::unique_ptr<Storage> posix = MakePosixStorage();
+  ASSERT_TRUE(posix->CreateDir(root_).ok());  // Open then syncs nothing
   // Sync 0 is the first data file: staging succeeds, persisting fails.
   FaultInjectingStorage faulty(*posix, {.fail_sync = 0, .error = EIO});
   auto manager = Open({}, &faulty);
@@ -237,6 +244,143 @@ TEST_F(ManagerTest, OpenBringsBackAStepAnOverwriteHadMovedAside) {
   auto manager = Open();
   EXPECT_THAT(*manager->List(), ElementsAre(1));
   ExpectHolds(*manager, 1, 0);
+}
+
+CheckpointManagerOptions SmallPool(int keep_last = 0) {
+  CheckpointManagerOptions options;
+  options.pool_bytes = 64 * 1024;
+  options.keep_last = keep_last;
+  return options;
+}
+
+// A root is input. What a hostile user can leave in it never makes Open
+// crash, hang, commit through a link or write outside the root.
+TEST_F(ManagerTest, LockFileThatIsALinkIsRefusedAndItsTargetKept) {
+  testing::TempDir outside;
+  const std::string target = outside.path() + "/precious";
+  { std::ofstream(target) << "keep me"; }
+  std::filesystem::create_directories(root_);
+  std::filesystem::create_symlink(target, root_ + "/.hoist.lock");
+  absl::StatusOr<std::unique_ptr<CheckpointManager>> manager =
+      CheckpointManager::Open(root_, *backend_, *coordinator_, SmallPool());
+  EXPECT_EQ(manager.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(manager.status().message(), HasSubstr("symbolic link"));
+  std::ifstream in(target);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "keep me");
+}
+
+TEST_F(ManagerTest, LockFileIsPrivateAndAFifoInItsPlaceIsRefused) {
+  { auto manager = Open(); }
+  struct stat st;
+  ASSERT_EQ(stat((root_ + "/.hoist.lock").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600);
+  std::filesystem::remove(root_ + "/.hoist.lock");
+  ASSERT_EQ(mkfifo((root_ + "/.hoist.lock").c_str(), 0600), 0);
+  absl::StatusOr<std::unique_ptr<CheckpointManager>> manager =
+      CheckpointManager::Open(root_, *backend_, *coordinator_, SmallPool());
+  EXPECT_EQ(manager.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(manager.status().message(), HasSubstr("must be a regular file"));
+}
+
+TEST_F(ManagerTest, RecoveryRemovesATemporaryLinkInsteadOfCommittingIt) {
+  testing::TempDir outside;
+  {
+    auto manager = Open();
+    ASSERT_TRUE(manager->Save(2, Arrays()).ok());
+  }
+  // A complete step 2 outside the root, linked in under a save's name.
+  std::filesystem::rename(root_ + "/step_00000002", outside.path() + "/step");
+  const std::string link = root_ + "/.step_00000002.tmp-00000000deadbeef";
+  std::filesystem::create_directory_symlink(outside.path() + "/step", link);
+  auto manager = Open();
+  EXPECT_TRUE(manager->List()->empty());
+  EXPECT_FALSE(std::filesystem::is_symlink(link));
+  EXPECT_TRUE(std::filesystem::exists(outside.path() + "/step/MANIFEST.json"));
+}
+
+TEST_F(ManagerTest, RecoveryNeverCommitsAManifestOfAnotherStep) {
+  {
+    auto manager = Open();
+    ASSERT_TRUE(manager->Save(1, Arrays()).ok());
+  }
+  // Step 1's complete directory, under step 7's temporary name.
+  std::filesystem::rename(root_ + "/step_00000001",
+                          root_ + "/.step_00000007.tmp-00000000deadbeef");
+  auto manager = Open();
+  EXPECT_TRUE(manager->List()->empty());
+}
+
+TEST_F(ManagerTest, DeeplyNestedManifestInATemporaryDirectoryIsDebris) {
+  const std::string tmp = root_ + "/.step_00000003.tmp-00000000deadbeef";
+  std::filesystem::create_directories(tmp);
+  {
+    std::ofstream out(tmp + "/MANIFEST.json");
+    out << R"({"format": "hoist/1", "step": 3, "arrays": [], "metadata": {"x":)"
+        << std::string(100000, '[') << std::string(100000, ']') << "}}";
+  }
+  auto manager = Open();
+  ASSERT_NE(manager, nullptr);
+  EXPECT_TRUE(manager->List()->empty());
+  EXPECT_FALSE(std::filesystem::exists(tmp));
+}
+
+TEST_F(ManagerTest, MetadataAManifestCannotCarryIsRefusedBeforeTheStep) {
+  auto manager = Open();
+  for (const std::string& bad :
+       {std::string("[1]"), std::string("{\"lr\": NaN}"),
+        std::string("{\"k\": \"caf\xe9\"}")}) {
+    absl::Status status = manager->Save(1, Arrays(), bad).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_EQ(manager->Save(-1, Arrays()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(manager->WaitUntilFinished().ok());
+  EXPECT_TRUE(manager->List()->empty());
+  ASSERT_TRUE(manager->Save(1, Arrays(), R"({"lr": 0.5})").ok());
+  ASSERT_TRUE(manager->WaitUntilFinished().ok());
+  EXPECT_THAT(*manager->List(), ElementsAre(1));
+}
+
+// The whole life of a root on the crash model: creating it (and its
+// parents), locking, recovering, saving, retention and delete, with a power
+// cut at every sync point. Every step acknowledged as committed (and not
+// deleted since) is there after the cut, and restores bit-exact.
+TEST_F(ManagerTest, CrashAtEverySyncOverTheLifeOfARootLosesNoAcknowledgedStep) {
+  root_ = "/jobs/run1/ckpt";
+  int crashes = 0;
+  for (int sync = 0;; ++sync) {
+    MemoryStorage memory;
+    FaultInjectingStorage faulty(memory, {.crash_at_sync = sync});
+    std::set<int64_t> acknowledged;
+    {
+      absl::StatusOr<std::unique_ptr<CheckpointManager>> manager =
+          CheckpointManager::Open(root_, *backend_, *coordinator_,
+                                  SmallPool(/*keep_last=*/2), &faulty);
+      for (int64_t step = 1; manager.ok() && step <= 4; ++step) {
+        testing::Refill(model_, shards_, step);
+        absl::StatusOr<SaveHandle> handle = (*manager)->Save(step, Arrays());
+        if (!handle.ok() || !handle->WaitCommitted().ok()) break;
+        acknowledged.insert(step);
+        if (step > 2) acknowledged.erase(step - 2);  // retention
+        if (step == 4) {
+          if (!(*manager)->Delete(3).ok()) break;
+          acknowledged.erase(3);
+        }
+      }
+    }
+    const bool crashed = faulty.crashed();
+    memory.Crash();
+    if (crashed) ++crashes;
+    auto manager = Open({}, &memory);  // the restart
+    ASSERT_NE(manager, nullptr) << "sync " << sync;
+    const std::vector<int64_t> steps = *manager->List();
+    for (int64_t step : acknowledged) {
+      EXPECT_THAT(steps, ::testing::Contains(step)) << "sync " << sync;
+      ExpectHolds(*manager, step, step);
+    }
+    if (!crashed) break;  // got past every sync point
+  }
+  EXPECT_GE(crashes, 10);
 }
 
 TEST_F(ManagerTest, ExistingStepDeleteAndEmptyRoot) {

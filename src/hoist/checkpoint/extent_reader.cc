@@ -31,60 +31,47 @@ uint8_t* ReadBuffer::Get(int64_t bytes) {
 
 namespace {
 
-void AppendPieces(const Box& box, int64_t item_bytes, int64_t max_bytes,
-                  std::vector<Box>& out) {
+// Calls `fn` for `parts` near-equal parts of `box` along `axis`, made one at
+// a time (as Box::Split cuts them, without building them all).
+absl::Status ForEachPart(const Box& box, int axis, int64_t parts,
+                         absl::FunctionRef<absl::Status(const Box&)> fn) {
+  const int64_t size = box.shape()[axis];
+  const int64_t base = size / parts;
+  const int64_t extra = size % parts;
+  std::vector<int64_t> origin = box.origin(), shape = box.shape();
+  for (int64_t i = 0; i < parts; ++i) {
+    shape[axis] = base + (i < extra ? 1 : 0);
+    RETURN_IF_ERROR(fn(Box(origin, shape)));
+    origin[axis] += shape[axis];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status VisitPieces(const Box& box, int64_t item_bytes, int64_t max_bytes,
+                         absl::FunctionRef<absl::Status(const Box&)> fn) {
   const int64_t bytes = box.num_elements() * item_bytes;
   int axis = 0;
   while (axis < box.rank() && box.shape()[axis] == 1) ++axis;
-  if (bytes <= max_bytes || axis == box.rank()) {
-    out.push_back(box);
-    return;
-  }
+  if (bytes <= max_bytes || axis == box.rank()) return fn(box);
   const int64_t rows = box.shape()[axis];
   const int64_t row_bytes = bytes / rows;
   if (row_bytes > max_bytes) {
-    for (const Box& row : box.Split(axis, rows)) {
-      AppendPieces(row, item_bytes, max_bytes, out);
-    }
-    return;
+    return ForEachPart(box, axis, rows, [&](const Box& row) {
+      return VisitPieces(row, item_bytes, max_bytes, fn);
+    });
   }
   const int64_t rows_per_piece = max_bytes / row_bytes;
-  for (Box& part :
-       box.Split(axis, (rows + rows_per_piece - 1) / rows_per_piece)) {
-    out.push_back(std::move(part));
-  }
+  return ForEachPart(box, axis, (rows + rows_per_piece - 1) / rows_per_piece,
+                     fn);
 }
 
 }  // namespace
 
-std::vector<Box> ContiguousPieces(const Box& box, int64_t item_bytes,
-                                  int64_t max_bytes) {
-  std::vector<Box> out;
-  if (box.empty()) return out;
-  AppendPieces(box, item_bytes, std::max(max_bytes, item_bytes), out);
-  return out;
-}
-
-absl::Status CheckDataPath(Storage& storage, const std::string& step_dir,
-                           const std::string& file,
-                           absl::flat_hash_set<std::string>& checked) {
-  std::string dir = step_dir;
-  size_t at = 0;
-  while (true) {
-    const size_t slash = file.find('/', at);
-    if (slash == std::string::npos) break;
-    dir = JoinPath(dir, file.substr(at, slash - at));
-    at = slash + 1;
-    if (checked.contains(dir)) continue;
-    ASSIGN_OR_RETURN(bool is_dir, storage.IsDir(dir));
-    if (!is_dir) {
-      return absl::DataLossError(absl::StrFormat(
-          "%s: not a directory inside the checkpoint (missing, or a link)",
-          dir));
-    }
-    checked.insert(dir);
-  }
-  return absl::OkStatus();
+absl::Status ForEachContiguousPiece(
+    const Box& box, int64_t item_bytes, int64_t max_bytes,
+    absl::FunctionRef<absl::Status(const Box&)> fn) {
+  if (box.empty()) return absl::OkStatus();
+  return VisitPieces(box, item_bytes, std::max(max_bytes, item_bytes), fn);
 }
 
 absl::Status CheckExtentInFile(ReadableFile& file,
@@ -109,19 +96,23 @@ absl::Status ReadExtentInPieces(
   if (state == nullptr) std::abort();
   XXH3_64bits_reset(state.get());
   int64_t offset = extent.offset_bytes;
-  for (const Box& box : ContiguousPieces(extent.box, item_bytes, max_bytes)) {
-    const int64_t bytes = box.num_elements() * item_bytes;
-    uint8_t* data = buffer.Get(bytes);
-    RETURN_IF_ERROR(file.ReadAt(offset, absl::MakeSpan(data, bytes)));
-    XXH3_64bits_update(state.get(), data, bytes);
-    piece(box, data);
-    offset += bytes;
-  }
-  const uint64_t hash = XXH3_64bits_digest(state.get());
-  if (hash != extent.xxh3) {
-    return absl::DataLossError(
-        absl::StrFormat("xxh3 mismatch in %s @ %d: manifest %016x, bytes %016x",
-                        extent.file, extent.offset_bytes, extent.xxh3, hash));
+  RETURN_IF_ERROR(ForEachContiguousPiece(
+      extent.box, item_bytes, max_bytes, [&](const Box& box) {
+        const int64_t bytes = box.num_elements() * item_bytes;
+        uint8_t* data = buffer.Get(bytes);
+        RETURN_IF_ERROR(file.ReadAt(offset, absl::MakeSpan(data, bytes)));
+        XXH3_64bits_update(state.get(), data, bytes);
+        piece(box, data);
+        offset += bytes;
+        return absl::OkStatus();
+      }));
+  // The message does not print the hash of what was read: a hostile
+  // manifest could learn a file's contents from it, piece by piece.
+  if (XXH3_64bits_digest(state.get()) != extent.xxh3) {
+    return absl::DataLossError(absl::StrFormat(
+        "xxh3 mismatch in %s @ %d: the bytes do not hash to the manifest's "
+        "%016x",
+        extent.file, extent.offset_bytes, extent.xxh3));
   }
   return absl::OkStatus();
 }

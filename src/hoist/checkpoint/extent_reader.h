@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "hoist/box.h"
 #include "hoist/manifest.h"
@@ -31,25 +31,21 @@ class ReadBuffer {
 };
 
 // Cuts `box` (contiguous in C order) into boxes of at most `max_bytes`
-// (never less than one element) that are each contiguous too, in order:
-// runs of whole rows of its first axis longer than 1, recursing into a row
-// that alone is larger than `max_bytes`.
-std::vector<Box> ContiguousPieces(const Box& box, int64_t item_bytes,
-                                  int64_t max_bytes);
-
-// kDataLoss unless every directory between `step_dir` and `file` (relative
-// to it) is a real directory, not a link that could lead out of the
-// checkpoint. `checked` remembers the directories already checked.
-absl::Status CheckDataPath(Storage& storage, const std::string& step_dir,
-                           const std::string& file,
-                           absl::flat_hash_set<std::string>& checked);
+// (never less than one element) that are each contiguous too, and calls `fn`
+// with each in order, stopping at its first error: runs of whole rows of its
+// first axis longer than 1, recursing into a row that alone is larger than
+// `max_bytes`. Pieces are made one at a time: memory stays bounded whatever
+// the box's claimed size.
+absl::Status ForEachContiguousPiece(
+    const Box& box, int64_t item_bytes, int64_t max_bytes,
+    absl::FunctionRef<absl::Status(const Box&)> fn);
 
 // kDataLoss unless `extent` lies within `file`'s size: checked before any
 // buffer is sized from a manifest's claim.
 absl::Status CheckExtentInFile(ReadableFile& file,
                                const ManifestExtent& extent);
 
-// Reads `extent` from `file` piece by piece (ContiguousPieces with
+// Reads `extent` from `file` piece by piece (ForEachContiguousPiece with
 // `max_bytes`), calling `piece(box, bytes)` for each, then checks the XXH3
 // of the whole: kDataLoss "xxh3 mismatch" if it differs (after every piece
 // was handed out). Holds at most one piece in `buffer`.

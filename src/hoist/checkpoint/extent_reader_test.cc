@@ -6,6 +6,7 @@
 
 #include <numeric>
 
+#include "absl/strings/str_format.h"
 #include "hoist/array/box_copy.h"
 #include "hoist/io/memory_storage.h"
 
@@ -21,7 +22,11 @@ void ExpectContiguousPieces(const Box& box, int64_t item, int64_t max,
                             size_t expected_pieces) {
   std::vector<uint8_t> bytes(box.num_elements() * item);
   std::iota(bytes.begin(), bytes.end(), uint8_t{0});
-  const std::vector<Box> pieces = ContiguousPieces(box, item, max);
+  std::vector<Box> pieces;
+  ASSERT_TRUE(ForEachContiguousPiece(box, item, max, [&](const Box& piece) {
+                pieces.push_back(piece);
+                return absl::OkStatus();
+              }).ok());
   EXPECT_EQ(pieces.size(), expected_pieces) << box.ToString();
   int64_t offset = 0;
   for (const Box& piece : pieces) {
@@ -50,6 +55,21 @@ TEST(ContiguousPiecesTest, RowsLargerThanAPieceAreSplitFurther) {
   // Smaller than one element: one element a piece.
   ExpectContiguousPieces(Box({0, 0}, {2, 3}), 8, 1, 6);
   ExpectContiguousPieces(Box({}, {}), 4, 1, 1);  // a scalar
+}
+
+// A manifest may claim 2^36 pieces: they are made one at a time, and the
+// first error stops the walk.
+TEST(ContiguousPiecesTest, PiecesAreMadeOneAtATime) {
+  const Box huge({0, 0}, {int64_t{1} << 38, int64_t{1} << 20});
+  int visited = 0;
+  absl::Status status =
+      ForEachContiguousPiece(huge, 4, int64_t{16} << 20, [&](const Box& piece) {
+        ++visited;
+        EXPECT_EQ(piece.shape()[0], 4);  // 4 rows of 4 MiB
+        return visited == 3 ? absl::DataLossError("stop") : absl::OkStatus();
+      });
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(visited, 3);
 }
 
 TEST(ExtentReaderTest, PiecesHashLikeTheWholeAndMismatchIsDataLoss) {
@@ -82,6 +102,10 @@ TEST(ExtentReaderTest, PiecesHashLikeTheWholeAndMismatchIsDataLoss) {
                                            [](const Box&, const uint8_t*) {});
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(status.message(), HasSubstr("xxh3 mismatch in f @ 8192"));
+  // It names the manifest's hash, never the hash of the bytes read.
+  const std::string actual =
+      absl::StrFormat("%016x", XXH3_64bits(bytes.data(), bytes.size()));
+  EXPECT_THAT(status.message(), ::testing::Not(HasSubstr(actual)));
 
   extent.offset_bytes = 16384;  // past the end: refused before reading
   status = ReadExtentInPieces(*file, extent, 4, 2400, buffer,

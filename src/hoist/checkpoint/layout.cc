@@ -36,11 +36,42 @@ std::string TmpStepDirName(int64_t step) {
   return absl::StrFormat(".%s.tmp-%016x", StepDirName(step), nonce);
 }
 
+std::optional<TmpStepDir> ParseTmpStepDirName(std::string_view name) {
+  constexpr std::string_view kTmp = ".tmp-";
+  constexpr size_t kNonceDigits = 16;
+  if (name.empty() || name.front() != '.') return std::nullopt;
+  const size_t tmp = name.find(kTmp);
+  if (tmp == std::string_view::npos) return std::nullopt;
+  const std::optional<int64_t> step = ParseStepDirName(name.substr(1, tmp - 1));
+  if (!step) return std::nullopt;
+  std::string_view rest = name.substr(tmp + kTmp.size());
+  if (rest.size() < kNonceDigits) return std::nullopt;
+  for (char c : rest.substr(0, kNonceDigits)) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
+      return std::nullopt;
+    }
+  }
+  rest.remove_prefix(kNonceDigits);
+  if (rest.empty()) return TmpStepDir{*step, TmpKind::kSave};
+  if (rest == kAsideSuffix) return TmpStepDir{*step, TmpKind::kAside};
+  if (rest == kDeletingSuffix) return TmpStepDir{*step, TmpKind::kDeleting};
+  return std::nullopt;
+}
+
 bool IsTmpStepDirName(std::string_view name) {
-  return absl::StartsWith(absl::string_view(name.data(), name.size()),
-                          ".step_") &&
-         absl::StrContains(absl::string_view(name.data(), name.size()),
-                           ".tmp-");
+  return ParseTmpStepDirName(name).has_value();
+}
+
+std::optional<int64_t> StepOfDir(std::string_view path) {
+  while (!path.empty() && path.back() == '/') path.remove_suffix(1);
+  const size_t slash = path.rfind('/');
+  const std::string_view name =
+      slash == std::string_view::npos ? path : path.substr(slash + 1);
+  if (std::optional<int64_t> step = ParseStepDirName(name)) return step;
+  if (std::optional<TmpStepDir> tmp = ParseTmpStepDirName(name)) {
+    return tmp->step;
+  }
+  return std::nullopt;
 }
 
 }  // namespace hoist

@@ -149,7 +149,7 @@ absl::Status ReadWave(Storage& storage, const std::string& step_dir,
       std::unique_ptr<ReadableFile>& file = files[first.file];
       if (file == nullptr) {
         absl::StatusOr<std::unique_ptr<ReadableFile>> opened =
-            storage.OpenReadable(JoinPath(step_dir, first.file));
+            storage.OpenReadableBeneath(step_dir, first.file);
         if (!opened.ok()) {
           error.Record(absl::Status(
               opened.status().code(),
@@ -324,7 +324,6 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
   // 3.
   std::vector<ReadBuffer> buffers(std::max(1, options.reader_threads));
   std::atomic<int64_t> bytes_read{0};
-  absl::flat_hash_set<std::string> checked_dirs;
   std::vector<Future<>> copies;
   absl::Status status;
   for (const std::vector<const Destination*>& wave : waves) {
@@ -356,15 +355,9 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
         }
         auto [it, inserted] = task_of.emplace(std::make_pair(array, e),
                                               static_cast<int>(tasks.size()));
-        if (inserted) {
-          status = CheckDataPath(storage, step_dir, array->extents[e].file,
-                                 checked_dirs);
-          if (!status.ok()) break;
-          tasks.push_back({array, e, {}});
-        }
+        if (inserted) tasks.push_back({array, e, {}});
         tasks[it->second].sinks.push_back(s);
       }
-      if (!status.ok()) break;
     }
     if (status.ok()) {
       status = ReadWave(storage, step_dir, tasks, sinks, buffers, bytes_read);

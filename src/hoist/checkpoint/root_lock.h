@@ -1,7 +1,10 @@
 // An exclusive lock on a checkpoint root: flock(2) on ROOT/.hoist.lock, held
 // for the lock object's lifetime. flock locks belong to the open file, so a
 // second lock on the same root fails whether it comes from another process
-// or from this one.
+// or from this one. The lock file is created with mode 0600 and opened with
+// O_NOFOLLOW and O_NONBLOCK; it is written only if it is a regular file with
+// one name owned by this user (kFailedPrecondition otherwise), so a link
+// planted in a root can never make hoist overwrite another file.
 #ifndef HOIST_CHECKPOINT_ROOT_LOCK_H_
 #define HOIST_CHECKPOINT_ROOT_LOCK_H_
 

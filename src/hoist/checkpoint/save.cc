@@ -17,7 +17,7 @@
 //      data file's name are durable before the step becomes visible.
 //   6. Rank 0 renames the directory to ROOT/step_N and fsyncs ROOT: from the
 //      rename's durability on, the step exists. (Overwrite: the old step is
-//      first renamed aside to .step_N.old-<nonce>, then removed after the
+//      first renamed aside to .step_N.tmp-<nonce>.old, then removed after the
 //      new one is durable; a crash between the two renames leaves the new
 //      step complete in its .tmp directory and the old one aside, and the
 //      CheckpointManager's recovery commits the new one.)
@@ -50,8 +50,6 @@
 
 namespace hoist {
 namespace {
-
-constexpr int64_t kMaxManifestBytes = int64_t{1} << 30;
 
 // (slice, hash) pairs of this process, as bytes for the all-gather.
 std::string EncodeHashes(const SavePlan& plan, int process,
@@ -112,9 +110,11 @@ Manifest BuildManifest(const SaveRequest& request,
 uint64_t PlanFingerprint(const SaveRequest& request) {
   SaveRequest bare = request;
   bare.metadata_json = "{}";
-  const std::string text = EncodeManifest(
+  const absl::StatusOr<std::string> text = EncodeManifest(
       BuildManifest(bare, std::vector<uint64_t>(request.plan->slices.size())));
-  return XXH3_64bits(text.data(), text.size());
+  // The request was validated before any byte moved; an encoding error
+  // would be the same on every rank.
+  return text.ok() ? XXH3_64bits(text->data(), text->size()) : 0;
 }
 
 Manifest BuildManifest(const SaveRequest& request,
@@ -142,7 +142,7 @@ Manifest BuildManifest(const SaveRequest& request,
 
 absl::Status WriteManifest(Storage& storage, const std::string& dir,
                            const Manifest& manifest) {
-  const std::string text = EncodeManifest(manifest);
+  ASSIGN_OR_RETURN(const std::string text, EncodeManifest(manifest));
   const std::string tmp =
       JoinPath(dir, std::string(kManifestFileName) + ".tmp");
   ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file,
@@ -174,7 +174,8 @@ absl::Status Commit(Storage& storage, const SaveRequest& request,
           absl::StrFormat("%s: step %d was committed while this save ran",
                           final_dir, request.step));
     }
-    aside = JoinPath(request.root, TmpStepDirName(request.step) + ".old");
+    aside = JoinPath(request.root,
+                     absl::StrCat(TmpStepDirName(request.step), kAsideSuffix));
     RETURN_IF_ERROR(storage.Rename(final_dir, aside));
   }
   if (absl::Status renamed = storage.Rename(tmp, final_dir); !renamed.ok()) {
@@ -311,6 +312,7 @@ absl::StatusOr<Manifest> ReadManifest(Storage& storage,
   ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> file,
                    storage.OpenReadable(path));
   ASSIGN_OR_RETURN(int64_t size, file->Size());
+  // Checked before reading: the decoder checks again what it is given.
   if (size > kMaxManifestBytes) {
     return absl::DataLossError(
         absl::StrFormat("%s: %d bytes, more than a manifest may have (%d)",
@@ -326,6 +328,12 @@ absl::StatusOr<Manifest> ReadManifest(Storage& storage,
         manifest.status().code(),
         absl::StrCat(step_dir, "/", manifest.status().message()));
   }
+  if (const std::optional<int64_t> step = StepOfDir(step_dir);
+      step && *step != manifest->step) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s: the manifest is of step %d, but its directory names step %d", path,
+        manifest->step, *step));
+  }
   return manifest;
 }
 
@@ -339,6 +347,7 @@ static absl::StatusOr<SaveResult> SaveCheckpointImpl(
     return absl::InvalidArgumentError(
         "save request needs a step >= 0 and the plan of its arrays");
   }
+  RETURN_IF_ERROR(ValidateMetadataJson(request.metadata_json));
   // 1 and 2, decided by rank 0 for everyone: the name of the directory to
   // write into, or why there is none.
   std::string tmp_name;

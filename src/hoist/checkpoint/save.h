@@ -62,7 +62,9 @@ absl::StatusOr<SaveResult> SaveCheckpoint(Storage& storage,
                                           absl::Span<Device* const> devices,
                                           const ShardSources& sources);
 
-// Reads and validates ROOT/step dir's MANIFEST.json (at most 1 GiB).
+// Reads and validates `step_dir`'s MANIFEST.json (at most kMaxManifestBytes;
+// see DecodeManifest). kDataLoss also when the directory's name (step_N, or
+// a temporary name) says another step than the manifest does.
 absl::StatusOr<Manifest> ReadManifest(Storage& storage,
                                       const std::string& step_dir);
 

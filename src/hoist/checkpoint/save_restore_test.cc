@@ -432,7 +432,7 @@ TEST_F(CorruptionTest, GarbageOrTruncatedManifestIsDataLoss) {
 
 TEST_F(CorruptionTest, PathTraversalInTheManifestIsRefused) {
   manifest_.arrays[0].extents[0].file = "../../../etc/passwd";
-  WriteManifestText(EncodeManifest(manifest_));
+  WriteManifestText(EncodeManifest(manifest_).value());
   absl::Status status = RestoreAll();
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(status.message(), HasSubstr("not a plain relative path"));
@@ -464,7 +464,7 @@ TEST_F(CorruptionTest, HugeExtentClaimIsRefusedBeforeAnyLargeAllocation) {
        "replicated",
        {{Box::FromShape({elements}), "data/r00000_w00.bin", 0, elements * 4,
          0x0123456789abcdefull}}});
-  WriteManifestText(EncodeManifest(manifest_));
+  WriteManifestText(EncodeManifest(manifest_).value());
 
   VerifyReport report = VerifyCheckpoint(*posix_, Step());
   ASSERT_EQ(report.problems.size(), 1u);

@@ -1,7 +1,6 @@
 #include "hoist/checkpoint/verify.h"
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_format.h"
 #include "hoist/checkpoint/extent_reader.h"
 #include "hoist/checkpoint/save.h"
@@ -20,7 +19,6 @@ VerifyReport VerifyCheckpoint(Storage& storage, const std::string& step_dir) {
   absl::flat_hash_map<std::string, std::unique_ptr<ReadableFile>> files;
   absl::flat_hash_map<std::string, absl::Status> unopenable;
   ReadBuffer buffer;
-  absl::flat_hash_set<std::string> checked_dirs;
   for (const ManifestArray& array : manifest->arrays) {
     ++report.arrays;
     for (size_t e = 0; e < array.extents.size(); ++e) {
@@ -31,11 +29,8 @@ VerifyReport VerifyCheckpoint(Storage& storage, const std::string& step_dir) {
       if (unopenable.contains(extent.file)) continue;  // reported once
       std::unique_ptr<ReadableFile>& file = files[extent.file];
       if (file == nullptr) {
-        absl::Status inside =
-            CheckDataPath(storage, step_dir, extent.file, checked_dirs);
         absl::StatusOr<std::unique_ptr<ReadableFile>> opened =
-            inside.ok() ? storage.OpenReadable(JoinPath(step_dir, extent.file))
-                        : absl::StatusOr<std::unique_ptr<ReadableFile>>(inside);
+            storage.OpenReadableBeneath(step_dir, extent.file);
         if (!opened.ok()) {
           report.problems.push_back(
               absl::StrFormat("%s: %s", where, opened.status().ToString()));

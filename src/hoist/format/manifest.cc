@@ -6,10 +6,12 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "hoist/base/checked_math.h"
 #include "hoist/base/status_macros.h"
+#include "hoist/base/utf8.h"
 
 namespace hoist {
 namespace {
@@ -33,6 +35,32 @@ std::optional<uint64_t> ParseHex64(const std::string& text) {
     value = value << 4 | static_cast<uint64_t>(digit);
   }
   return value;
+}
+
+// True if no array or object in `text` nests deeper than `max_depth`. A
+// linear scan that knows only strings and brackets, run before parsing so
+// that nothing recursive ever sees deeper input (invalid JSON is left to
+// the parser).
+bool NestingWithin(std::string_view text, int max_depth) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return false;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return true;
 }
 
 Json BoxJson(const Box& box) {
@@ -150,9 +178,12 @@ absl::StatusOr<ManifestExtent> DecodeExtent(const Json& json,
                         DTypeName(array.dtype), expected));
   }
   if (extent.offset_bytes < 0 ||
-      !CheckedAdd(extent.offset_bytes, extent.length_bytes)) {
-    return r.Error(absl::StrFormat("offset %d is negative or overflows",
-                                   extent.offset_bytes));
+      extent.offset_bytes % kExtentAlignmentBytes != 0 ||
+      extent.length_bytes > kMaxFileBytes - extent.offset_bytes) {
+    return r.Error(absl::StrFormat(
+        "offset %d is negative, not a multiple of %d, or the extent ends "
+        "past %d bytes",
+        extent.offset_bytes, kExtentAlignmentBytes, kMaxFileBytes));
   }
   ASSIGN_OR_RETURN(std::string hash, r.String(json, "xxh3"));
   std::optional<uint64_t> parsed = ParseHex64(hash);
@@ -166,27 +197,26 @@ absl::StatusOr<ManifestExtent> DecodeExtent(const Json& json,
 
 // The extents tile the array: pairwise disjoint and covering every element.
 absl::Status CheckTiling(const ManifestArray& array, int64_t elements) {
-  std::vector<size_t> order(array.extents.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return array.extents[a].box < array.extents[b].box;
-  });
-  int64_t covered = 0;
-  for (size_t i = 0; i < order.size(); ++i) {
-    const Box& a = array.extents[order[i]].box;
-    if (a.empty()) continue;
-    covered += a.num_elements();
-    for (size_t j = i + 1; j < order.size(); ++j) {
-      const Box& b = array.extents[order[j]].box;
-      if (a.rank() > 0 && b.origin()[0] >= a.limit(0)) break;
-      if (!b.empty() && !a.Intersect(b).empty()) {
-        return absl::DataLossError(
-            absl::StrFormat("%s: array '%s': extents %d %s and %d %s overlap",
-                            kManifestFileName, array.name, order[i],
-                            a.ToString(), order[j], b.ToString()));
-      }
-    }
+  std::vector<Box> boxes;
+  boxes.reserve(array.extents.size());
+  for (const ManifestExtent& extent : array.extents) {
+    boxes.push_back(extent.box);
   }
+  absl::StatusOr<std::optional<BoxOverlap>> overlap = FindOverlap(boxes);
+  if (!overlap.ok()) {
+    return absl::DataLossError(absl::StrFormat("%s: array '%s': extents: %s",
+                                               kManifestFileName, array.name,
+                                               overlap.status().message()));
+  }
+  if (*overlap) {
+    const size_t a = (*overlap)->first, b = (*overlap)->second;
+    return absl::DataLossError(absl::StrFormat(
+        "%s: array '%s': extents %d %s and %d %s overlap", kManifestFileName,
+        array.name, a, boxes[a].ToString(), b, boxes[b].ToString()));
+  }
+  // Disjoint boxes inside the array: their sizes add up without overflow.
+  int64_t covered = 0;
+  for (const Box& box : boxes) covered += box.num_elements();
   if (covered != elements) {
     return absl::DataLossError(
         absl::StrFormat("%s: array '%s': extents cover %d of its %d elements",
@@ -207,6 +237,10 @@ absl::StatusOr<ManifestArray> DecodeArray(const Json& json, size_t index,
   if (!parsed.ok()) return named.Error(std::string(parsed.status().message()));
   array.dtype = *parsed;
   ASSIGN_OR_RETURN(array.shape, named.Ints(json, "shape"));
+  if (array.shape.size() > kMaxRank) {
+    return named.Error(absl::StrFormat("rank %d is above the limit of %d",
+                                       array.shape.size(), kMaxRank));
+  }
   absl::StatusOr<int64_t> elements = CheckedNumElements(array.shape);
   if (!elements.ok())
     return named.Error(std::string(elements.status().message()));
@@ -218,6 +252,10 @@ absl::StatusOr<ManifestArray> DecodeArray(const Json& json, size_t index,
   }
   ASSIGN_OR_RETURN(const Json* extents,
                    named.Field(json, "extents", Json::value_t::array));
+  if (static_cast<int64_t>(extents->size()) > kMaxExtentsPerArray) {
+    return named.Error(absl::StrFormat("%d extents, more than the limit of %d",
+                                       extents->size(), kMaxExtentsPerArray));
+  }
   array.extents.reserve(extents->size());
   for (size_t i = 0; i < extents->size(); ++i) {
     ASSIGN_OR_RETURN(ManifestExtent extent,
@@ -252,9 +290,35 @@ bool IsSafeRelativePath(std::string_view path) {
   return true;
 }
 
-std::string EncodeManifest(const Manifest& manifest) {
+absl::Status ValidateMetadataJson(std::string_view json) {
+  if (!NestingWithin(json, kMaxJsonDepth)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("metadata nests deeper than %d levels", kMaxJsonDepth));
+  }
+  const Json parsed = Json::parse(json.begin(), json.end(), nullptr,
+                                  /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) {
+    return absl::InvalidArgumentError(
+        "metadata is not valid JSON in UTF-8 (NaN and infinities are not "
+        "JSON, and every string must be valid UTF-8)");
+  }
+  if (!parsed.is_object()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "metadata must be a JSON object, not a %s", parsed.type_name()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> EncodeManifest(const Manifest& manifest) {
+  RETURN_IF_ERROR(ValidateMetadataJson(manifest.metadata_json));
   Json arrays = Json::array();
   for (const ManifestArray& array : manifest.arrays) {
+    if (!IsValidUtf8(array.name) || !IsValidUtf8(array.sharding)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("array name '%s' (or its sharding) is not valid "
+                          "UTF-8; a manifest is JSON",
+                          absl::CHexEscape(array.name)));
+    }
     Json extents = Json::array();
     for (const ManifestExtent& e : array.extents) {
       extents.push_back({{"box", BoxJson(e.box)},
@@ -273,10 +337,27 @@ std::string EncodeManifest(const Manifest& manifest) {
                {"step", manifest.step},
                {"metadata", Json::parse(manifest.metadata_json)},
                {"arrays", std::move(arrays)}};
-  return json.dump(1);
+  std::string text = json.dump(1);
+  if (static_cast<int64_t>(text.size()) > kMaxManifestBytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the manifest would be %d bytes, more than a reader accepts (%d): "
+        "fewer arrays, fewer extents or smaller metadata",
+        text.size(), kMaxManifestBytes));
+  }
+  return text;
 }
 
 absl::StatusOr<Manifest> DecodeManifest(std::string_view text) {
+  if (static_cast<int64_t>(text.size()) > kMaxManifestBytes) {
+    return absl::DataLossError(
+        absl::StrFormat("%s: %d bytes, more than a manifest may have (%d)",
+                        kManifestFileName, text.size(), kMaxManifestBytes));
+  }
+  if (!NestingWithin(text, kMaxJsonDepth)) {
+    return absl::DataLossError(
+        absl::StrFormat("%s: JSON nests deeper than %d levels",
+                        kManifestFileName, kMaxJsonDepth));
+  }
   Json json = Json::parse(text.begin(), text.end(), nullptr,
                           /*allow_exceptions=*/false);
   if (json.is_discarded()) {

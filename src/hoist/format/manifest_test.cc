@@ -28,14 +28,14 @@ Manifest Sample() {
 
 // Decodes Sample() with one edit applied to its JSON.
 absl::Status DecodeEdited(const std::function<void(nlohmann::json&)>& edit) {
-  nlohmann::json json = nlohmann::json::parse(EncodeManifest(Sample()));
+  nlohmann::json json = nlohmann::json::parse(EncodeManifest(Sample()).value());
   edit(json);
   return DecodeManifest(json.dump()).status();
 }
 
 TEST(ManifestTest, RoundTripsExactly) {
   const Manifest m = Sample();
-  absl::StatusOr<Manifest> decoded = DecodeManifest(EncodeManifest(m));
+  absl::StatusOr<Manifest> decoded = DecodeManifest(EncodeManifest(m).value());
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   EXPECT_EQ(*decoded, m);
   EXPECT_EQ(decoded->Find("opt/count")->dtype, DType::kInt32);
@@ -43,13 +43,13 @@ TEST(ManifestTest, RoundTripsExactly) {
 }
 
 TEST(ManifestTest, HashIsSixteenHexDigits) {
-  const std::string json = EncodeManifest(Sample());
+  const std::string json = EncodeManifest(Sample()).value();
   EXPECT_THAT(json, HasSubstr(R"("xxh3": "0123456789abcdef")"));
   EXPECT_THAT(json, HasSubstr(R"("format": "hoist/1")"));
 }
 
 TEST(ManifestTest, GarbageAndTruncatedJsonAreDataLoss) {
-  const std::string json = EncodeManifest(Sample());
+  const std::string json = EncodeManifest(Sample()).value();
   for (const std::string& text :
        {std::string("\x00\xff garbage", 10), json.substr(0, json.size() / 2),
         std::string(""), std::string("[]"), std::string("null")}) {
@@ -95,7 +95,19 @@ TEST(ManifestTest, EveryViolationNamesArrayAndExtent) {
       {[](auto& j) { j["arrays"][0]["extents"][0]["offset"] = -1; },
        "offset -1 is negative"},
       {[](auto& j) { j["arrays"][0]["extents"][0]["offset"] = INT64_MAX - 3; },
-       "overflows"},
+       "not a multiple of 4096"},
+      {[](auto& j) { j["arrays"][0]["extents"][0]["offset"] = 4097; },
+       "offset 4097 is negative, not a multiple of 4096"},
+      // Aligned, but ending past the largest file a reader accepts: nothing
+      // computed from it (AlignUp(offset + length)) can overflow.
+      {[](auto& j) {
+         j["arrays"][0]["extents"][0]["offset"] = (int64_t{1} << 62);
+       },
+       "ends past"},
+      {[](auto& j) {
+         j["arrays"][0]["shape"] = std::vector<int64_t>(kMaxRank + 1, 1);
+       },
+       "rank 65 is above the limit"},
       {[](auto& j) {
          j["arrays"][0]["extents"][0]["file"] = "../../etc/passwd";
        },
@@ -119,6 +131,85 @@ TEST(ManifestTest, EveryViolationNamesArrayAndExtent) {
     EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << c.message;
     EXPECT_THAT(status.message(), HasSubstr(c.message));
   }
+}
+
+// Hostile JSON: nesting 100,000 deep (200 KB) used to overflow the stack of
+// every reader when the metadata was re-serialized.
+TEST(ManifestTest, DeepNestingIsRefusedBeforeParsing) {
+  nlohmann::json json = nlohmann::json::parse(EncodeManifest(Sample()).value());
+  json["metadata"] = nlohmann::json::object();
+  std::string text = json.dump();
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  text.replace(text.find("\"metadata\":{}"), 13,
+               "\"metadata\":{\"x\":" + deep + "}");
+  absl::Status status = DecodeManifest(text).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(status.message(), HasSubstr("nests deeper than 512"));
+  // Brackets inside strings do not count.
+  json["metadata"] = {{"s", std::string(100000, '[')}};
+  EXPECT_TRUE(DecodeManifest(json.dump()).ok());
+}
+
+TEST(ManifestTest, MetadataMustBeAJsonObjectInUtf8) {
+  EXPECT_TRUE(ValidateMetadataJson(R"({"lr": 0.1, "tags": ["a"]})").ok());
+  for (const std::string& bad :
+       {std::string("[1]"), std::string("3"), std::string("{\"lr\": NaN}"),
+        std::string("{\"lr\": Infinity}"), std::string("{\"k\": \"caf\xe9\"}"),
+        std::string("{\"k\": \"\\ud800\"}"), std::string("{"),
+        std::string(1000, '[') + std::string(1000, ']')}) {
+    const absl::Status status = ValidateMetadataJson(bad);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_THAT(ValidateMetadataJson("[1]").message(),
+              HasSubstr("must be a JSON object, not a array"));
+}
+
+TEST(ManifestTest, EncodingRefusesWhatCouldNotBeReadBack) {
+  Manifest m = Sample();
+  m.metadata_json = "[1]";
+  EXPECT_EQ(EncodeManifest(m).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  m = Sample();
+  m.arrays[0].name = "caf\xe9";
+  absl::Status status = EncodeManifest(m).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("not valid UTF-8"));
+}
+
+// The tiling check is near-linear: 100,000 one-element extents (a grid)
+// decode, and one overlap among them is named. The check used to compare
+// every pair in a row: 16,384 extents took 16 s. (bench/manifest_bench
+// measures the time per extent up to 1,000,000.)
+TEST(ManifestTest, ManyExtentsDecodeAndAnOverlapAmongThemIsFound) {
+  constexpr int64_t kRows = 400, kCols = 250;
+  Manifest m;
+  ManifestArray a{"grid", DType::kUint8, {kRows, kCols}, "", {}};
+  a.extents.reserve(kRows * kCols);
+  for (int64_t r = 0; r < kRows; ++r) {
+    for (int64_t c = 0; c < kCols; ++c) {
+      a.extents.push_back({Box({r, c}, {1, 1}), "data/r00000_w00.bin",
+                           (r * kCols + c) * 4096, 1, 0});
+    }
+  }
+  m.arrays.push_back(std::move(a));
+  absl::StatusOr<std::string> text = EncodeManifest(m);
+  ASSERT_TRUE(text.ok()) << text.status();
+  absl::StatusOr<Manifest> decoded = DecodeManifest(*text);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->arrays[0].extents.size(), 100000u);
+  nlohmann::json json = nlohmann::json::parse(*text);
+  json["arrays"][0]["extents"][77777]["box"]["origin"] = {200, 125};
+  absl::Status status = DecodeManifest(json.dump()).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(status.message(), HasSubstr("overlap"));
+}
+
+TEST(ManifestTest, TooManyExtentsOrBytesAreRefused) {
+  std::string text = EncodeManifest(Sample()).value();
+  text.append(kMaxManifestBytes, ' ');  // valid JSON, too large
+  absl::Status status = DecodeManifest(text).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(status.message(), HasSubstr("more than a manifest may have"));
 }
 
 TEST(ManifestTest, SafeRelativePaths) {

@@ -143,14 +143,11 @@ absl::StatusOr<std::unique_ptr<WritableFile>> MemoryStorage::OpenWritable(
   MutexLock lock(&mu_);
   absl::StatusOr<Where> where = Locate(path);
   if (!where.ok()) return where.status();
-  Node& node = where->parent->entries[where->name];
-  if (auto* dir = std::get_if<std::shared_ptr<Dir>>(&node); dir && *dir) {
-    return absl::FailedPreconditionError(
-        absl::StrFormat("%s: is a directory", path));
+  if (where->parent->entries.contains(where->name)) {
+    return absl::AlreadyExistsError(absl::StrFormat("%s: exists", path));
   }
-  auto& file = std::get<std::shared_ptr<File>>(node);
-  if (!file) file = std::make_shared<File>();
-  file->data.clear();  // O_TRUNC: same file, new contents
+  auto file = std::make_shared<File>();
+  where->parent->entries.emplace(where->name, Node(file));
   return std::make_unique<MemoryWritableFile>(path, mu_holder_, file);
 }
 
@@ -161,8 +158,9 @@ absl::StatusOr<std::unique_ptr<ReadableFile>> MemoryStorage::OpenReadable(
   if (!node.ok()) return node.status();
   auto* file = std::get_if<std::shared_ptr<File>>(&*node);
   if (file == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrFormat("%s: is a directory", path));
+    return absl::DataLossError(absl::StrFormat(
+        "%s: not a regular file (a directory); hoist reads only regular files",
+        path));
   }
   return std::make_unique<MemoryReadableFile>(path, mu_holder_, *file);
 }

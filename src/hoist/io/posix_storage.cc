@@ -5,9 +5,13 @@
 // O_DIRECT, skipping the page cache; an unaligned tail goes buffered. If the
 // O_DIRECT descriptor refuses a transfer with EINVAL, the file falls back to
 // buffered I/O for good. Sync() is fsync on the buffered descriptor, which
-// also makes the O_DIRECT writes' metadata durable. Data files are opened
-// for reading with O_NOFOLLOW: hoist never follows a link out of a
-// checkpoint.
+// also makes the O_DIRECT writes' metadata durable.
+//
+// A checkpoint root is input: every file is opened with O_NOFOLLOW and
+// O_NONBLOCK and must be a regular file (a FIFO never blocks a reader), files
+// are created with O_EXCL, reads below a step directory walk down with
+// openat(O_NOFOLLOW), and trees are removed through directory descriptors,
+// so hoist never reads, writes or deletes through a link.
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -19,11 +23,12 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
-#include <filesystem>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "hoist/base/status_macros.h"
 #include "hoist/io/errno_status.h"
 #include "hoist/io/file_io.h"
 #include "hoist/storage.h"
@@ -219,38 +224,161 @@ class PosixReadableFile final : public ReadableFile {
   std::unique_ptr<PosixFile> file_;
 };
 
+// A descriptor closed when it goes out of scope.
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  Fd& operator=(Fd&& other) noexcept {
+    if (this != &other) {
+      if (fd_ >= 0) close(fd_);
+      fd_ = std::exchange(other.fd_, -1);
+    }
+    return *this;
+  }
+  ~Fd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
+
+absl::Status NotInside(const std::string& path) {
+  return absl::DataLossError(absl::StrFormat(
+      "%s: not a directory inside the checkpoint (missing, or a link)", path));
+}
+
+// Opens `name` in `dir_fd` as a regular file: never through a link
+// (O_NOFOLLOW), never blocking on a FIFO (O_NONBLOCK, then fstat), with a
+// second O_DIRECT descriptor where the filesystem allows, checked to be the
+// same file. `flags` is O_RDONLY, or O_WRONLY | O_CREAT | O_EXCL.
+absl::StatusOr<std::pair<Fd, Fd>> OpenRegular(int dir_fd, const char* name,
+                                              int flags,
+                                              const std::string& path) {
+  const int common = O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
+  Fd fd(openat(dir_fd, name, flags | common, 0644));
+  if (fd.get() < 0) {
+    if (errno == ELOOP) {
+      return absl::DataLossError(absl::StrFormat(
+          "%s: is a symbolic link; hoist does not follow links out of a "
+          "checkpoint",
+          path));
+    }
+    return ErrnoStatus(
+        errno, (flags & O_CREAT) ? "create for writing" : "open for reading",
+        path);
+  }
+  struct stat st;
+  if (fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "fstat", path);
+  if (!S_ISREG(st.st_mode)) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s: not a regular file (a FIFO, socket, device or directory); hoist "
+        "reads only regular files",
+        path));
+  }
+  // Regular files ignore O_NONBLOCK; clear it all the same.
+  fcntl(fd.get(), F_SETFL, fcntl(fd.get(), F_GETFL) & ~O_NONBLOCK);
+  // EINVAL: the filesystem does not do O_DIRECT (tmpfs). Buffered only.
+  Fd direct(
+      openat(dir_fd, name, (flags & ~(O_CREAT | O_EXCL)) | common | O_DIRECT));
+  struct stat direct_st;
+  if (direct.get() >= 0 &&
+      (fstat(direct.get(), &direct_st) != 0 || direct_st.st_dev != st.st_dev ||
+       direct_st.st_ino != st.st_ino)) {
+    direct = Fd();  // replaced in between: do without
+  }
+  return std::make_pair(std::move(fd), std::move(direct));
+}
+
+// Removes the entry `name` of the open directory `dir_fd`, descending into
+// directories through descriptors (openat with O_NOFOLLOW), so a link is
+// removed itself and never followed. `depth` bounds the descent.
+absl::Status RemoveEntry(int dir_fd, const std::string& name,
+                         const std::string& path, int depth) {
+  struct stat st;
+  if (fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (errno == ENOENT) return absl::OkStatus();
+    return ErrnoStatus(errno, "stat", path);
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    if (unlinkat(dir_fd, name.c_str(), 0) != 0 && errno != ENOENT) {
+      return ErrnoStatus(errno, "unlink", path);
+    }
+    return absl::OkStatus();
+  }
+  if (depth > 64) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: nested more than 64 directories deep; hoist makes at most 2 and "
+        "removes no deeper tree",
+        path));
+  }
+  const int child = openat(dir_fd, name.c_str(),
+                           O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (child < 0) return ErrnoStatus(errno, "open directory", path);
+  DIR* dir = fdopendir(child);
+  if (dir == nullptr) {
+    const int err = errno;
+    close(child);
+    return ErrnoStatus(err, "opendir", path);
+  }
+  std::vector<std::string> names;
+  while (dirent* entry = readdir(dir)) {
+    const std::string entry_name = entry->d_name;
+    if (entry_name != "." && entry_name != "..") names.push_back(entry_name);
+  }
+  absl::Status status;
+  for (const std::string& entry_name : names) {
+    status = RemoveEntry(dirfd(dir), entry_name, JoinPath(path, entry_name),
+                         depth + 1);
+    if (!status.ok()) break;
+  }
+  closedir(dir);
+  if (!status.ok()) return status;
+  if (unlinkat(dir_fd, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT) {
+    return ErrnoStatus(errno, "remove directory", path);
+  }
+  return absl::OkStatus();
+}
+
 class PosixStorage final : public Storage {
  public:
   explicit PosixStorage(std::unique_ptr<FileIo> io) : io_(std::move(io)) {}
 
   absl::StatusOr<std::unique_ptr<WritableFile>> OpenWritable(
       const std::string& path) override {
-    const int fd =
-        open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return ErrnoStatus(errno, "open for writing", path);
-    // EINVAL: the filesystem does not do O_DIRECT (tmpfs). Buffered only.
-    const int direct_fd = open(path.c_str(), O_WRONLY | O_DIRECT | O_CLOEXEC);
-    return std::make_unique<PosixWritableFile>(
-        std::make_unique<PosixFile>(*io_, path, fd, direct_fd));
+    ASSIGN_OR_RETURN(auto fds, OpenRegular(AT_FDCWD, path.c_str(),
+                                           O_WRONLY | O_CREAT | O_EXCL, path));
+    return std::make_unique<PosixWritableFile>(std::make_unique<PosixFile>(
+        *io_, path, fds.first.release(), fds.second.release()));
   }
 
   absl::StatusOr<std::unique_ptr<ReadableFile>> OpenReadable(
       const std::string& path) override {
-    // O_NOFOLLOW: a data file that is a symlink could point anywhere.
-    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) {
-      if (errno == ELOOP) {
-        return absl::DataLossError(absl::StrFormat(
-            "%s: is a symbolic link; hoist does not follow links out of a "
-            "checkpoint",
-            path));
-      }
-      return ErrnoStatus(errno, "open for reading", path);
+    return Readable(AT_FDCWD, path.c_str(), path);
+  }
+
+  absl::StatusOr<std::unique_ptr<ReadableFile>> OpenReadableBeneath(
+      const std::string& dir, const std::string& relative) override {
+    // `dir` itself may be reached through links (a root the user linked);
+    // nothing below it is.
+    Fd at(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (at.get() < 0) return ErrnoStatus(errno, "open directory", dir);
+    std::string path = dir;
+    size_t begin = 0;
+    for (size_t slash; (slash = relative.find('/', begin)) != std::string::npos;
+         begin = slash + 1) {
+      const std::string part = relative.substr(begin, slash - begin);
+      path = JoinPath(path, part);
+      Fd next(openat(at.get(), part.c_str(),
+                     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (next.get() < 0) return NotInside(path);
+      at = std::move(next);
     }
-    const int direct_fd =
-        open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_DIRECT);
-    return std::make_unique<PosixReadableFile>(
-        std::make_unique<PosixFile>(*io_, path, fd, direct_fd));
+    return Readable(at.get(), relative.c_str() + begin,
+                    JoinPath(dir, relative));
   }
 
   absl::Status CreateDir(const std::string& path) override {
@@ -292,10 +420,20 @@ class PosixStorage final : public Storage {
   }
 
   absl::Status RemoveAll(const std::string& path) override {
-    std::error_code error;
-    std::filesystem::remove_all(path, error);
-    if (error) return ErrnoStatus(error.value(), "remove", path);
-    return absl::OkStatus();
+    // The parent may be reached through links (a linked root); the entry
+    // and everything below it are not.
+    const size_t slash = path.rfind('/');
+    const std::string parent = slash == std::string::npos
+                                   ? "."
+                                   : (slash == 0 ? "/" : path.substr(0, slash));
+    const std::string name =
+        slash == std::string::npos ? path : path.substr(slash + 1);
+    Fd dir(open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (dir.get() < 0) {
+      if (errno == ENOENT) return absl::OkStatus();
+      return ErrnoStatus(errno, "open directory", parent);
+    }
+    return RemoveEntry(dir.get(), name, path, 0);
   }
 
   absl::StatusOr<bool> Exists(const std::string& path) override {
@@ -313,6 +451,13 @@ class PosixStorage final : public Storage {
   }
 
  private:
+  absl::StatusOr<std::unique_ptr<ReadableFile>> Readable(
+      int dir_fd, const char* name, const std::string& path) {
+    ASSIGN_OR_RETURN(auto fds, OpenRegular(dir_fd, name, O_RDONLY, path));
+    return std::make_unique<PosixReadableFile>(std::make_unique<PosixFile>(
+        *io_, path, fds.first.release(), fds.second.release()));
+  }
+
   const std::unique_ptr<FileIo> io_;
 };
 
@@ -326,6 +471,19 @@ absl::StatusOr<std::unique_ptr<Storage>> MakeIoUringStorage() {
   absl::StatusOr<std::unique_ptr<FileIo>> io = MakeIoUringFileIo();
   if (!io.ok()) return io.status();
   return std::unique_ptr<Storage>(new PosixStorage(*std::move(io)));
+}
+
+absl::StatusOr<std::unique_ptr<ReadableFile>> Storage::OpenReadableBeneath(
+    const std::string& dir, const std::string& relative) {
+  std::string path = dir;
+  size_t begin = 0;
+  for (size_t slash; (slash = relative.find('/', begin)) != std::string::npos;
+       begin = slash + 1) {
+    path = JoinPath(path, relative.substr(begin, slash - begin));
+    ASSIGN_OR_RETURN(bool is_dir, IsDir(path));
+    if (!is_dir) return NotInside(path);
+  }
+  return OpenReadable(JoinPath(dir, relative));
 }
 
 std::string JoinPath(const std::string& a, const std::string& b) {

@@ -4,9 +4,14 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <thread>
 
 #include "hoist/io/fault_storage.h"
@@ -201,12 +206,103 @@ TEST_P(StorageConformanceTest, DirectoriesListRenameAndRemove) {
   EXPECT_TRUE(storage().RemoveAll(Path("never-was")).ok());
 }
 
-TEST_P(StorageConformanceTest, OpenWritableTruncates) {
+TEST_P(StorageConformanceTest, OpenWritableRefusesAnExistingName) {
   auto file = storage().OpenWritable(Path("f"));
   ASSERT_TRUE((*file)->WriteAt(0, Bytes(1000, 0)).ok());
   ASSERT_TRUE((*file)->Close().ok());
-  ASSERT_TRUE((*storage().OpenWritable(Path("f")))->Close().ok());
-  EXPECT_EQ(*(*storage().OpenReadable(Path("f")))->Size(), 0);
+  EXPECT_EQ(storage().OpenWritable(Path("f")).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(*(*storage().OpenReadable(Path("f")))->Size(), 1000);  // kept
+  ASSERT_TRUE(storage().CreateDir(Path("d")).ok());
+  EXPECT_EQ(storage().OpenWritable(Path("d")).status().code(),
+            absl::StatusCode::kAlreadyExists);
+}
+
+TEST_P(StorageConformanceTest, OpenReadableRefusesADirectory) {
+  ASSERT_TRUE(storage().CreateDir(Path("d")).ok());
+  absl::Status status = storage().OpenReadable(Path("d")).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(status.message(), HasSubstr("not a regular file"));
+}
+
+TEST_P(StorageConformanceTest, OpenReadableBeneathWalksRealDirectories) {
+  ASSERT_TRUE(storage().CreateDir(Path("step")).ok());
+  ASSERT_TRUE(storage().CreateDir(Path("step/data")).ok());
+  auto file = storage().OpenWritable(Path("step/data/x.bin"));
+  ASSERT_TRUE((*file)->WriteAt(0, Bytes(10, 0)).ok());
+  ASSERT_TRUE((*file)->Close().ok());
+  auto read = storage().OpenReadableBeneath(Path("step"), "data/x.bin");
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*(*read)->Size(), 10);
+  absl::Status missing =
+      storage().OpenReadableBeneath(Path("step"), "nodir/x.bin").status();
+  EXPECT_EQ(missing.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(missing.message(), HasSubstr("not a directory inside"));
+  EXPECT_EQ(
+      storage().OpenReadableBeneath(Path("step"), "data/y.bin").status().code(),
+      absl::StatusCode::kNotFound);
+}
+
+// A root is input: what a hostile user can put in it.
+class PosixHostileRootTest : public ::testing::Test {
+ protected:
+  std::string Path(const std::string& name) {
+    return JoinPath(temp_.path(), name);
+  }
+  void WriteFile(const std::string& path, const std::string& text) {
+    FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+  }
+  std::string ReadFile(const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  testing::TempDir temp_;
+  testing::TempDir outside_;
+  std::unique_ptr<Storage> storage_ = MakePosixStorage();
+};
+
+TEST_F(PosixHostileRootTest, AFifoIsRefusedWithoutBlocking) {
+  ASSERT_EQ(mkfifo(Path("MANIFEST.json").c_str(), 0644), 0);
+  absl::Status status = storage_->OpenReadable(Path("MANIFEST.json")).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(status.message(), HasSubstr("not a regular file"));
+  EXPECT_EQ(storage_->OpenWritable(Path("MANIFEST.json")).status().code(),
+            absl::StatusCode::kAlreadyExists);
+}
+
+TEST_F(PosixHostileRootTest, NoLinkIsFollowedToReadOrWrite) {
+  const std::string target = JoinPath(outside_.path(), "precious");
+  WriteFile(target, "keep me");
+  ASSERT_EQ(symlink(target.c_str(), Path("link").c_str()), 0);
+  EXPECT_EQ(storage_->OpenWritable(Path("link")).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  absl::Status read = storage_->OpenReadable(Path("link")).status();
+  EXPECT_EQ(read.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(read.message(), HasSubstr("symbolic link"));
+  // A linked directory on the way down is refused too.
+  ASSERT_EQ(symlink(outside_.path().c_str(), Path("data").c_str()), 0);
+  absl::Status beneath =
+      storage_->OpenReadableBeneath(temp_.path(), "data/precious").status();
+  EXPECT_EQ(beneath.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(beneath.message(), HasSubstr("not a directory inside"));
+  EXPECT_EQ(ReadFile(target), "keep me");
+}
+
+TEST_F(PosixHostileRootTest, RemoveAllRemovesLinksNotWhatTheyPointTo) {
+  const std::string target = JoinPath(outside_.path(), "precious");
+  WriteFile(target, "keep me");
+  ASSERT_TRUE(storage_->CreateDir(Path("tree")).ok());
+  ASSERT_EQ(symlink(outside_.path().c_str(), Path("tree/dir_link").c_str()), 0);
+  ASSERT_EQ(symlink(target.c_str(), Path("tree/file_link").c_str()), 0);
+  ASSERT_EQ(symlink(outside_.path().c_str(), Path("top_link").c_str()), 0);
+  ASSERT_TRUE(storage_->RemoveAll(Path("tree")).ok());
+  ASSERT_TRUE(storage_->RemoveAll(Path("top_link")).ok());
+  EXPECT_FALSE(*storage_->Exists(Path("tree")));
+  EXPECT_FALSE(*storage_->Exists(Path("top_link")));
+  EXPECT_EQ(ReadFile(target), "keep me");
 }
 
 TEST(MemoryStorageTest, CrashKeepsOnlySyncedBytesAndNames) {

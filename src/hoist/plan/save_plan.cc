@@ -16,8 +16,10 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_format.h"
 #include "hoist/base/checked_math.h"
+#include "hoist/base/utf8.h"
 
 namespace hoist {
 namespace {
@@ -46,9 +48,11 @@ absl::Status ValidateOptions(const SavePlanOptions& options) {
                         options.writer_streams));
   }
   const int64_t a = options.alignment_bytes;
-  if (a < 1 || (a & (a - 1)) != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("alignment_bytes is %d; it must be a power of two", a));
+  if (a < 4096 || (a & (a - 1)) != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "alignment_bytes is %d; it must be a power of two >= 4096 (the "
+        "format's extent alignment)",
+        a));
   }
   if (options.min_slice_bytes < 0 || options.max_replicas < 0) {
     return absl::InvalidArgumentError(
@@ -252,9 +256,19 @@ absl::StatusOr<SavePlan> MakeSavePlan(absl::Span<const ArraySpec> arrays,
       return absl::InvalidArgumentError(
           absl::StrFormat("array %d has an empty name", i));
     }
+    if (!IsValidUtf8(spec.name)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "array %d: name '%s' is not valid UTF-8 (a manifest is JSON)", i,
+          absl::CHexEscape(spec.name)));
+    }
     if (!names.insert(spec.name).second) {
       return absl::InvalidArgumentError(
           absl::StrFormat("array name '%s' appears more than once", spec.name));
+    }
+    if (spec.shape.size() > kMaxRank) {
+      return ForArray(spec, absl::InvalidArgumentError(absl::StrFormat(
+                                "rank %d is above the limit of %d",
+                                spec.shape.size(), kMaxRank)));
     }
     absl::StatusOr<ShardLayout> layout = spec.sharding.Layout(spec.shape);
     if (!layout.ok()) return ForArray(spec, layout.status());

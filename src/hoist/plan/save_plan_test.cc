@@ -332,6 +332,22 @@ TEST(SavePlanTest, RejectsEmptyAndDuplicateNames) {
               HasSubstr("'w' appears more than once"));
 }
 
+// A manifest is JSON: a name it cannot carry would commit a step no reader
+// can decode.
+TEST(SavePlanTest, RejectsNamesThatAreNotUtf8AndRanksAboveTheLimit) {
+  const Topology topology = Topology::Uniform(1, 8);
+  absl::Status status =
+      MakeSavePlan({Named("caf\xe9", {4}, {})}, topology).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("not valid UTF-8"));
+  status =
+      MakeSavePlan({Named("deep", std::vector<int64_t>(kMaxRank + 1, 1), {})},
+                   topology)
+          .status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("rank 65"));
+}
+
 TEST(SavePlanTest, InvalidShardingErrorNamesTheArray) {
   absl::Status status = MakeSavePlan({Named("embed", {50257, 8}, {{"model"}})},
                                      Topology::Uniform(2, 4))
@@ -367,6 +383,9 @@ TEST(SavePlanTest, InvalidOptionsAreRejected) {
   options.alignment_bytes = 3000;
   EXPECT_THAT(MakeSavePlan({}, topology, options).status().message(),
               HasSubstr("power of two"));
+  options.alignment_bytes = 512;  // readers require 4 KiB-aligned extents
+  EXPECT_THAT(MakeSavePlan({}, topology, options).status().message(),
+              HasSubstr(">= 4096"));
   options = {};
   options.min_slice_bytes = -1;
   EXPECT_FALSE(MakeSavePlan({}, topology, options).ok());

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "hoist/base/bytes.h"
 #include "hoist/base/status_macros.h"
@@ -167,7 +168,8 @@ absl::Status Rm(const std::string& root, const std::vector<int64_t>& steps) {
           absl::StrFormat("%s: no committed step %d", root, step));
     }
     // Uncommit first (a crash then leaves debris, not a broken step).
-    const std::string aside = JoinPath(root, TmpStepDirName(step) + ".del");
+    const std::string aside =
+        JoinPath(root, absl::StrCat(TmpStepDirName(step), kDeletingSuffix));
     RETURN_IF_ERROR(storage->Rename(dir, aside));
     RETURN_IF_ERROR(storage->SyncDir(root));
     RETURN_IF_ERROR(storage->RemoveAll(aside));
