@@ -25,7 +25,7 @@ ctest --test-dir build/release --output-on-failure -j "$jobs"
 
 python_package python/requirements-test.txt
 log "testing the Python package (pytest)"
-"$HOIST_VENV/bin/python" -m pytest -q python/tests
+"$HOIST_VENV/bin/python" -m pytest -q -rs python/tests
 
 build_dir asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \
   -DHOIST_SANITIZE=ON -DHOIST_BUILD_BENCH=OFF -DHOIST_FUZZ=ON

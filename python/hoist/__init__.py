@@ -15,6 +15,7 @@ arrays or other DLPack producers; restores rebuild it, onto any sharding.
 
 import json
 import os
+import re
 import sys
 
 import ml_dtypes  # noqa: F401  (registers bfloat16 and float8 with numpy)
@@ -29,6 +30,7 @@ __all__ = ["CheckpointManager", "SaveHandle", "DataLossError", "inspect"]
 __version__ = "0.1.0"
 
 _FORMAT_KEY = "hoist.python"
+_STEP_DIR = re.compile(r"step_([0-9]{8,})")
 
 
 def _step_dir(root, step):
@@ -116,10 +118,7 @@ class CheckpointManager:
         meta = {_FORMAT_KEY: 1, "tree": skeleton}
         if metadata is not None:
             meta["user"] = metadata
-        try:
-            text = json.dumps(meta)
-        except (TypeError, ValueError) as error:
-            raise TypeError(f"metadata is not JSON-serializable: {error}")
+        text = _metadata_text(meta)
         handle = _call(self._manager.save, int(step),
                        [a.engine_form() for a in arrays], text,
                        return_when == "dispatched")
@@ -200,13 +199,49 @@ class CheckpointManager:
         return False
 
 
+def _metadata_text(meta):
+    """`meta` as the JSON text a manifest can carry: ValueError (raised by
+    save(), before the step is accepted) for NaN or infinities in user
+    metadata, text that is not valid Unicode (a lone surrogate, as
+    os.fsdecode gives for a non-UTF-8 file name) or nesting deeper than a
+    manifest allows; TypeError for values JSON cannot hold at all. Float
+    leaves of the tree itself keep NaN and infinities (see _tree)."""
+    try:
+        text = json.dumps(meta, ensure_ascii=False, allow_nan=False)
+        text.encode("utf-8")
+    except TypeError as error:
+        raise TypeError(f"metadata is not JSON-serializable: {error}") from None
+    except UnicodeEncodeError as error:
+        raise ValueError(
+            "metadata (or a key or string in the state) is not valid "
+            f"Unicode: {error.object[error.start:error.end]!r} at position "
+            f"{error.start} (a lone surrogate, as os.fsdecode gives for a "
+            "name that is not UTF-8); a manifest is UTF-8 JSON") from None
+    except ValueError as error:
+        raise ValueError(
+            f"metadata cannot be saved: {error} (NaN and infinities are not "
+            "JSON; store them as strings)") from None
+    except RecursionError:
+        raise ValueError("metadata nests too deeply to be saved") from None
+    return text
+
+
+def _latest_step_dir(root):
+    """The step directory of `root`'s newest committed step (by number)."""
+    steps = {}
+    for name in os.listdir(root):
+        match = _STEP_DIR.fullmatch(name)
+        if match and "%08d" % int(match.group(1)) == name[5:]:
+            steps[int(match.group(1))] = name
+    if not steps:
+        raise FileNotFoundError(f"{root}: no MANIFEST.json and no steps")
+    return os.path.join(root, steps[max(steps)])
+
+
 def inspect(path):
     """The manifest of a step directory (or of a root's latest step) as a
     dict: step, metadata, arrays (name, dtype, shape, sharding, extents)."""
     path = os.fspath(path)
-    if not os.path.exists(os.path.join(path, "MANIFEST.json")):
-        steps = sorted(n for n in os.listdir(path) if n.startswith("step_"))
-        if not steps:
-            raise FileNotFoundError(f"{path}: no MANIFEST.json and no steps")
-        path = os.path.join(path, steps[-1])
+    if not os.path.lexists(os.path.join(path, "MANIFEST.json")):
+        path = _latest_step_dir(path)
     return json.loads(_call(_hoist.inspect_step, path))

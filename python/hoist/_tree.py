@@ -17,6 +17,8 @@ import sys
 import ml_dtypes
 import numpy as np
 
+from ._errors import DataLossError
+
 _SCALARS = (bool, int, float, str, type(None))
 
 
@@ -330,11 +332,61 @@ def _resolve(tree):
     return tree
 
 
+_KINDS = ("numpy", "torch", "jax")
+_NONFINITE = ("nan", "inf", "-inf")
+
+
+def check_skeleton(skeleton, saved_names):
+    """Raises DataLossError, naming the place, unless `skeleton` is a tree
+    flatten() could have written whose arrays are all in `saved_names`: the
+    manifest's metadata is input like the rest of it."""
+    todo = [(skeleton, "the tree")]
+    while todo:
+        node, where = todo.pop()
+
+        def bad(what):
+            return DataLossError(
+                f"manifest metadata: the saved tree is malformed at {where}: "
+                f"{what}")
+
+        if not isinstance(node, dict) or len(node) not in (1, 2):
+            raise bad(f"expected a node object, found {type(node).__name__}")
+        if "d" in node and len(node) == 1:
+            if not isinstance(node["d"], list):
+                raise bad("'d' is not a list")
+            for item in node["d"]:
+                if (not isinstance(item, list) or len(item) != 2
+                        or isinstance(item[0], bool)
+                        or not isinstance(item[0], (str, int))):
+                    raise bad("a dict item is not a [str or int key, node] pair")
+                todo.append((item[1], f"{where}/{item[0]}"))
+        elif ("l" in node or "t" in node) and len(node) == 1:
+            items = node.get("l", node.get("t"))
+            if not isinstance(items, list):
+                raise bad("a list or tuple node does not hold a list")
+            todo.extend((c, f"{where}/{i}") for i, c in enumerate(items))
+        elif "v" in node and len(node) == 1:
+            if not isinstance(node["v"], _SCALARS):
+                raise bad(f"value of type {type(node['v']).__name__}")
+        elif "f" in node and len(node) == 1:
+            if node["f"] not in _NONFINITE:
+                raise bad(f"float {node['f']!r}")
+        elif "a" in node and set(node) <= {"a", "k"}:
+            if node.get("k", "numpy") not in _KINDS:
+                raise bad(f"unknown array kind {node.get('k')!r}")
+            if node["a"] not in saved_names:
+                raise bad(f"array {node['a']!r} is not in the manifest")
+        else:
+            raise bad(f"unknown node {sorted(node)!r}")
+
+
 def unflatten(manifest, skeleton, like, restore):
     """The restored tree: shaped like `like`, or rebuilt from `skeleton`
     (else a flat dict name -> numpy array). `restore(targets)` runs the
     engine."""
     targets = _Targets(manifest)
+    if skeleton is not None:
+        check_skeleton(skeleton, targets.saved)
 
     def from_skeleton(node, path):
         if "d" in node:

@@ -21,10 +21,10 @@ grep -q '"verified": true' "$dir/demo.json" || fail "demo not verified"
 grep -q '"blocked_s"' "$dir/demo.json" || fail "demo json lacks blocked_s"
 
 "$hoist" ls "$dir/r" --json >"$dir/ls.json"
-for step in 2 3 4; do
-  grep -q "\"step\": $step" "$dir/ls.json" || fail "ls lacks step $step"
-done
-grep -q '"step": 1,' "$dir/ls.json" && fail "retention kept step 1"
+steps=$(python3 -c 'import json, sys
+print(" ".join(str(e["step"]) for e in json.load(open(sys.argv[1]))
+               if e.get("state") == "committed"))' "$dir/ls.json")
+[ "$steps" = "2 3 4" ] || fail "ls lists committed steps '$steps', not '2 3 4'"
 
 "$hoist" inspect "$dir/r/step_00000004" --json | grep -q '"format": "hoist/1"' ||
   fail "inspect"
@@ -55,6 +55,41 @@ grep -q "no such checkpoint" "$dir/missing.err" || fail "verify missing text"
 "$hoist" rm "$dir/r" 2 >/dev/null || fail "rm"
 [ ! -e "$dir/r/step_00000002" ] || fail "rm left the step"
 if "$hoist" rm "$dir/r" 2 2>/dev/null; then fail "rm of a missing step"; fi
+
+# Hostile roots: every reader exits 1 with the reason, within seconds
+# (timeout's 124 would mean a hang, 128+N a signal), and nothing outside the
+# root is touched.
+expect_exit1() {  # expect_exit1 TEXT COMMAND...: exit status 1, TEXT said
+  local text=$1 rc=0
+  shift
+  timeout 20 "$@" >"$dir/out.txt" 2>&1 || rc=$?
+  [ "$rc" -eq 1 ] || fail "$* exited $rc, not 1: $(head -c 300 "$dir/out.txt")"
+  grep -q -- "$text" "$dir/out.txt" || fail "$* did not say '$text'"
+}
+h="$dir/hostile"
+mkdir -p "$h/step_00000001"
+python3 -c 'import sys
+sys.stdout.write("{\"format\": \"hoist/1\", \"step\": 1, \"arrays\": [], "
+                 "\"metadata\": {\"x\": " + "[" * 100000 + "]" * 100000 + "}}")' \
+  >"$h/step_00000001/MANIFEST.json"
+expect_exit1 "nests deeper" "$hoist" inspect "$h/step_00000001"
+expect_exit1 "nests deeper" "$hoist" verify "$h/step_00000001"
+timeout 20 "$hoist" ls "$h" | grep -q "unreadable" || fail "ls of a deep manifest"
+
+mkdir -p "$h/step_00000002"
+mkfifo "$h/step_00000002/MANIFEST.json"
+expect_exit1 "not a regular file" "$hoist" inspect "$h/step_00000002"
+expect_exit1 "not a regular file" "$hoist" verify "$h/step_00000002"
+timeout 20 "$hoist" ls "$h" >/dev/null || fail "ls hung or failed on a FIFO"
+
+cp -r "$dir/r/step_00000004" "$h/step_00000007"
+expect_exit1 "manifest is of step 4" "$hoist" verify "$h/step_00000007"
+
+echo "not a lock" >"$dir/precious"
+ln -s "$dir/precious" "$h/.hoist.lock"
+expect_exit1 "symbolic link" "$hoist" rm "$h" 7
+[ "$(cat "$dir/precious")" = "not a lock" ] || fail "rm wrote through a link"
+[ -d "$h/step_00000007" ] || fail "rm removed a step it had no lock for"
 
 # Bad flags and bad input exit non-zero with a message.
 if "$hoist" demo --steps 0 --root "$dir/x" 2>/dev/null; then fail "--steps 0"; fi
