@@ -97,6 +97,9 @@ class CheckpointManager:
             int(keep or 0), int(keep_every or 0), int(max_in_flight),
             int(writers), io)
         self._device_ids = self._backend.device_ids()
+        # The engine's figures for the last restore(): bytes_read,
+        # extents_read, dispatches, waves, elapsed_s (None before one).
+        self.last_restore = None
 
     # -- saving ------------------------------------------------------------
 
@@ -148,11 +151,14 @@ class CheckpointManager:
                     f"no committed step in {self._manager.root}")
         manifest = inspect(_step_dir(self._manager.root, step))
         meta = manifest.get("metadata") or {}
+
+        def run(targets, sink_targets, sink):
+            self.last_restore = _call(self._manager.restore, int(step),
+                                      targets, sink_targets, sink)
+
         return unflatten(
             manifest, meta.get("tree") if meta.get(_FORMAT_KEY) else None,
-            like, lambda targets, sink_targets, sink: _call(
-                self._manager.restore, int(step), targets, sink_targets,
-                sink))
+            like, run)
 
     def metadata(self, step=None):
         """The user metadata saved with `step` (default: the latest)."""

@@ -110,10 +110,21 @@ def test_without_a_template_jax_leaves_come_back_as_jax_arrays(root):
 
 
 def test_restore_through_a_pool_smaller_than_the_state_runs_in_waves(root):
-    state = sharded_state(mesh(2, 4))
-    with hoist.CheckpointManager(root, pool_bytes=64 << 10) as mgr:
+    # 1 MiB of state in boxes of 64 KiB, through a 256 KiB pool.
+    m = mesh(2, 4)
+    state = {"params": {
+        k: jax.device_put(random(np.float32, (512, 256), seed),
+                          NamedSharding(m, P("data", "model")))
+        for seed, k in enumerate(("w", "v"))}}
+    with hoist.CheckpointManager(root, pool_bytes=256 << 10) as mgr:
         mgr.save(1, state).wait()
+        assert mgr.last_restore is None
         out = mgr.restore(like=state)
+        stats = mgr.last_restore
+    state_bytes = sum(v.nbytes for v in state["params"].values())
+    assert state_bytes >= 4 * (256 << 10)  # it cannot fit in one wave
+    assert stats["waves"] >= 2, stats
+    assert stats["bytes_read"] >= state_bytes, stats
     for k, v in state["params"].items():
         assert bits(out["params"][k]) == bits(v), k
         assert out["params"][k].sharding == v.sharding

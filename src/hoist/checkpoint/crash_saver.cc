@@ -1,6 +1,6 @@
-// Test helper for crash_test: saves forever (until killed) into ROOT, one
-// step after another from START, printing "committed N" once step N has
-// committed. Step N's arrays are testing/crash_model.h's. Under mpirun with
+// Test helper for crash_test: opens ROOT (recovering what the last kill
+// left), prints "opened", then saves forever (until killed), one step after
+// another from START, printing "committed N" once step N has committed. Step N's arrays are testing/crash_model.h's. Under mpirun with
 // several ranks it is one process of a job (MPI coordinator, 8 / ranks
 // devices each) and rank 0 prints (demo_mpi_test kills one rank).
 //
@@ -50,6 +50,10 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "crash_saver: %s\n",
                  std::string(manager.status().message()).c_str());
     return 1;
+  }
+  if (coordinator->rank() == 0) {
+    std::printf("opened\n");
+    std::fflush(stdout);
   }
   const std::vector<ArraySpec> model = testing::CrashModel();
   // Each device's shards, refilled for every step.

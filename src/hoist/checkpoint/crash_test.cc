@@ -1,9 +1,15 @@
-// Crash consistency under real kills: a child process (crash_saver) saves
-// step after step; it is killed with SIGKILL at a random moment; then a new
-// CheckpointManager opens the root (recovering what the kill left) and every
-// committed step must restore bit-exact, the newest no older than the last
-// step the child reported committed. 20 kills by default; HOIST_LONG=1 for
-// 200.
+// Crash consistency under real kills: a child process (crash_saver) opens
+// the root (recovering what the last kill left) and saves step after step;
+// it is killed with SIGKILL at a random moment; then a new CheckpointManager
+// opens the root and every committed step must restore bit-exact, the newest
+// no older than the last step the child reported committed.
+//
+// Kill moments follow the child's own progress, not the clock since it was
+// spawned (which, under a sanitizer, can pass before the child has done
+// anything): a quarter of the kills land during Open (uniform over how long
+// opening has taken), the rest after a random number of commits, uniform
+// over the time one save takes (staging, writing, manifest, rename,
+// retention). 20 kills by default; HOIST_LONG=1 for 1,000.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -26,10 +32,25 @@ extern char** environ;
 namespace hoist {
 namespace {
 
-// Runs crash_saver, reads "committed N" lines until `delay` has passed,
-// kills it with SIGKILL, and returns the last N it reported (or `last`).
-int64_t RunAndKill(const std::string& root, int64_t start, absl::Duration delay,
-                   int64_t last) {
+// When to kill: during Open, `delay` after the spawn (or as soon as the
+// child says it has opened, if that comes first); or `delay` after the
+// child's `commits`-th "committed" line.
+struct KillPlan {
+  bool during_open = false;
+  int commits = 0;
+  absl::Duration delay;
+};
+
+// What one run saw.
+struct ChildRun {
+  int64_t last_committed = 0;  // the newest "committed N", or 0
+  absl::Duration open_time;     // spawn to "opened" (when seen)
+  absl::Duration save_time;     // between two "committed" lines (when seen)
+  bool opened = false;
+};
+
+// Runs crash_saver and kills it with SIGKILL as `plan` says.
+ChildRun RunAndKill(const std::string& root, int64_t start, const KillPlan& plan) {
   int out[2];
   EXPECT_EQ(pipe(out), 0);
   posix_spawn_file_actions_t actions;
@@ -40,42 +61,80 @@ int64_t RunAndKill(const std::string& root, int64_t start, absl::Duration delay,
   char* argv[] = {const_cast<char*>(HOIST_CRASH_SAVER),
                   const_cast<char*>(root.c_str()),
                   const_cast<char*>(start_text.c_str()), nullptr};
+  const absl::Time spawned = absl::Now();
   pid_t pid;
   EXPECT_EQ(
       posix_spawn(&pid, HOIST_CRASH_SAVER, &actions, nullptr, argv, environ),
       0);
   posix_spawn_file_actions_destroy(&actions);
   close(out[1]);
-  std::string text;
-  const absl::Time deadline = absl::Now() + delay;
+  ChildRun run;
+  std::string pending;
+  int commits = 0;
+  absl::Time last_commit;
+  // Until the kill moment is known, wait for the child's lines (bounded, so
+  // a child that hangs fails the test instead of hanging it).
+  absl::Time kill_at = plan.during_open ? spawned + plan.delay
+                                        : absl::InfiniteFuture();
+  const absl::Time give_up = spawned + absl::Seconds(120);
   char buffer[256];
-  while (true) {
-    const int64_t left = absl::ToInt64Milliseconds(deadline - absl::Now());
-    if (left <= 0) break;
+  bool alive = true;
+  while (alive) {
+    const absl::Time now = absl::Now();
+    if (now >= kill_at || now >= give_up) break;
+    const absl::Time until = std::min(kill_at, give_up);
     pollfd fd{out[0], POLLIN, 0};
-    if (poll(&fd, 1, static_cast<int>(left)) <= 0) continue;
+    const int ready = poll(
+        &fd, 1, static_cast<int>(absl::ToInt64Milliseconds(until - now)) + 1);
+    if (ready <= 0) continue;
     const ssize_t n = read(out[0], buffer, sizeof buffer);
-    if (n <= 0) break;  // the child died on its own
-    text.append(buffer, n);
+    if (n <= 0) {
+      alive = false;  // the child died on its own
+      break;
+    }
+    pending.append(buffer, n);
+    for (size_t eol; (eol = pending.find('\n')) != std::string::npos;
+         pending.erase(0, eol + 1)) {
+      const std::string line = pending.substr(0, eol);
+      const absl::Time seen = absl::Now();
+      if (line == "opened") {
+        run.opened = true;
+        run.open_time = seen - spawned;
+        last_commit = seen;
+        if (plan.during_open) kill_at = seen;
+        if (!plan.during_open && plan.commits == 0) {
+          kill_at = seen + plan.delay;
+        }
+      } else if (line.rfind("committed ", 0) == 0) {
+        run.last_committed = std::atoll(line.c_str() + 10);
+        run.save_time = seen - last_commit;
+        last_commit = seen;
+        if (!plan.during_open && ++commits == plan.commits) {
+          kill_at = seen + plan.delay;
+        }
+      }
+    }
   }
   kill(pid, SIGKILL);
   int status = 0;
   waitpid(pid, &status, 0);
   for (ssize_t n; (n = read(out[0], buffer, sizeof buffer)) > 0;) {
-    text.append(buffer, n);  // lines written before it died
+    pending.append(buffer, n);  // lines written before it died
   }
   close(out[0]);
-  EXPECT_TRUE(WIFSIGNALED(status)) << "crash_saver exited by itself: " << text;
-  size_t at = 0;
-  while ((at = text.find("committed ", at)) != std::string::npos) {
+  EXPECT_TRUE(WIFSIGNALED(status)) << "crash_saver exited by itself: "
+                                   << pending;
+  EXPECT_LT(absl::Now(), give_up) << "crash_saver made no progress";
+  for (size_t at = 0; (at = pending.find("committed ", at)) != std::string::npos;) {
     at += 10;
-    last = std::max<int64_t>(last, std::atoll(text.c_str() + at));
+    run.last_committed =
+        std::max<int64_t>(run.last_committed, std::atoll(pending.c_str() + at));
   }
-  return last;
+  return run;
 }
 
 TEST(CrashTest, SigkillAtRandomMomentsNeverLosesACommittedStep) {
-  const int kills = std::getenv("HOIST_LONG") != nullptr ? 200 : 20;
+  const int kills = std::getenv("HOIST_LONG") != nullptr ? 1000 : 20;
   testing::TempDir temp;
   const std::string root = temp.path() + "/ckpt";
   std::mt19937 rng(20261129);
@@ -83,9 +142,21 @@ TEST(CrashTest, SigkillAtRandomMomentsNeverLosesACommittedStep) {
   std::unique_ptr<Coordinator> coordinator = MakeSingleProcessCoordinator();
   const std::vector<ArraySpec> model = testing::CrashModel();
   int64_t acknowledged = 0, next = 1, verified_steps = 0;
+  int during_open = 0, during_save = 0;
+  // Running estimates of how long opening and one save take here.
+  absl::Duration open_time = absl::Milliseconds(50);
+  absl::Duration save_time = absl::Milliseconds(50);
   for (int kill_number = 0; kill_number < kills; ++kill_number) {
-    const absl::Duration delay = absl::Milliseconds(20 + rng() % 400);
-    acknowledged = RunAndKill(root, next, delay, acknowledged);
+    KillPlan plan;
+    plan.during_open = rng() % 4 == 0;
+    plan.commits = static_cast<int>(rng() % 3);
+    const absl::Duration span = plan.during_open ? open_time : save_time;
+    plan.delay = span * (static_cast<double>(rng() % 1000) / 1000.0);
+    const ChildRun run = RunAndKill(root, next, plan);
+    (plan.during_open ? during_open : during_save)++;
+    if (run.opened) open_time = (open_time * 3 + run.open_time) / 4;
+    if (run.last_committed > 0) save_time = (save_time * 3 + run.save_time) / 4;
+    acknowledged = std::max(acknowledged, run.last_committed);
 
     CheckpointManagerOptions options;
     options.pool_bytes = 4 << 20;
@@ -116,11 +187,13 @@ TEST(CrashTest, SigkillAtRandomMomentsNeverLosesACommittedStep) {
     next = steps.empty() ? next : steps.back() + 1;
   }
   RecordProperty("kills", kills);
+  RecordProperty("kills_during_open", during_open);
+  RecordProperty("kills_during_save", during_save);
   RecordProperty("verified_steps", static_cast<int>(verified_steps));
   std::printf(
-      "crash_test: %d kills, %lld step restores verified, last "
-      "acknowledged step %lld\n",
-      kills, static_cast<long long>(verified_steps),
+      "crash_test: %d kills (%d during open and recovery, %d during saves), "
+      "%lld step restores verified, last acknowledged step %lld\n",
+      kills, during_open, during_save, static_cast<long long>(verified_steps),
       static_cast<long long>(acknowledged));
   EXPECT_GT(acknowledged, 0);  // the children did commit steps
 }

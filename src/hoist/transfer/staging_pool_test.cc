@@ -80,7 +80,10 @@ TEST_F(StagingPoolTest, AcquireWaitsUntilSpaceIsReleased) {
     EXPECT_TRUE(lease.ok());
     acquired.Notify();
   });
-  EXPECT_FALSE(acquired.WaitForNotificationWithTimeout(absl::Milliseconds(20)));
+  // The waiter counts itself under the pool's lock and then waits: once the
+  // count shows it, it is waiting (no sleep decides this).
+  while (pool->stats().waits == 0) absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_FALSE(acquired.HasBeenNotified());  // `held` still fills the pool
   held.Release();
   acquired.WaitForNotification();
   waiter.join();
