@@ -40,8 +40,10 @@ log "testing build/tsan (clang, ThreadSanitizer)"
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   ctest --test-dir build/tsan --output-on-failure -j "$jobs"
 
-# Fuzzing: each libFuzzer target on the checked-in corpus plus what it finds,
-# for a bounded time (HOIST_FUZZ_SECONDS, default 30). New inputs go to
+# Fuzzing: each libFuzzer target on the checked-in corpus (deep nesting,
+# huge claims, many extents, a pinwheel tiling, far offsets) plus what it
+# finds, with the manifest dictionary, inputs up to 512 KiB, for a bounded
+# time (HOIST_FUZZ_SECONDS, default 30). New inputs go to
 # build/asan/fuzz-corpus, not into the repository.
 fuzz_seconds=${HOIST_FUZZ_SECONDS:-30}
 for fuzzer in manifest_fuzzer restore_fuzzer; do
@@ -49,6 +51,7 @@ for fuzzer in manifest_fuzzer restore_fuzzer; do
   mkdir -p "build/asan/fuzz-corpus/$fuzzer"
   if ! "build/asan/fuzz/$fuzzer" -max_total_time="$fuzz_seconds" -timeout=10 \
     -rss_limit_mb=2048 -malloc_limit_mb=512 -print_final_stats=1 \
+    -dict=fuzz/manifest.dict -max_len=524288 \
     "build/asan/fuzz-corpus/$fuzzer" fuzz/corpus/manifest \
     >"build/asan/$fuzzer.log" 2>&1; then
     tail -n 40 "build/asan/$fuzzer.log" >&2
