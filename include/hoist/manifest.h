@@ -26,7 +26,7 @@ inline constexpr std::string_view kManifestFileName = "MANIFEST.json";
 // What a reader accepts; anything beyond is refused (kDataLoss) before it
 // can cost time or memory, and a save that would exceed them is refused
 // (kInvalidArgument) before it commits an unreadable step.
-//   - the manifest's size: 256 MiB (parsed, it takes about 10x that);
+//   - the manifest's size: 256 MiB (parsed, it takes several times that);
 inline constexpr int64_t kMaxManifestBytes = int64_t{256} << 20;
 //   - JSON nesting, user metadata included: 512 levels;
 inline constexpr int kMaxJsonDepth = 512;

@@ -282,22 +282,12 @@ class CheckpointManager::Impl {
       }
       step = steps.back();
     }
-    const std::string dir = JoinPath(root_, StepDirName(*step));
-    ASSIGN_OR_RETURN(bool exists, storage_.Exists(dir));
-    if (!exists) {
-      return absl::NotFoundError(
-          absl::StrFormat("%s: no committed step %d", root_, *step));
-    }
+    ASSIGN_OR_RETURN(const std::string dir, StepDirToRead(*step));
     return RestoreCheckpoint(storage_, dir, targets, *pool_, options_.restore);
   }
 
   absl::StatusOr<VerifyReport> Verify(int64_t step) const {
-    const std::string dir = JoinPath(root_, StepDirName(step));
-    ASSIGN_OR_RETURN(bool exists, storage_.Exists(dir));
-    if (!exists) {
-      return absl::NotFoundError(
-          absl::StrFormat("%s: no committed step %d", root_, step));
-    }
+    ASSIGN_OR_RETURN(const std::string dir, StepDirToRead(step));
     return VerifyCheckpoint(storage_, dir);
   }
 
@@ -321,6 +311,26 @@ class CheckpointManager::Impl {
   const std::string& root() const { return root_; }
 
  private:
+  // The directory of committed step `step`: kNotFound if there is none,
+  // kDataLoss if its name is not a real directory (a link is never read
+  // through).
+  absl::StatusOr<std::string> StepDirToRead(int64_t step) const {
+    const std::string dir = JoinPath(root_, StepDirName(step));
+    ASSIGN_OR_RETURN(bool exists, storage_.Exists(dir));
+    if (!exists) {
+      return absl::NotFoundError(
+          absl::StrFormat("%s: no committed step %d", root_, step));
+    }
+    ASSIGN_OR_RETURN(bool is_dir, storage_.IsDir(dir));
+    if (!is_dir) {
+      return absl::DataLossError(absl::StrFormat(
+          "%s: not a directory (a link or a file); hoist does not follow "
+          "links out of a root",
+          dir));
+    }
+    return dir;
+  }
+
   // The plan of `specs`: the previous save's if the specs are the same.
   absl::StatusOr<std::shared_ptr<const SavePlan>> PlanFor(
       const std::vector<ArraySpec>& specs) ABSL_LOCKS_EXCLUDED(plan_mu_) {

@@ -298,6 +298,26 @@ TEST_F(ManagerTest, RecoveryRemovesATemporaryLinkInsteadOfCommittingIt) {
   EXPECT_TRUE(std::filesystem::exists(outside.path() + "/step/MANIFEST.json"));
 }
 
+TEST_F(ManagerTest, ACommittedStepThatIsALinkIsNeverReadThrough) {
+  testing::TempDir outside;
+  {
+    auto manager = Open();
+    ASSERT_TRUE(manager->Save(1, Arrays()).ok());
+  }
+  std::filesystem::rename(root_ + "/step_00000001", outside.path() + "/s");
+  std::filesystem::create_directory_symlink(outside.path() + "/s",
+                                            root_ + "/step_00000001");
+  auto manager = Open();
+  absl::Status restored = manager->Restore(1, {}).status();
+  EXPECT_EQ(restored.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(restored.message(), HasSubstr("not a directory (a link"));
+  EXPECT_EQ(manager->Verify(1).status().code(), absl::StatusCode::kDataLoss);
+  // Deleting it removes the link, not what it points to.
+  ASSERT_TRUE(manager->Delete(1).ok());
+  EXPECT_FALSE(std::filesystem::is_symlink(root_ + "/step_00000001"));
+  EXPECT_TRUE(std::filesystem::exists(outside.path() + "/s/MANIFEST.json"));
+}
+
 TEST_F(ManagerTest, RecoveryNeverCommitsAManifestOfAnotherStep) {
   {
     auto manager = Open();

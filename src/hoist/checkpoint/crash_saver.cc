@@ -1,8 +1,9 @@
 // Test helper for crash_test: opens ROOT (recovering what the last kill
 // left), prints "opened", then saves forever (until killed), one step after
-// another from START, printing "committed N" once step N has committed. Step N's arrays are testing/crash_model.h's. Under mpirun with
-// several ranks it is one process of a job (MPI coordinator, 8 / ranks
-// devices each) and rank 0 prints (demo_mpi_test kills one rank).
+// another from START, printing "committed N" once step N has committed. Step
+// N's arrays are testing/crash_model.h's. Under mpirun with several ranks it is
+// one process of a job (MPI coordinator, 8 / ranks devices each) and rank 0
+// prints (demo_mpi_test kills one rank).
 //
 //   crash_saver ROOT START
 #include <cstdio>

@@ -44,13 +44,14 @@ struct KillPlan {
 // What one run saw.
 struct ChildRun {
   int64_t last_committed = 0;  // the newest "committed N", or 0
-  absl::Duration open_time;     // spawn to "opened" (when seen)
-  absl::Duration save_time;     // between two "committed" lines (when seen)
+  absl::Duration open_time;    // spawn to "opened" (when seen)
+  absl::Duration save_time;    // between two "committed" lines (when seen)
   bool opened = false;
 };
 
 // Runs crash_saver and kills it with SIGKILL as `plan` says.
-ChildRun RunAndKill(const std::string& root, int64_t start, const KillPlan& plan) {
+ChildRun RunAndKill(const std::string& root, int64_t start,
+                    const KillPlan& plan) {
   int out[2];
   EXPECT_EQ(pipe(out), 0);
   posix_spawn_file_actions_t actions;
@@ -74,8 +75,8 @@ ChildRun RunAndKill(const std::string& root, int64_t start, const KillPlan& plan
   absl::Time last_commit;
   // Until the kill moment is known, wait for the child's lines (bounded, so
   // a child that hangs fails the test instead of hanging it).
-  absl::Time kill_at = plan.during_open ? spawned + plan.delay
-                                        : absl::InfiniteFuture();
+  absl::Time kill_at =
+      plan.during_open ? spawned + plan.delay : absl::InfiniteFuture();
   const absl::Time give_up = spawned + absl::Seconds(120);
   char buffer[256];
   bool alive = true;
@@ -122,10 +123,11 @@ ChildRun RunAndKill(const std::string& root, int64_t start, const KillPlan& plan
     pending.append(buffer, n);  // lines written before it died
   }
   close(out[0]);
-  EXPECT_TRUE(WIFSIGNALED(status)) << "crash_saver exited by itself: "
-                                   << pending;
+  EXPECT_TRUE(WIFSIGNALED(status))
+      << "crash_saver exited by itself: " << pending;
   EXPECT_LT(absl::Now(), give_up) << "crash_saver made no progress";
-  for (size_t at = 0; (at = pending.find("committed ", at)) != std::string::npos;) {
+  for (size_t at = 0;
+       (at = pending.find("committed ", at)) != std::string::npos;) {
     at += 10;
     run.last_committed =
         std::max<int64_t>(run.last_committed, std::atoll(pending.c_str() + at));

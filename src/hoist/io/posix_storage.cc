@@ -419,10 +419,16 @@ class PosixStorage final : public Storage {
     return names;
   }
 
-  absl::Status RemoveAll(const std::string& path) override {
+  absl::Status RemoveAll(const std::string& given) override {
     // The parent may be reached through links (a linked root); the entry
     // and everything below it are not.
+    std::string path = given;
+    while (path.size() > 1 && path.back() == '/') path.pop_back();
     const size_t slash = path.rfind('/');
+    if (path == "/" || path.empty() || path == "." || path == "..") {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("'%s': refusing to remove it", given));
+    }
     const std::string parent = slash == std::string::npos
                                    ? "."
                                    : (slash == 0 ? "/" : path.substr(0, slash));

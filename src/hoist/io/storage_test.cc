@@ -201,7 +201,7 @@ TEST_P(StorageConformanceTest, DirectoriesListRenameAndRemove) {
   EXPECT_EQ(storage().Rename(Path("e"), Path("f")).code(),
             absl::StatusCode::kAlreadyExists);
 
-  ASSERT_TRUE(storage().RemoveAll(Path("e")).ok());
+  ASSERT_TRUE(storage().RemoveAll(Path("e") + "/").ok());
   EXPECT_FALSE(*storage().Exists(Path("e")));
   EXPECT_TRUE(storage().RemoveAll(Path("never-was")).ok());
 }
