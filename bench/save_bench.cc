@@ -33,7 +33,7 @@
 #include "hoist/array/box_copy.h"
 #include "hoist/base/bytes.h"
 #include "hoist/base/checked_math.h"
-#include "hoist/checkpoint/layout.h"
+#include "hoist/format/layout.h"
 #include "hoist/checkpoint/restore.h"
 #include "hoist/checkpoint/save.h"
 #include "hoist/host_backend.h"

@@ -20,6 +20,7 @@
 #include "absl/types/span.h"
 #include "hoist/array_spec.h"
 #include "hoist/checkpoint_types.h"
+#include "hoist/manifest.h"
 #include "hoist/coordinator.h"
 #include "hoist/device.h"
 #include "hoist/future.h"
@@ -128,10 +129,10 @@ class SaveHandle {
 
 class CheckpointManager {
  public:
-  // Opens (creating if needed) `root`, takes its lock, recovers what a
-  // crashed process left (a save that had written its manifest is committed,
-  // a step an overwrite had moved aside comes back, the rest is removed),
-  // allocates the pool and starts the saver thread. `backend` drives this
+  // Opens (creating if needed) `root` as CheckpointRoot::Open does (rank 0
+  // takes its lock and recovers what a crashed process left; the other ranks
+  // check that they see that lock), allocates the pool and starts the saver
+  // thread. `backend` drives this
   // process's devices and `coordinator` links the job's processes; both must
   // outlive the manager. `storage` overrides the I/O engine (tests); it must
   // outlive the manager. Errors: kFailedPrecondition when another manager holds
@@ -170,6 +171,8 @@ class CheckpointManager {
   absl::StatusOr<std::optional<int64_t>> Latest() const;
   // Re-reads a committed step (see VerifyReport).
   absl::StatusOr<VerifyReport> Verify(int64_t step) const;
+  // A committed step's validated manifest (CheckpointRoot::ReadManifest).
+  absl::StatusOr<Manifest> ReadManifest(int64_t step) const;
   // Deletes a committed step. kFailedPrecondition for a step being saved.
   absl::Status Delete(int64_t step);
 

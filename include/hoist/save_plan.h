@@ -102,8 +102,9 @@ struct PlannedArray {
   friend bool operator==(const PlannedArray&, const PlannedArray&) = default;
 };
 
+// One data file: process `process`'s writer stream `stream` (format/ names
+// it, "data/r00000_w00.bin").
 struct PlannedFile {
-  std::string path;  // relative to the step directory: "data/r00000_w00.bin"
   int process = 0;
   int stream = 0;
   int64_t size_bytes = 0;  // end of its last extent

@@ -56,9 +56,26 @@ class ReadableFile {
   virtual absl::StatusOr<int64_t> Size() = 0;
 };
 
+// An exclusive lock on a file, held until this object is destroyed (as
+// LevelDB's Env::LockFile). Destroy it before the Storage that made it.
+class FileLock {
+ public:
+  virtual ~FileLock() = default;
+};
+
 class Storage {
  public:
   virtual ~Storage() = default;
+
+  // Takes an exclusive lock on `path`, creating it (mode 0600) if needed,
+  // and writes `holder` into it (who holds it: the next caller refused is
+  // told, and other processes can read it back to check that they see this
+  // lock). kFailedPrecondition naming the holder if the lock is held, by
+  // another process or by this one; kFailedPrecondition too, writing
+  // nothing, if `path` is a link, not a regular file, has more than one
+  // name, or belongs to another user.
+  virtual absl::StatusOr<std::unique_ptr<FileLock>> LockFile(
+      const std::string& path, const std::string& holder) = 0;
 
   // Creates `path` for writing. kAlreadyExists if anything exists there
   // (a file, a link, a FIFO): hoist writes only files it has just created,

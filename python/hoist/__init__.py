@@ -15,7 +15,6 @@ arrays or other DLPack producers; restores rebuild it, onto any sharding.
 
 import json
 import os
-import re
 import sys
 
 import ml_dtypes  # noqa: F401  (registers bfloat16 and float8 with numpy)
@@ -30,11 +29,6 @@ __all__ = ["CheckpointManager", "SaveHandle", "DataLossError", "inspect"]
 __version__ = "0.1.0"
 
 _FORMAT_KEY = "hoist.python"
-_STEP_DIR = re.compile(r"step_([0-9]{8,})")
-
-
-def _step_dir(root, step):
-    return os.path.join(root, "step_%08d" % step)
 
 
 class SaveHandle:
@@ -149,7 +143,7 @@ class CheckpointManager:
             if step is None:
                 raise FileNotFoundError(
                     f"no committed step in {self._manager.root}")
-        manifest = inspect(_step_dir(self._manager.root, step))
+        manifest = self._manifest(step)
         meta = manifest.get("metadata") or {}
 
         def run(targets, sink_targets, sink):
@@ -165,8 +159,11 @@ class CheckpointManager:
         step = self.latest if step is None else step
         if step is None:
             raise FileNotFoundError(f"no committed step in {self._manager.root}")
-        meta = inspect(_step_dir(self._manager.root, step)).get("metadata")
+        meta = self._manifest(step).get("metadata")
         return (meta or {}).get("user")
+
+    def _manifest(self, step):
+        return json.loads(_call(self._manager.manifest, int(step)))
 
     # -- the root ----------------------------------------------------------
 
@@ -232,22 +229,7 @@ def _metadata_text(meta):
     return text
 
 
-def _latest_step_dir(root):
-    """The step directory of `root`'s newest committed step (by number)."""
-    steps = {}
-    for name in os.listdir(root):
-        match = _STEP_DIR.fullmatch(name)
-        if match and "%08d" % int(match.group(1)) == name[5:]:
-            steps[int(match.group(1))] = name
-    if not steps:
-        raise FileNotFoundError(f"{root}: no MANIFEST.json and no steps")
-    return os.path.join(root, steps[max(steps)])
-
-
 def inspect(path):
     """The manifest of a step directory (or of a root's latest step) as a
     dict: step, metadata, arrays (name, dtype, shape, sharding, extents)."""
-    path = os.fspath(path)
-    if not os.path.lexists(os.path.join(path, "MANIFEST.json")):
-        path = _latest_step_dir(path)
-    return json.loads(_call(_hoist.inspect_step, path))
+    return json.loads(_call(_hoist.inspect, os.fspath(path)))

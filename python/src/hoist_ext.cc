@@ -30,8 +30,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
-#include "hoist/checkpoint/save.h"
+#include "hoist/base/status_macros.h"
 #include "hoist/checkpoint_manager.h"
+#include "hoist/checkpoint_root.h"
 #include "hoist/cuda_backend.h"
 #include "hoist/host_backend.h"
 
@@ -367,6 +368,17 @@ class PyManager {
     return d;
   }
 
+  // Committed step `step`'s manifest, as JSON text.
+  std::string Manifest(int64_t step) {
+    Live();
+    absl::StatusOr<hoist::Manifest> manifest;
+    {
+      nb::gil_scoped_release release;
+      manifest = manager_->ReadManifest(step);
+    }
+    return Check(EncodeManifest(Check(std::move(manifest))));
+  }
+
   std::vector<int64_t> Steps() {
     Live();
     return Check(manager_->List());
@@ -435,13 +447,30 @@ class PyManager {
   std::unique_ptr<CheckpointManager> manager_;
 };
 
-// The manifest of the step directory `path`, as JSON text.
-std::string InspectStep(const std::string& path) {
-  std::unique_ptr<Storage> storage = MakePosixStorage();
+// The manifest, as JSON text, of the step directory `path` (ROOT/step_N),
+// or of the newest committed step when `path` is a root.
+std::string Inspect(const std::string& path) {
   absl::StatusOr<Manifest> manifest;
   {
     nb::gil_scoped_release release;
-    manifest = ReadManifest(*storage, path);
+    manifest = [&]() -> absl::StatusOr<Manifest> {
+      absl::StatusOr<std::pair<std::string, int64_t>> split =
+          SplitStepDir(path);
+      if (split.ok()) {
+        ASSIGN_OR_RETURN(std::unique_ptr<CheckpointRoot> root,
+                         CheckpointRoot::OpenForReading(split->first));
+        return root->ReadManifest(split->second);
+      }
+      ASSIGN_OR_RETURN(std::unique_ptr<CheckpointRoot> root,
+                       CheckpointRoot::OpenForReading(path));
+      ASSIGN_OR_RETURN(std::optional<int64_t> latest, root->Latest());
+      if (!latest) {
+        return absl::NotFoundError(absl::StrFormat(
+            "%s: neither a step directory nor a root with a committed step",
+            path));
+      }
+      return root->ReadManifest(*latest);
+    }();
   }
   return Check(EncodeManifest(Check(std::move(manifest))));
 }
@@ -494,11 +523,12 @@ NB_MODULE(_hoist, m) {
            nb::arg("sink_targets") = std::vector<PySinkArray>(),
            nb::arg("sink").none() = nb::none())
       .def("steps", &PyManager::Steps)
+      .def("manifest", &PyManager::Manifest, nb::arg("step"))
       .def("verify", &PyManager::Verify)
       .def("delete", &PyManager::Delete)
       .def("wait_until_finished", &PyManager::WaitUntilFinished)
       .def("close", &PyManager::Close)
       .def_prop_ro("root", &PyManager::Root);
 
-  m.def("inspect_step", &InspectStep, nb::arg("path"));
+  m.def("inspect", &Inspect, nb::arg("path"));
 }

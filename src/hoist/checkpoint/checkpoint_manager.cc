@@ -18,11 +18,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "hoist/base/status_macros.h"
-#include "hoist/checkpoint/layout.h"
+#include "hoist/checkpoint_root.h"
+#include "hoist/format/layout.h"
 #include "hoist/checkpoint/restore.h"
-#include "hoist/checkpoint/root_lock.h"
 #include "hoist/checkpoint/save.h"
-#include "hoist/checkpoint/verify.h"
 #include "hoist/mutex.h"
 #include "hoist/transfer/transfer_engine.h"
 
@@ -76,104 +75,23 @@ absl::StatusOr<Topology> GatherTopology(Backend& backend,
   return Topology::Create(std::move(process_devices));
 }
 
-// What a crashed process left in `root`, made whole:
-//   - a save's directory whose MANIFEST.json is valid and names its step (it
-//     crashed after writing the manifest, before or during the rename to
-//     step_N) is committed now, as the rename would have: all its data is
-//     durable;
-//   - a step an overwrite had moved aside (".old") comes back if no step of
-//     its number exists;
-//   - everything else under a temporary name hoist makes (saves that never
-//     wrote a manifest, deletes that were under way, and any link or file
-//     someone put under such a name) is removed; a link is removed itself,
-//     never followed, never committed. Names hoist does not make are left
-//     alone.
-absl::Status Recover(Storage& storage, const std::string& root) {
-  ASSIGN_OR_RETURN(std::vector<std::string> names, storage.List(root));
-  std::vector<std::string> debris;
-  std::vector<std::pair<std::string, int64_t>> aside;
-  const auto restore_as_step = [&](const std::string& name,
-                                   int64_t step) -> absl::StatusOr<bool> {
-    const std::string path = JoinPath(root, name);
-    const std::string final_dir = JoinPath(root, StepDirName(step));
-    ASSIGN_OR_RETURN(bool exists, storage.Exists(final_dir));
-    if (exists || !ReadManifest(storage, path).ok()) return false;
-    RETURN_IF_ERROR(storage.Rename(path, final_dir));
-    RETURN_IF_ERROR(storage.SyncDir(root));
-    return true;
-  };
-  for (const std::string& name : names) {
-    const std::optional<TmpStepDir> tmp = ParseTmpStepDirName(name);
-    if (!tmp) continue;
-    // IsDir does not follow links: a link is debris, whatever it points to.
-    ASSIGN_OR_RETURN(bool is_dir, storage.IsDir(JoinPath(root, name)));
-    if (is_dir && tmp->kind == TmpKind::kSave) {
-      ASSIGN_OR_RETURN(bool committed, restore_as_step(name, tmp->step));
-      if (committed) continue;
-    }
-    if (is_dir && tmp->kind == TmpKind::kAside) {
-      aside.emplace_back(name, tmp->step);
-    } else {
-      debris.push_back(name);
-    }
-  }
-  for (const auto& [name, step] : aside) {
-    ASSIGN_OR_RETURN(bool restored, restore_as_step(name, step));
-    if (!restored) debris.push_back(name);
-  }
-  for (const std::string& name : debris) {
-    RETURN_IF_ERROR(storage.RemoveAll(JoinPath(root, name)));
-  }
-  if (!debris.empty()) RETURN_IF_ERROR(storage.SyncDir(root));
-  return absl::OkStatus();
-}
-
-// Creates `root` and whichever of its parents are missing, each made durable
-// in its parent (SyncDir) before anything is written into it, so a step
-// committed under a new root survives a power cut with the root.
-absl::Status CreateRoot(Storage& storage, const std::string& root) {
-  std::vector<std::string> missing;
-  std::string path = root;
-  while (!path.empty() && path != "/") {
-    while (path.size() > 1 && path.back() == '/') path.pop_back();
-    ASSIGN_OR_RETURN(bool exists, storage.Exists(path));
-    if (exists) break;
-    missing.push_back(path);
-    const size_t slash = path.rfind('/');
-    path = slash == std::string::npos
-               ? ""
-               : path.substr(0, std::max<size_t>(slash, 1));
-  }
-  for (size_t i = missing.size(); i-- > 0;) {
-    absl::Status created = storage.CreateDir(missing[i]);
-    if (!created.ok() && !absl::IsAlreadyExists(created)) return created;
-    const size_t slash = missing[i].rfind('/');
-    RETURN_IF_ERROR(storage.SyncDir(
-        slash == std::string::npos
-            ? "."
-            : missing[i].substr(0, std::max<size_t>(slash, 1))));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 class CheckpointManager::Impl {
  public:
-  Impl(std::string root, Backend& backend, Coordinator& coordinator,
-       CheckpointManagerOptions options, std::unique_ptr<Storage> owned,
-       Storage& storage, Topology topology, std::unique_ptr<StagingPool> pool,
-       std::unique_ptr<RootLock> lock)
-      : root_(std::move(root)),
+  Impl(std::unique_ptr<CheckpointRoot> root, Backend& backend,
+       Coordinator& coordinator, CheckpointManagerOptions options,
+       std::unique_ptr<Storage> owned, Topology topology,
+       std::unique_ptr<StagingPool> pool)
+      : owned_storage_(std::move(owned)),
+        root_(std::move(root)),
+        storage_(root_->storage()),
         backend_(backend),
         coordinator_(coordinator),
         options_(std::move(options)),
-        owned_storage_(std::move(owned)),
-        storage_(storage),
         topology_(std::move(topology)),
         pool_(std::move(pool)),
-        engine_(*pool_, TransferOptions{.tracer = options_.tracer}),
-        lock_(std::move(lock)) {
+        engine_(*pool_, TransferOptions{.tracer = options_.tracer}) {
     saver_ = std::thread([this] { SaverLoop(); });
   }
 
@@ -225,10 +143,10 @@ class CheckpointManager::Impl {
       }
     }
     ASSIGN_OR_RETURN(bool exists,
-                     storage_.Exists(JoinPath(root_, StepDirName(step))));
+                     storage_.Exists(JoinPath(root(), StepDirName(step))));
     if (exists) {
       return absl::AlreadyExistsError(
-          absl::StrFormat("%s: step %d is already committed", root_, step));
+          absl::StrFormat("%s: step %d is already committed", root(), step));
     }
     for (int s : job->plan->SlicesOfProcess(coordinator_.rank())) {
       job->progress->total_bytes += job->plan->slices[s].length_bytes;
@@ -259,17 +177,7 @@ class CheckpointManager::Impl {
     return TakeDeferredError();
   }
 
-  absl::StatusOr<std::vector<int64_t>> List() const {
-    ASSIGN_OR_RETURN(std::vector<std::string> names, storage_.List(root_));
-    std::vector<int64_t> steps;
-    for (const std::string& name : names) {
-      if (std::optional<int64_t> step = ParseStepDirName(name)) {
-        steps.push_back(*step);
-      }
-    }
-    std::sort(steps.begin(), steps.end());
-    return steps;
-  }
+  absl::StatusOr<std::vector<int64_t>> List() const { return root_->List(); }
 
   absl::StatusOr<RestoreStats> Restore(
       std::optional<int64_t> step, absl::Span<const RestoreTarget> targets) {
@@ -278,17 +186,20 @@ class CheckpointManager::Impl {
       ASSIGN_OR_RETURN(std::vector<int64_t> steps, List());
       if (steps.empty()) {
         return absl::NotFoundError(
-            absl::StrFormat("%s holds no committed step", root_));
+            absl::StrFormat("%s holds no committed step", root()));
       }
       step = steps.back();
     }
-    ASSIGN_OR_RETURN(const std::string dir, StepDirToRead(*step));
+    ASSIGN_OR_RETURN(const std::string dir, root_->StepDir(*step));
     return RestoreCheckpoint(storage_, dir, targets, *pool_, options_.restore);
   }
 
+  absl::StatusOr<Manifest> ReadManifest(int64_t step) const {
+    return root_->ReadManifest(step);
+  }
+
   absl::StatusOr<VerifyReport> Verify(int64_t step) const {
-    ASSIGN_OR_RETURN(const std::string dir, StepDirToRead(step));
-    return VerifyCheckpoint(storage_, dir);
+    return root_->Verify(step);
   }
 
   absl::Status Delete(int64_t step) {
@@ -299,38 +210,12 @@ class CheckpointManager::Impl {
             absl::StrFormat("step %d is being saved", step));
       }
     }
-    const std::string dir = JoinPath(root_, StepDirName(step));
-    ASSIGN_OR_RETURN(bool exists, storage_.Exists(dir));
-    if (!exists) {
-      return absl::NotFoundError(
-          absl::StrFormat("%s: no committed step %d", root_, step));
-    }
-    return RemoveStep(step);
+    return root_->Delete(step);
   }
 
-  const std::string& root() const { return root_; }
+  const std::string& root() const { return root_->path(); }
 
  private:
-  // The directory of committed step `step`: kNotFound if there is none,
-  // kDataLoss if its name is not a real directory (a link is never read
-  // through).
-  absl::StatusOr<std::string> StepDirToRead(int64_t step) const {
-    const std::string dir = JoinPath(root_, StepDirName(step));
-    ASSIGN_OR_RETURN(bool exists, storage_.Exists(dir));
-    if (!exists) {
-      return absl::NotFoundError(
-          absl::StrFormat("%s: no committed step %d", root_, step));
-    }
-    ASSIGN_OR_RETURN(bool is_dir, storage_.IsDir(dir));
-    if (!is_dir) {
-      return absl::DataLossError(absl::StrFormat(
-          "%s: not a directory (a link or a file); hoist does not follow "
-          "links out of a root",
-          dir));
-    }
-    return dir;
-  }
-
   // The plan of `specs`: the previous save's if the specs are the same.
   absl::StatusOr<std::shared_ptr<const SavePlan>> PlanFor(
       const std::vector<ArraySpec>& specs) ABSL_LOCKS_EXCLUDED(plan_mu_) {
@@ -360,17 +245,6 @@ class CheckpointManager::Impl {
     return std::exchange(deferred_error_, absl::OkStatus());
   }
 
-  // Uncommits nothing: renames the step aside first (a crash then leaves a
-  // tmp-looking directory that garbage collection removes), then removes it.
-  absl::Status RemoveStep(int64_t step) {
-    const std::string dir = JoinPath(root_, StepDirName(step));
-    const std::string aside =
-        JoinPath(root_, absl::StrCat(TmpStepDirName(step), kDeletingSuffix));
-    RETURN_IF_ERROR(storage_.Rename(dir, aside));
-    RETURN_IF_ERROR(storage_.SyncDir(root_));
-    return storage_.RemoveAll(aside);
-  }
-
   // Deletes committed steps beyond keep_last (sparing multiples of
   // keep_every), never `newest` (just committed) or a step in flight.
   absl::Status ApplyRetention(int64_t newest) {
@@ -387,7 +261,7 @@ class CheckpointManager::Impl {
         MutexLock lock(&mu_);
         if (in_flight_steps_.contains(step)) continue;
       }
-      RETURN_IF_ERROR(RemoveStep(step));
+      RETURN_IF_ERROR(root_->Delete(step));
     }
     return absl::OkStatus();
   }
@@ -425,7 +299,7 @@ class CheckpointManager::Impl {
 
   absl::StatusOr<SaveInfo> Run(Job& job) {
     SaveRequest request;
-    request.root = root_;
+    request.root = root();
     request.step = job.step;
     request.arrays = job.specs;
     request.plan = job.plan.get();
@@ -456,16 +330,15 @@ class CheckpointManager::Impl {
     return info;
   }
 
-  const std::string root_;
+  const std::unique_ptr<Storage> owned_storage_;  // before the root using it
+  const std::unique_ptr<CheckpointRoot> root_;
+  Storage& storage_;
   Backend& backend_;
   Coordinator& coordinator_;
   const CheckpointManagerOptions options_;
-  const std::unique_ptr<Storage> owned_storage_;
-  Storage& storage_;
   const Topology topology_;
   const std::unique_ptr<StagingPool> pool_;
   TransferEngine engine_;  // used by the saver thread only
-  const std::unique_ptr<RootLock> lock_;
 
   Mutex plan_mu_;
   std::vector<ArraySpec> planned_specs_ ABSL_GUARDED_BY(plan_mu_);
@@ -497,24 +370,23 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
     }
     storage = owned.get();
   }
-  RETURN_IF_ERROR(CreateRoot(*storage, root));
-  // One lock per job: rank 0 takes it and recovers the root, then tells the
-  // others, who check that they see its lock (the same filesystem).
-  std::unique_ptr<RootLock> lock;
+  // One lock per job: rank 0 opens the root (creating it, taking its lock
+  // and recovering it), then tells the others, who open it for reading and
+  // check that they see its lock (the same filesystem).
+  std::unique_ptr<CheckpointRoot> opened_root;
   absl::Status opened;
   if (coordinator.rank() == 0) {
-    if (owned != nullptr) {
-      absl::StatusOr<std::unique_ptr<RootLock>> acquired =
-          RootLock::Acquire(root);
-      opened = acquired.status();
-      if (acquired.ok()) lock = *std::move(acquired);
-    }
-    if (opened.ok()) opened = Recover(*storage, root);
+    absl::StatusOr<std::unique_ptr<CheckpointRoot>> r =
+        CheckpointRoot::Open(root, storage);
+    opened = r.status();
+    if (r.ok()) opened_root = *std::move(r);
   }
   ASSIGN_OR_RETURN(
       std::string token,
       coordinator.Broadcast("open",
-                            opened.ok() ? (lock ? lock->token() : "-")
+                            opened.ok() ? (opened_root != nullptr
+                                               ? opened_root->lock_token()
+                                               : std::string())
                                         : absl::StrCat("!", opened.message()),
                             0));
   RETURN_IF_ERROR(opened);
@@ -522,17 +394,17 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
     return absl::FailedPreconditionError(
         absl::StrFormat("rank 0 could not open %s: %s", root, token.substr(1)));
   }
-  if (coordinator.rank() != 0 && owned != nullptr && token != "-") {
-    RETURN_IF_ERROR(RootLock::Check(root, token));
+  if (coordinator.rank() != 0) {
+    ASSIGN_OR_RETURN(opened_root, CheckpointRoot::OpenForReading(root, storage));
+    RETURN_IF_ERROR(opened_root->CheckLockHolder(token));
   }
   ASSIGN_OR_RETURN(Topology topology, GatherTopology(backend, coordinator));
   ASSIGN_OR_RETURN(std::unique_ptr<StagingPool> pool,
                    StagingPool::Create(backend, options.pool_bytes));
-  Storage& storage_ref = *storage;
   return std::unique_ptr<CheckpointManager>(
       new CheckpointManager(std::make_unique<Impl>(
-          root, backend, coordinator, options, std::move(owned), storage_ref,
-          std::move(topology), std::move(pool), std::move(lock))));
+          std::move(opened_root), backend, coordinator, options,
+          std::move(owned), std::move(topology), std::move(pool))));
 }
 
 CheckpointManager::CheckpointManager(std::unique_ptr<Impl> impl)
@@ -561,6 +433,9 @@ absl::StatusOr<std::optional<int64_t>> CheckpointManager::Latest() const {
 }
 absl::StatusOr<VerifyReport> CheckpointManager::Verify(int64_t step) const {
   return impl_->Verify(step);
+}
+absl::StatusOr<Manifest> CheckpointManager::ReadManifest(int64_t step) const {
+  return impl_->ReadManifest(step);
 }
 absl::Status CheckpointManager::Delete(int64_t step) {
   return impl_->Delete(step);

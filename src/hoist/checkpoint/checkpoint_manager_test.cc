@@ -13,7 +13,7 @@
 #include <set>
 
 #include "absl/strings/str_format.h"
-#include "hoist/checkpoint/layout.h"
+#include "hoist/format/layout.h"
 #include "hoist/checkpoint/restore.h"
 #include "hoist/host_backend.h"
 #include "hoist/io/fault_storage.h"

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "hoist/format/manifest_file.h"
 #include "hoist/checkpoint/restore.h"
 #include "hoist/checkpoint/save.h"
 #include "hoist/checkpoint_manager.h"
@@ -101,7 +102,7 @@ class Job : public ::testing::Test {
       }
     }
     // Exactly the extents that meet one of this rank's boxes.
-    const Manifest manifest = *ReadManifest(
+    const Manifest manifest = *ReadManifestFile(
         *MakePosixStorage(), Root() + "/" + absl::StrFormat("step_%08d", step));
     int64_t needed = 0;
     for (const RestoreTarget& target : targets) {

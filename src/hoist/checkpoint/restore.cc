@@ -15,6 +15,7 @@
 //      per device carries all of the wave's images, and each lease returns
 //      to the pool when its copy has landed.
 //   4. Wait for every copy.
+#include "hoist/format/manifest_file.h"
 #include "hoist/checkpoint/restore.h"
 
 #include <xxhash.h>
@@ -232,7 +233,7 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
   const absl::Time start = absl::Now();
   RestoreStats stats;
   // 1.
-  ASSIGN_OR_RETURN(Manifest manifest, ReadManifest(storage, step_dir));
+  ASSIGN_OR_RETURN(Manifest manifest, ReadManifestFile(storage, step_dir));
   std::vector<Destination> host_dests, device_dests;
   absl::flat_hash_map<std::pair<const ManifestArray*, Box>, size_t> image_of;
   for (const RestoreTarget& target : targets) {

@@ -46,7 +46,8 @@
 #include "absl/time/clock.h"
 #include "hoist/base/status_macros.h"
 #include "hoist/checkpoint/extent_writer.h"
-#include "hoist/checkpoint/layout.h"
+#include "hoist/format/manifest_file.h"
+#include "hoist/format/layout.h"
 
 namespace hoist {
 namespace {
@@ -134,28 +135,13 @@ Manifest BuildManifest(const SaveRequest& request,
   for (size_t s = 0; s < plan.slices.size(); ++s) {
     const PlannedSlice& slice = plan.slices[s];
     manifest.arrays[slice.array].extents.push_back(
-        {slice.box, plan.files[slice.file].path, slice.offset_bytes,
+        {slice.box,
+         DataFileName(plan.files[slice.file].process,
+                      plan.files[slice.file].stream),
+         slice.offset_bytes,
          slice.length_bytes, hashes[s]});
   }
   return manifest;
-}
-
-absl::Status WriteManifest(Storage& storage, const std::string& dir,
-                           const Manifest& manifest) {
-  ASSIGN_OR_RETURN(const std::string text, EncodeManifest(manifest));
-  const std::string tmp =
-      JoinPath(dir, std::string(kManifestFileName) + ".tmp");
-  ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file,
-                   storage.OpenWritable(tmp));
-  RETURN_IF_ERROR(file->WriteAt(
-      0, absl::Span<const uint8_t>(
-             reinterpret_cast<const uint8_t*>(text.data()), text.size())));
-  RETURN_IF_ERROR(file->Sync());
-  RETURN_IF_ERROR(file->Close());
-  RETURN_IF_ERROR(
-      storage.Rename(tmp, JoinPath(dir, std::string(kManifestFileName))));
-  RETURN_IF_ERROR(storage.SyncDir(JoinPath(dir, "data")));
-  return storage.SyncDir(dir);
 }
 
 // Steps 5 and 6, on rank 0: the manifest, then the rename that publishes.
@@ -164,7 +150,7 @@ absl::Status Commit(Storage& storage, const SaveRequest& request,
                     const std::function<void(const char*)>& traced) {
   const std::string final_dir =
       JoinPath(request.root, StepDirName(request.step));
-  RETURN_IF_ERROR(WriteManifest(storage, tmp, manifest));
+  RETURN_IF_ERROR(WriteManifestFile(storage, tmp, manifest));
   traced("manifest (write, fsync, rename, fsync dirs)");
   ASSIGN_OR_RETURN(bool exists, storage.Exists(final_dir));
   std::string aside;
@@ -306,37 +292,6 @@ absl::StatusOr<SaveResult> SaveInto(Storage& storage, Coordinator& coordinator,
 
 }  // namespace
 
-absl::StatusOr<Manifest> ReadManifest(Storage& storage,
-                                      const std::string& step_dir) {
-  const std::string path = JoinPath(step_dir, std::string(kManifestFileName));
-  ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> file,
-                   storage.OpenReadable(path));
-  ASSIGN_OR_RETURN(int64_t size, file->Size());
-  // Checked before reading: the decoder checks again what it is given.
-  if (size > kMaxManifestBytes) {
-    return absl::DataLossError(
-        absl::StrFormat("%s: %d bytes, more than a manifest may have (%d)",
-                        path, size, kMaxManifestBytes));
-  }
-  std::string text(static_cast<size_t>(size), '\0');
-  RETURN_IF_ERROR(file->ReadAt(
-      0, absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(text.data()),
-                             text.size())));
-  absl::StatusOr<Manifest> manifest = DecodeManifest(text);
-  if (!manifest.ok()) {
-    return absl::Status(
-        manifest.status().code(),
-        absl::StrCat(step_dir, "/", manifest.status().message()));
-  }
-  if (const std::optional<int64_t> step = StepOfDir(step_dir);
-      step && *step != manifest->step) {
-    return absl::DataLossError(absl::StrFormat(
-        "%s: the manifest is of step %d, but its directory names step %d", path,
-        manifest->step, *step));
-  }
-  return manifest;
-}
-
 static absl::StatusOr<SaveResult> SaveCheckpointImpl(
     Storage& storage, Coordinator& coordinator, const SaveRequest& request,
     TransferEngine& engine, absl::Span<Device* const> devices,
@@ -367,7 +322,8 @@ static absl::StatusOr<SaveResult> SaveCheckpointImpl(
       refused = storage.CreateDir(JoinPath(request.root, tmp_name));
     }
     if (refused.ok()) {
-      refused = storage.CreateDir(JoinPath(request.root, tmp_name + "/data"));
+      refused = storage.CreateDir(
+          JoinPath(JoinPath(request.root, tmp_name), kDataDirName));
     }
   }
   absl::StatusOr<std::string> decided = coordinator.Broadcast(

@@ -62,12 +62,6 @@ absl::StatusOr<SaveResult> SaveCheckpoint(Storage& storage,
                                           absl::Span<Device* const> devices,
                                           const ShardSources& sources);
 
-// Reads and validates `step_dir`'s MANIFEST.json (at most kMaxManifestBytes;
-// see DecodeManifest). kDataLoss also when the directory's name (step_N, or
-// a temporary name) says another step than the manifest does.
-absl::StatusOr<Manifest> ReadManifest(Storage& storage,
-                                      const std::string& step_dir);
-
 }  // namespace hoist
 
 #endif  // HOIST_CHECKPOINT_SAVE_H_

@@ -8,7 +8,8 @@
 #include <fstream>
 
 #include "absl/strings/str_format.h"
-#include "hoist/checkpoint/layout.h"
+#include "hoist/format/manifest_file.h"
+#include "hoist/format/layout.h"
 #include "hoist/checkpoint/restore.h"
 #include "hoist/checkpoint/save.h"
 #include "hoist/checkpoint/verify.h"
@@ -98,7 +99,7 @@ TEST_F(CheckpointTest, SaveCommitsAStepWithAValidManifest) {
   ASSERT_TRUE(saved.ok()) << saved.status();
   EXPECT_EQ(saved->path, root_ + "/step_00001000");
   EXPECT_THAT(*posix_->List(root_), ::testing::ElementsAre("step_00001000"));
-  absl::StatusOr<Manifest> manifest = ReadManifest(*posix_, saved->path);
+  absl::StatusOr<Manifest> manifest = ReadManifestFile(*posix_, saved->path);
   ASSERT_TRUE(manifest.ok()) << manifest.status();
   EXPECT_EQ(manifest->step, 1000);
   EXPECT_EQ(manifest->arrays.size(), model.size());
@@ -213,7 +214,7 @@ TEST_F(CheckpointTest, ExtentLargerThanARunIsReadInPieces) {
                                          {2048, 4096},
                                          Sharding::Replicated(MeshOf(1, 1))}};
   ASSERT_TRUE(Save(*posix_, whole, 1, 7).ok());
-  Manifest manifest = *ReadManifest(*posix_, root_ + "/step_00000001");
+  Manifest manifest = *ReadManifestFile(*posix_, root_ + "/step_00000001");
   ASSERT_EQ(manifest.arrays[0].extents.size(), 1u);
   std::vector<ArraySpec> columns = whole;
   columns[0].sharding = NamedSharding{MeshOf(2, 4), {{}, {"model"}}};
@@ -362,7 +363,7 @@ class CorruptionTest : public CheckpointTest {
     CheckpointTest::SetUp();
     model_ = Model(MeshOf(2, 4));
     ASSERT_TRUE(Save(*posix_, model_, 1).ok());
-    manifest_ = *ReadManifest(*posix_, Step());
+    manifest_ = *ReadManifestFile(*posix_, Step());
   }
   absl::Status RestoreAll() {
     std::vector<RestoreTarget> targets;

@@ -1,3 +1,4 @@
+#include "hoist/format/manifest_file.h"
 #include "hoist/checkpoint/verify.h"
 
 #include "absl/container/flat_hash_map.h"
@@ -11,7 +12,7 @@ constexpr int64_t kVerifyPieceBytes = int64_t{16} << 20;
 
 VerifyReport VerifyCheckpoint(Storage& storage, const std::string& step_dir) {
   VerifyReport report;
-  absl::StatusOr<Manifest> manifest = ReadManifest(storage, step_dir);
+  absl::StatusOr<Manifest> manifest = ReadManifestFile(storage, step_dir);
   if (!manifest.ok()) {
     report.problems.push_back(manifest.status().ToString());
     return report;

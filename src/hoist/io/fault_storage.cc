@@ -126,6 +126,12 @@ absl::StatusOr<std::vector<std::string>> FaultInjectingStorage::List(
   return base_.List(path);
 }
 
+absl::StatusOr<std::unique_ptr<FileLock>> FaultInjectingStorage::LockFile(
+    const std::string& path, const std::string& holder) {
+  if (absl::Status s = CheckAlive(path); !s.ok()) return s;
+  return base_.LockFile(path, holder);
+}
+
 absl::Status FaultInjectingStorage::RemoveAll(const std::string& path) {
   if (absl::Status s = CheckAlive(path); !s.ok()) return s;
   return base_.RemoveAll(path);

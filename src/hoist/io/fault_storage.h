@@ -31,6 +31,8 @@ class FaultInjectingStorage final : public Storage {
   int syncs() const { return syncs_.load(); }
   bool crashed() const { return crashed_.load(); }
 
+  absl::StatusOr<std::unique_ptr<FileLock>> LockFile(
+      const std::string& path, const std::string& holder) override;
   absl::StatusOr<std::unique_ptr<WritableFile>> OpenWritable(
       const std::string& path) override;
   absl::StatusOr<std::unique_ptr<ReadableFile>> OpenReadable(

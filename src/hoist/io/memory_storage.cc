@@ -138,6 +138,50 @@ absl::StatusOr<MemoryStorage::Node> MemoryStorage::Find(
   return it->second;
 }
 
+namespace {
+
+class MemoryFileLock final : public FileLock {
+ public:
+  MemoryFileLock(std::shared_ptr<Mutex> mu,
+                 std::shared_ptr<std::set<std::string>> locked, std::string path)
+      : mu_(std::move(mu)), locked_(std::move(locked)), path_(std::move(path)) {}
+  ~MemoryFileLock() override {
+    MutexLock lock(mu_.get());
+    locked_->erase(path_);
+  }
+
+ private:
+  const std::shared_ptr<Mutex> mu_;
+  const std::shared_ptr<std::set<std::string>> locked_;
+  const std::string path_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<FileLock>> MemoryStorage::LockFile(
+    const std::string& path, const std::string& holder) {
+  MutexLock lock(&mu_);
+  absl::StatusOr<Where> where = Locate(path);
+  if (!where.ok()) return where.status();
+  Node& node = where->parent->entries[where->name];
+  auto* file = std::get_if<std::shared_ptr<File>>(&node);
+  if (file == nullptr || (*file != nullptr && locked_->contains(path))) {
+    std::string held = "unknown";
+    if (file != nullptr && *file != nullptr) {
+      held.assign((*file)->data.begin(), (*file)->data.end());
+    }
+    return absl::FailedPreconditionError(
+        file == nullptr
+            ? absl::StrFormat("%s must be a regular file", path)
+            : absl::StrFormat("%s is held by %s", path, held));
+  }
+  if (*file == nullptr) *file = std::make_shared<File>();
+  (*file)->data.assign(holder.begin(), holder.end());
+  locked_->insert(path);
+  return std::unique_ptr<FileLock>(
+      new MemoryFileLock(mu_holder_, locked_, path));
+}
+
 absl::StatusOr<std::unique_ptr<WritableFile>> MemoryStorage::OpenWritable(
     const std::string& path) {
   MutexLock lock(&mu_);

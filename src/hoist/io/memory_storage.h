@@ -7,6 +7,7 @@
 #define HOIST_IO_MEMORY_STORAGE_H_
 
 #include <map>
+#include <set>
 #include <memory>
 #include <variant>
 
@@ -24,6 +25,10 @@ class MemoryStorage final : public Storage {
   // keep working on the reverted state.
   void Crash() ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Locks are this object's: a second LockFile of a path fails until the
+  // first lock is destroyed (as for two processes over one filesystem).
+  absl::StatusOr<std::unique_ptr<FileLock>> LockFile(
+      const std::string& path, const std::string& holder) override;
   absl::StatusOr<std::unique_ptr<WritableFile>> OpenWritable(
       const std::string& path) override;
   absl::StatusOr<std::unique_ptr<ReadableFile>> OpenReadable(
@@ -63,6 +68,9 @@ class MemoryStorage final : public Storage {
   std::shared_ptr<Mutex> mu_holder_ = std::make_shared<Mutex>();
   Mutex& mu_ = *mu_holder_;
   std::shared_ptr<Dir> root_ ABSL_GUARDED_BY(mu_);
+  // Locked paths, shared with the locks (which may outlive a Crash()).
+  std::shared_ptr<std::set<std::string>> locked_ ABSL_GUARDED_BY(mu_) =
+      std::make_shared<std::set<std::string>>();
 };
 
 }  // namespace hoist

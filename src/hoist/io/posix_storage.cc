@@ -14,6 +14,7 @@
 // so hoist never reads, writes or deletes through a link.
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -343,9 +344,67 @@ absl::Status RemoveEntry(int dir_fd, const std::string& name,
   return absl::OkStatus();
 }
 
+// Opens a lock file without following a link or blocking on a FIFO, and
+// checks that it is a regular file with one name, owned by this user: only
+// then may it be truncated and written.
+absl::StatusOr<Fd> OpenLockFile(const std::string& path) {
+  Fd fd(open(path.c_str(),
+             O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600));
+  if (fd.get() < 0) {
+    if (errno == ELOOP) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s is a symbolic link; hoist never follows a link to lock a root "
+          "(remove it)",
+          path));
+    }
+    return ErrnoStatus(errno, "open lock file", path);
+  }
+  struct stat st;
+  if (fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "fstat", path);
+  if (!S_ISREG(st.st_mode) || st.st_nlink != 1 || st.st_uid != geteuid()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s must be a regular file with one name, owned by the user that "
+        "opens the root (uid %d); it is %s with %d names, owned by uid %d. "
+        "Remove it if the root is yours",
+        path, geteuid(), S_ISREG(st.st_mode) ? "a regular file" : "not",
+        st.st_nlink, st.st_uid));
+  }
+  return fd;
+}
+
+// flock(2): the lock belongs to the open file, so a second lock on the same
+// path fails whether it comes from another process or from this one.
+class PosixFileLock final : public FileLock {
+ public:
+  explicit PosixFileLock(Fd fd) : fd_(std::move(fd)) {}
+  ~PosixFileLock() override { flock(fd_.get(), LOCK_UN); }
+
+ private:
+  const Fd fd_;
+};
+
 class PosixStorage final : public Storage {
  public:
   explicit PosixStorage(std::unique_ptr<FileIo> io) : io_(std::move(io)) {}
+
+  absl::StatusOr<std::unique_ptr<FileLock>> LockFile(
+      const std::string& path, const std::string& holder) override {
+    ASSIGN_OR_RETURN(Fd fd, OpenLockFile(path));
+    if (flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      if (err != EWOULDBLOCK) return ErrnoStatus(err, "flock", path);
+      char held[256] = {0};
+      const ssize_t n = pread(fd.get(), held, sizeof held - 1, 0);
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s is held by %s", path, n > 0 ? std::string(held, n) : "unknown"));
+    }
+    if (ftruncate(fd.get(), 0) != 0 ||
+        pwrite(fd.get(), holder.data(), holder.size(), 0) !=
+            static_cast<ssize_t>(holder.size())) {
+      return ErrnoStatus(errno, "write lock file", path);
+    }
+    return std::unique_ptr<FileLock>(new PosixFileLock(std::move(fd)));
+  }
 
   absl::StatusOr<std::unique_ptr<WritableFile>> OpenWritable(
       const std::string& path) override {

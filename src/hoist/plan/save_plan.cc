@@ -323,8 +323,7 @@ absl::StatusOr<SavePlan> MakeSavePlan(absl::Span<const ArraySpec> arrays,
   const int streams = options.writer_streams;
   for (int p = 0; p < topology.num_processes(); ++p) {
     for (int s = 0; s < streams; ++s) {
-      plan.files.push_back(
-          {absl::StrFormat("data/r%05d_w%02d.bin", p, s), p, s, 0});
+      plan.files.push_back({p, s, 0});
     }
   }
   plan.slices.reserve(assigned.size());

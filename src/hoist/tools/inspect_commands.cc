@@ -10,10 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "hoist/base/bytes.h"
 #include "hoist/base/status_macros.h"
-#include "hoist/checkpoint/layout.h"
-#include "hoist/checkpoint/root_lock.h"
-#include "hoist/checkpoint/save.h"
-#include "hoist/checkpoint/verify.h"
+#include "hoist/checkpoint_root.h"
 #include "hoist/manifest.h"
 
 namespace hoist {
@@ -29,18 +26,27 @@ int64_t ManifestBytes(const Manifest& manifest) {
   return bytes;
 }
 
-absl::Status Ls(const std::string& root, bool json) {
-  std::unique_ptr<Storage> storage = MakePosixStorage();
-  ASSIGN_OR_RETURN(std::vector<std::string> names, storage->List(root));
+// The root holding `step_dir` (ROOT/step_N), opened for reading, and N.
+absl::StatusOr<std::pair<std::unique_ptr<CheckpointRoot>, int64_t>> OpenStepDir(
+    const std::string& step_dir) {
+  ASSIGN_OR_RETURN(auto split, SplitStepDir(step_dir));
+  ASSIGN_OR_RETURN(std::unique_ptr<CheckpointRoot> root,
+                   CheckpointRoot::OpenForReading(split.first));
+  return std::make_pair(std::move(root), split.second);
+}
+
+absl::Status Ls(const std::string& path, bool json) {
+  ASSIGN_OR_RETURN(std::unique_ptr<CheckpointRoot> root,
+                   CheckpointRoot::OpenForReading(path));
+  ASSIGN_OR_RETURN(std::vector<RootEntry> entries, root->Entries());
   nlohmann::json out = nlohmann::json::array();
   if (!json) {
     std::cout << absl::StrFormat("%-24s %10s %8s  %s\n", "step", "bytes",
                                  "arrays", "state");
   }
-  for (const std::string& name : names) {
-    const std::string path = JoinPath(root, name);
-    if (std::optional<int64_t> step = ParseStepDirName(name)) {
-      absl::StatusOr<Manifest> manifest = ReadManifest(*storage, path);
+  for (const RootEntry& entry : entries) {
+    if (entry.kind == RootEntry::Kind::kCommitted) {
+      absl::StatusOr<Manifest> manifest = root->ReadManifest(entry.step);
       const std::string state =
           manifest.ok()
               ? "committed"
@@ -48,20 +54,21 @@ absl::Status Ls(const std::string& root, bool json) {
       const int64_t bytes = manifest.ok() ? ManifestBytes(*manifest) : 0;
       const int64_t arrays =
           manifest.ok() ? static_cast<int64_t>(manifest->arrays.size()) : 0;
-      out.push_back({{"step", *step},
-                     {"path", path},
+      out.push_back({{"step", entry.step},
+                     {"path", entry.path},
                      {"bytes", bytes},
                      {"arrays", arrays},
                      {"state", manifest.ok() ? "committed" : "unreadable"}});
       if (!json) {
-        std::cout << absl::StrFormat("%-24d %10s %8d  %s\n", *step,
+        std::cout << absl::StrFormat("%-24d %10s %8d  %s\n", entry.step,
                                      FormatBytes(bytes), arrays, state);
       }
-    } else if (IsTmpStepDirName(name)) {
-      out.push_back({{"path", path}, {"state", "incomplete"}});
+    } else {
+      out.push_back({{"path", entry.path}, {"state", "incomplete"}});
       if (!json) {
         std::cout << absl::StrFormat(
-            "%-24s %10s %8s  %s\n", name, "-", "-",
+            "%-24s %10s %8s  %s\n",
+            entry.path.substr(entry.path.rfind('/') + 1), "-", "-",
             "incomplete (a save that did not commit; removed when a "
             "manager opens the root)");
       }
@@ -72,8 +79,8 @@ absl::Status Ls(const std::string& root, bool json) {
 }
 
 absl::Status Inspect(const std::string& step_dir, bool json) {
-  std::unique_ptr<Storage> storage = MakePosixStorage();
-  ASSIGN_OR_RETURN(Manifest manifest, ReadManifest(*storage, step_dir));
+  ASSIGN_OR_RETURN(auto opened, OpenStepDir(step_dir));
+  ASSIGN_OR_RETURN(Manifest manifest, opened.first->ReadManifest(opened.second));
   std::map<std::string, int64_t> file_bytes;
   nlohmann::json arrays = nlohmann::json::array();
   for (const ManifestArray& array : manifest.arrays) {
@@ -128,14 +135,21 @@ absl::Status Inspect(const std::string& step_dir, bool json) {
 
 // 0: verified; 1: problems found (printed).
 int Verify(const std::string& step_dir, bool json) {
-  std::unique_ptr<Storage> storage = MakePosixStorage();
-  if (absl::StatusOr<bool> is_dir = storage->IsDir(step_dir);
-      !is_dir.ok() || !*is_dir) {
+  absl::StatusOr<VerifyReport> verified = absl::NotFoundError("");
+  if (auto opened = OpenStepDir(step_dir); opened.ok()) {
+    verified = opened->first->Verify(opened->second);
+  }
+  if (absl::IsNotFound(verified.status()) ||
+      absl::IsInvalidArgument(verified.status())) {
     std::cerr << "hoist verify: " << step_dir
               << ": no such checkpoint directory\n";
     return 1;
   }
-  const VerifyReport report = VerifyCheckpoint(*storage, step_dir);
+  if (!verified.ok()) {
+    std::cerr << "hoist verify: " << verified.status().message() << "\n";
+    return 1;
+  }
+  const VerifyReport& report = *verified;
   if (json) {
     std::cout << nlohmann::json{{"path", step_dir},
                                 {"ok", report.ok()},
@@ -157,23 +171,14 @@ int Verify(const std::string& step_dir, bool json) {
   return report.ok() ? 0 : 1;
 }
 
-absl::Status Rm(const std::string& root, const std::vector<int64_t>& steps) {
-  ASSIGN_OR_RETURN(std::unique_ptr<RootLock> lock, RootLock::Acquire(root));
-  std::unique_ptr<Storage> storage = MakePosixStorage();
+absl::Status Rm(const std::string& path, const std::vector<int64_t>& steps) {
+  // Never creates a root: it must exist before it is locked and recovered.
+  RETURN_IF_ERROR(CheckpointRoot::OpenForReading(path).status());
+  ASSIGN_OR_RETURN(std::unique_ptr<CheckpointRoot> root,
+                   CheckpointRoot::Open(path));
   for (int64_t step : steps) {
-    const std::string dir = JoinPath(root, StepDirName(step));
-    ASSIGN_OR_RETURN(bool exists, storage->Exists(dir));
-    if (!exists) {
-      return absl::NotFoundError(
-          absl::StrFormat("%s: no committed step %d", root, step));
-    }
-    // Uncommit first (a crash then leaves debris, not a broken step).
-    const std::string aside =
-        JoinPath(root, absl::StrCat(TmpStepDirName(step), kDeletingSuffix));
-    RETURN_IF_ERROR(storage->Rename(dir, aside));
-    RETURN_IF_ERROR(storage->SyncDir(root));
-    RETURN_IF_ERROR(storage->RemoveAll(aside));
-    std::cout << "removed " << dir << "\n";
+    RETURN_IF_ERROR(root->Delete(step));
+    std::cout << "removed step " << step << " from " << path << "\n";
   }
   return absl::OkStatus();
 }

@@ -1,4 +1,4 @@
-#include "hoist/checkpoint/layout.h"
+#include "hoist/format/layout.h"
 
 #include <random>
 
@@ -7,6 +7,10 @@
 #include "absl/strings/str_format.h"
 
 namespace hoist {
+
+std::string DataFileName(int process, int stream) {
+  return absl::StrFormat("%s/r%05d_w%02d.bin", kDataDirName, process, stream);
+}
 
 std::string StepDirName(int64_t step) {
   return absl::StrFormat("step_%08d", step);

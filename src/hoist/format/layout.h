@@ -1,9 +1,14 @@
-// Names inside a checkpoint root (format hoist/1):
-//   ROOT/step_00001000/MANIFEST.json        committed
-//   ROOT/step_00001000/data/r00000_w00.bin  data files
-//   ROOT/.step_00001000.tmp-<nonce>/        a save in progress
-#ifndef HOIST_CHECKPOINT_LAYOUT_H_
-#define HOIST_CHECKPOINT_LAYOUT_H_
+// Every name inside a checkpoint root (format hoist/1), made and parsed here
+// and nowhere else:
+//   ROOT/.hoist.lock                            the root's lock
+//   ROOT/step_00001000/                         a committed step
+//   ROOT/step_00001000/MANIFEST.json            its manifest (kManifestFileName)
+//   ROOT/step_00001000/data/r00000_w00.bin      data: process 0, writer stream 0
+//   ROOT/.step_00001000.tmp-<16 hex digits>/    a save in progress
+//   ROOT/.step_00001000.tmp-<16 hex>.old/       a step an overwrite moved aside
+//   ROOT/.step_00001000.tmp-<16 hex>.del/       a step being deleted
+#ifndef HOIST_FORMAT_LAYOUT_H_
+#define HOIST_FORMAT_LAYOUT_H_
 
 #include <cstdint>
 #include <optional>
@@ -11,6 +16,14 @@
 #include <string_view>
 
 namespace hoist {
+
+inline constexpr char kLockFileName[] = ".hoist.lock";
+inline constexpr char kDataDirName[] = "data";
+inline constexpr char kManifestTmpSuffix[] = ".tmp";  // MANIFEST.json.tmp
+
+// "data/r00000_w00.bin": the file of `process`'s writer `stream`, relative
+// to the step directory.
+std::string DataFileName(int process, int stream);
 
 // "step_00001000" (at least 8 digits).
 std::string StepDirName(int64_t step);
@@ -40,4 +53,4 @@ std::optional<int64_t> StepOfDir(std::string_view path);
 
 }  // namespace hoist
 
-#endif  // HOIST_CHECKPOINT_LAYOUT_H_
+#endif  // HOIST_FORMAT_LAYOUT_H_

@@ -1,0 +1,285 @@
+// The device-free side of a checkpoint root: lock, recovery, listing,
+// reading, verifying and deleting (see checkpoint_root.h).
+#include "hoist/checkpoint_root.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <random>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "hoist/base/status_macros.h"
+#include "hoist/checkpoint/verify.h"
+#include "hoist/format/layout.h"
+#include "hoist/format/manifest_file.h"
+
+namespace hoist {
+namespace {
+
+// What a crashed process left in `root`, made whole:
+//   - a save's directory whose MANIFEST.json is valid and names its step (it
+//     crashed after writing the manifest, before or during the rename to
+//     step_N) is committed now, as the rename would have: all its data is
+//     durable;
+//   - a step an overwrite had moved aside (".old") comes back if no step of
+//     its number exists;
+//   - everything else under a temporary name hoist makes (saves that never
+//     wrote a manifest, deletes that were under way, and any link or file
+//     someone put under such a name) is removed; a link is removed itself,
+//     never followed, never committed. Names hoist does not make are left
+//     alone.
+absl::Status Recover(Storage& storage, const std::string& root) {
+  ASSIGN_OR_RETURN(std::vector<std::string> names, storage.List(root));
+  std::vector<std::string> debris;
+  std::vector<std::pair<std::string, int64_t>> aside;
+  const auto restore_as_step = [&](const std::string& name,
+                                   int64_t step) -> absl::StatusOr<bool> {
+    const std::string path = JoinPath(root, name);
+    const std::string final_dir = JoinPath(root, StepDirName(step));
+    ASSIGN_OR_RETURN(bool exists, storage.Exists(final_dir));
+    if (exists || !ReadManifestFile(storage, path).ok()) return false;
+    RETURN_IF_ERROR(storage.Rename(path, final_dir));
+    RETURN_IF_ERROR(storage.SyncDir(root));
+    return true;
+  };
+  for (const std::string& name : names) {
+    const std::optional<TmpStepDir> tmp = ParseTmpStepDirName(name);
+    if (!tmp) continue;
+    // IsDir does not follow links: a link is debris, whatever it points to.
+    ASSIGN_OR_RETURN(bool is_dir, storage.IsDir(JoinPath(root, name)));
+    if (is_dir && tmp->kind == TmpKind::kSave) {
+      ASSIGN_OR_RETURN(bool committed, restore_as_step(name, tmp->step));
+      if (committed) continue;
+    }
+    if (is_dir && tmp->kind == TmpKind::kAside) {
+      aside.emplace_back(name, tmp->step);
+    } else {
+      debris.push_back(name);
+    }
+  }
+  for (const auto& [name, step] : aside) {
+    ASSIGN_OR_RETURN(bool restored, restore_as_step(name, step));
+    if (!restored) debris.push_back(name);
+  }
+  for (const std::string& name : debris) {
+    RETURN_IF_ERROR(storage.RemoveAll(JoinPath(root, name)));
+  }
+  if (!debris.empty()) RETURN_IF_ERROR(storage.SyncDir(root));
+  return absl::OkStatus();
+}
+
+// Creates `root` and whichever of its parents are missing, each made durable
+// in its parent (SyncDir) before anything is written into it, so a step
+// committed under a new root survives a power cut with the root.
+absl::Status CreateRoot(Storage& storage, const std::string& root) {
+  std::vector<std::string> missing;
+  std::string path = root;
+  while (!path.empty() && path != "/") {
+    while (path.size() > 1 && path.back() == '/') path.pop_back();
+    ASSIGN_OR_RETURN(bool exists, storage.Exists(path));
+    if (exists) break;
+    missing.push_back(path);
+    const size_t slash = path.rfind('/');
+    path = slash == std::string::npos
+               ? ""
+               : path.substr(0, std::max<size_t>(slash, 1));
+  }
+  for (size_t i = missing.size(); i-- > 0;) {
+    absl::Status created = storage.CreateDir(missing[i]);
+    if (!created.ok() && !absl::IsAlreadyExists(created)) return created;
+    const size_t slash = missing[i].rfind('/');
+    RETURN_IF_ERROR(storage.SyncDir(
+        slash == std::string::npos
+            ? "."
+            : missing[i].substr(0, std::max<size_t>(slash, 1))));
+  }
+  return absl::OkStatus();
+}
+
+// "pid PID on HOST, NONCE": who holds a lock, unique to this opening.
+std::string LockToken() {
+  char host[128] = {0};
+  gethostname(host, sizeof host - 1);
+  return absl::StrFormat(
+      "pid %d on %s, %016x", getpid(), host,
+      std::random_device{}() * uint64_t{0x9e3779b97f4a7c15} ^
+          static_cast<uint64_t>(absl::ToUnixNanos(absl::Now())));
+}
+
+std::unique_ptr<Storage> DefaultStorage(Storage*& storage) {
+  std::unique_ptr<Storage> owned;
+  if (storage == nullptr) {
+    owned = MakePosixStorage();
+    storage = owned.get();
+  }
+  return owned;
+}
+
+}  // namespace
+
+CheckpointRoot::CheckpointRoot(std::string path,
+                               std::unique_ptr<Storage> owned,
+                               Storage& storage,
+                               std::unique_ptr<FileLock> lock,
+                               std::string token)
+    : path_(std::move(path)),
+      owned_storage_(std::move(owned)),
+      storage_(storage),
+      lock_(std::move(lock)),
+      token_(std::move(token)) {}
+
+CheckpointRoot::~CheckpointRoot() = default;
+
+absl::StatusOr<std::unique_ptr<CheckpointRoot>> CheckpointRoot::Open(
+    const std::string& path, Storage* storage) {
+  std::unique_ptr<Storage> owned = DefaultStorage(storage);
+  RETURN_IF_ERROR(CreateRoot(*storage, path));
+  std::string token = LockToken();
+  absl::StatusOr<std::unique_ptr<FileLock>> lock =
+      storage->LockFile(JoinPath(path, kLockFileName), token);
+  if (!lock.ok()) {
+    if (!absl::IsFailedPrecondition(lock.status())) return lock.status();
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s is in use by another CheckpointManager or hoist command (%s); "
+        "two writers must never share one root",
+        path, lock.status().message()));
+  }
+  RETURN_IF_ERROR(Recover(*storage, path));
+  return std::unique_ptr<CheckpointRoot>(
+      new CheckpointRoot(path, std::move(owned), *storage, *std::move(lock),
+                         std::move(token)));
+}
+
+absl::StatusOr<std::unique_ptr<CheckpointRoot>> CheckpointRoot::OpenForReading(
+    const std::string& path, Storage* storage) {
+  std::unique_ptr<Storage> owned = DefaultStorage(storage);
+  ASSIGN_OR_RETURN(bool exists, storage->Exists(path));
+  if (!exists) {
+    return absl::NotFoundError(absl::StrFormat("%s: no such root", path));
+  }
+  return std::unique_ptr<CheckpointRoot>(new CheckpointRoot(
+      path, std::move(owned), *storage, nullptr, std::string()));
+}
+
+absl::Status CheckpointRoot::CheckLockHolder(const std::string& token) const {
+  const std::string path = JoinPath(path_, kLockFileName);
+  std::string held;
+  absl::StatusOr<std::unique_ptr<ReadableFile>> file =
+      storage_.OpenReadable(path);
+  if (file.ok()) {
+    absl::StatusOr<int64_t> size = (*file)->Size();
+    held.resize(size.ok() ? std::min<int64_t>(*size, 256) : 0);
+    if (!(*file)
+             ->ReadAt(0, absl::MakeSpan(reinterpret_cast<uint8_t*>(held.data()),
+                                        held.size()))
+             .ok()) {
+      held.clear();
+    }
+  }
+  if (held != token) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s does not hold rank 0's lock ('%s' instead of '%s'): every "
+        "process of the job must see the same checkpoint root (a shared "
+        "filesystem)",
+        path, held, token));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<RootEntry>> CheckpointRoot::Entries() const {
+  ASSIGN_OR_RETURN(std::vector<std::string> names, storage_.List(path_));
+  std::vector<RootEntry> entries;
+  for (const std::string& name : names) {
+    if (std::optional<int64_t> step = ParseStepDirName(name)) {
+      entries.push_back(
+          {RootEntry::Kind::kCommitted, *step, JoinPath(path_, name)});
+    } else if (std::optional<TmpStepDir> tmp = ParseTmpStepDirName(name)) {
+      entries.push_back(
+          {RootEntry::Kind::kIncomplete, tmp->step, JoinPath(path_, name)});
+    }
+  }
+  return entries;
+}
+
+absl::StatusOr<std::vector<int64_t>> CheckpointRoot::List() const {
+  ASSIGN_OR_RETURN(std::vector<RootEntry> entries, Entries());
+  std::vector<int64_t> steps;
+  for (const RootEntry& entry : entries) {
+    if (entry.kind == RootEntry::Kind::kCommitted) steps.push_back(entry.step);
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+absl::StatusOr<std::optional<int64_t>> CheckpointRoot::Latest() const {
+  ASSIGN_OR_RETURN(std::vector<int64_t> steps, List());
+  if (steps.empty()) return std::optional<int64_t>();
+  return std::optional<int64_t>(steps.back());
+}
+
+absl::StatusOr<std::string> CheckpointRoot::StepDir(int64_t step) const {
+  const std::string dir = JoinPath(path_, StepDirName(step));
+  ASSIGN_OR_RETURN(bool exists, storage_.Exists(dir));
+  if (!exists) {
+    return absl::NotFoundError(
+        absl::StrFormat("%s: no committed step %d", path_, step));
+  }
+  ASSIGN_OR_RETURN(bool is_dir, storage_.IsDir(dir));
+  if (!is_dir) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s: not a directory (a link or a file); hoist does not follow "
+        "links out of a root",
+        dir));
+  }
+  return dir;
+}
+
+absl::StatusOr<Manifest> CheckpointRoot::ReadManifest(int64_t step) const {
+  ASSIGN_OR_RETURN(const std::string dir, StepDir(step));
+  return ReadManifestFile(storage_, dir);
+}
+
+absl::StatusOr<VerifyReport> CheckpointRoot::Verify(int64_t step) const {
+  ASSIGN_OR_RETURN(const std::string dir, StepDir(step));
+  return VerifyCheckpoint(storage_, dir);
+}
+
+absl::Status CheckpointRoot::Delete(int64_t step) {
+  if (lock_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s was opened for reading: deleting needs the root's lock", path_));
+  }
+  const std::string dir = JoinPath(path_, StepDirName(step));
+  ASSIGN_OR_RETURN(bool exists, storage_.Exists(dir));
+  if (!exists) {
+    return absl::NotFoundError(
+        absl::StrFormat("%s: no committed step %d", path_, step));
+  }
+  const std::string aside =
+      JoinPath(path_, absl::StrCat(TmpStepDirName(step), kDeletingSuffix));
+  RETURN_IF_ERROR(storage_.Rename(dir, aside));
+  RETURN_IF_ERROR(storage_.SyncDir(path_));
+  return storage_.RemoveAll(aside);
+}
+
+absl::StatusOr<std::pair<std::string, int64_t>> SplitStepDir(
+    const std::string& step_dir) {
+  std::string path = step_dir;
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  const size_t slash = path.rfind('/');
+  const std::string name =
+      slash == std::string::npos ? path : path.substr(slash + 1);
+  const std::optional<int64_t> step = ParseStepDirName(name);
+  if (!step) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: not a step directory (ROOT/step_NNNNNNNN)", step_dir));
+  }
+  const std::string root =
+      slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  return std::make_pair(root, *step);
+}
+
+}  // namespace hoist
