@@ -33,9 +33,9 @@
 #include "hoist/array/box_copy.h"
 #include "hoist/base/bytes.h"
 #include "hoist/base/checked_math.h"
-#include "hoist/format/layout.h"
 #include "hoist/checkpoint/restore.h"
 #include "hoist/checkpoint/save.h"
+#include "hoist/format/layout.h"
 #include "hoist/host_backend.h"
 #include "hoist/tools/sample_model.h"
 

@@ -63,9 +63,12 @@ struct MpiCoordinatorOptions {
 absl::StatusOr<std::unique_ptr<Coordinator>> MakeMpiCoordinator(
     const MpiCoordinatorOptions& options = {});
 
-// True when an MPI launcher (mpirun, srun with PMI) started this process as
-// one of several: what `hoist demo` uses to choose MPI by itself.
-bool LaunchedByMpiWithSeveralRanks();
+// The coordinator of the job that started this process: over MPI when an MPI
+// launcher (Open MPI's mpirun, or a PMI launcher such as MPICH's hydra or
+// srun --mpi=pmi2) started it as one of several ranks, else single-process.
+// Errors as MakeMpiCoordinator's.
+absl::StatusOr<std::unique_ptr<Coordinator>> MakeJobCoordinator(
+    const MpiCoordinatorOptions& options = {});
 
 }  // namespace hoist
 

@@ -30,7 +30,6 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
-#include "hoist/base/status_macros.h"
 #include "hoist/checkpoint_manager.h"
 #include "hoist/checkpoint_root.h"
 #include "hoist/cuda_backend.h"
@@ -456,20 +455,18 @@ std::string Inspect(const std::string& path) {
     manifest = [&]() -> absl::StatusOr<Manifest> {
       absl::StatusOr<std::pair<std::string, int64_t>> split =
           SplitStepDir(path);
-      if (split.ok()) {
-        ASSIGN_OR_RETURN(std::unique_ptr<CheckpointRoot> root,
-                         CheckpointRoot::OpenForReading(split->first));
-        return root->ReadManifest(split->second);
-      }
-      ASSIGN_OR_RETURN(std::unique_ptr<CheckpointRoot> root,
-                       CheckpointRoot::OpenForReading(path));
-      ASSIGN_OR_RETURN(std::optional<int64_t> latest, root->Latest());
-      if (!latest) {
+      absl::StatusOr<std::unique_ptr<CheckpointRoot>> root =
+          CheckpointRoot::OpenForReading(split.ok() ? split->first : path);
+      if (!root.ok()) return root.status();
+      if (split.ok()) return (*root)->ReadManifest(split->second);
+      absl::StatusOr<std::optional<int64_t>> latest = (*root)->Latest();
+      if (!latest.ok()) return latest.status();
+      if (!*latest) {
         return absl::NotFoundError(absl::StrFormat(
             "%s: neither a step directory nor a root with a committed step",
             path));
       }
-      return root->ReadManifest(*latest);
+      return (*root)->ReadManifest(**latest);
     }();
   }
   return Check(EncodeManifest(Check(std::move(manifest))));

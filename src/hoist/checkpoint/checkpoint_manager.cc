@@ -18,10 +18,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "hoist/base/status_macros.h"
-#include "hoist/checkpoint_root.h"
-#include "hoist/format/layout.h"
 #include "hoist/checkpoint/restore.h"
 #include "hoist/checkpoint/save.h"
+#include "hoist/checkpoint_root.h"
+#include "hoist/format/layout.h"
 #include "hoist/mutex.h"
 #include "hoist/transfer/transfer_engine.h"
 
@@ -383,19 +383,20 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
   }
   ASSIGN_OR_RETURN(
       std::string token,
-      coordinator.Broadcast("open",
-                            opened.ok() ? (opened_root != nullptr
-                                               ? opened_root->lock_token()
-                                               : std::string())
-                                        : absl::StrCat("!", opened.message()),
-                            0));
+      coordinator.Broadcast(
+          "open",
+          opened.ok() ? (opened_root != nullptr ? opened_root->lock_token()
+                                                : std::string())
+                      : absl::StrCat("!", opened.message()),
+          0));
   RETURN_IF_ERROR(opened);
   if (absl::StartsWith(token, "!")) {
     return absl::FailedPreconditionError(
         absl::StrFormat("rank 0 could not open %s: %s", root, token.substr(1)));
   }
   if (coordinator.rank() != 0) {
-    ASSIGN_OR_RETURN(opened_root, CheckpointRoot::OpenForReading(root, storage));
+    ASSIGN_OR_RETURN(opened_root,
+                     CheckpointRoot::OpenForReading(root, storage));
     RETURN_IF_ERROR(opened_root->CheckLockHolder(token));
   }
   ASSIGN_OR_RETURN(Topology topology, GatherTopology(backend, coordinator));

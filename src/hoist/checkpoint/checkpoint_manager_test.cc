@@ -13,8 +13,8 @@
 #include <set>
 
 #include "absl/strings/str_format.h"
-#include "hoist/format/layout.h"
 #include "hoist/checkpoint/restore.h"
+#include "hoist/format/layout.h"
 #include "hoist/host_backend.h"
 #include "hoist/io/fault_storage.h"
 #include "hoist/io/memory_storage.h"

@@ -120,10 +120,8 @@ std::unique_ptr<Storage> DefaultStorage(Storage*& storage) {
 
 }  // namespace
 
-CheckpointRoot::CheckpointRoot(std::string path,
-                               std::unique_ptr<Storage> owned,
-                               Storage& storage,
-                               std::unique_ptr<FileLock> lock,
+CheckpointRoot::CheckpointRoot(std::string path, std::unique_ptr<Storage> owned,
+                               Storage& storage, std::unique_ptr<FileLock> lock,
                                std::string token)
     : path_(std::move(path)),
       owned_storage_(std::move(owned)),
@@ -148,9 +146,8 @@ absl::StatusOr<std::unique_ptr<CheckpointRoot>> CheckpointRoot::Open(
         path, lock.status().message()));
   }
   RETURN_IF_ERROR(Recover(*storage, path));
-  return std::unique_ptr<CheckpointRoot>(
-      new CheckpointRoot(path, std::move(owned), *storage, *std::move(lock),
-                         std::move(token)));
+  return std::unique_ptr<CheckpointRoot>(new CheckpointRoot(
+      path, std::move(owned), *storage, *std::move(lock), std::move(token)));
 }
 
 absl::StatusOr<std::unique_ptr<CheckpointRoot>> CheckpointRoot::OpenForReading(
@@ -277,8 +274,9 @@ absl::StatusOr<std::pair<std::string, int64_t>> SplitStepDir(
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: not a step directory (ROOT/step_NNNNNNNN)", step_dir));
   }
-  const std::string root =
-      slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  const std::string root = slash == std::string::npos
+                               ? "."
+                               : (slash == 0 ? "/" : path.substr(0, slash));
   return std::make_pair(root, *step);
 }
 

@@ -26,18 +26,13 @@ int Main(int argc, char** argv) {
   }
   const std::string root = argv[1];
   const int64_t start = std::atoll(argv[2]);
-  std::unique_ptr<Coordinator> coordinator;
-  if (LaunchedByMpiWithSeveralRanks()) {
-    absl::StatusOr<std::unique_ptr<Coordinator>> mpi = MakeMpiCoordinator();
-    if (!mpi.ok()) {
-      std::fprintf(stderr, "crash_saver: %s\n",
-                   std::string(mpi.status().message()).c_str());
-      return 1;
-    }
-    coordinator = *std::move(mpi);
-  } else {
-    coordinator = MakeSingleProcessCoordinator();
+  absl::StatusOr<std::unique_ptr<Coordinator>> job = MakeJobCoordinator();
+  if (!job.ok()) {
+    std::fprintf(stderr, "crash_saver: %s\n",
+                 std::string(job.status().message()).c_str());
+    return 1;
   }
+  std::unique_ptr<Coordinator> coordinator = *std::move(job);
   const int devices = 8 / coordinator->size();
   std::unique_ptr<Backend> backend =
       *MakeHostBackend({.num_devices = devices,

@@ -26,8 +26,8 @@ absl::StatusOr<std::unique_ptr<ExtentWriter>> ExtentWriter::Open(
   for (int f = writer->first_file_; f < writer->first_file_ + streams; ++f) {
     auto stream = std::make_unique<Stream>();
     stream->owner = writer.get();
-    stream->path =
-        JoinPath(dir, DataFileName(plan.files[f].process, plan.files[f].stream));
+    stream->path = JoinPath(
+        dir, DataFileName(plan.files[f].process, plan.files[f].stream));
     absl::StatusOr<std::unique_ptr<WritableFile>> file =
         storage.OpenWritable(stream->path);
     if (!file.ok()) return file.status();  // started threads: none yet
@@ -115,8 +115,10 @@ void ExtentWriter::Run(Stream* stream) {
       int64_t bytes = 0;
       for (const auto& piece : pieces) bytes += piece.size();
       const std::string track =
-          "writer " + DataFileName(plan_.files[plan_.slices[run.front().slice].file].process,
-                                   plan_.files[plan_.slices[run.front().slice].file].stream);
+          "writer " +
+          DataFileName(
+              plan_.files[plan_.slices[run.front().slice].file].process,
+              plan_.files[plan_.slices[run.front().slice].file].stream);
       tracer_->Span(track, absl::StrFormat("hash %d extents", run.size()),
                     hash_start, write_start);
       tracer_->Span(

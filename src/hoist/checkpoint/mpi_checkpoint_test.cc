@@ -16,10 +16,10 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "hoist/format/manifest_file.h"
 #include "hoist/checkpoint/restore.h"
 #include "hoist/checkpoint/save.h"
 #include "hoist/checkpoint_manager.h"
+#include "hoist/format/manifest_file.h"
 #include "hoist/host_backend.h"
 #include "hoist/io/fault_storage.h"
 #include "hoist/tools/sample_model.h"

@@ -15,7 +15,6 @@
 //      per device carries all of the wave's images, and each lease returns
 //      to the pool when its copy has landed.
 //   4. Wait for every copy.
-#include "hoist/format/manifest_file.h"
 #include "hoist/checkpoint/restore.h"
 
 #include <xxhash.h>
@@ -39,6 +38,7 @@
 #include "hoist/base/status_macros.h"
 #include "hoist/checkpoint/extent_reader.h"
 #include "hoist/checkpoint/save.h"
+#include "hoist/format/manifest_file.h"
 
 namespace hoist {
 namespace {

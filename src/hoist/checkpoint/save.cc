@@ -46,8 +46,8 @@
 #include "absl/time/clock.h"
 #include "hoist/base/status_macros.h"
 #include "hoist/checkpoint/extent_writer.h"
-#include "hoist/format/manifest_file.h"
 #include "hoist/format/layout.h"
+#include "hoist/format/manifest_file.h"
 
 namespace hoist {
 namespace {
@@ -138,8 +138,7 @@ Manifest BuildManifest(const SaveRequest& request,
         {slice.box,
          DataFileName(plan.files[slice.file].process,
                       plan.files[slice.file].stream),
-         slice.offset_bytes,
-         slice.length_bytes, hashes[s]});
+         slice.offset_bytes, slice.length_bytes, hashes[s]});
   }
   return manifest;
 }

@@ -8,11 +8,11 @@
 #include <fstream>
 
 #include "absl/strings/str_format.h"
-#include "hoist/format/manifest_file.h"
-#include "hoist/format/layout.h"
 #include "hoist/checkpoint/restore.h"
 #include "hoist/checkpoint/save.h"
 #include "hoist/checkpoint/verify.h"
+#include "hoist/format/layout.h"
+#include "hoist/format/manifest_file.h"
 #include "hoist/host_backend.h"
 #include "hoist/io/fault_storage.h"
 #include "hoist/io/memory_storage.h"

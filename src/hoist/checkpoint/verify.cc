@@ -1,10 +1,10 @@
-#include "hoist/format/manifest_file.h"
 #include "hoist/checkpoint/verify.h"
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
 #include "hoist/checkpoint/extent_reader.h"
 #include "hoist/checkpoint/save.h"
+#include "hoist/format/manifest_file.h"
 
 namespace hoist {
 

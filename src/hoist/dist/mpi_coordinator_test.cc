@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_format.h"
 #include "hoist/coordinator.h"
+#include "hoist/dist/launch.h"
 
 namespace hoist {
 namespace {

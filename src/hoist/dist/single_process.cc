@@ -3,6 +3,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "hoist/coordinator.h"
+#include "hoist/dist/launch.h"
 
 namespace hoist {
 namespace {
@@ -31,6 +32,12 @@ class SingleProcessCoordinator final : public Coordinator {
 
 std::unique_ptr<Coordinator> MakeSingleProcessCoordinator() {
   return std::make_unique<SingleProcessCoordinator>();
+}
+
+absl::StatusOr<std::unique_ptr<Coordinator>> MakeJobCoordinator(
+    const MpiCoordinatorOptions& options) {
+  if (LaunchedByMpiWithSeveralRanks()) return MakeMpiCoordinator(options);
+  return MakeSingleProcessCoordinator();
 }
 
 bool LaunchedByMpiWithSeveralRanks() {

@@ -2,11 +2,12 @@
 // and nowhere else:
 //   ROOT/.hoist.lock                            the root's lock
 //   ROOT/step_00001000/                         a committed step
-//   ROOT/step_00001000/MANIFEST.json            its manifest (kManifestFileName)
-//   ROOT/step_00001000/data/r00000_w00.bin      data: process 0, writer stream 0
-//   ROOT/.step_00001000.tmp-<16 hex digits>/    a save in progress
-//   ROOT/.step_00001000.tmp-<16 hex>.old/       a step an overwrite moved aside
-//   ROOT/.step_00001000.tmp-<16 hex>.del/       a step being deleted
+//   ROOT/step_00001000/MANIFEST.json            its manifest
+//   (kManifestFileName) ROOT/step_00001000/data/r00000_w00.bin      data:
+//   process 0, writer stream 0 ROOT/.step_00001000.tmp-<16 hex digits>/    a
+//   save in progress ROOT/.step_00001000.tmp-<16 hex>.old/       a step an
+//   overwrite moved aside ROOT/.step_00001000.tmp-<16 hex>.del/       a step
+//   being deleted
 #ifndef HOIST_FORMAT_LAYOUT_H_
 #define HOIST_FORMAT_LAYOUT_H_
 

@@ -143,8 +143,11 @@ namespace {
 class MemoryFileLock final : public FileLock {
  public:
   MemoryFileLock(std::shared_ptr<Mutex> mu,
-                 std::shared_ptr<std::set<std::string>> locked, std::string path)
-      : mu_(std::move(mu)), locked_(std::move(locked)), path_(std::move(path)) {}
+                 std::shared_ptr<std::set<std::string>> locked,
+                 std::string path)
+      : mu_(std::move(mu)),
+        locked_(std::move(locked)),
+        path_(std::move(path)) {}
   ~MemoryFileLock() override {
     MutexLock lock(mu_.get());
     locked_->erase(path_);
@@ -171,9 +174,8 @@ absl::StatusOr<std::unique_ptr<FileLock>> MemoryStorage::LockFile(
       held.assign((*file)->data.begin(), (*file)->data.end());
     }
     return absl::FailedPreconditionError(
-        file == nullptr
-            ? absl::StrFormat("%s must be a regular file", path)
-            : absl::StrFormat("%s is held by %s", path, held));
+        file == nullptr ? absl::StrFormat("%s must be a regular file", path)
+                        : absl::StrFormat("%s is held by %s", path, held));
   }
   if (*file == nullptr) *file = std::make_shared<File>();
   (*file)->data.assign(holder.begin(), holder.end());

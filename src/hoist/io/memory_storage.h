@@ -7,8 +7,8 @@
 #define HOIST_IO_MEMORY_STORAGE_H_
 
 #include <map>
-#include <set>
 #include <memory>
+#include <set>
 #include <variant>
 
 #include "absl/base/thread_annotations.h"

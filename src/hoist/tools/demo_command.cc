@@ -215,9 +215,10 @@ absl::Status RunDemo(const DemoFlags& flags) {
 
   // The job: one process, or the ranks MPI started.
   std::unique_ptr<Coordinator> coordinator;
-  if (flags.coordinator == "mpi" ||
-      (flags.coordinator == "auto" && LaunchedByMpiWithSeveralRanks())) {
+  if (flags.coordinator == "mpi") {
     ASSIGN_OR_RETURN(coordinator, MakeMpiCoordinator());
+  } else if (flags.coordinator == "auto") {
+    ASSIGN_OR_RETURN(coordinator, MakeJobCoordinator());
   } else {
     coordinator = MakeSingleProcessCoordinator();
   }

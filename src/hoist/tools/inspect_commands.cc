@@ -80,7 +80,8 @@ absl::Status Ls(const std::string& path, bool json) {
 
 absl::Status Inspect(const std::string& step_dir, bool json) {
   ASSIGN_OR_RETURN(auto opened, OpenStepDir(step_dir));
-  ASSIGN_OR_RETURN(Manifest manifest, opened.first->ReadManifest(opened.second));
+  ASSIGN_OR_RETURN(Manifest manifest,
+                   opened.first->ReadManifest(opened.second));
   std::map<std::string, int64_t> file_bytes;
   nlohmann::json arrays = nlohmann::json::array();
   for (const ManifestArray& array : manifest.arrays) {
