@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
 
   // Devices: 8 logical devices over host RAM (MakeCudaBackend() for GPUs).
   auto backend = *hoist::MakeHostBackend({.num_devices = 8});
-  auto coordinator = hoist::MakeSingleProcessCoordinator();
+  auto coordinator = *hoist::MakeJobCoordinator();  // MPI under mpirun
   hoist::CheckpointManagerOptions options;
   options.pool_bytes = 64 << 20;  // pinned, allocated once
   options.keep_last = 3;
