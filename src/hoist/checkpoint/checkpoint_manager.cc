@@ -21,6 +21,7 @@
 #include "hoist/checkpoint/restore.h"
 #include "hoist/checkpoint/save.h"
 #include "hoist/checkpoint_root.h"
+#include "hoist/dist/status_wire.h"
 #include "hoist/format/layout.h"
 #include "hoist/mutex.h"
 #include "hoist/transfer/transfer_engine.h"
@@ -381,19 +382,17 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
     opened = r.status();
     if (r.ok()) opened_root = *std::move(r);
   }
+  // The lock's token, or "!" and rank 0's error.
   ASSIGN_OR_RETURN(
       std::string token,
       coordinator.Broadcast(
           "open",
           opened.ok() ? (opened_root != nullptr ? opened_root->lock_token()
                                                 : std::string())
-                      : absl::StrCat("!", opened.message()),
+                      : absl::StrCat("!", EncodeStatus(opened)),
           0));
   RETURN_IF_ERROR(opened);
-  if (absl::StartsWith(token, "!")) {
-    return absl::FailedPreconditionError(
-        absl::StrFormat("rank 0 could not open %s: %s", root, token.substr(1)));
-  }
+  if (absl::StartsWith(token, "!")) return DecodeStatus(token.substr(1), 0);
   if (coordinator.rank() != 0) {
     ASSIGN_OR_RETURN(opened_root,
                      CheckpointRoot::OpenForReading(root, storage));

@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "hoist/base/bytes.h"
+#include "hoist/checkpoint/io_sizes.h"
 #include "hoist/format/layout.h"
 
 namespace hoist {
@@ -75,7 +76,6 @@ bool ExtentWriter::StreamHasWork(Stream* stream) {
 }
 
 void ExtentWriter::Run(Stream* stream) {
-  constexpr int64_t kMaxRunBytes = int64_t{16} << 20;
   std::vector<StagedExtent> run;
   std::vector<absl::Span<const uint8_t>> pieces;
   std::vector<uint64_t> hashes;
@@ -90,7 +90,7 @@ void ExtentWriter::Run(Stream* stream) {
       int64_t end = it->first;
       int64_t bytes = 0;
       while (it != stream->queue.end() && it->first == end &&
-             (run.empty() || bytes < kMaxRunBytes)) {
+             (run.empty() || bytes < kMaxIoRunBytes)) {
         end = it->first + it->second.lease.reserved_bytes();
         bytes += it->second.lease.reserved_bytes();
         run.push_back(std::move(it->second));

@@ -37,6 +37,7 @@
 #include "hoist/base/first_error.h"
 #include "hoist/base/status_macros.h"
 #include "hoist/checkpoint/extent_reader.h"
+#include "hoist/checkpoint/io_sizes.h"
 #include "hoist/checkpoint/save.h"
 #include "hoist/format/manifest_file.h"
 
@@ -95,7 +96,6 @@ absl::Status ReadWave(Storage& storage, const std::string& step_dir,
   // into it. The others are read into a buffer, in runs of extents that
   // follow each other in one file (each at the next 4 KiB boundary after
   // the previous one): one read per run, up to 16 MiB.
-  constexpr int64_t kMaxRunBytes = int64_t{16} << 20;
   const auto extent_of = [&](int t) -> const ManifestExtent& {
     return tasks[t].array->extents[tasks[t].extent];
   };
@@ -124,10 +124,10 @@ absl::Status ReadWave(Storage& storage, const std::string& step_dir,
       const ManifestExtent& prev = extent_of(order[j - 1]);
       const ManifestExtent& next = extent_of(order[j]);
       if (next.file != first.file ||
-          next.offset_bytes !=
-              AlignUp(prev.offset_bytes + prev.length_bytes, 4096) ||
+          next.offset_bytes != AlignUp(prev.offset_bytes + prev.length_bytes,
+                                       kExtentAlignmentBytes) ||
           next.offset_bytes + next.length_bytes - first.offset_bytes >
-              kMaxRunBytes) {
+              kMaxIoRunBytes) {
         break;
       }
       ++j;
@@ -162,12 +162,12 @@ absl::Status ReadWave(Storage& storage, const std::string& step_dir,
       const std::optional<int64_t> direct = direct_at[order[begin]];
       const int64_t span =
           last.offset_bytes + last.length_bytes - first.offset_bytes;
-      if (!direct && span > kMaxRunBytes) {
+      if (!direct && span > kMaxIoRunBytes) {
         // One extent larger than a run, scattered: read it in pieces so
         // the buffer stays bounded whatever the extent's size.
         const int64_t item = ItemSize(head.array->dtype);
         absl::Status s =
-            ReadExtentInPieces(*file, first, item, kMaxRunBytes, buffer,
+            ReadExtentInPieces(*file, first, item, kMaxIoRunBytes, buffer,
                                [&](const Box& piece, const uint8_t* bytes) {
                                  for (int k : head.sinks) {
                                    const Box& box = sinks[k].dest->box;

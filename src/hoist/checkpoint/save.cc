@@ -46,6 +46,7 @@
 #include "absl/time/clock.h"
 #include "hoist/base/status_macros.h"
 #include "hoist/checkpoint/extent_writer.h"
+#include "hoist/dist/status_wire.h"
 #include "hoist/format/layout.h"
 #include "hoist/format/manifest_file.h"
 
@@ -81,26 +82,6 @@ absl::Status DecodeHashes(const std::string& bytes,
     hashes[slice] = hash;
   }
   return absl::OkStatus();
-}
-
-// A status as bytes for the coordinator ("" is OK), and back, with the
-// sender named in the message.
-std::string EncodeStatus(const absl::Status& status) {
-  if (status.ok()) return std::string();
-  return absl::StrCat(static_cast<int>(status.code()), ":", status.message());
-}
-
-absl::Status DecodeStatus(const std::string& bytes, int rank) {
-  if (bytes.empty()) return absl::OkStatus();
-  const size_t colon = bytes.find(':');
-  int code = static_cast<int>(absl::StatusCode::kUnknown);
-  if (colon == std::string::npos ||
-      !absl::SimpleAtoi(bytes.substr(0, colon), &code)) {
-    return absl::UnknownError(absl::StrFormat("rank %d: %s", rank, bytes));
-  }
-  return absl::Status(
-      static_cast<absl::StatusCode>(code),
-      absl::StrFormat("rank %d: %s", rank, bytes.substr(colon + 1)));
 }
 
 Manifest BuildManifest(const SaveRequest& request,

@@ -3,12 +3,11 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
 #include "hoist/checkpoint/extent_reader.h"
+#include "hoist/checkpoint/io_sizes.h"
 #include "hoist/checkpoint/save.h"
 #include "hoist/format/manifest_file.h"
 
 namespace hoist {
-
-constexpr int64_t kVerifyPieceBytes = int64_t{16} << 20;
 
 VerifyReport VerifyCheckpoint(Storage& storage, const std::string& step_dir) {
   VerifyReport report;
@@ -44,7 +43,7 @@ VerifyReport VerifyCheckpoint(Storage& storage, const std::string& step_dir) {
       ++report.extents;
       // Pieces of at most 16 MiB: a manifest's claim never sizes a buffer.
       const absl::Status read = ReadExtentInPieces(
-          *file, extent, ItemSize(array.dtype), kVerifyPieceBytes, buffer,
+          *file, extent, ItemSize(array.dtype), kMaxIoRunBytes, buffer,
           [](const Box&, const uint8_t*) {});
       if (!read.ok()) {
         report.problems.push_back(
