@@ -2,8 +2,11 @@
 //
 // Each device has a non-blocking stream for device-to-host copies and one for
 // host-to-device copies. A dispatch is one cudaMemcpyBatchAsync for all of
-// its contiguous ops (CUDA >= 12.8) plus one cudaMemcpy2DAsync per strided
-// op, all on the copy stream, followed by an event; a completion thread per
+// its contiguous ops plus one cudaMemcpy3DBatchAsync for all of its strided
+// (2-D) ops (CUDA >= 12.8; where the runtime is older or the driver answers
+// "not supported", a loop of cudaMemcpyAsync / cudaMemcpy2DAsync inside the
+// same dispatch), all on the copy stream, followed by an event; a completion
+// thread per
 // device waits on those events in order and completes the futures (so
 // future callbacks run on that device's completion thread, and a failed
 // copy's error reaches its future). hoist links the CUDA runtime statically:
