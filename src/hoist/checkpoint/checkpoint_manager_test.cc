@@ -20,6 +20,7 @@
 #include "hoist/io/memory_storage.h"
 #include "testing/array_bytes.h"
 #include "testing/mixed_model.h"
+#include "testing/shard_buffers.h"
 #include "testing/temp_dir.h"
 
 namespace hoist {

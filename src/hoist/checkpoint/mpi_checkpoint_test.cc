@@ -25,6 +25,7 @@
 #include "hoist/tools/sample_model.h"
 #include "testing/array_bytes.h"
 #include "testing/mixed_model.h"
+#include "testing/shard_buffers.h"
 
 namespace hoist {
 namespace {

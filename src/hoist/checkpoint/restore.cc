@@ -414,22 +414,4 @@ HostArrays WholeArraysInHost(absl::Span<const ArraySpec> specs) {
   return out;
 }
 
-absl::StatusOr<ShardBuffers> AllocateShards(const ArraySpec& spec,
-                                            absl::Span<Device* const> devices) {
-  ASSIGN_OR_RETURN(ShardLayout layout, spec.sharding.Layout(spec.shape));
-  ShardBuffers out;
-  out.target = {spec.name, spec.dtype, spec.shape, {}};
-  for (const DeviceShard& shard : layout.shards) {
-    for (Device* device : devices) {
-      if (device->id() != shard.device) continue;
-      ASSIGN_OR_RETURN(
-          MemoryBlock block,
-          device->Allocate(shard.box.num_elements() * ItemSize(spec.dtype)));
-      out.target.destinations.push_back({shard.box, device, block.data()});
-      out.memory.push_back(std::move(block));
-    }
-  }
-  return out;
-}
-
 }  // namespace hoist

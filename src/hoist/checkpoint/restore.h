@@ -41,15 +41,6 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
     absl::Span<const RestoreTarget> targets, StagingPool& pool,
     const RestoreOptions& options = {});
 
-// Device memory for `spec`'s shards on the `devices` it places data on (each
-// replica gets its own copy), and the destinations that fill them.
-struct ShardBuffers {
-  std::vector<MemoryBlock> memory;
-  RestoreTarget target;
-};
-absl::StatusOr<ShardBuffers> AllocateShards(const ArraySpec& spec,
-                                            absl::Span<Device* const> devices);
-
 }  // namespace hoist
 
 #endif  // HOIST_CHECKPOINT_RESTORE_H_

@@ -19,6 +19,7 @@
 #include "testing/array_bytes.h"
 #include "testing/loop_filesystem.h"
 #include "testing/mixed_model.h"
+#include "testing/shard_buffers.h"
 #include "testing/temp_dir.h"
 
 namespace hoist {

@@ -1,4 +1,5 @@
-// Test helper for crash_test: opens ROOT (recovering what the last kill
+// Test helper for crash_test (built by src/hoist/checkpoint/CMakeLists.txt,
+// kept out of the library): opens ROOT (recovering what the last kill
 // left), prints "opened", then saves forever (until killed), one step after
 // another from START, printing "committed N" once step N has committed. Step
 // N's arrays are testing/crash_model.h's. Under mpirun with several ranks it is
