@@ -192,172 +192,167 @@ absl::Status Upload(std::vector<std::vector<Part>>& parts) {
   return WhenAll(copies).Wait();
 }
 
-absl::Status RunDemo(const DemoFlags& flags) {
-  ASSIGN_OR_RETURN(int64_t size, ParseBytes(flags.size));
-  if (flags.steps < 1 || flags.save_every < 1 ||
-      flags.steps < flags.save_every) {
-    return absl::InvalidArgumentError(
-        "--steps and --save-every must be >= 1, with at least one save");
-  }
-  absl::Duration step_time;
-  if (!absl::ParseDuration(flags.step_time, &step_time) ||
-      step_time < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "--step-time '%s' is not a duration such as 250ms", flags.step_time));
-  }
-  // The devices computing: the host has nothing to do until they finish.
-  const auto compute = [step_time] {
-    Notification never;
-    (void)never.WaitForNotificationWithTimeout(step_time);
-  };
-  ASSIGN_OR_RETURN(auto mesh_shape, ParseMeshFlag(flags.mesh));
-  const int64_t mesh_devices = mesh_shape.first * mesh_shape.second;
-
-  // The job: one process, or the ranks MPI started.
+// The demo's job: its processes, this process's devices, the model, and
+// this process's shards of the training state.
+struct DemoJob {
   std::unique_ptr<Coordinator> coordinator;
+  int rank = 0;
+  int processes = 1;
+  bool lead = true;  // rank 0: prints, and owns the default root
+  std::string root;
+  bool own_root = false;
+  std::pair<int64_t, int64_t> mesh_shape;
+  int64_t mesh_devices = 0;
+  std::string mesh_name;
+  std::unique_ptr<Backend> backend;
+  absl::flat_hash_map<DeviceId, Device*> device_of;
+  GptConfig config;
+  std::vector<ArraySpec> model;
+  int64_t model_bytes = 0;
+  std::vector<std::vector<Part>> parts;  // per array, this process's boxes
+  std::vector<SaveArray> arrays;         // what Save() is given
+};
+
+// What training measured.
+struct Trained {
+  ModeStats modes[2];  // staged, dispatched
+  int64_t last_saved = -1;
+};
+
+// What the restores found.
+struct Restored {
+  bool verified = true;
+  RestoreStats host;
+  RestoreStats mesh;
+  std::string other_mesh;
+  int64_t peak_rss = 0;  // the largest process's
+};
+
+// 1. The job: flags checked, the coordinator, the backend, the model, and
+// this process's shards on its devices.
+absl::StatusOr<DemoJob> SetUp(const DemoFlags& flags, int64_t size) {
+  DemoJob job;
+  ASSIGN_OR_RETURN(job.mesh_shape, ParseMeshFlag(flags.mesh));
+  job.mesh_devices = job.mesh_shape.first * job.mesh_shape.second;
   if (flags.coordinator == "mpi") {
-    ASSIGN_OR_RETURN(coordinator, MakeMpiCoordinator());
+    ASSIGN_OR_RETURN(job.coordinator, MakeMpiCoordinator());
   } else if (flags.coordinator == "auto") {
-    ASSIGN_OR_RETURN(coordinator, MakeJobCoordinator());
+    ASSIGN_OR_RETURN(job.coordinator, MakeJobCoordinator());
   } else {
-    coordinator = MakeSingleProcessCoordinator();
+    job.coordinator = MakeSingleProcessCoordinator();
   }
-  const int rank = coordinator->rank();
-  const int processes = coordinator->size();
-  const bool lead = rank == 0;  // prints, and owns the default root
-  if (mesh_devices % processes != 0) {
+  job.rank = job.coordinator->rank();
+  job.processes = job.coordinator->size();
+  job.lead = job.rank == 0;
+  if (job.mesh_devices % job.processes != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "the %s mesh's %d devices do not divide among %d processes", flags.mesh,
-        mesh_devices, processes));
+        job.mesh_devices, job.processes));
   }
-  const int64_t local_devices = mesh_devices / processes;
-  const bool own_root = flags.root.empty();
-  ASSIGN_OR_RETURN(
-      const std::string root,
-      coordinator->Broadcast(
-          "root",
-          own_root ? absl::StrFormat("hoist-demo.%d", getpid()) : flags.root,
-          0));
-
-  // 1. The backend, the model, and this process's shards.
-  std::unique_ptr<Backend> backend;
-  if (flags.backend == "cuda" && processes > 1) {
+  const int64_t local_devices = job.mesh_devices / job.processes;
+  job.own_root = flags.root.empty();
+  ASSIGN_OR_RETURN(job.root,
+                   job.coordinator->Broadcast(
+                       "root",
+                       job.own_root ? absl::StrFormat("hoist-demo.%d", getpid())
+                                    : flags.root,
+                       0));
+  if (flags.backend == "cuda" && job.processes > 1) {
     return absl::UnimplementedError(
         "the demo runs --backend cuda in one process (each rank's GPUs "
         "would need job-wide device ids)");
   }
   if (flags.backend == "cuda") {
-    ASSIGN_OR_RETURN(backend, MakeCudaBackend());
+    ASSIGN_OR_RETURN(job.backend, MakeCudaBackend());
   } else {
     ASSIGN_OR_RETURN(
-        backend,
-        MakeHostBackend(
-            {.num_devices = static_cast<int>(local_devices),
-             .first_device_id = static_cast<DeviceId>(rank * local_devices)}));
+        job.backend,
+        MakeHostBackend({.num_devices = static_cast<int>(local_devices),
+                         .first_device_id =
+                             static_cast<DeviceId>(job.rank * local_devices)}));
   }
-  if (processes == 1 &&
-      static_cast<int64_t>(backend->devices().size()) < mesh_devices) {
+  if (job.processes == 1 &&
+      static_cast<int64_t>(job.backend->devices().size()) < job.mesh_devices) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "the %s mesh needs %d devices; the %s backend has %d (try --mesh "
         "1x%d)",
-        flags.mesh, mesh_devices, flags.backend, backend->devices().size(),
-        backend->devices().size()));
+        flags.mesh, job.mesh_devices, flags.backend,
+        job.backend->devices().size(), job.backend->devices().size()));
   }
-  absl::flat_hash_map<DeviceId, Device*> device_of;
-  for (Device* device : backend->devices()) device_of[device->id()] = device;
-  GptConfig config = GptConfigForBytes(size, DType::kBFloat16);
-  config.vocab = flags.vocab;
-  ASSIGN_OR_RETURN(
-      Mesh mesh,
-      Mesh::Create({"data", "model"}, {mesh_shape.first, mesh_shape.second}));
-  ASSIGN_OR_RETURN(std::vector<ArraySpec> model, GptModel(config, mesh));
-  std::vector<std::vector<Part>> parts(model.size());
-  std::vector<SaveArray> arrays;
-  int64_t model_bytes = 0;
-  for (size_t a = 0; a < model.size(); ++a) {
-    absl::StatusOr<ShardLayout> layout =
-        model[a].sharding.Layout(model[a].shape);
+  for (Device* device : job.backend->devices()) {
+    job.device_of[device->id()] = device;
+  }
+  job.config = GptConfigForBytes(size, DType::kBFloat16);
+  job.config.vocab = flags.vocab;
+  ASSIGN_OR_RETURN(Mesh mesh,
+                   Mesh::Create({"data", "model"},
+                                {job.mesh_shape.first, job.mesh_shape.second}));
+  job.mesh_name = mesh.ToString();
+  ASSIGN_OR_RETURN(job.model, GptModel(job.config, mesh));
+  job.parts.resize(job.model.size());
+  for (size_t a = 0; a < job.model.size(); ++a) {
+    const ArraySpec& spec = job.model[a];
+    absl::StatusOr<ShardLayout> layout = spec.sharding.Layout(spec.shape);
     if (!layout.ok()) {
       return absl::Status(
           layout.status().code(),
-          absl::StrFormat("array '%s' on %s: %s", model[a].name,
-                          mesh.ToString(), layout.status().message()));
+          absl::StrFormat("array '%s' on %s: %s", spec.name, job.mesh_name,
+                          layout.status().message()));
     }
-    const int64_t item = ItemSize(model[a].dtype);
-    model_bytes += Box::FromShape(model[a].shape).num_elements() * item;
-    SaveArray array{model[a], {}};
+    const int64_t item = ItemSize(spec.dtype);
+    job.model_bytes += Box::FromShape(spec.shape).num_elements() * item;
+    SaveArray array{spec, {}};
     for (const UniqueBox& unique : layout->unique_boxes) {
       const bool here =
           std::any_of(unique.devices.begin(), unique.devices.end(),
-                      [&](DeviceId id) { return device_of.contains(id); });
+                      [&](DeviceId id) { return job.device_of.contains(id); });
       if (!here) continue;  // another process holds it
       Part part{unique.box, SeedOf(a, unique.box), {}, {}};
       part.host.resize(unique.box.num_elements() * item);
       FillSynthetic(part.host.data(), static_cast<int64_t>(part.host.size()),
                     part.seed);
       for (DeviceId id : unique.devices) {
-        if (!device_of.contains(id)) continue;
-        Device* device = device_of.at(id);
+        if (!job.device_of.contains(id)) continue;
+        Device* device = job.device_of.at(id);
         ASSIGN_OR_RETURN(
             MemoryBlock memory,
             device->Allocate(static_cast<int64_t>(part.host.size())));
         array.shards.push_back({id, memory.data()});
         part.replicas.emplace_back(device, std::move(memory));
       }
-      parts[a].push_back(std::move(part));
+      job.parts[a].push_back(std::move(part));
     }
-    arrays.push_back(std::move(array));
+    job.arrays.push_back(std::move(array));
   }
-  RETURN_IF_ERROR(Upload(parts));
-  // "auto": room for a whole save (plus the 4 KiB rounding of each slice),
-  // so staging never waits for storage.
-  int64_t pool = model_bytes + model_bytes / 64 + (int64_t{16} << 20);
-  if (flags.pool != "auto") {
-    ASSIGN_OR_RETURN(pool, ParseBytes(flags.pool));
-  }
+  RETURN_IF_ERROR(Upload(job.parts));
+  return job;
+}
 
-  CheckpointManagerOptions options;
-  options.pool_bytes = pool;
-  options.plan.writer_streams = flags.writers;
-  options.keep_last = flags.keep;
-  options.io = flags.io == "io_uring" ? IoEngine::kIoUring : IoEngine::kPosix;
-  Tracer tracer;
-  if (!flags.trace.empty()) options.tracer = &tracer;
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<CheckpointManager> manager,
-      CheckpointManager::Open(root, *backend, *coordinator, options));
-  const bool print = lead && !flags.json;
-  if (print) {
-    std::cout << absl::StrFormat(
-        "hoist demo: GPT-style model, %d layers x d_model %d, bf16 weights + "
-        "fp32 Adam moments: %s in %d arrays\n"
-        "%s over %d %s devices in %d process%s; %s staging pool per process; "
-        "%d writer streams; %s I/O; root %s\n\n"
-        "%5s %-11s %11s %11s %11s %9s %11s\n",
-        config.layers, config.d_model, FormatBytes(model_bytes), model.size(),
-        mesh.ToString(), mesh_devices, backend->name(), processes,
-        processes == 1 ? "" : "es", FormatBytes(pool), flags.writers, flags.io,
-        root, "step", "mode", "blocked", "staged", "committed", "GB/s",
-        "dispatches");
-  }
-
-  // 2. Train.
+// 2. Train: every step changes every array; every --save-every steps a save,
+// alternating staged and dispatched mode; then the table of saves.
+absl::StatusOr<Trained> Train(const DemoFlags& flags, absl::Duration step_time,
+                              DemoJob& job, CheckpointManager& manager,
+                              bool print) {
+  // The devices computing: the host has nothing to do until they finish.
+  const auto compute = [step_time] {
+    Notification never;
+    (void)never.WaitForNotificationWithTimeout(step_time);
+  };
+  Trained trained;
   std::optional<ProgressLine> progress;
   progress.emplace(print && isatty(STDOUT_FILENO) != 0);
-  ModeStats modes[2];
   std::vector<SaveHandle> handles;
   std::vector<int> handle_mode;
   std::vector<double> handle_blocked;
-  int64_t last_saved = -1;
   for (int step = 1; step <= flags.steps; ++step) {
     // The optimizer step: new values, on every replica.
-    for (auto& array : parts) {
+    for (auto& array : job.parts) {
       for (Part& part : array) {
         Mutate(part.host.data(), static_cast<int64_t>(part.host.size()),
                part.seed, step);
       }
     }
-    RETURN_IF_ERROR(Upload(parts));
+    RETURN_IF_ERROR(Upload(job.parts));
     if (step % flags.save_every != 0) {
       compute();
       continue;
@@ -366,8 +361,8 @@ absl::Status RunDemo(const DemoFlags& flags) {
     const absl::Time start = absl::Now();
     ASSIGN_OR_RETURN(
         SaveHandle handle,
-        manager->Save(
-            step, arrays, absl::StrFormat(R"({"step": %d})", step),
+        manager.Save(
+            step, job.arrays, absl::StrFormat(R"({"step": %d})", step),
             mode == 0 ? ReturnWhen::kStaged : ReturnWhen::kDispatched));
     double blocked = absl::ToDoubleSeconds(absl::Now() - start);
     // Forward and backward run while the copies proceed (dispatched mode)
@@ -383,9 +378,9 @@ absl::Status RunDemo(const DemoFlags& flags) {
     handles.push_back(handle);
     handle_mode.push_back(mode);
     handle_blocked.push_back(blocked);
-    last_saved = step;
+    trained.last_saved = step;
   }
-  RETURN_IF_ERROR(manager->WaitUntilFinished());
+  RETURN_IF_ERROR(manager.WaitUntilFinished());
   progress.reset();  // the status line goes before the table
   // Each process knows the bytes it wrote; the job's are their sum.
   std::string mine;
@@ -394,7 +389,7 @@ absl::Status RunDemo(const DemoFlags& flags) {
     absl::StrAppend(&mine, info.bytes, ",");
   }
   ASSIGN_OR_RETURN(std::vector<std::string> theirs,
-                   coordinator->AllGather("bytes", mine));
+                   job.coordinator->AllGather("bytes", mine));
   std::vector<int64_t> job_bytes(handles.size(), 0);
   for (const std::string& list : theirs) {
     size_t i = 0;
@@ -407,7 +402,7 @@ absl::Status RunDemo(const DemoFlags& flags) {
   for (size_t i = 0; i < handles.size(); ++i) {
     ASSIGN_OR_RETURN(SaveInfo info, handles[i].WaitCommitted());
     info.bytes = job_bytes[i];
-    ModeStats& m = modes[handle_mode[i]];
+    ModeStats& m = trained.modes[handle_mode[i]];
     ++m.saves;
     m.blocked_s += handle_blocked[i];
     m.staged_s += absl::ToDoubleSeconds(info.staged);
@@ -424,60 +419,60 @@ absl::Status RunDemo(const DemoFlags& flags) {
           info.dispatches);
     }
   }
+  return trained;
+}
 
-  // 3. Restore the latest step: into host memory, compared with the
-  // training state; then onto the transposed mesh of the same devices,
-  // copied back and compared with the (verified) host copy.
-  ASSIGN_OR_RETURN(std::optional<int64_t> latest, manager->Latest());
-  if (latest != last_saved) {
-    return absl::InternalError(
-        absl::StrFormat("latest committed step is %d, expected %d",
-                        latest.value_or(-1), last_saved));
-  }
-  bool verified = true;
+// 3. Restore step `latest` into host memory, compared with the training
+// state; then (training over, its arrays freed) onto the transposed mesh of
+// the same devices, copied back and compared with the verified host copy.
+// Every process checks its own shards; the job's verdict is all of theirs.
+absl::StatusOr<Restored> RestoreAndCheck(DemoJob& job,
+                                         CheckpointManager& manager,
+                                         int64_t latest) {
+  Restored restored;
   std::vector<uint8_t> expected;
-  HostArrays host = WholeArraysInHost(model);
-  ASSIGN_OR_RETURN(RestoreStats host_stats,
-                   manager->Restore(latest, host.targets));
-  for (size_t a = 0; a < model.size(); ++a) {
-    const Box whole = Box::FromShape(model[a].shape);
-    const int64_t item = ItemSize(model[a].dtype);
-    for (const Part& part : parts[a]) {
+  HostArrays host = WholeArraysInHost(job.model);
+  ASSIGN_OR_RETURN(restored.host, manager.Restore(latest, host.targets));
+  for (size_t a = 0; a < job.model.size(); ++a) {
+    const Box whole = Box::FromShape(job.model[a].shape);
+    const int64_t item = ItemSize(job.model[a].dtype);
+    for (const Part& part : job.parts[a]) {
       expected.assign(part.host.size(), 0);
       CopyBox(host.bytes[a].data(), whole, expected.data(), part.box, part.box,
               item);
-      verified &= expected == part.host;
+      restored.verified &= expected == part.host;
     }
   }
   // Training is over: its arrays can go before the other mesh's come.
-  arrays.clear();
-  parts.clear();
-  ASSIGN_OR_RETURN(
-      Mesh other,
-      Mesh::Create({"data", "model"}, {mesh_shape.second, mesh_shape.first}));
-  std::vector<std::vector<MemoryBlock>> restored(model.size());
+  job.arrays.clear();
+  job.parts.clear();
+  ASSIGN_OR_RETURN(Mesh other,
+                   Mesh::Create({"data", "model"},
+                                {job.mesh_shape.second, job.mesh_shape.first}));
+  restored.other_mesh = other.ToString();
+  std::vector<std::vector<MemoryBlock>> memory(job.model.size());
   std::vector<RestoreTarget> targets;
-  for (size_t a = 0; a < model.size(); ++a) {
-    ArraySpec spec = model[a];
+  for (size_t a = 0; a < job.model.size(); ++a) {
+    ArraySpec spec = job.model[a];
     spec.sharding = NamedSharding{other, spec.sharding.named()->spec};
     ASSIGN_OR_RETURN(ShardLayout layout, spec.sharding.Layout(spec.shape));
     RestoreTarget target{spec.name, spec.dtype, spec.shape, {}};
     for (const DeviceShard& shard : layout.shards) {
-      if (!device_of.contains(shard.device)) continue;  // another process's
-      Device* device = device_of.at(shard.device);
+      if (!job.device_of.contains(shard.device)) continue;  // another's
+      Device* device = job.device_of.at(shard.device);
       ASSIGN_OR_RETURN(
-          MemoryBlock memory,
+          MemoryBlock block,
           device->Allocate(shard.box.num_elements() * ItemSize(spec.dtype)));
-      target.destinations.push_back({shard.box, device, memory.data()});
-      restored[a].push_back(std::move(memory));
+      target.destinations.push_back({shard.box, device, block.data()});
+      memory[a].push_back(std::move(block));
     }
     targets.push_back(std::move(target));
   }
-  ASSIGN_OR_RETURN(RestoreStats mesh_stats, manager->Restore(latest, targets));
+  ASSIGN_OR_RETURN(restored.mesh, manager.Restore(latest, targets));
   std::vector<uint8_t> back;
-  for (size_t a = 0; a < model.size(); ++a) {
-    const Box whole = Box::FromShape(model[a].shape);
-    const int64_t item = ItemSize(model[a].dtype);
+  for (size_t a = 0; a < job.model.size(); ++a) {
+    const Box whole = Box::FromShape(job.model[a].shape);
+    const int64_t item = ItemSize(job.model[a].dtype);
     for (const RestoreDestination& dest : targets[a].destinations) {
       const int64_t bytes = dest.box.num_elements() * item;
       expected.assign(bytes, 0);
@@ -486,36 +481,31 @@ absl::Status RunDemo(const DemoFlags& flags) {
               item);
       const CopyOp op{dest.data, bytes, back.data(), bytes, bytes, 1};
       RETURN_IF_ERROR(dest.device->CopyToHost({&op, 1}).Wait());
-      verified &= expected == back;
+      restored.verified &= expected == back;
     }
   }
-  restored.clear();
-  // Every process verified its own shards; the job's peak is the largest.
-  ASSIGN_OR_RETURN(
-      std::vector<std::string> outcomes,
-      coordinator->AllGather(
-          "verified", absl::StrCat(verified ? 1 : 0, ",", PeakRssBytes())));
-  int64_t peak_rss = 0;
+  memory.clear();
+  ASSIGN_OR_RETURN(std::vector<std::string> outcomes,
+                   job.coordinator->AllGather(
+                       "verified", absl::StrCat(restored.verified ? 1 : 0, ",",
+                                                PeakRssBytes())));
   for (const std::string& o : outcomes) {
-    std::pair<std::string, std::string> parts_of =
+    std::pair<std::string, std::string> fields =
         absl::StrSplit(o, absl::MaxSplits(',', 1));
-    verified &= parts_of.first == "1";
+    restored.verified &= fields.first == "1";
     int64_t rss = 0;
-    if (absl::SimpleAtoi(parts_of.second, &rss)) {
-      peak_rss = std::max(peak_rss, rss);
+    if (absl::SimpleAtoi(fields.second, &rss)) {
+      restored.peak_rss = std::max(restored.peak_rss, rss);
     }
   }
-  manager.reset();
-  RETURN_IF_ERROR(coordinator->Barrier("done"));
-  if (!flags.trace.empty()) {
-    RETURN_IF_ERROR(tracer.WriteFile(
-        processes == 1 ? flags.trace
-                       : absl::StrFormat("%s.rank%d", flags.trace, rank)));
-  }
-  if (lead && own_root && !flags.keep_files) std::filesystem::remove_all(root);
+  return restored;
+}
 
+// 4. The report: JSON (--json) or the tables, from the lead process.
+void Report(const DemoFlags& flags, const DemoJob& job, const Trained& trained,
+            const Restored& restored, int64_t latest, bool print) {
   ModeStats all;
-  for (const ModeStats& m : modes) {
+  for (const ModeStats& m : trained.modes) {
     all.saves += m.saves;
     all.blocked_s += m.blocked_s;
     all.committed_s += m.committed_s;
@@ -530,47 +520,120 @@ absl::Status RunDemo(const DemoFlags& flags) {
                           {"save_s", m.committed_s / n}};
   };
   const double n = std::max(1, all.saves);
-  nlohmann::json json = {
-      {"backend", std::string(backend->name())},
-      {"processes", processes},
-      {"bytes", all.bytes},
-      {"blocked_s", all.blocked_s / n},
-      {"save_s", all.committed_s / n},
-      {"save_gbps", all.bytes / 1e9 / (all.committed_s / n)},
-      {"dispatches", all.dispatches},
-      {"peak_rss_bytes", peak_rss},
-      {"verified", verified},
-      {"latest_step", *latest},
-      {"restore_mesh_s", absl::ToDoubleSeconds(mesh_stats.elapsed)},
-      {"restore_host_s", absl::ToDoubleSeconds(host_stats.elapsed)},
-      {"modes",
-       {{"staged", mode_json(modes[0])}, {"dispatched", mode_json(modes[1])}}}};
-  if (lead && flags.json) {
+  if (job.lead && flags.json) {
+    const nlohmann::json json = {
+        {"backend", std::string(job.backend->name())},
+        {"processes", job.processes},
+        {"bytes", all.bytes},
+        {"blocked_s", all.blocked_s / n},
+        {"save_s", all.committed_s / n},
+        {"save_gbps", all.bytes / 1e9 / (all.committed_s / n)},
+        {"dispatches", all.dispatches},
+        {"peak_rss_bytes", restored.peak_rss},
+        {"verified", restored.verified},
+        {"latest_step", latest},
+        {"restore_mesh_s", absl::ToDoubleSeconds(restored.mesh.elapsed)},
+        {"restore_host_s", absl::ToDoubleSeconds(restored.host.elapsed)},
+        {"modes",
+         {{"staged", mode_json(trained.modes[0])},
+          {"dispatched", mode_json(trained.modes[1])}}}};
     std::cout << json.dump(2) << "\n";
-  } else if (print) {
-    std::cout << "\n"
-              << absl::StrFormat("%-11s %6s %15s %15s %9s\n", "mode", "saves",
-                                 "blocked/save", "committed/save", "blocked");
-    for (int m = 0; m < 2; ++m) {
-      const ModeStats& st = modes[m];
-      if (st.saves == 0) continue;
-      std::cout << absl::StrFormat(
-          "%-11s %6d %14.3fs %14.3fs %8.1f%%\n",
-          m == 0 ? "staged" : "dispatched", st.saves, st.blocked_s / st.saves,
-          st.committed_s / st.saves, 100.0 * st.blocked_s / st.committed_s);
-    }
-    std::cout << absl::StrFormat(
-        "\nrestored step %d onto %s in %.3fs (%d dispatches) and into host "
-        "memory in %.3fs: %s\n"
-        "peak host memory %s%s%s\n",
-        *latest, other.ToString(), absl::ToDoubleSeconds(mesh_stats.elapsed),
-        mesh_stats.dispatches, absl::ToDoubleSeconds(host_stats.elapsed),
-        verified ? "verified bit-exact" : "MISMATCH", FormatBytes(peak_rss),
-        processes > 1 ? " in the largest process" : "",
-        backend->name() == "host" ? " (the host devices' arrays included)"
-                                  : "");
+    return;
   }
-  if (!verified) {
+  if (!print) return;
+  std::cout << "\n"
+            << absl::StrFormat("%-11s %6s %15s %15s %9s\n", "mode", "saves",
+                               "blocked/save", "committed/save", "blocked");
+  for (int m = 0; m < 2; ++m) {
+    const ModeStats& st = trained.modes[m];
+    if (st.saves == 0) continue;
+    std::cout << absl::StrFormat(
+        "%-11s %6d %14.3fs %14.3fs %8.1f%%\n", m == 0 ? "staged" : "dispatched",
+        st.saves, st.blocked_s / st.saves, st.committed_s / st.saves,
+        100.0 * st.blocked_s / st.committed_s);
+  }
+  std::cout << absl::StrFormat(
+      "\nrestored step %d onto %s in %.3fs (%d dispatches) and into host "
+      "memory in %.3fs: %s\n"
+      "peak host memory %s%s%s\n",
+      latest, restored.other_mesh, absl::ToDoubleSeconds(restored.mesh.elapsed),
+      restored.mesh.dispatches, absl::ToDoubleSeconds(restored.host.elapsed),
+      restored.verified ? "verified bit-exact" : "MISMATCH",
+      FormatBytes(restored.peak_rss),
+      job.processes > 1 ? " in the largest process" : "",
+      job.backend->name() == "host" ? " (the host devices' arrays included)"
+                                    : "");
+}
+
+absl::Status RunDemo(const DemoFlags& flags) {
+  ASSIGN_OR_RETURN(int64_t size, ParseBytes(flags.size));
+  if (flags.steps < 1 || flags.save_every < 1 ||
+      flags.steps < flags.save_every) {
+    return absl::InvalidArgumentError(
+        "--steps and --save-every must be >= 1, with at least one save");
+  }
+  absl::Duration step_time;
+  if (!absl::ParseDuration(flags.step_time, &step_time) ||
+      step_time < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--step-time '%s' is not a duration such as 250ms", flags.step_time));
+  }
+  ASSIGN_OR_RETURN(DemoJob job, SetUp(flags, size));
+
+  // "auto": room for a whole save (plus the 4 KiB rounding of each slice),
+  // so staging never waits for storage.
+  int64_t pool = job.model_bytes + job.model_bytes / 64 + (int64_t{16} << 20);
+  if (flags.pool != "auto") {
+    ASSIGN_OR_RETURN(pool, ParseBytes(flags.pool));
+  }
+  CheckpointManagerOptions options;
+  options.pool_bytes = pool;
+  options.plan.writer_streams = flags.writers;
+  options.keep_last = flags.keep;
+  options.io = flags.io == "io_uring" ? IoEngine::kIoUring : IoEngine::kPosix;
+  Tracer tracer;
+  if (!flags.trace.empty()) options.tracer = &tracer;
+  ASSIGN_OR_RETURN(std::unique_ptr<CheckpointManager> manager,
+                   CheckpointManager::Open(job.root, *job.backend,
+                                           *job.coordinator, options));
+  const bool print = job.lead && !flags.json;
+  if (print) {
+    std::cout << absl::StrFormat(
+        "hoist demo: GPT-style model, %d layers x d_model %d, bf16 weights + "
+        "fp32 Adam moments: %s in %d arrays\n"
+        "%s over %d %s devices in %d process%s; %s staging pool per process; "
+        "%d writer streams; %s I/O; root %s\n\n"
+        "%5s %-11s %11s %11s %11s %9s %11s\n",
+        job.config.layers, job.config.d_model, FormatBytes(job.model_bytes),
+        job.model.size(), job.mesh_name, job.mesh_devices, job.backend->name(),
+        job.processes, job.processes == 1 ? "" : "es", FormatBytes(pool),
+        flags.writers, flags.io, job.root, "step", "mode", "blocked", "staged",
+        "committed", "GB/s", "dispatches");
+  }
+
+  ASSIGN_OR_RETURN(Trained trained,
+                   Train(flags, step_time, job, *manager, print));
+  ASSIGN_OR_RETURN(std::optional<int64_t> latest, manager->Latest());
+  if (latest != trained.last_saved) {
+    return absl::InternalError(
+        absl::StrFormat("latest committed step is %d, expected %d",
+                        latest.value_or(-1), trained.last_saved));
+  }
+  ASSIGN_OR_RETURN(Restored restored, RestoreAndCheck(job, *manager, *latest));
+
+  manager.reset();
+  RETURN_IF_ERROR(job.coordinator->Barrier("done"));
+  if (!flags.trace.empty()) {
+    RETURN_IF_ERROR(tracer.WriteFile(
+        job.processes == 1
+            ? flags.trace
+            : absl::StrFormat("%s.rank%d", flags.trace, job.rank)));
+  }
+  if (job.lead && job.own_root && !flags.keep_files) {
+    std::filesystem::remove_all(job.root);
+  }
+  Report(flags, job, trained, restored, *latest, print);
+  if (!restored.verified) {
     return absl::DataLossError("restored arrays differ from the saved ones");
   }
   return absl::OkStatus();
