@@ -89,6 +89,12 @@ absl::StatusOr<int64_t> CheckedNumElements(absl::Span<const int64_t> shape);
 // "(8, 1024)" for error messages.
 std::string ShapeToString(absl::Span<const int64_t> shape);
 
+// If `inner`'s elements form one contiguous run of `outer`'s dense C-order
+// bytes (`outer` contains `inner`), the byte offset where that run starts;
+// else nullopt. Elements are `item_bytes` each.
+std::optional<int64_t> ContiguousByteOffset(const Box& outer, const Box& inner,
+                                            int64_t item_bytes);
+
 // The most dimensions an array may have (NumPy's limit).
 inline constexpr int kMaxRank = 64;
 

@@ -143,6 +143,22 @@ absl::StatusOr<int64_t> CheckedNumElements(absl::Span<const int64_t> shape) {
   return n;
 }
 
+std::optional<int64_t> ContiguousByteOffset(const Box& outer, const Box& inner,
+                                            int64_t item_bytes) {
+  // Leading dims of size 1 in inner, then one partial dim, then full dims.
+  int d = 0;
+  while (d < inner.rank() && inner.shape()[d] == 1) ++d;
+  for (int e = d + 1; e < inner.rank(); ++e) {
+    if (inner.shape()[e] != outer.shape()[e]) return std::nullopt;
+  }
+  const std::vector<int64_t> strides = CStrides(outer.shape());
+  int64_t offset = 0;
+  for (int e = 0; e < inner.rank(); ++e) {
+    offset += (inner.origin()[e] - outer.origin()[e]) * strides[e];
+  }
+  return offset * item_bytes;
+}
+
 absl::StatusOr<std::optional<BoxOverlap>> FindOverlap(
     absl::Span<const Box> boxes) {
   std::vector<size_t> nonempty;

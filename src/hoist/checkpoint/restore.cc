@@ -1,20 +1,17 @@
 // Restore, step by step:
-//   1. Read and validate the manifest; match every target against it and
-//      list the destinations. Host destinations are filled in place; device
-//      destinations of the same box (replicas) share one host image, a lease
-//      of the staging pool.
-//   2. Cut the device destinations into waves: all of them if they fit in
-//      the pool, else waves of at most half of it (one wave is read while
-//      the previous one is copied to the devices).
-//   3. Per wave: acquire its leases all at once; list every saved extent
-//      that intersects a destination of the wave (checking that its path
-//      stays inside the step directory); reader threads take extents in
-//      turn, read each whole (O_DIRECT where aligned) straight into its
-//      image when it is one contiguous run of it, else into a buffer and
-//      then copy each intersection; verify its XXH3; then ONE CopyFromHost
-//      per device carries all of the wave's images, and each lease returns
-//      to the pool when its copy has landed.
-//   4. Wait for every copy.
+//   1. Read and validate the manifest; match every target against it; plan
+//      (PlanRestore, restore_plan.h): which images (host destinations in
+//      place; device boxes, or parts of them, in leases shared by replicas),
+//      in which waves, reading which extents.
+//   2. Per wave: acquire its leases all at once; reader threads (at most
+//      options.reader_threads, started per wave and joined before it ends)
+//      take the wave's reads in turn, read each extent whole (O_DIRECT where
+//      aligned) straight into its image when it is one contiguous run of
+//      it, else into a buffer and then copy each intersection, opening data
+//      files below the step directory without following links; verify its
+//      XXH3; then ONE CopyFromHost per device carries all of the wave's
+//      images, and the wave's leases return to the pool when they landed.
+//   3. Wait for every copy.
 #include "hoist/checkpoint/restore.h"
 
 #include <xxhash.h>
@@ -40,19 +37,10 @@
 #include "hoist/checkpoint/io_sizes.h"
 #include "hoist/checkpoint/save.h"
 #include "hoist/format/manifest_file.h"
+#include "hoist/restore_plan.h"
 
 namespace hoist {
 namespace {
-
-// One box to fill, resolved against the manifest: host memory, or the
-// memory of every device that holds this box (replicas share the image).
-struct Destination {
-  const ManifestArray* array = nullptr;
-  Box box;
-  uint8_t* host = nullptr;  // host destinations only
-  std::vector<std::pair<Device*, uint8_t*>> devices;
-  int64_t bytes = 0;
-};
 
 struct ReadTask {
   const ManifestArray* array;
@@ -60,29 +48,11 @@ struct ReadTask {
   std::vector<int> sinks;  // indices into the wave's sinks
 };
 
-// Where a destination's intersections go during one wave.
+// Where one image's intersections go during a wave.
 struct Sink {
-  const Destination* dest;
+  Box box;
   uint8_t* host;  // the host destination itself, or the image's lease
 };
-
-// If `inner`'s C-order bytes form one contiguous run inside those of
-// `outer` (which contains it), the run's byte offset.
-std::optional<int64_t> ContiguousOffset(const Box& outer, const Box& inner,
-                                        int64_t item_bytes) {
-  // Leading dims of size 1 in inner, then one partial dim, then full dims.
-  int d = 0;
-  while (d < inner.rank() && inner.shape()[d] == 1) ++d;
-  for (int e = d + 1; e < inner.rank(); ++e) {
-    if (inner.shape()[e] != outer.shape()[e]) return std::nullopt;
-  }
-  const std::vector<int64_t> strides = CStrides(outer.shape());
-  int64_t offset = 0;
-  for (int e = 0; e < inner.rank(); ++e) {
-    offset += (inner.origin()[e] - outer.origin()[e]) * strides[e];
-  }
-  return offset * item_bytes;
-}
 
 // Reads, verifies and scatters `tasks` with `threads` readers.
 absl::Status ReadWave(Storage& storage, const std::string& step_dir,
@@ -103,10 +73,9 @@ absl::Status ReadWave(Storage& storage, const std::string& step_dir,
   for (size_t t = 0; t < tasks.size(); ++t) {
     const ReadTask& task = tasks[t];
     const Box& box = extent_of(static_cast<int>(t)).box;
-    if (task.sinks.size() == 1 &&
-        sinks[task.sinks[0]].dest->box.Contains(box)) {
-      direct_at[t] = ContiguousOffset(sinks[task.sinks[0]].dest->box, box,
-                                      ItemSize(task.array->dtype));
+    if (task.sinks.size() == 1 && sinks[task.sinks[0]].box.Contains(box)) {
+      direct_at[t] = ContiguousByteOffset(sinks[task.sinks[0]].box, box,
+                                          ItemSize(task.array->dtype));
     }
   }
   std::vector<int> order(tasks.size());
@@ -170,7 +139,7 @@ absl::Status ReadWave(Storage& storage, const std::string& step_dir,
             ReadExtentInPieces(*file, first, item, kMaxIoRunBytes, buffer,
                                [&](const Box& piece, const uint8_t* bytes) {
                                  for (int k : head.sinks) {
-                                   const Box& box = sinks[k].dest->box;
+                                   const Box& box = sinks[k].box;
                                    CopyBox(bytes, piece, sinks[k].host, box,
                                            piece.Intersect(box), item);
                                  }
@@ -207,7 +176,7 @@ absl::Status ReadWave(Storage& storage, const std::string& step_dir,
         bytes_read.fetch_add(extent.length_bytes);
         if (direct) continue;
         for (int s : task.sinks) {
-          const Box& box = sinks[s].dest->box;
+          const Box& box = sinks[s].box;
           CopyBox(bytes, extent.box, sinks[s].host, box,
                   extent.box.Intersect(box), ItemSize(task.array->dtype));
         }
@@ -230,23 +199,44 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
     Storage& storage, const std::string& step_dir,
     absl::Span<const RestoreTarget> targets, StagingPool& pool,
     const RestoreOptions& options) {
+  static_assert(StagingPool::kAlignment == 4096,
+                "PlanRestore assumes 4 KiB leases");
   const absl::Time start = absl::Now();
   RestoreStats stats;
-  // 1.
+  // 1. The manifest, each target matched against it, and the plan.
   ASSIGN_OR_RETURN(Manifest manifest, ReadManifestFile(storage, step_dir));
-  std::vector<Destination> host_dests, device_dests;
-  absl::flat_hash_map<std::pair<const ManifestArray*, Box>, size_t> image_of;
+  absl::flat_hash_map<std::string_view, const ManifestArray*> by_name;
+  for (const ManifestArray& array : manifest.arrays) {
+    by_name.emplace(array.name, &array);
+  }
+  std::vector<const ManifestArray*> arrays;  // the plan's saved arrays
+  std::vector<SavedArray> saved;
+  absl::flat_hash_map<const ManifestArray*, int> index_of;
+  std::vector<DestinationBox> boxes;
+  std::vector<const RestoreDestination*> dest_of;  // per box
   for (const RestoreTarget& target : targets) {
-    const ManifestArray* array = manifest.Find(target.name);
-    if (array == nullptr) {
+    auto found = by_name.find(target.name);
+    if (found == by_name.end()) {
       return absl::NotFoundError(
           absl::StrFormat("array '%s' is not in %s", target.name, step_dir));
     }
+    const ManifestArray* array = found->second;
     if (array->dtype != target.dtype || array->shape != target.shape) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "array '%s': requested %s %s but %s holds %s %s", target.name,
           DTypeName(target.dtype), ShapeToString(target.shape), step_dir,
           DTypeName(array->dtype), ShapeToString(array->shape)));
+    }
+    auto [it, inserted] =
+        index_of.emplace(array, static_cast<int>(saved.size()));
+    if (inserted) {
+      SavedArray s{array->name, ItemSize(array->dtype), array->shape, {}};
+      s.extents.reserve(array->extents.size());
+      for (const ManifestExtent& extent : array->extents) {
+        s.extents.push_back(extent.box);
+      }
+      saved.push_back(std::move(s));
+      arrays.push_back(array);
     }
     const Box whole = Box::FromShape(array->shape);
     for (const RestoreDestination& dest : target.destinations) {
@@ -257,81 +247,22 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
             target.name, dest.box.ToString(), ShapeToString(array->shape)));
       }
       if (dest.box.empty()) continue;
-      const int64_t bytes = dest.box.num_elements() * ItemSize(array->dtype);
-      uint8_t* data = static_cast<uint8_t*>(dest.data);
-      if (dest.device == nullptr) {
-        host_dests.push_back({array, dest.box, data, {}, bytes});
-        continue;
-      }
-      // A box larger than half the pool is restored in parts: consecutive
-      // ranges of its first axis longer than 1, each a contiguous run of the
-      // box's memory.
-      const int64_t item = ItemSize(array->dtype);
-      const int64_t max_part = pool.capacity_bytes() / 2;
-      std::vector<Box> pieces = {dest.box};
-      if (AlignUp(bytes, StagingPool::kAlignment) > max_part) {
-        int axis = 0;
-        while (axis < dest.box.rank() && dest.box.shape()[axis] == 1) ++axis;
-        const int64_t row_bytes =
-            axis < dest.box.rank() ? bytes / dest.box.shape()[axis] : bytes;
-        if (axis == dest.box.rank() ||
-            AlignUp(row_bytes, StagingPool::kAlignment) > max_part) {
-          return absl::ResourceExhaustedError(absl::StrFormat(
-              "array '%s': box %s needs at least %s of staging at a time but "
-              "half the pool is %s; raise the pool capacity",
-              target.name, dest.box.ToString(), FormatBytes(row_bytes),
-              FormatBytes(max_part)));
-        }
-        const int64_t rows_per_part = std::max<int64_t>(
-            1, (max_part - StagingPool::kAlignment) / row_bytes);
-        pieces = dest.box.Split(
-            axis, (dest.box.shape()[axis] + rows_per_part - 1) / rows_per_part);
-      }
-      for (const Box& piece : pieces) {
-        const int64_t offset = *ContiguousOffset(dest.box, piece, item);
-        auto [it, inserted] =
-            image_of.emplace(std::make_pair(array, piece), device_dests.size());
-        if (inserted) {
-          device_dests.push_back(
-              {array, piece, nullptr, {}, piece.num_elements() * item});
-        }
-        device_dests[it->second].devices.emplace_back(dest.device,
-                                                      data + offset);
-      }
+      boxes.push_back({it->second, dest.box, dest.device != nullptr});
+      dest_of.push_back(&dest);
     }
   }
+  ASSIGN_OR_RETURN(const RestorePlan plan,
+                   PlanRestore(saved, boxes, pool.capacity_bytes()));
 
-  // 2. Waves of device destinations; host destinations ride with the first.
-  int64_t device_bytes = 0;
-  for (const Destination& d : device_dests) {
-    device_bytes += AlignUp(d.bytes, StagingPool::kAlignment);
-  }
-  const int64_t budget = device_bytes <= pool.capacity_bytes()
-                             ? pool.capacity_bytes()
-                             : pool.capacity_bytes() / 2;
-  std::vector<std::vector<const Destination*>> waves(1);
-  for (const Destination& d : host_dests) waves.back().push_back(&d);
-  int64_t wave_bytes = 0;
-  for (const Destination& d : device_dests) {
-    const int64_t bytes = AlignUp(d.bytes, StagingPool::kAlignment);
-    if (wave_bytes > 0 && wave_bytes + bytes > budget) {
-      waves.emplace_back();
-      wave_bytes = 0;
-    }
-    waves.back().push_back(&d);
-    wave_bytes += bytes;
-  }
-
-  // 3.
+  // 2. Each wave: its leases, its reads, then one copy per device.
   std::vector<ReadBuffer> buffers(std::max(1, options.reader_threads));
   std::atomic<int64_t> bytes_read{0};
   std::vector<Future<>> copies;
   absl::Status status;
-  for (const std::vector<const Destination*>& wave : waves) {
-    if (wave.empty()) continue;
+  for (const RestoreWave& wave : plan.waves) {
     std::vector<int64_t> sizes;
-    for (const Destination* d : wave) {
-      if (d->host == nullptr) sizes.push_back(d->bytes);
+    for (int i : wave.images) {
+      if (!plan.images[i].in_place) sizes.push_back(plan.images[i].bytes);
     }
     absl::StatusOr<std::vector<Lease>> leases = pool.AcquireAll(sizes);
     if (!leases.ok()) {
@@ -339,38 +270,40 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
       break;
     }
     ++stats.waves;
+    // Sink k of the wave is its image wave.images[k].
     std::vector<Sink> sinks;
+    absl::flat_hash_map<int, int> sink_of;
     size_t next_lease = 0;
-    for (const Destination* d : wave) {
-      sinks.push_back(
-          {d, d->host != nullptr ? d->host : (*leases)[next_lease++].data()});
+    for (int i : wave.images) {
+      const RestoreImage& image = plan.images[i];
+      uint8_t* host = image.in_place
+                          ? static_cast<uint8_t*>(
+                                dest_of[image.destinations[0].first]->data)
+                          : (*leases)[next_lease++].data();
+      sink_of[i] = static_cast<int>(sinks.size());
+      sinks.push_back({image.box, host});
     }
-    // The extents this wave needs, each with the sinks it feeds.
-    absl::flat_hash_map<std::pair<const ManifestArray*, int>, int> task_of;
     std::vector<ReadTask> tasks;
-    for (int s = 0; s < static_cast<int>(sinks.size()); ++s) {
-      const ManifestArray* array = sinks[s].dest->array;
-      for (int e = 0; e < static_cast<int>(array->extents.size()); ++e) {
-        if (array->extents[e].box.Intersect(sinks[s].dest->box).empty()) {
-          continue;
-        }
-        auto [it, inserted] = task_of.emplace(std::make_pair(array, e),
-                                              static_cast<int>(tasks.size()));
-        if (inserted) tasks.push_back({array, e, {}});
-        tasks[it->second].sinks.push_back(s);
-      }
+    tasks.reserve(wave.reads.size());
+    for (const RestoreRead& read : wave.reads) {
+      ReadTask task{arrays[read.array], read.extent, {}};
+      for (int i : read.images) task.sinks.push_back(sink_of.at(i));
+      tasks.push_back(std::move(task));
     }
-    if (status.ok()) {
-      status = ReadWave(storage, step_dir, tasks, sinks, buffers, bytes_read);
-    }
+    status = ReadWave(storage, step_dir, tasks, sinks, buffers, bytes_read);
     if (!status.ok()) break;
     stats.extents_read += static_cast<int64_t>(tasks.size());
     // One CopyFromHost per device; the wave's leases return when it lands.
     absl::flat_hash_map<Device*, std::vector<CopyOp>> ops;
-    for (const Sink& sink : sinks) {
-      const Destination& d = *sink.dest;
-      for (const auto& [device, data] : d.devices) {
-        ops[device].push_back({sink.host, d.bytes, data, d.bytes, d.bytes, 1});
+    for (int i : wave.images) {
+      const RestoreImage& image = plan.images[i];
+      if (image.in_place) continue;
+      const uint8_t* from = sinks[sink_of.at(i)].host;
+      for (const auto& [d, offset] : image.destinations) {
+        const RestoreDestination& dest = *dest_of[d];
+        ops[dest.device].push_back({from, image.bytes,
+                                    static_cast<uint8_t*>(dest.data) + offset,
+                                    image.bytes, image.bytes, 1});
       }
     }
     std::vector<Future<>> wave_copies;
@@ -390,7 +323,7 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
           released.Set(status);
         });
   }
-  // 4. Every copy must be over before the destinations or leases are touched
+  // 3. Every copy must be over before the destinations or leases are touched
   // again, also after an error.
   absl::Status copied = WhenAll(copies).Wait();
   RETURN_IF_ERROR(status);
