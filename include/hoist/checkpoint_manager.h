@@ -163,8 +163,11 @@ class CheckpointManager {
 
   // Restores `targets` from `step` (the latest committed step if nullopt).
   // kNotFound when there is no such step.
-  absl::StatusOr<RestoreStats> Restore(std::optional<int64_t> step,
-                                       absl::Span<const RestoreTarget> targets);
+  // `receiver` gets the staged parts of destinations without a device or
+  // memory (see RestoreDestination).
+  absl::StatusOr<RestoreStats> Restore(
+      std::optional<int64_t> step, absl::Span<const RestoreTarget> targets,
+      const RestoreReceiver& receiver = nullptr);
 
   // Committed steps, ascending, and the newest.
   absl::StatusOr<std::vector<int64_t>> List() const;

@@ -5,10 +5,12 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "hoist/array_spec.h"
@@ -18,13 +20,36 @@
 
 namespace hoist {
 
-// One box of an array to fill: `data` holds the box's bytes densely in C
-// order, in the memory of `device`, or in host memory when `device` is null.
+// One box of an array to fill. Three kinds:
+//   - device memory: `device` and `data` (the box's bytes, dense, C order);
+//   - host memory: `data` only;
+//   - a receiver's: neither (both null): the box is staged in host memory,
+//     whole or in parts when it is larger than half the staging pool, and
+//     each part is handed to the restore's RestoreReceiver, which places it
+//     itself (how Python puts shards on JAX devices). `tag` is the caller's
+//     name for the box, handed back with it.
 struct RestoreDestination {
   Box box;
   Device* device = nullptr;
   void* data = nullptr;
+  uint64_t tag = 0;
 };
+
+// A staged part of a receiver's destination box.
+struct StagedPart {
+  const RestoreDestination* destination = nullptr;  // whose box this is part of
+  Box part;  // the part of destination->box these bytes hold (often all of it)
+  int64_t offset_bytes = 0;  // where `part` starts in the box's dense bytes
+  const uint8_t* bytes = nullptr;  // valid during the call only
+  int64_t size_bytes = 0;
+};
+
+// Receives, once per wave of a restore, every staged part of the wave's
+// receiver destinations, on the restoring thread. It must copy the bytes
+// before it returns (the staging memory is reused); an error it returns
+// fails the restore.
+using RestoreReceiver =
+    std::function<absl::Status(absl::Span<const StagedPart> parts)>;
 
 struct RestoreTarget {
   std::string name;

@@ -146,9 +146,9 @@ class CheckpointManager:
         manifest = self._manifest(step)
         meta = manifest.get("metadata") or {}
 
-        def run(targets, sink_targets, sink):
+        def run(targets, received_targets, receive):
             self.last_restore = _call(self._manager.restore, int(step),
-                                      targets, sink_targets, sink)
+                                      targets, received_targets, receive)
 
         return unflatten(
             manifest, meta.get("tree") if meta.get(_FORMAT_KEY) else None,

@@ -208,11 +208,12 @@ class _Targets:
         self.saved = {a["name"]: a for a in manifest["arrays"]}
         self.list = []
         # JAX shards are not filled in place (JAX arrays are immutable): the
-        # engine stages each box in its pinned pool and hands it to sink(),
-        # which puts it on its device. Token t names box sink_meta[t - 1].
-        self.sink_list = []
-        self.sink_meta = []
+        # engine stages each box in its pinned pool and hands it to receive(),
+        # which puts it on its device. Token t names box received_meta[t - 1].
+        self.received_list = []
+        self.received_meta = []
         self.placed = {}
+        self.partial = {}  # token -> [bytes, bytes received] of a parted shard
 
     def saved_array(self, name):
         if name not in self.saved:
@@ -263,15 +264,15 @@ class _Targets:
         for device, index in sharding.addressable_devices_indices_map(
                 shape).items():
             origin, extent = _box_of(index, shape)
-            token = len(self.sink_meta) + 1
-            self.sink_meta.append((dtype, tuple(extent), device))
+            token = len(self.received_meta) + 1
+            self.received_meta.append((dtype, tuple(extent), device))
             tokens.append(token)
             if 0 in extent:  # nothing to read: an empty shard
                 self.placed[token] = jax.device_put(
                     np.empty(extent, dtype), device)
             else:
-                dests.append((device.id, origin, extent, token))
-        self.sink_list.append((name, dtype.name, list(shape), dests))
+                dests.append((origin, extent, token))
+        self.received_list.append((name, dtype.name, list(shape), dests))
 
         def finish():
             return jax.make_array_from_single_device_arrays(
@@ -279,16 +280,32 @@ class _Targets:
 
         return _Pending(finish)
 
-    def sink(self, device_id, items):
-        """Called by the engine, per device and wave, with (token, bytes) of
-        staged boxes; bytes are valid during the call only."""
+    def receive(self, items):
+        """Called by the engine once per wave with (token, offset, bytes) of
+        every staged part of a JAX shard; bytes are valid during the call
+        only. A shard staged whole goes to its device as a view of them; a
+        shard larger than half the pool comes in parts, gathered in host
+        memory until complete. Then one batched device_put per wave."""
         jax = _module("jax")
         arrays, devices, tokens = [], [], []
-        for token, raw in items:
-            dtype, extent, device = self.sink_meta[token - 1]
-            arrays.append(raw.view(dtype).reshape(extent))
+        for token, offset, raw in items:
+            dtype, extent, device = self.received_meta[token - 1]
+            total = int(np.prod(extent)) * dtype.itemsize
+            if offset == 0 and raw.nbytes == total:
+                array = raw.view(dtype).reshape(extent)
+            else:
+                gathered = self.partial.setdefault(
+                    token, [np.empty(total, np.uint8), 0])
+                gathered[0][offset:offset + raw.nbytes] = raw
+                gathered[1] += raw.nbytes
+                if gathered[1] < total:
+                    continue
+                array = self.partial.pop(token)[0].view(dtype).reshape(extent)
+            arrays.append(array)
             devices.append(device)
             tokens.append(token)
+        if not arrays:
+            return
         placed = jax.device_put(arrays, devices)
         jax.block_until_ready(placed)  # the staging memory is reused next
         for token, array in zip(tokens, placed):
@@ -435,6 +452,6 @@ def unflatten(manifest, skeleton, like, restore):
         tree = from_skeleton(skeleton, [])
     else:  # not saved from Python: every array, by name
         tree = {name: targets.numpy(name) for name in targets.saved}
-    restore(targets.list, targets.sink_list,
-            targets.sink if targets.sink_list else None)
+    restore(targets.list, targets.received_list,
+            targets.receive if targets.received_list else None)
     return _resolve(tree)

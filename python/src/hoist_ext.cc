@@ -185,69 +185,18 @@ class PyHandle {
   std::vector<nb::ndarray<>> sources_;
 };
 
-// A framework's device as a restore destination (JAX's, whose arrays are
-// immutable and so cannot be written in place): restore stages each box in
-// a lease of the staging pool, as for any device, and its "copy to the
-// device" calls `sink(device_id, [(token, bytes), ...])` under the GIL with
-// every op of the wave for this device; `bytes` views pool memory that is
-// valid only during the call (the sink copies it onto the device and waits
-// for that). An op's destination pointer is the token naming the box.
-class PySinkDevice final : public Device {
- public:
-  PySinkDevice(DeviceId id, nb::callable sink)
-      : id_(id), sink_(std::move(sink)) {}
-  ~PySinkDevice() override {
-    nb::gil_scoped_acquire gil;
-    sink_.reset();
-  }
-  DeviceId id() const override { return id_; }
-  Future<> CopyToHost(absl::Span<const CopyOp>) override {
-    return Future<>::Ready(
-        absl::UnimplementedError("a Python sink device only receives"));
-  }
-  Future<> CopyFromHost(absl::Span<const CopyOp> ops) override {
-    nb::gil_scoped_acquire gil;
-    try {
-      nb::list items;
-      for (const CopyOp& op : ops) {
-        if (op.rows != 1) {
-          return Future<>::Ready(
-              absl::InternalError("a Python sink takes contiguous boxes"));
-        }
-        const size_t size = static_cast<size_t>(op.width_bytes);
-        nb::ndarray<nb::numpy, const uint8_t, nb::ndim<1>> bytes(op.src, {size},
-                                                                 nb::handle());
-        items.append(nb::make_tuple(reinterpret_cast<uintptr_t>(op.dst),
-                                    nb::cast(bytes)));
-      }
-      sink_(id_, items);
-      return Future<>::Ready(absl::OkStatus());
-    } catch (nb::python_error& e) {
-      return Future<>::Ready(absl::InternalError(absl::StrFormat(
-          "placing restored shards on device %d: %s", id_, e.what())));
-    }
-  }
-  absl::StatusOr<MemoryBlock> Allocate(int64_t) override {
-    return absl::UnimplementedError("a Python sink device allocates nothing");
-  }
-  DeviceCounters counters() const override { return {}; }
-
- private:
-  const DeviceId id_;
-  nb::object sink_;
-};
-
 // (device id, origin, shape, data)
 using PyShard = std::tuple<int64_t, std::vector<int64_t>, std::vector<int64_t>,
                            nb::ndarray<>>;
 // (name, dtype, shape, shards)
 using PyArray = std::tuple<std::string, std::string, std::vector<int64_t>,
                            std::vector<PyShard>>;
-// (device id, origin, shape, token)
-using PySinkBox =
-    std::tuple<int64_t, std::vector<int64_t>, std::vector<int64_t>, uint64_t>;
-using PySinkArray = std::tuple<std::string, std::string, std::vector<int64_t>,
-                               std::vector<PySinkBox>>;
+// (origin, shape, token)
+using PyReceivedBox =
+    std::tuple<std::vector<int64_t>, std::vector<int64_t>, uint64_t>;
+using PyReceivedArray =
+    std::tuple<std::string, std::string, std::vector<int64_t>,
+               std::vector<PyReceivedBox>>;
 
 class PyManager {
  public:
@@ -308,32 +257,52 @@ class PyManager {
   }
 
   // targets: (name, dtype, shape, [(device or -1, origin, shape, data)]);
-  // sink_targets: (name, dtype, shape, [(device, origin, shape, token)]),
-  // whose boxes reach `sink` (see PySinkDevice).
+  // received_targets: (name, dtype, shape, [(origin, shape, token)]): boxes the
+  // caller places itself (JAX's arrays are immutable, so they cannot be
+  // filled in place). The engine stages them in its pool, whole or in parts
+  // when a box is larger than half of it, and calls `receive([(token, offset,
+  // bytes), ...])` under the GIL once per wave with every staged part of the
+  // wave; `bytes` views pool memory valid during the call only.
   nb::dict Restore(std::optional<int64_t> step,
                    const std::vector<PyArray>& arrays,
-                   const std::vector<PySinkArray>& sink_arrays,
-                   std::optional<nb::callable> sink) {
+                   const std::vector<PyReceivedArray>& received_arrays,
+                   std::optional<nb::callable> receive) {
     Live();
     std::vector<RestoreTarget> targets;
-    absl::flat_hash_map<int64_t, std::unique_ptr<PySinkDevice>> sinks;
-    for (const auto& [name, dtype_name, shape, dests] : sink_arrays) {
+    for (const auto& [name, dtype_name, shape, dests] : received_arrays) {
       const DType dtype = Check(ParseDType(dtype_name));
       RestoreTarget target{name, dtype, shape, {}};
-      for (const auto& [device, origin, box_shape, token] : dests) {
-        if (!sink || token == 0) {
-          Invalid("sink targets need a sink and non-zero tokens");
-        }
-        std::unique_ptr<PySinkDevice>& on = sinks[device];
-        if (on == nullptr) {
-          on = std::make_unique<PySinkDevice>(static_cast<DeviceId>(device),
-                                              *sink);
+      for (const auto& [origin, box_shape, token] : dests) {
+        if (!receive || token == 0) {
+          Invalid(
+              "received targets need a receive callback and non-zero tokens");
         }
         target.destinations.push_back(
-            {ToBox(origin, box_shape, name), on.get(),
-             reinterpret_cast<void*>(static_cast<uintptr_t>(token))});
+            {ToBox(origin, box_shape, name), nullptr, nullptr, token});
       }
       targets.push_back(std::move(target));
+    }
+    RestoreReceiver receiver;
+    if (receive) {
+      receiver =
+          [&receive](absl::Span<const StagedPart> parts) -> absl::Status {
+        nb::gil_scoped_acquire gil;
+        try {
+          nb::list items;
+          for (const StagedPart& part : parts) {
+            const size_t size = static_cast<size_t>(part.size_bytes);
+            nb::ndarray<nb::numpy, const uint8_t, nb::ndim<1>> bytes(
+                part.bytes, {size}, nb::handle());
+            items.append(nb::make_tuple(part.destination->tag,
+                                        part.offset_bytes, nb::cast(bytes)));
+          }
+          (*receive)(items);
+          return absl::OkStatus();
+        } catch (nb::python_error& e) {
+          return absl::InternalError(
+              absl::StrFormat("placing restored shards: %s", e.what()));
+        }
+      };
     }
     for (const auto& [name, dtype_name, shape, dests] : arrays) {
       const DType dtype = Check(ParseDType(dtype_name));
@@ -355,7 +324,7 @@ class PyManager {
     absl::StatusOr<RestoreStats> stats;
     {
       nb::gil_scoped_release release;
-      stats = manager_->Restore(step, targets);
+      stats = manager_->Restore(step, targets, receiver);
     }
     const RestoreStats s = Check(std::move(stats));
     nb::dict d;
@@ -517,8 +486,8 @@ NB_MODULE(_hoist, m) {
            nb::arg("metadata_json"), nb::arg("dispatched"))
       .def("restore", &PyManager::Restore, nb::arg("step").none(),
            nb::arg("targets"),
-           nb::arg("sink_targets") = std::vector<PySinkArray>(),
-           nb::arg("sink").none() = nb::none())
+           nb::arg("received_targets") = std::vector<PyReceivedArray>(),
+           nb::arg("receive").none() = nb::none())
       .def("steps", &PyManager::Steps)
       .def("manifest", &PyManager::Manifest, nb::arg("step"))
       .def("verify", &PyManager::Verify)

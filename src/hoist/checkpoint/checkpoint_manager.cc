@@ -180,8 +180,9 @@ class CheckpointManager::Impl {
 
   absl::StatusOr<std::vector<int64_t>> List() const { return root_->List(); }
 
-  absl::StatusOr<RestoreStats> Restore(
-      std::optional<int64_t> step, absl::Span<const RestoreTarget> targets) {
+  absl::StatusOr<RestoreStats> Restore(std::optional<int64_t> step,
+                                       absl::Span<const RestoreTarget> targets,
+                                       const RestoreReceiver& receiver) {
     RETURN_IF_ERROR(TakeDeferredError());
     if (!step) {
       ASSIGN_OR_RETURN(std::vector<int64_t> steps, List());
@@ -192,7 +193,8 @@ class CheckpointManager::Impl {
       step = steps.back();
     }
     ASSIGN_OR_RETURN(const std::string dir, root_->StepDir(*step));
-    return RestoreCheckpoint(storage_, dir, targets, *pool_, options_.restore);
+    return RestoreCheckpoint(storage_, dir, targets, *pool_, options_.restore,
+                             receiver);
   }
 
   absl::StatusOr<Manifest> ReadManifest(int64_t step) const {
@@ -420,8 +422,9 @@ absl::Status CheckpointManager::WaitUntilFinished() {
   return impl_->WaitUntilFinished();
 }
 absl::StatusOr<RestoreStats> CheckpointManager::Restore(
-    std::optional<int64_t> step, absl::Span<const RestoreTarget> targets) {
-  return impl_->Restore(step, targets);
+    std::optional<int64_t> step, absl::Span<const RestoreTarget> targets,
+    const RestoreReceiver& receiver) {
+  return impl_->Restore(step, targets, receiver);
 }
 absl::StatusOr<std::vector<int64_t>> CheckpointManager::List() const {
   return impl_->List();

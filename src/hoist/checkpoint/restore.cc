@@ -198,7 +198,7 @@ absl::Status ReadWave(Storage& storage, const std::string& step_dir,
 absl::StatusOr<RestoreStats> RestoreCheckpoint(
     Storage& storage, const std::string& step_dir,
     absl::Span<const RestoreTarget> targets, StagingPool& pool,
-    const RestoreOptions& options) {
+    const RestoreOptions& options, const RestoreReceiver& receiver) {
   static_assert(StagingPool::kAlignment == 4096,
                 "PlanRestore assumes 4 KiB leases");
   const absl::Time start = absl::Now();
@@ -240,14 +240,19 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
     }
     const Box whole = Box::FromShape(array->shape);
     for (const RestoreDestination& dest : target.destinations) {
+      const bool received = dest.data == nullptr && dest.device == nullptr;
       if (dest.box.rank() != whole.rank() || !whole.Contains(dest.box) ||
-          (dest.data == nullptr && !dest.box.empty())) {
+          (dest.data == nullptr && !dest.box.empty() &&
+           !(received && receiver))) {
         return absl::InvalidArgumentError(absl::StrFormat(
-            "array '%s': destination box %s lies outside %s or has no memory",
+            "array '%s': destination box %s lies outside %s or has no memory "
+            "(and no receiver)",
             target.name, dest.box.ToString(), ShapeToString(array->shape)));
       }
       if (dest.box.empty()) continue;
-      boxes.push_back({it->second, dest.box, dest.device != nullptr});
+      // Device and receiver boxes are staged through the pool.
+      boxes.push_back(
+          {it->second, dest.box, dest.device != nullptr || received});
       dest_of.push_back(&dest);
     }
   }
@@ -293,18 +298,28 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
     status = ReadWave(storage, step_dir, tasks, sinks, buffers, bytes_read);
     if (!status.ok()) break;
     stats.extents_read += static_cast<int64_t>(tasks.size());
-    // One CopyFromHost per device; the wave's leases return when it lands.
+    // One CopyFromHost per device, and one call of the receiver, carry the
+    // wave's images; the wave's leases return once the copies landed.
     absl::flat_hash_map<Device*, std::vector<CopyOp>> ops;
+    std::vector<StagedPart> received;
     for (int i : wave.images) {
       const RestoreImage& image = plan.images[i];
       if (image.in_place) continue;
       const uint8_t* from = sinks[sink_of.at(i)].host;
       for (const auto& [d, offset] : image.destinations) {
         const RestoreDestination& dest = *dest_of[d];
+        if (dest.device == nullptr) {
+          received.push_back({&dest, image.box, offset, from, image.bytes});
+          continue;
+        }
         ops[dest.device].push_back({from, image.bytes,
                                     static_cast<uint8_t*>(dest.data) + offset,
                                     image.bytes, image.bytes, 1});
       }
+    }
+    if (!received.empty()) {
+      status = receiver(received);
+      if (!status.ok()) break;  // the wave's leases return as they go
     }
     std::vector<Future<>> wave_copies;
     for (auto& [device, device_ops] : ops) {

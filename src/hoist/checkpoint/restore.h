@@ -36,10 +36,14 @@ namespace hoist {
 // (along the first axis longer than 1) of a device box exceeds half the pool;
 // storage and device errors as is. `pool` stages device boxes and must outlive
 // the call.
+// `receiver` gets the staged parts of destinations that have neither a
+// device nor memory (kInvalidArgument if there are such destinations and no
+// receiver).
 absl::StatusOr<RestoreStats> RestoreCheckpoint(
     Storage& storage, const std::string& step_dir,
     absl::Span<const RestoreTarget> targets, StagingPool& pool,
-    const RestoreOptions& options = {});
+    const RestoreOptions& options = {},
+    const RestoreReceiver& receiver = nullptr);
 
 }  // namespace hoist
 

@@ -206,6 +206,63 @@ TEST_F(CheckpointTest, BoxLargerThanThePoolIsRestoredInParts) {
             absl::StatusCode::kResourceExhausted);
 }
 
+// Boxes without a device or memory go to the caller's receiver, once per
+// wave, in parts when a box is larger than half the pool; every part
+// carries its box, its offset in the box and the box's tag, and together
+// they are the box's bytes.
+TEST_F(CheckpointTest, ReceiverGetsEveryPartOfItsBoxesOncePerWave) {
+  const std::vector<ArraySpec> model = {
+      {"big",
+       DType::kFloat32,
+       {8 * 256, 256},
+       NamedSharding{MeshOf(8, 1), {{"data"}}}}};
+  ASSERT_TRUE(Save(*posix_, model, 1).ok());
+  pool_ = *StagingPool::Create(*backend_, 64 * 1024);
+  RestoreTarget target{"big", DType::kFloat32, {8 * 256, 256}, {}};
+  for (int64_t d = 0; d < 8; ++d) {
+    target.destinations.push_back({Box({d * 256, 0}, {256, 256}), nullptr,
+                                   nullptr, static_cast<uint64_t>(100 + d)});
+  }
+  std::vector<std::vector<uint8_t>> got(8, std::vector<uint8_t>(256 * 1024));
+  std::vector<int64_t> filled(8, 0);
+  int calls = 0;
+  const RestoreReceiver receiver = [&](absl::Span<const StagedPart> parts) {
+    ++calls;
+    for (const StagedPart& part : parts) {
+      const int d = static_cast<int>(part.destination->tag - 100);
+      EXPECT_TRUE(part.destination->box.Contains(part.part));
+      EXPECT_EQ(part.size_bytes, part.part.num_elements() * 4);
+      std::memcpy(got[d].data() + part.offset_bytes, part.bytes,
+                  part.size_bytes);
+      filled[d] += part.size_bytes;
+    }
+    return absl::OkStatus();
+  };
+  absl::StatusOr<RestoreStats> stats = RestoreCheckpoint(
+      *posix_, root_ + "/step_00000001", {target}, *pool_, {}, receiver);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(calls, stats->waves);
+  EXPECT_GT(stats->waves, 8);  // 256 KiB boxes through 32 KiB waves
+  for (int d = 0; d < 8; ++d) {
+    EXPECT_EQ(filled[d], 256 * 1024);
+    EXPECT_EQ(got[d], BoxBytes(model[0], 0, target.destinations[d].box)) << d;
+  }
+  // Without a receiver such boxes are refused; a receiver's error fails the
+  // restore with it.
+  EXPECT_EQ(
+      RestoreCheckpoint(*posix_, root_ + "/step_00000001", {target}, *pool_)
+          .status()
+          .code(),
+      absl::StatusCode::kInvalidArgument);
+  const absl::Status failed =
+      RestoreCheckpoint(*posix_, root_ + "/step_00000001", {target}, *pool_, {},
+                        [](absl::Span<const StagedPart>) {
+                          return absl::InternalError("device out of memory");
+                        })
+          .status();
+  EXPECT_THAT(failed.message(), HasSubstr("device out of memory"));
+}
+
 // A 32 MiB extent restored as column blocks is read in pieces of at most
 // 16 MiB (bounded memory) and still lands bit-exact.
 TEST_F(CheckpointTest, ExtentLargerThanARunIsReadInPieces) {
