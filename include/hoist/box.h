@@ -89,6 +89,15 @@ absl::StatusOr<int64_t> CheckedNumElements(absl::Span<const int64_t> shape);
 // "(8, 1024)" for error messages.
 std::string ShapeToString(absl::Span<const int64_t> shape);
 
+// Copies the elements of `region` from `src` (the dense C-order bytes of
+// `src_box`) into `dst` (those of `dst_box`), as restore does when it moves
+// the part of a saved extent that a target box needs. Elements are
+// `item_bytes` each. Preconditions: equal ranks, and both boxes contain
+// `region`. Trailing dimensions that both boxes span whole are copied as
+// one run.
+void CopyBox(const uint8_t* src, const Box& src_box, uint8_t* dst,
+             const Box& dst_box, const Box& region, int64_t item_bytes);
+
 // If `inner`'s elements form one contiguous run of `outer`'s dense C-order
 // bytes (`outer` contains `inner`), the byte offset where that run starts;
 // else nullopt. Elements are `item_bytes` each.

@@ -1,8 +1,8 @@
-#include "hoist/array/box_copy.h"
-
 #include <cassert>
 #include <cstring>
 #include <vector>
+
+#include "hoist/box.h"
 
 namespace hoist {
 

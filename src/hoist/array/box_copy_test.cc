@@ -1,9 +1,8 @@
-#include "hoist/array/box_copy.h"
-
 #include <gtest/gtest.h>
 
 #include <random>
 
+#include "hoist/box.h"
 #include "testing/coverage.h"
 
 namespace hoist {

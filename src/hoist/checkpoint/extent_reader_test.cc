@@ -7,7 +7,7 @@
 #include <numeric>
 
 #include "absl/strings/str_format.h"
-#include "hoist/array/box_copy.h"
+#include "hoist/box.h"
 #include "hoist/io/memory_storage.h"
 
 namespace hoist {
