@@ -27,6 +27,7 @@
 #include "hoist/checkpoint_manager.h"
 #include "hoist/cuda_backend.h"
 #include "hoist/tools/sample_model.h"
+#include "hoist/tools/synthetic.h"
 #include "hoist/transfer/transfer_engine.h"
 
 namespace hoist {

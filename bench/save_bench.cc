@@ -38,6 +38,7 @@
 #include "hoist/format/layout.h"
 #include "hoist/host_backend.h"
 #include "hoist/tools/sample_model.h"
+#include "hoist/tools/synthetic.h"
 #include "testing/shard_buffers.h"
 
 namespace hoist {

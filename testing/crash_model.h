@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "hoist/array_spec.h"
+#include "hoist/tools/synthetic.h"
 
 namespace hoist::testing {
 

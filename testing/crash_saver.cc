@@ -15,6 +15,7 @@
 #include "hoist/checkpoint_manager.h"
 #include "hoist/host_backend.h"
 #include "hoist/tools/sample_model.h"
+#include "hoist/tools/synthetic.h"
 #include "testing/crash_model.h"
 
 namespace hoist {

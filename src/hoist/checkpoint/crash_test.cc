@@ -24,6 +24,7 @@
 #include "hoist/checkpoint_manager.h"
 #include "hoist/host_backend.h"
 #include "hoist/tools/sample_model.h"
+#include "hoist/tools/synthetic.h"
 #include "testing/crash_model.h"
 #include "testing/temp_dir.h"
 

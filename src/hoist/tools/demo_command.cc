@@ -43,7 +43,9 @@
 #include "hoist/cuda_backend.h"
 #include "hoist/host_backend.h"
 #include "hoist/mutex.h"
+#include "hoist/tools/flags.h"
 #include "hoist/tools/sample_model.h"
+#include "hoist/tools/synthetic.h"
 
 namespace hoist {
 namespace {

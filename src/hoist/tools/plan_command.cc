@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "hoist/base/bytes.h"
 #include "hoist/save_plan.h"
+#include "hoist/tools/flags.h"
 #include "hoist/tools/sample_model.h"
 
 namespace hoist {

@@ -103,30 +103,4 @@ absl::StatusOr<std::vector<ArraySpec>> GptModel(const GptConfig& config,
   return arrays;
 }
 
-absl::StatusOr<std::pair<int64_t, int64_t>> ParseMeshFlag(
-    const std::string& text) {
-  const size_t x = text.find('x');
-  int64_t data = 0, model = 0;
-  if (x == std::string::npos ||
-      !absl::SimpleAtoi(absl::string_view(text).substr(0, x), &data) ||
-      !absl::SimpleAtoi(absl::string_view(text).substr(x + 1), &model) ||
-      data < 1 || model < 1) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "--mesh '%s' is not DATAxMODEL with positive sizes, e.g. 2x4", text));
-  }
-  return std::make_pair(data, model);
-}
-
-void FillSynthetic(uint8_t* data, int64_t bytes, uint64_t seed) {
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull;
-  int64_t at = 0;
-  for (; at + 8 <= bytes; at += 8) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    std::memcpy(data + at, &x, 8);
-  }
-  for (; at < bytes; ++at) data[at] = static_cast<uint8_t>(x >> (8 * (at % 8)));
-}
-
 }  // namespace hoist

@@ -6,7 +6,6 @@
 
 #include <cstdint>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -40,15 +39,6 @@ GptConfig GptConfigForBytes(int64_t total_bytes, DType dtype = DType::kFloat32);
 // validated when planned.
 absl::StatusOr<std::vector<ArraySpec>> GptModel(const GptConfig& config,
                                                 const Mesh& mesh);
-
-// A --mesh flag, "DATAxMODEL" ("2x4" -> {2, 4}); kInvalidArgument naming
-// the flag otherwise.
-absl::StatusOr<std::pair<int64_t, int64_t>> ParseMeshFlag(
-    const std::string& text);
-
-// Fills `bytes` at `data` with fast pseudo-random contents determined by
-// `seed` (xorshift64): synthetic weights for the demo and the benchmarks.
-void FillSynthetic(uint8_t* data, int64_t bytes, uint64_t seed);
 
 }  // namespace hoist
 
