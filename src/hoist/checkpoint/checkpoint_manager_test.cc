@@ -46,6 +46,13 @@ std::vector<ArraySpec> Model() {
   };
 }
 
+CheckpointManagerOptions SmallPool(int keep_last = 0) {
+  CheckpointManagerOptions options;
+  options.pool_bytes = 64 * 1024;
+  options.keep_last = keep_last;
+  return options;
+}
+
 class ManagerTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -203,6 +210,22 @@ TEST_F(ManagerTest, SecondManagerOnTheSameRootIsRefused) {
       CheckpointManager::Open(root_, *backend_, *coordinator_, small).ok());
 }
 
+// The lock goes through Storage, so an injected storage is locked too.
+TEST_F(ManagerTest, SecondManagerOnAnInjectedStorageIsRefused) {
+  MemoryStorage memory;
+  auto first = Open({}, &memory);
+  ASSERT_NE(first, nullptr);
+  absl::StatusOr<std::unique_ptr<CheckpointManager>> second =
+      CheckpointManager::Open(root_, *backend_, *coordinator_, SmallPool(),
+                              &memory);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(second.status().message(), HasSubstr("in use by another"));
+  first.reset();
+  EXPECT_TRUE(CheckpointManager::Open(root_, *backend_, *coordinator_,
+                                      SmallPool(), &memory)
+                  .ok());
+}
+
 TEST_F(ManagerTest, OpenRemovesStaleTemporaryDirectories) {
   {
     auto manager = Open();
@@ -245,13 +268,6 @@ TEST_F(ManagerTest, OpenBringsBackAStepAnOverwriteHadMovedAside) {
   auto manager = Open();
   EXPECT_THAT(*manager->List(), ElementsAre(1));
   ExpectHolds(*manager, 1, 0);
-}
-
-CheckpointManagerOptions SmallPool(int keep_last = 0) {
-  CheckpointManagerOptions options;
-  options.pool_bytes = 64 * 1024;
-  options.keep_last = keep_last;
-  return options;
 }
 
 // A root is input. What a hostile user can leave in it never makes Open
