@@ -9,8 +9,10 @@
 //      aligned) straight into its image when it is one contiguous run of
 //      it, else into a buffer and then copy each intersection, opening data
 //      files below the step directory without following links; verify its
-//      XXH3; then ONE CopyFromHost per device carries all of the wave's
-//      images, and the wave's leases return to the pool when they landed.
+//      XXH3; then ONE CopyFromHost per device, and one call of the
+//      receiver (for destinations without device or memory), carry all of
+//      the wave's images, and the wave's leases return to the pool when the
+//      copies landed.
 //   3. Wait for every copy.
 #include "hoist/checkpoint/restore.h"
 
@@ -45,11 +47,11 @@ namespace {
 struct ReadTask {
   const ManifestArray* array;
   int extent;
-  std::vector<int> sinks;  // indices into the wave's sinks
+  std::vector<int> images;  // indices into the wave's images
 };
 
 // Where one image's intersections go during a wave.
-struct Sink {
+struct WaveImage {
   Box box;
   uint8_t* host;  // the host destination itself, or the image's lease
 };
@@ -57,12 +59,12 @@ struct Sink {
 // Reads, verifies and scatters `tasks` with `threads` readers.
 absl::Status ReadWave(Storage& storage, const std::string& step_dir,
                       const std::vector<ReadTask>& tasks,
-                      const std::vector<Sink>& sinks,
+                      const std::vector<WaveImage>& images,
                       std::vector<ReadBuffer>& buffers,
                       std::atomic<int64_t>& bytes_read) {
   FirstError error;
   std::atomic<size_t> next{0};
-  // An extent that is one contiguous run of its only sink is read straight
+  // An extent that is one contiguous run of its only image is read straight
   // into it. The others are read into a buffer, in runs of extents that
   // follow each other in one file (each at the next 4 KiB boundary after
   // the previous one): one read per run, up to 16 MiB.
@@ -73,8 +75,8 @@ absl::Status ReadWave(Storage& storage, const std::string& step_dir,
   for (size_t t = 0; t < tasks.size(); ++t) {
     const ReadTask& task = tasks[t];
     const Box& box = extent_of(static_cast<int>(t)).box;
-    if (task.sinks.size() == 1 && sinks[task.sinks[0]].box.Contains(box)) {
-      direct_at[t] = ContiguousByteOffset(sinks[task.sinks[0]].box, box,
+    if (task.images.size() == 1 && images[task.images[0]].box.Contains(box)) {
+      direct_at[t] = ContiguousByteOffset(images[task.images[0]].box, box,
                                           ItemSize(task.array->dtype));
     }
   }
@@ -138,9 +140,9 @@ absl::Status ReadWave(Storage& storage, const std::string& step_dir,
         absl::Status s =
             ReadExtentInPieces(*file, first, item, kMaxIoRunBytes, buffer,
                                [&](const Box& piece, const uint8_t* bytes) {
-                                 for (int k : head.sinks) {
-                                   const Box& box = sinks[k].box;
-                                   CopyBox(bytes, piece, sinks[k].host, box,
+                                 for (int k : head.images) {
+                                   const Box& box = images[k].box;
+                                   CopyBox(bytes, piece, images[k].host, box,
                                            piece.Intersect(box), item);
                                  }
                                });
@@ -153,7 +155,7 @@ absl::Status ReadWave(Storage& storage, const std::string& step_dir,
         continue;
       }
       uint8_t* data =
-          direct ? sinks[head.sinks[0]].host + *direct : buffer.Get(span);
+          direct ? images[head.images[0]].host + *direct : buffer.Get(span);
       if (absl::Status s =
               file->ReadAt(first.offset_bytes, absl::MakeSpan(data, span));
           !s.ok()) {
@@ -175,9 +177,9 @@ absl::Status ReadWave(Storage& storage, const std::string& step_dir,
         }
         bytes_read.fetch_add(extent.length_bytes);
         if (direct) continue;
-        for (int s : task.sinks) {
-          const Box& box = sinks[s].box;
-          CopyBox(bytes, extent.box, sinks[s].host, box,
+        for (int s : task.images) {
+          const Box& box = images[s].box;
+          CopyBox(bytes, extent.box, images[s].host, box,
                   extent.box.Intersect(box), ItemSize(task.array->dtype));
         }
       }
@@ -275,9 +277,9 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
       break;
     }
     ++stats.waves;
-    // Sink k of the wave is its image wave.images[k].
-    std::vector<Sink> sinks;
-    absl::flat_hash_map<int, int> sink_of;
+    // images[k] is where image wave.images[k] is assembled.
+    std::vector<WaveImage> images;
+    absl::flat_hash_map<int, int> image_at;
     size_t next_lease = 0;
     for (int i : wave.images) {
       const RestoreImage& image = plan.images[i];
@@ -285,17 +287,17 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
                           ? static_cast<uint8_t*>(
                                 dest_of[image.destinations[0].first]->data)
                           : (*leases)[next_lease++].data();
-      sink_of[i] = static_cast<int>(sinks.size());
-      sinks.push_back({image.box, host});
+      image_at[i] = static_cast<int>(images.size());
+      images.push_back({image.box, host});
     }
     std::vector<ReadTask> tasks;
     tasks.reserve(wave.reads.size());
     for (const RestoreRead& read : wave.reads) {
       ReadTask task{arrays[read.array], read.extent, {}};
-      for (int i : read.images) task.sinks.push_back(sink_of.at(i));
+      for (int i : read.images) task.images.push_back(image_at.at(i));
       tasks.push_back(std::move(task));
     }
-    status = ReadWave(storage, step_dir, tasks, sinks, buffers, bytes_read);
+    status = ReadWave(storage, step_dir, tasks, images, buffers, bytes_read);
     if (!status.ok()) break;
     stats.extents_read += static_cast<int64_t>(tasks.size());
     // One CopyFromHost per device, and one call of the receiver, carry the
@@ -305,7 +307,7 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
     for (int i : wave.images) {
       const RestoreImage& image = plan.images[i];
       if (image.in_place) continue;
-      const uint8_t* from = sinks[sink_of.at(i)].host;
+      const uint8_t* from = images[image_at.at(i)].host;
       for (const auto& [d, offset] : image.destinations) {
         const RestoreDestination& dest = *dest_of[d];
         if (dest.device == nullptr) {
