@@ -33,10 +33,9 @@
 #include "hoist/base/bytes.h"
 #include "hoist/base/checked_math.h"
 #include "hoist/box.h"
-#include "hoist/checkpoint/restore.h"
-#include "hoist/checkpoint/save.h"
-#include "hoist/format/layout.h"
+#include "hoist/checkpoint_manager.h"
 #include "hoist/host_backend.h"
+#include "hoist/save_plan.h"
 #include "hoist/tools/sample_model.h"
 #include "hoist/tools/synthetic.h"
 #include "testing/shard_buffers.h"
@@ -124,7 +123,7 @@ int Main(int argc, char** argv) {
   int repeats = 1;
   bool json = false;
   std::string io = "posix";
-  RestoreOptions restore_options;
+  int reader_threads = RestoreOptions{}.reader_threads;
   app.add_option("--bytes", bytes_text, "Model size")->capture_default_str();
   app.add_option("--pool", pool_text,
                  "Staging pool (default: a quarter of "
@@ -138,8 +137,7 @@ int Main(int argc, char** argv) {
   app.add_option("--io", io, "I/O engine: posix (syscalls) or io_uring")
       ->capture_default_str()
       ->check(CLI::IsMember({"posix", "io_uring"}));
-  app.add_option("--readers", restore_options.reader_threads,
-                 "Restore reader threads")
+  app.add_option("--readers", reader_threads, "Restore reader threads")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
   app.add_option("--repeats", repeats,
@@ -154,8 +152,9 @@ int Main(int argc, char** argv) {
   if (own_dir) dir = "hoist-save-bench." + std::to_string(getpid());
   std::filesystem::create_directories(dir);
 
-  // The model, its plan, and its shards in (host-backend) device memory;
-  // replicas alias one buffer.
+  // The model, its plan (for its size), and its shards in (host-backend)
+  // device memory; replicas alias one buffer. Saved and restored through a
+  // CheckpointManager, as a training job would.
   const GptConfig config = GptConfigForBytes(model_bytes);
   const Mesh mesh = Check(Mesh::Create({"data", "model"}, {2, 4}));
   const std::vector<ArraySpec> model = Check(GptModel(config, mesh));
@@ -164,10 +163,11 @@ int Main(int argc, char** argv) {
   const Topology topology = Topology::Uniform(1, 8);
   const SavePlan plan = Check(MakeSavePlan(model, topology, plan_options));
   std::unique_ptr<Backend> backend = Check(MakeHostBackend({.num_devices = 8}));
-  ShardSources sources;
+  std::vector<SaveArray> save_arrays;
   std::vector<MemoryBlock> arrays;
   std::vector<std::pair<int, Box>> boxes;  // what each block holds
   for (size_t a = 0; a < model.size(); ++a) {
+    save_arrays.push_back({model[a], {}});
     const ShardLayout layout = Check(model[a].sharding.Layout(model[a].shape));
     for (const UniqueBox& unique : layout.unique_boxes) {
       const int64_t bytes =
@@ -175,7 +175,7 @@ int Main(int argc, char** argv) {
       MemoryBlock block = Check(backend->devices()[0]->Allocate(bytes));
       FillSynthetic(static_cast<uint8_t*>(block.data()), bytes, arrays.size());
       for (DeviceId device : unique.devices) {
-        sources.Add(static_cast<int>(a), device, block.data());
+        save_arrays.back().shards.push_back({device, block.data()});
       }
       boxes.emplace_back(static_cast<int>(a), unique.box);
       arrays.push_back(std::move(block));
@@ -190,27 +190,29 @@ int Main(int argc, char** argv) {
                                                : Check(ParseBytes(pool_text));
   const int64_t rss_before = ProcStatusBytes("VmRSS");
   ResetPeakRss();
-  std::unique_ptr<StagingPool> pool =
-      Check(StagingPool::Create(*backend, pool_bytes));
-  std::unique_ptr<Storage> storage =
-      io == "io_uring" ? Check(MakeIoUringStorage()) : MakePosixStorage();
   std::unique_ptr<Coordinator> coordinator = MakeSingleProcessCoordinator();
-  TransferEngine engine(*pool);
-  const SaveRequest request{dir,  1,       model,   &plan,   "{}",
-                            true, nullptr, nullptr, nullptr, nullptr};
+  CheckpointManagerOptions options;
+  options.pool_bytes = pool_bytes;
+  options.plan = plan_options;
+  options.keep_last = 1;  // each round's step replaces the last
+  options.io = io == "io_uring" ? IoEngine::kIoUring : IoEngine::kPosix;
+  options.restore.reader_threads = reader_threads;
+  const std::string root = dir + "/root";
+  std::unique_ptr<CheckpointManager> manager =
+      Check(CheckpointManager::Open(root, *backend, *coordinator, options));
   // Rounds of raw write, raw read, hoist save, hoist restore: this disk's
   // speed drifts, so each ratio compares measurements taken side by side.
   std::vector<double> raw_write, raw_read, saves, staged, restores;
   int64_t save_peak = 0;
-  SaveResult saved;
+  SaveInfo saved;
   RestoreStats restored;
   bool verified = true;
   for (int round = 0; round < repeats; ++round) {
     const Raw raw = RawDirect(dir + "/raw.bin", data_bytes);
     raw_write.push_back(raw.write_s);
     raw_read.push_back(raw.read_s);
-    saved = Check(SaveCheckpoint(*storage, *coordinator, request, engine,
-                                 backend->devices(), sources));
+    const SaveHandle handle = Check(manager->Save(round + 1, save_arrays));
+    saved = Check(handle.WaitCommitted());
     if (round == 0) save_peak = ProcStatusBytes("VmHWM") - rss_before;
     saves.push_back(absl::ToDoubleSeconds(saved.committed));
     staged.push_back(absl::ToDoubleSeconds(saved.staged));
@@ -223,8 +225,7 @@ int Main(int argc, char** argv) {
       buffers.push_back(Check(AllocateShards(spec, backend->devices())));
       targets.push_back(buffers.back().target);
     }
-    restored = Check(RestoreCheckpoint(*storage, saved.path, targets, *pool,
-                                       restore_options));
+    restored = Check(manager->Restore(saved.step, targets));
     restores.push_back(absl::ToDoubleSeconds(restored.elapsed));
     for (size_t b = 0; b < boxes.size(); ++b) {
       const auto& [a, box] = boxes[b];
@@ -244,8 +245,8 @@ int Main(int argc, char** argv) {
   // numpy arrays would be): hoist's read path alone, no device copies.
   DropCacheTree(saved.path);
   const HostArrays host = WholeArraysInHost(model);
-  const RestoreStats to_host = Check(RestoreCheckpoint(
-      *storage, saved.path, host.targets, *pool, restore_options));
+  const RestoreStats to_host =
+      Check(manager->Restore(saved.step, host.targets));
   const double host_s = absl::ToDoubleSeconds(to_host.elapsed);
   // Every saved box, cut out of its restored whole array, is what was saved.
   bool host_verified = true;
@@ -258,7 +259,7 @@ int Main(int argc, char** argv) {
     host_verified &= std::memcmp(cut.data(), arrays[b].data(), cut.size()) == 0;
   }
   verified &= host_verified;
-  pool.reset();
+  manager.reset();
   if (own_dir) std::filesystem::remove_all(dir);
   nlohmann::json out = {
       {"bytes", data_bytes},
@@ -277,7 +278,7 @@ int Main(int argc, char** argv) {
       {"restore_host_s", host_s},
       {"restore_host_vs_raw_read", raw.read_s / host_s},
       {"pool_bytes", pool_bytes},
-      {"waves", saved.transfer.waves},
+      {"waves", saved.waves},
       {"peak_rss_over_baseline_bytes", save_peak},
       {"peak_rss_over_pool_bytes", save_peak - pool_bytes},
       {"writer_streams", writers},
@@ -308,7 +309,7 @@ int Main(int argc, char** argv) {
         restore_s, gb / restore_s, raw.read_s / restore_s,
         "hoist restore into host memory (whole arrays)", host_s, gb / host_s,
         raw.read_s / host_s, Median(staged), FormatBytes(pool_bytes),
-        saved.transfer.waves, FormatBytes(save_peak),
+        saved.waves, FormatBytes(save_peak),
         FormatBytes(save_peak - pool_bytes), verified ? "yes" : "NO");
   }
   return verified ? 0 : 1;
