@@ -197,7 +197,8 @@ int Main(int argc, char** argv) {
   options.keep_last = 1;  // each round's step replaces the last
   options.io = io == "io_uring" ? IoEngine::kIoUring : IoEngine::kPosix;
   options.restore.reader_threads = reader_threads;
-  const std::string root = dir + "/root";
+  // A root of its own, removed at the end: a --dir may hold other runs'.
+  const std::string root = dir + "/save_bench." + std::to_string(getpid());
   std::unique_ptr<CheckpointManager> manager =
       Check(CheckpointManager::Open(root, *backend, *coordinator, options));
   // Rounds of raw write, raw read, hoist save, hoist restore: this disk's
@@ -260,6 +261,7 @@ int Main(int argc, char** argv) {
   }
   verified &= host_verified;
   manager.reset();
+  std::filesystem::remove_all(root);
   if (own_dir) std::filesystem::remove_all(dir);
   nlohmann::json out = {
       {"bytes", data_bytes},
