@@ -119,9 +119,9 @@ struct BoxOverlap {
 // along one axis, or any partition by successive straight cuts): it cuts the
 // set where no box crosses, along each axis in turn, and compares boxes
 // pairwise only inside a group that no cut separates. kResourceExhausted if
-// that would take more than about 64 comparisons per box (a tiling of
-// interlocking boxes, "pinwheels", with thousands of boxes in one group):
-// the work is bounded whatever the input.
+// that would take more than about 64 comparisons per box plus a million (a
+// tiling of interlocking boxes, "pinwheels", with thousands of boxes in one
+// group): the work is bounded whatever the input.
 absl::StatusOr<std::optional<BoxOverlap>> FindOverlap(
     absl::Span<const Box> boxes);
 

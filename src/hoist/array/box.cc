@@ -179,7 +179,7 @@ absl::StatusOr<std::optional<BoxOverlap>> FindOverlap(
   };
   std::vector<Group> work;
   const int64_t budget =
-      64 * static_cast<int64_t>(nonempty.size()) + (int64_t{1} << 22);
+      64 * static_cast<int64_t>(nonempty.size()) + (int64_t{1} << 20);
   int64_t spent = 0;
   work.push_back({std::move(nonempty), 0});
   while (!work.empty()) {
