@@ -178,13 +178,17 @@ TEST_F(CheckpointTest, RestoreThroughASmallPoolRunsInWaves) {
   ExpectRestores(*posix_, Reshard(model, MeshOf(4, 2)), 4);
 }
 
+// One 256 KiB box per device (8 x 1 mesh).
+std::vector<ArraySpec> BigBoxes() {
+  return {{"big",
+           DType::kFloat32,
+           {8 * 256, 256},
+           NamedSharding{MeshOf(8, 1), {{"data"}}}}};
+}
+
 TEST_F(CheckpointTest, BoxLargerThanThePoolIsRestoredInParts) {
-  // One 256 KiB box per device, restored through a 64 KiB pool.
-  const std::vector<ArraySpec> model = {
-      {"big",
-       DType::kFloat32,
-       {8 * 256, 256},
-       NamedSharding{MeshOf(8, 1), {{"data"}}}}};
+  // Restored through a 64 KiB pool.
+  const std::vector<ArraySpec> model = BigBoxes();
   ASSERT_TRUE(Save(*posix_, model, 1).ok());
   pool_ = *StagingPool::Create(*backend_, 64 * 1024);
   ShardBuffers buffers = *AllocateShards(model[0], backend_->devices());
@@ -211,11 +215,7 @@ TEST_F(CheckpointTest, BoxLargerThanThePoolIsRestoredInParts) {
 // carries its box, its offset in the box and the box's tag, and together
 // they are the box's bytes.
 TEST_F(CheckpointTest, ReceiverGetsEveryPartOfItsBoxesOncePerWave) {
-  const std::vector<ArraySpec> model = {
-      {"big",
-       DType::kFloat32,
-       {8 * 256, 256},
-       NamedSharding{MeshOf(8, 1), {{"data"}}}}};
+  const std::vector<ArraySpec> model = BigBoxes();
   ASSERT_TRUE(Save(*posix_, model, 1).ok());
   pool_ = *StagingPool::Create(*backend_, 64 * 1024);
   RestoreTarget target{"big", DType::kFloat32, {8 * 256, 256}, {}};
