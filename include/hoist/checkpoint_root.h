@@ -107,6 +107,11 @@ class CheckpointRoot {
 absl::StatusOr<std::pair<std::string, int64_t>> SplitStepDir(
     const std::string& step_dir);
 
+// The manifest at `path`, read without a lock: a step directory's
+// (ROOT/step_N), or, when `path` is a root, its newest committed step's.
+// kNotFound when it is neither.
+absl::StatusOr<Manifest> ReadManifestAt(const std::string& path);
+
 }  // namespace hoist
 
 #endif  // HOIST_CHECKPOINT_ROOT_H_

@@ -357,9 +357,9 @@ def check_skeleton(skeleton, saved_names):
     """Raises DataLossError, naming the place, unless `skeleton` is a tree
     flatten() could have written whose arrays are all in `saved_names`: the
     manifest's metadata is input like the rest of it."""
-    todo = [(skeleton, "the tree")]
-    while todo:
-        node, where = todo.pop()
+    pending = [(skeleton, "the tree")]
+    while pending:
+        node, where = pending.pop()
 
         def bad(what):
             return DataLossError(
@@ -376,12 +376,12 @@ def check_skeleton(skeleton, saved_names):
                         or isinstance(item[0], bool)
                         or not isinstance(item[0], (str, int))):
                     raise bad("a dict item is not a [str or int key, node] pair")
-                todo.append((item[1], f"{where}/{item[0]}"))
+                pending.append((item[1], f"{where}/{item[0]}"))
         elif ("l" in node or "t" in node) and len(node) == 1:
             items = node.get("l", node.get("t"))
             if not isinstance(items, list):
                 raise bad("a list or tuple node does not hold a list")
-            todo.extend((c, f"{where}/{i}") for i, c in enumerate(items))
+            pending.extend((c, f"{where}/{i}") for i, c in enumerate(items))
         elif "v" in node and len(node) == 1:
             if not isinstance(node["v"], _SCALARS):
                 raise bad(f"value of type {type(node['v']).__name__}")

@@ -421,22 +421,7 @@ std::string Inspect(const std::string& path) {
   absl::StatusOr<Manifest> manifest;
   {
     nb::gil_scoped_release release;
-    manifest = [&]() -> absl::StatusOr<Manifest> {
-      absl::StatusOr<std::pair<std::string, int64_t>> split =
-          SplitStepDir(path);
-      absl::StatusOr<std::unique_ptr<CheckpointRoot>> root =
-          CheckpointRoot::OpenForReading(split.ok() ? split->first : path);
-      if (!root.ok()) return root.status();
-      if (split.ok()) return (*root)->ReadManifest(split->second);
-      absl::StatusOr<std::optional<int64_t>> latest = (*root)->Latest();
-      if (!latest.ok()) return latest.status();
-      if (!*latest) {
-        return absl::NotFoundError(absl::StrFormat(
-            "%s: neither a step directory nor a root with a committed step",
-            path));
-      }
-      return (*root)->ReadManifest(**latest);
-    }();
+    manifest = ReadManifestAt(path);
   }
   return Check(EncodeManifest(Check(std::move(manifest))));
 }

@@ -75,26 +75,25 @@ absl::Status Recover(Storage& storage, const std::string& root) {
 // in its parent (SyncDir) before anything is written into it, so a step
 // committed under a new root survives a power cut with the root.
 absl::Status CreateRoot(Storage& storage, const std::string& root) {
-  std::vector<std::string> missing;
+  // The directory holding `path` ("/" for "/a", "." for "a").
+  const auto parent = [](const std::string& path) -> std::string {
+    const size_t slash = path.rfind('/');
+    if (slash == std::string::npos) return ".";
+    return path.substr(0, std::max<size_t>(slash, 1));
+  };
+  std::vector<std::string> missing;  // deepest first
   std::string path = root;
-  while (!path.empty() && path != "/") {
-    while (path.size() > 1 && path.back() == '/') path.pop_back();
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  while (path != "/" && path != ".") {
     ASSIGN_OR_RETURN(bool exists, storage.Exists(path));
     if (exists) break;
     missing.push_back(path);
-    const size_t slash = path.rfind('/');
-    path = slash == std::string::npos
-               ? ""
-               : path.substr(0, std::max<size_t>(slash, 1));
+    path = parent(path);
   }
   for (size_t i = missing.size(); i-- > 0;) {
     absl::Status created = storage.CreateDir(missing[i]);
     if (!created.ok() && !absl::IsAlreadyExists(created)) return created;
-    const size_t slash = missing[i].rfind('/');
-    RETURN_IF_ERROR(storage.SyncDir(
-        slash == std::string::npos
-            ? "."
-            : missing[i].substr(0, std::max<size_t>(slash, 1))));
+    RETURN_IF_ERROR(storage.SyncDir(parent(missing[i])));
   }
   return absl::OkStatus();
 }
@@ -278,6 +277,20 @@ absl::StatusOr<std::pair<std::string, int64_t>> SplitStepDir(
                                ? "."
                                : (slash == 0 ? "/" : path.substr(0, slash));
   return std::make_pair(root, *step);
+}
+
+absl::StatusOr<Manifest> ReadManifestAt(const std::string& path) {
+  absl::StatusOr<std::pair<std::string, int64_t>> split = SplitStepDir(path);
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<CheckpointRoot> root,
+      CheckpointRoot::OpenForReading(split.ok() ? split->first : path));
+  if (split.ok()) return root->ReadManifest(split->second);
+  ASSIGN_OR_RETURN(std::optional<int64_t> latest, root->Latest());
+  if (!latest) {
+    return absl::NotFoundError(absl::StrFormat(
+        "%s: neither a step directory nor a root with a committed step", path));
+  }
+  return root->ReadManifest(*latest);
 }
 
 }  // namespace hoist

@@ -282,7 +282,6 @@ static absl::StatusOr<SaveResult> SaveCheckpointImpl(
     return absl::InvalidArgumentError(
         "save request needs a step >= 0 and the plan of its arrays");
   }
-  RETURN_IF_ERROR(ValidateMetadataJson(request.metadata_json));
   // 1 and 2, decided by rank 0 for everyone: the name of the directory to
   // write into, or why there is none.
   std::string tmp_name;

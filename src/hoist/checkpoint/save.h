@@ -54,7 +54,9 @@ struct SaveResult {
 // here when possible and by garbage collection otherwise), and the previously
 // committed steps are untouched.
 // Errors: kAlreadyExists if the step is committed and overwrite is false;
-// kInvalidArgument for a bad request; staging and storage errors as is.
+// kInvalidArgument for a bad request (metadata that EncodeManifest refuses
+// is found at commit; the CheckpointManager refuses it before it accepts
+// the step); staging and storage errors as is.
 absl::StatusOr<SaveResult> SaveCheckpoint(Storage& storage,
                                           Coordinator& coordinator,
                                           const SaveRequest& request,

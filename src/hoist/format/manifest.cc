@@ -295,16 +295,51 @@ absl::Status ValidateMetadataJson(std::string_view json) {
     return absl::InvalidArgumentError(
         absl::StrFormat("metadata nests deeper than %d levels", kMaxJsonDepth));
   }
-  const Json parsed = Json::parse(json.begin(), json.end(), nullptr,
-                                  /*allow_exceptions=*/false);
-  if (parsed.is_discarded()) {
+  // A SAX pass: the parser checks the grammar and UTF-8 without building
+  // the document (Save runs this on the caller's thread).
+  struct TopLevel final : nlohmann::json_sax<Json> {
+    Json::value_t type = Json::value_t::discarded;
+    bool first = true;
+    void Saw(Json::value_t t) {
+      if (first) type = t;
+      first = false;
+    }
+    bool null() override { return Saw(Json::value_t::null), true; }
+    bool boolean(bool) override { return Saw(Json::value_t::boolean), true; }
+    bool number_integer(number_integer_t) override {
+      return Saw(Json::value_t::number_integer), true;
+    }
+    bool number_unsigned(number_unsigned_t) override {
+      return Saw(Json::value_t::number_unsigned), true;
+    }
+    bool number_float(number_float_t, const string_t&) override {
+      return Saw(Json::value_t::number_float), true;
+    }
+    bool string(string_t&) override { return Saw(Json::value_t::string), true; }
+    bool binary(binary_t&) override { return Saw(Json::value_t::binary), true; }
+    bool start_object(std::size_t) override {
+      return Saw(Json::value_t::object), true;
+    }
+    bool key(string_t&) override { return true; }
+    bool end_object() override { return true; }
+    bool start_array(std::size_t) override {
+      return Saw(Json::value_t::array), true;
+    }
+    bool end_array() override { return true; }
+    bool parse_error(std::size_t, const std::string&,
+                     const nlohmann::detail::exception&) override {
+      return false;
+    }
+  } top;
+  if (!Json::sax_parse(json.begin(), json.end(), &top)) {
     return absl::InvalidArgumentError(
         "metadata is not valid JSON in UTF-8 (NaN and infinities are not "
         "JSON, and every string must be valid UTF-8)");
   }
-  if (!parsed.is_object()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "metadata must be a JSON object, not a %s", parsed.type_name()));
+  if (top.type != Json::value_t::object) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("metadata must be a JSON object, not a %s",
+                        Json(top.type).type_name()));
   }
   return absl::OkStatus();
 }

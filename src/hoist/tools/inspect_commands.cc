@@ -79,9 +79,7 @@ absl::Status Ls(const std::string& path, bool json) {
 }
 
 absl::Status Inspect(const std::string& step_dir, bool json) {
-  ASSIGN_OR_RETURN(auto opened, OpenStepDir(step_dir));
-  ASSIGN_OR_RETURN(Manifest manifest,
-                   opened.first->ReadManifest(opened.second));
+  ASSIGN_OR_RETURN(Manifest manifest, ReadManifestAt(step_dir));
   std::map<std::string, int64_t> file_bytes;
   nlohmann::json arrays = nlohmann::json::array();
   for (const ManifestArray& array : manifest.arrays) {
@@ -210,7 +208,9 @@ void AddInspectCommands(CLI::App& app) {
   CLI::App* inspect = app.add_subcommand(
       "inspect",
       "Show a step's arrays (dtype, shape, saved sharding, bytes) and files");
-  inspect->add_option("CKPT", flags->path, "Step directory (ROOT/step_N)")
+  inspect
+      ->add_option("CKPT", flags->path,
+                   "Step directory (ROOT/step_N), or a root (its newest step)")
       ->required();
   inspect->add_flag("--json", flags->json, "Print JSON");
   inspect->callback([flags] {
