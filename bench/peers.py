@@ -25,8 +25,11 @@ imported or fails is reported with its error.
 Every system saves once untimed first (warm-up: imports, thread pools,
 compilation), then the timed save. Durability: hoist writes with O_DIRECT and fsyncs every file and directory;
 the others are followed by os.sync() inside their timed save; before every
-restore the page cache is dropped (echo 3 > /proc/sys/vm/drop_caches, root
-only; the report says whether it could).
+restore the page cache is emptied (echo 3 > /proc/sys/vm/drop_caches where
+permitted, else every checkpoint file is evicted with
+posix_fadvise(DONTNEED), checked with fincore; the report says which). A
+restore's timing starts before the system's own set-up: for hoist, opening
+the manager (its pool) is inside it.
 """
 import argparse
 import json
@@ -42,7 +45,7 @@ BUILD = os.path.join(ROOT, "build", "release")
 HOIST = os.path.join(BUILD, "hoist")
 SAVE_BENCH = os.path.join(BUILD, "bench", "save_bench")
 TRANSFER_BENCH = os.path.join(BUILD, "bench", "transfer_bench")
-SYSTEMS = ["hoist", "hoist_torch", "hoist_cpp", "orbax", "dcp", "torch",
+SYSTEMS = ["hoist", "hoist_torch", "hoist_numpy", "hoist_cpp", "orbax", "dcp", "torch",
            "numpy", "tensorstore"]
 GIB = 1 << 30
 
@@ -57,14 +60,42 @@ def parse_bytes(text):
     return int(float(t))
 
 
-def drop_caches():
+def drop_caches(path=None):
+    """Empties the page cache before a restore: all of it where this process
+    may (root, /proc/sys writable): "dropped"; else every file under `path`
+    is synced and evicted with posix_fadvise(DONTNEED), which any user may
+    do for clean pages: "evicted" (checked: fincore then counts no resident
+    page). "no" when neither works."""
+    os.sync()
     try:
-        os.sync()
         with open("/proc/sys/vm/drop_caches", "w") as f:
             f.write("3\n")
-        return True
+        return "dropped"
     except OSError:
-        return False
+        pass
+    if path is None or not evict(path):
+        return "no"
+    return "evicted"
+
+
+def evict(path):
+    """Evicts every file under `path` from the page cache: True when fincore
+    (where installed) finds none of their pages resident afterwards."""
+    files = [os.path.join(d, f) for d, _, names in os.walk(path)
+             for f in names]
+    for name in files:
+        fd = os.open(name, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    if not files or shutil.which("fincore") is None:
+        return bool(files)
+    out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output",
+                          "RES", *files], capture_output=True, text=True)
+    return out.returncode == 0 and all(
+        int(v) == 0 for v in out.stdout.split())
 
 
 def warmed(path):
@@ -90,14 +121,18 @@ def array_list(size):
     return json.loads(out)["array_list"]
 
 
-def host_arrays(specs):
-    """name -> numpy array, deterministic random bytes."""
+def host_arrays(specs, fill=True):
+    """name -> numpy array, deterministic random bytes (fill=False: empty
+    arrays of the same shapes and dtypes)."""
     import ml_dtypes  # noqa: F401
     import numpy as np
     rng = np.random.default_rng(20261129)
     out = {}
     for s in specs:
         dtype = np.dtype(getattr(ml_dtypes, s["dtype"], None) or s["dtype"])
+        if not fill:
+            out[s["name"]] = np.empty(s["shape"], dtype)
+            continue
         n = int(np.prod(s["shape"], dtype=np.int64)) * dtype.itemsize
         raw = np.frombuffer(rng.bytes(n), dtype=np.uint8)
         if dtype.kind == "f":  # no NaN patterns: keep comparisons simple
@@ -207,10 +242,17 @@ def hoist_save_timed(path, state, total, args):
 
 
 def hoist_restore(path, like, total):
+    """Opens a manager with the pool the save used (as a job that restarts,
+    restores and then trains and saves) and restores: the timing includes
+    the opening."""
     import hoist
-    with hoist.CheckpointManager(path, pool_bytes=total + total // 16 + (
-            64 << 20)) as mgr:
-        return timed(lambda: mgr.restore(1, like=like))
+
+    def restore():
+        with hoist.CheckpointManager(path, pool_bytes=total + total // 16 + (
+                64 << 20)) as mgr:
+            return mgr.restore(1, like=like)
+
+    return timed(restore)
 
 
 HOIST_DURABILITY = "O_DIRECT writes + fsync of files and dirs"
@@ -249,6 +291,18 @@ def restore_hoist_torch(specs, path, other):
                                                               s["dtype"]))
             for s in specs}  # the template a training job has
     total = sum(t.numel() * t.element_size() for t in like.values())
+    return hoist_restore(path, like, total)
+
+
+def save_hoist_numpy(state, host, path, args):
+    total = sum(a.nbytes for a in host.values())
+    blocked, save = hoist_save_timed(path, state, total, args)
+    return dict(blocked_s=blocked, save_s=save, durability=HOIST_DURABILITY)
+
+
+def restore_hoist_numpy(specs, path, other):
+    like = host_arrays(specs, fill=False)  # the template a job has
+    total = sum(a.nbytes for a in like.values())
     return hoist_restore(path, like, total)
 
 
@@ -439,6 +493,8 @@ def torch_state(specs, host):
 RUNNERS = {"hoist": (jax_state, save_hoist, restore_hoist, True),
            "hoist_torch": (torch_state, save_hoist_torch, restore_hoist_torch,
                            False),
+           "hoist_numpy": (host_state, save_hoist_numpy, restore_hoist_numpy,
+                           False),
            "orbax": (jax_state, save_orbax, restore_orbax, True),
            "dcp": (torch_state, save_dcp, restore_dcp, False),
            "torch": (torch_state, save_torch, restore_torch, False),
@@ -491,7 +547,8 @@ def run_system(system, args):
         for phase in phases:
             if "error" in result:
                 break
-            drop_caches()
+            cache = drop_caches(os.path.join(args.dir, system))
+            result["cache"] = cache
             r = run_child(system, phase, args)
             if "error" in r:
                 result = {"error": r["error"]}
@@ -585,7 +642,7 @@ def table(report):
              f"{report['memcpy_bound_s']:.3f} s); raw O_DIRECT write "
              f"{report['raw_write_gbps']:.2f} GB/s, read "
              f"{report['raw_read_gbps']:.2f} GB/s; page cache dropped before "
-             f"restores: {report['cache_dropped']}", "",
+             f"restores: {report.get('cache', report['cache_dropped'])}", "",
              f"{'system':<12} {'blocked s':>10} {'save s':>8} {'save GB/s':>10}"
              f" {'restore s':>10} {'other sh.':>10} {'peak RSS':>9} "
              f"{'ok':>3}  durability"]
@@ -704,7 +761,8 @@ def main():
         report["raw_write_gbps"] = cpp["raw_write_gbps"]
         report["raw_read_gbps"] = cpp["raw_read_gbps"]
         report["memcpy_bound_s"] = cpp["bytes"] / (report["memcpy_gbps"] * 1e9)
-        report["cache_dropped"] = drop_caches()
+        report["cache"] = drop_caches(args.dir)
+        report["cache_dropped"] = report["cache"] != "no"
         report["systems"] = {}
         for system in args.systems.split(","):
             log(f"== {system}")

@@ -33,9 +33,17 @@ namespace hoist {
 enum class IoEngine { kPosix, kIoUring };
 
 struct CheckpointManagerOptions {
-  // Pinned staging pool, allocated once at Open (default 1 GiB). Saves larger
+  // Pinned staging pool, allocated once (default 1 GiB). Saves larger
   // than this stage in waves; no slice may exceed it.
   int64_t pool_bytes = int64_t{1} << 30;
+  // Default true: Open returns before the pool is pinned (pinning faults in
+  // every page: about 0.4 s per GiB on a small VM), and a thread of the
+  // manager pins it meanwhile; the first save (or restore onto devices)
+  // waits for it if it is not done, and an allocation error is that save's
+  // error. A restore into host memory never needs the pool, so a job that
+  // restarts restores while its pool is pinned. false: Open pins the pool
+  // before it returns and reports its errors.
+  bool pin_pool_in_background = true;
   // How data files are written and read (default plain syscalls).
   IoEngine io = IoEngine::kPosix;
   // Replica rule, min slice, writer streams per process (default 2), ...
@@ -131,12 +139,13 @@ class CheckpointManager {
  public:
   // Opens (creating if needed) `root` as CheckpointRoot::Open does (rank 0
   // takes its lock and recovers what a crashed process left; the other ranks
-  // check that they see that lock), allocates the pool and starts the saver
-  // thread. `backend` drives this
-  // process's devices and `coordinator` links the job's processes; both must
-  // outlive the manager. `storage` overrides the I/O engine (tests); it must
-  // outlive the manager. Errors: kFailedPrecondition when another manager holds
-  // the root; kInvalidArgument for bad options; storage and pool errors as is.
+  // check that they see that lock), allocates the pool (in the background:
+  // see pin_pool_in_background) and starts the saver thread. `backend` drives
+  // this process's devices and `coordinator` links the job's processes; both
+  // must outlive the manager. `storage` overrides the I/O engine (tests); it
+  // must outlive the manager. Errors: kFailedPrecondition when another manager
+  // holds the root; kInvalidArgument for bad options; storage and pool errors
+  // as is.
   static absl::StatusOr<std::unique_ptr<CheckpointManager>> Open(
       const std::string& root, Backend& backend, Coordinator& coordinator,
       const CheckpointManagerOptions& options = {}, Storage* storage = nullptr);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -58,11 +59,35 @@ struct RestoreTarget {
   std::vector<RestoreDestination> destinations;
 };
 
+// Allocates 4 KiB-aligned memory: a restore reads extents straight into a
+// destination whose bytes start so aligned (O_DIRECT), and copies them from
+// a buffer into any other.
+template <typename T>
+struct PageAlignedAllocator {
+  using value_type = T;
+  static constexpr size_t kAlignment = 4096;
+  PageAlignedAllocator() = default;
+  template <typename U>
+  PageAlignedAllocator(const PageAlignedAllocator<U>&) {}
+  T* allocate(size_t n) {
+    return static_cast<T*>(
+        ::operator new(n * sizeof(T), std::align_val_t(kAlignment)));
+  }
+  void deallocate(T* p, size_t) {
+    ::operator delete(p, std::align_val_t(kAlignment));
+  }
+  template <typename U>
+  bool operator==(const PageAlignedAllocator<U>&) const {
+    return true;
+  }
+};
+using AlignedBytes = std::vector<uint8_t, PageAlignedAllocator<uint8_t>>;
+
 // Every array of `specs` restored whole into host memory this object owns:
 // targets[i] fills bytes[i] with array i, dense, in C order. The buffers are
-// zero-filled (so resident) when made.
+// 4 KiB-aligned and zero-filled (so resident) when made.
 struct HostArrays {
-  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<AlignedBytes> bytes;
   std::vector<RestoreTarget> targets;
 };
 HostArrays WholeArraysInHost(absl::Span<const ArraySpec> specs);

@@ -51,6 +51,36 @@ def _torch_dtype_name(dtype):
     return str(dtype).removeprefix("torch.")
 
 
+# Restored arrays are allocated by hoist itself, aligned so that the engine
+# reads their bytes straight from the file into them (O_DIRECT wants 4 KiB
+# alignment) and JAX's CPU client adopts them without a copy (64 bytes).
+_DIRECT_ALIGNMENT = 4096
+_DIRECT_MIN_BYTES = 64 << 10  # smaller arrays: 64-byte alignment, no waste
+_ZERO_COPY_ALIGNMENT = 64
+
+
+# JAX CPU devices: restore shards in host memory and adopt them (True), or
+# stage them through the pool and device_put them as for GPUs (False; tests
+# switch to it to cover that path on CPU).
+_JAX_IN_HOST = True
+
+
+def _aligned_bytes(nbytes):
+    """A new uint8 array of `nbytes` whose data is aligned for direct
+    reads (4 KiB; 64 bytes for small arrays)."""
+    align = (_DIRECT_ALIGNMENT if nbytes >= _DIRECT_MIN_BYTES else
+             _ZERO_COPY_ALIGNMENT)
+    raw = np.empty(nbytes + align, np.uint8)
+    start = -raw.ctypes.data % align
+    return raw[start:start + nbytes]
+
+
+def _aligned_empty(shape, dtype):
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    return _aligned_bytes(nbytes).view(dtype).reshape(shape)
+
+
 def _bytes_of_numpy(a):
     """A flat uint8 view of `a`'s memory (copied first if not contiguous)."""
     if a.dtype.kind == "O":
@@ -207,12 +237,17 @@ class _Targets:
     def __init__(self, manifest):
         self.saved = {a["name"]: a for a in manifest["arrays"]}
         self.list = []
-        # JAX shards are not filled in place (JAX arrays are immutable): the
-        # engine stages each box in its pinned pool and hands it to receive(),
-        # which puts it on its device. Token t names box received_meta[t - 1].
+        # Shards on JAX devices outside host memory (GPUs) are not filled in
+        # place (JAX arrays are immutable): the engine stages each box in its
+        # pinned pool and hands it to receive(), which puts it on its device.
+        # Token t names box received_meta[t - 1].
         self.received_list = []
         self.received_meta = []
         self.placed = {}
+        # (buffer, device) of every JAX shard restored in host memory, and
+        # the device arrays adopting them once restored.
+        self.adopted = []
+        self.adopted_arrays = []
         self.partial = {}  # token -> [bytes, bytes received] of a parted shard
 
     def saved_array(self, name):
@@ -225,7 +260,7 @@ class _Targets:
         saved = self.saved_array(name)
         dtype_name = dtype_name or saved["dtype"]
         shape = list(saved["shape"] if shape is None else shape)
-        out = np.empty(shape, dtype=_numpy_dtype(dtype_name))
+        out = _aligned_empty(shape, _numpy_dtype(dtype_name))
         origin, extent = _whole(shape)
         self.list.append((name, dtype_name, shape,
                           [(-1, origin, extent, out.reshape(-1).view(np.uint8))]))
@@ -239,7 +274,11 @@ class _Targets:
         dtype = like.dtype if like is not None else getattr(torch,
                                                              saved["dtype"])
         shape = list(like.shape) if like is not None else saved["shape"]
-        out = torch.empty(shape, dtype=dtype)
+        # An aligned NumPy buffer the tensor owns (torch.empty's 64-byte
+        # alignment would make every read go through the page cache).
+        nbytes = math.prod(shape) * dtype.itemsize
+        out = torch.from_numpy(_aligned_bytes(nbytes)).view(dtype).reshape(
+            shape)
         origin, extent = _whole(shape)
         self.list.append((name, _torch_dtype_name(dtype), shape,
                           [(-1, origin, extent, out.reshape(-1).view(torch.uint8))]))
@@ -260,9 +299,11 @@ class _Targets:
         sharding = getattr(like, "sharding", None)
         if sharding is None:
             sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+        index_of = sharding.addressable_devices_indices_map(shape)
+        if _JAX_IN_HOST and all(d.platform == "cpu" for d in index_of):
+            return self._jax_in_host(name, shape, dtype, sharding, index_of)
         dests, tokens = [], []
-        for device, index in sharding.addressable_devices_indices_map(
-                shape).items():
+        for device, index in index_of.items():
             origin, extent = _box_of(index, shape)
             token = len(self.received_meta) + 1
             self.received_meta.append((dtype, tuple(extent), device))
@@ -279,6 +320,39 @@ class _Targets:
                 shape, sharding, [self.placed[t] for t in tokens])
 
         return _Pending(finish)
+
+    def _jax_in_host(self, name, shape, dtype, sharding, index_of):
+        """JAX's CPU devices hold their buffers in host memory: each
+        distinct shard box is restored in place into an aligned NumPy array,
+        which every device holding that box then adopts without a copy
+        (device_put(may_alias=True)); replicas share it, as JAX arrays are
+        immutable."""
+        jax = _module("jax")
+        buffers, dests, positions = {}, [], []
+        for device, index in index_of.items():
+            origin, extent = _box_of(index, shape)
+            key = (tuple(origin), tuple(extent))
+            if key not in buffers:
+                buffers[key] = _aligned_empty(extent, dtype)
+                dests.append((-1, origin, extent,
+                              buffers[key].reshape(-1).view(np.uint8)))
+            positions.append(len(self.adopted))
+            self.adopted.append((buffers[key], device))
+        self.list.append((name, dtype.name, list(shape), dests))
+
+        def finish():
+            return jax.make_array_from_single_device_arrays(
+                shape, sharding, [self.adopted_arrays[p] for p in positions])
+
+        return _Pending(finish)
+
+    def adopt(self):
+        """Hands every in-host JAX shard to its device, in one call."""
+        if self.adopted:
+            jax = _module("jax")
+            self.adopted_arrays = jax.device_put(
+                [b for b, _ in self.adopted], [d for _, d in self.adopted],
+                may_alias=True)
 
     def receive(self, items):
         """Called by the engine once per wave with (token, offset, bytes) of
@@ -454,4 +528,5 @@ def unflatten(manifest, skeleton, like, restore):
         tree = {name: targets.numpy(name) for name in targets.saved}
     restore(targets.list, targets.received_list,
             targets.receive if targets.received_list else None)
+    targets.adopt()
     return _resolve(tree)

@@ -74,9 +74,10 @@ Box ToBox(const std::vector<int64_t>& origin, const std::vector<int64_t>& shape,
 }
 
 // The bytes an ndarray holds, checked to be dense (C order) and `bytes`
-// long.
-void* DenseData(const nb::ndarray<>& array, int64_t bytes,
-                const std::string& where) {
+// long. Arrays to save may be read-only (nb::ro); restore destinations not.
+template <typename... Args>
+auto DenseData(const nb::ndarray<Args...>& array, int64_t bytes,
+               const std::string& where) {
   int64_t expected = 1;
   for (int d = static_cast<int>(array.ndim()) - 1; d >= 0; --d) {
     if (array.shape(d) != 1 && array.stride(d) != expected) {
@@ -140,10 +141,13 @@ nb::dict InfoDict(const SaveInfo& info) {
   return d;
 }
 
+// An array to save: read-only ones too.
+using SavedData = nb::ndarray<nb::ro>;
+
 // A save in flight, holding the shards' arrays until they are staged.
 class PyHandle {
  public:
-  PyHandle(SaveHandle handle, std::vector<nb::ndarray<>> sources)
+  PyHandle(SaveHandle handle, std::vector<SavedData> sources)
       : handle_(std::move(handle)), sources_(std::move(sources)) {}
   ~PyHandle() {
     // The copies may still read the arrays: never let them go earlier.
@@ -182,15 +186,19 @@ class PyHandle {
 
  private:
   SaveHandle handle_;
-  std::vector<nb::ndarray<>> sources_;
+  std::vector<SavedData> sources_;
 };
 
-// (device id, origin, shape, data)
-using PyShard = std::tuple<int64_t, std::vector<int64_t>, std::vector<int64_t>,
-                           nb::ndarray<>>;
+// (device id, origin, shape, data): data read-only to save, written to
+// restore.
+template <typename Data>
+using PyShardOf =
+    std::tuple<int64_t, std::vector<int64_t>, std::vector<int64_t>, Data>;
 // (name, dtype, shape, shards)
-using PyArray = std::tuple<std::string, std::string, std::vector<int64_t>,
-                           std::vector<PyShard>>;
+template <typename Data>
+using PyArrayOf = std::tuple<std::string, std::string, std::vector<int64_t>,
+                             std::vector<PyShardOf<Data>>>;
+using PyArray = PyArrayOf<nb::ndarray<>>;
 // (origin, shape, token)
 using PyReceivedBox =
     std::tuple<std::vector<int64_t>, std::vector<int64_t>, uint64_t>;
@@ -220,13 +228,12 @@ class PyManager {
         CheckpointManager::Open(root, backend_->get(), *coordinator_, options));
   }
 
-  std::unique_ptr<PyHandle> Save(int64_t step,
-                                 const std::vector<PyArray>& arrays,
-                                 const std::string& metadata_json,
-                                 bool dispatched) {
+  std::unique_ptr<PyHandle> Save(
+      int64_t step, const std::vector<PyArrayOf<SavedData>>& arrays,
+      const std::string& metadata_json, bool dispatched) {
     Live();
     std::vector<SaveArray> save;
-    std::vector<nb::ndarray<>> sources;
+    std::vector<SavedData> sources;
     for (const auto& [name, dtype_name, shape, shards] : arrays) {
       const DType dtype = Check(ParseDType(dtype_name));
       ExplicitSharding sharding;
@@ -236,7 +243,7 @@ class PyManager {
             absl::StrFormat("array '%s' on device %d", name, device);
         const Box box = ToBox(origin, box_shape, where);
         const int64_t bytes = box.num_elements() * ItemSize(dtype);
-        void* pointer = DenseData(data, bytes, where);
+        const void* pointer = DenseData(data, bytes, where);
         CheckDevice(data, device, where);
         sharding.shards.push_back({static_cast<DeviceId>(device), box});
         array.shards.push_back({static_cast<DeviceId>(device), pointer});
@@ -393,7 +400,8 @@ class PyManager {
     }
   }
   // Host arrays for the host backend; the device's own memory for cuda.
-  void CheckDevice(const nb::ndarray<>& data, int64_t device,
+  template <typename... Args>
+  void CheckDevice(const nb::ndarray<Args...>& data, int64_t device,
                    const std::string& where) {
     const bool on_cpu = data.device_type() == nb::device::cpu::value;
     if (backend_->kind() == "host" && !on_cpu) {

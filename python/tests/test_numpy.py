@@ -128,3 +128,13 @@ def test_bad_input_raises_the_documented_exceptions(root):
     mgr.close()
     with pytest.raises(ValueError, match="closed"):
         mgr.steps
+
+
+def test_read_only_arrays_save(root):
+    # np.frombuffer over bytes, a memory map opened "r": read-only memory.
+    a = np.frombuffer(bytes(range(256)), dtype=np.uint8).reshape(16, 16)
+    assert not a.flags.writeable
+    with hoist.CheckpointManager(root, pool_bytes=1 << 20) as mgr:
+        mgr.save(1, {"a": a}).wait()
+        out = mgr.restore()
+    np.testing.assert_array_equal(out["a"], a)

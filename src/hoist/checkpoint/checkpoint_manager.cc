@@ -93,6 +93,11 @@ class CheckpointManager::Impl {
         topology_(std::move(topology)),
         pool_(std::move(pool)),
         engine_(*pool_, TransferOptions{.tracer = options_.tracer}) {
+    if (options_.pin_pool_in_background) {
+      pinner_ = std::thread([this] {
+        pool_->Provide(backend_.AllocatePinned(pool_->capacity_bytes()));
+      });
+    }
     saver_ = std::thread([this] { SaverLoop(); });
   }
 
@@ -102,6 +107,7 @@ class CheckpointManager::Impl {
       stopping_ = true;
     }
     saver_.join();
+    if (pinner_.joinable()) pinner_.join();
   }
 
   absl::StatusOr<SaveHandle> Save(int64_t step,
@@ -352,7 +358,8 @@ class CheckpointManager::Impl {
   absl::flat_hash_set<int64_t> in_flight_steps_ ABSL_GUARDED_BY(mu_);
   absl::Status deferred_error_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread saver_;  // last: started once everything above exists
+  std::thread pinner_;  // pins a pending pool, then ends
+  std::thread saver_;   // last: started once everything above exists
 };
 
 absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
@@ -402,7 +409,9 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
   }
   ASSIGN_OR_RETURN(Topology topology, GatherTopology(backend, coordinator));
   ASSIGN_OR_RETURN(std::unique_ptr<StagingPool> pool,
-                   StagingPool::Create(backend, options.pool_bytes));
+                   options.pin_pool_in_background
+                       ? StagingPool::CreatePending(options.pool_bytes)
+                       : StagingPool::Create(backend, options.pool_bytes));
   return std::unique_ptr<CheckpointManager>(
       new CheckpointManager(std::make_unique<Impl>(
           std::move(opened_root), backend, coordinator, options,

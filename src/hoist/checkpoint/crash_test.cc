@@ -188,7 +188,7 @@ TEST(CrashTest, SigkillAtRandomMomentsNeverLosesACommittedStep) {
         std::vector<uint8_t> expected(host.bytes[a].size());
         FillSynthetic(expected.data(), static_cast<int64_t>(expected.size()),
                       testing::CrashSeed(step, a));
-        ASSERT_EQ(host.bytes[a], expected)
+        ASSERT_EQ(AlignedBytes(expected.begin(), expected.end()), host.bytes[a])
             << "kill " << kill_number << " step " << step << " array "
             << model[a].name;
       }

@@ -11,6 +11,13 @@ namespace hoist {
 // writer's buffer, whatever a manifest claims.
 inline constexpr int64_t kMaxIoRunBytes = int64_t{16} << 20;
 
+// Restore reads an extent straight into its destination (no copy) when the
+// destination's bytes start 4 KiB-aligned (as O_DIRECT needs) and the
+// extent is at least this long; smaller extents are read together, in runs
+// of neighbours in one file, and copied out: one read for thousands of
+// small arrays instead of one each.
+inline constexpr int64_t kMinDirectReadBytes = int64_t{256} << 10;
+
 }  // namespace hoist
 
 #endif  // HOIST_CHECKPOINT_IO_SIZES_H_

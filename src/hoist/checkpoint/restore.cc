@@ -64,20 +64,29 @@ absl::Status ReadWave(Storage& storage, const std::string& step_dir,
                       std::atomic<int64_t>& bytes_read) {
   FirstError error;
   std::atomic<size_t> next{0};
-  // An extent that is one contiguous run of its only image is read straight
-  // into it. The others are read into a buffer, in runs of extents that
-  // follow each other in one file (each at the next 4 KiB boundary after
-  // the previous one): one read per run, up to 16 MiB.
+  // An extent that is one contiguous run of its only image, starting
+  // 4 KiB-aligned there, and not small (kMinDirectReadBytes) is read
+  // straight into it. The others are read into a buffer, in runs of
+  // extents that follow each other in one file (each at the next 4 KiB
+  // boundary after the previous one): one read per run, up to 16 MiB.
   const auto extent_of = [&](int t) -> const ManifestExtent& {
     return tasks[t].array->extents[tasks[t].extent];
   };
   std::vector<std::optional<int64_t>> direct_at(tasks.size());
   for (size_t t = 0; t < tasks.size(); ++t) {
     const ReadTask& task = tasks[t];
-    const Box& box = extent_of(static_cast<int>(t)).box;
-    if (task.images.size() == 1 && images[task.images[0]].box.Contains(box)) {
-      direct_at[t] = ContiguousByteOffset(images[task.images[0]].box, box,
-                                          ItemSize(task.array->dtype));
+    const ManifestExtent& extent = extent_of(static_cast<int>(t));
+    if (task.images.size() != 1 || extent.length_bytes < kMinDirectReadBytes ||
+        !images[task.images[0]].box.Contains(extent.box)) {
+      continue;
+    }
+    const WaveImage& image = images[task.images[0]];
+    const std::optional<int64_t> at = ContiguousByteOffset(
+        image.box, extent.box, ItemSize(task.array->dtype));
+    if (at &&
+        reinterpret_cast<uintptr_t>(image.host + *at) % kExtentAlignmentBytes ==
+            0) {
+      direct_at[t] = at;
     }
   }
   std::vector<int> order(tasks.size());

@@ -127,8 +127,9 @@ TEST_F(CheckpointTest, RestoresWholeArraysIntoHostMemory) {
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->dispatches, 0);
   for (size_t a = 0; a < model.size(); ++a) {
-    EXPECT_EQ(host.bytes[a], BoxBytes(model[a], static_cast<int>(a),
-                                      Box::FromShape(model[a].shape)))
+    const std::vector<uint8_t> expected =
+        BoxBytes(model[a], static_cast<int>(a), Box::FromShape(model[a].shape));
+    EXPECT_EQ(host.bytes[a], AlignedBytes(expected.begin(), expected.end()))
         << model[a].name;
   }
 }

@@ -83,9 +83,10 @@ TEST(SoakTest, SaveAndRestoreForMinutesWithFlatMemoryAndNoLeakedFiles) {
       HostArrays host = WholeArraysInHost(model);
       ASSERT_TRUE(manager->Restore(step, host.targets).ok()) << step;
       for (size_t a = 0; a < model.size(); ++a) {
-        ASSERT_EQ(host.bytes[a],
-                  testing::BoxBytes(model[a], static_cast<int>(a),
-                                    Box::FromShape(model[a].shape), step))
+        const std::vector<uint8_t> expected =
+            testing::BoxBytes(model[a], static_cast<int>(a),
+                              Box::FromShape(model[a].shape), step);
+        ASSERT_EQ(host.bytes[a], AlignedBytes(expected.begin(), expected.end()))
             << "step " << step << " array " << model[a].name;
       }
       ++restores;

@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "hoist/base/bytes.h"
 #include "hoist/base/checked_math.h"
+#include "hoist/base/status_macros.h"
 
 namespace hoist {
 
@@ -40,14 +41,44 @@ absl::StatusOr<std::unique_ptr<StagingPool>> StagingPool::Create(
   const int64_t capacity = AlignUp(capacity_bytes, kAlignment);
   absl::StatusOr<MemoryBlock> memory = backend.AllocatePinned(capacity);
   if (!memory.ok()) return memory.status();
-  return std::unique_ptr<StagingPool>(
-      new StagingPool(*std::move(memory), capacity));
+  std::unique_ptr<StagingPool> pool(new StagingPool(capacity));
+  pool->Provide(*std::move(memory));
+  return pool;
 }
 
-StagingPool::StagingPool(MemoryBlock memory, int64_t capacity_bytes)
-    : memory_(std::move(memory)), capacity_bytes_(capacity_bytes) {
+absl::StatusOr<std::unique_ptr<StagingPool>> StagingPool::CreatePending(
+    int64_t capacity_bytes) {
+  if (capacity_bytes <= 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "staging pool capacity must be > 0, got %d", capacity_bytes));
+  }
+  return std::unique_ptr<StagingPool>(
+      new StagingPool(AlignUp(capacity_bytes, kAlignment)));
+}
+
+StagingPool::StagingPool(int64_t capacity_bytes)
+    : capacity_bytes_(capacity_bytes) {
+  MutexLock lock(&mu_);
   free_.emplace(0, capacity_bytes_);
   stats_.capacity_bytes = capacity_bytes_;
+}
+
+void StagingPool::Provide(absl::StatusOr<MemoryBlock> memory) {
+  {
+    MutexLock lock(&mu_);
+    assert(!provided_ && "StagingPool::Provide called twice");
+    provided_ = true;
+    if (!memory.ok()) {
+      memory_status_ = memory.status();
+    } else if (memory->size_bytes() < capacity_bytes_) {
+      memory_status_ = absl::InternalError(
+          absl::StrFormat("staging pool of %d bytes was given only %d",
+                          capacity_bytes_, memory->size_bytes()));
+    } else {
+      memory_ = *std::move(memory);
+    }
+  }
+  freed_.SignalAll();
 }
 
 StagingPool::~StagingPool() {
@@ -101,8 +132,18 @@ absl::StatusOr<std::vector<Lease>> StagingPool::AcquireAll(
   }
   const absl::Time deadline = absl::Now() + timeout;
   std::optional<std::vector<int64_t>> offsets;
+  uint8_t* base = nullptr;
   {
     MutexLock lock(&mu_);
+    while (!provided_) {
+      if (freed_.WaitWithDeadline(&mu_, deadline) && !provided_) {
+        return absl::DeadlineExceededError(
+            absl::StrFormat("the staging pool's memory was not ready after %s",
+                            absl::FormatDuration(timeout)));
+      }
+    }
+    RETURN_IF_ERROR(memory_status_);
+    base = static_cast<uint8_t*>(memory_.data());
     offsets = TryPlace(reserved);
     if (!offsets) ++stats_.waits;
     while (!offsets) {
@@ -121,7 +162,6 @@ absl::StatusOr<std::vector<Lease>> StagingPool::AcquireAll(
     stats_.leases += static_cast<int64_t>(sizes.size());
   }
   std::vector<Lease> leases(sizes.size());
-  auto* base = static_cast<uint8_t*>(memory_.data());
   for (size_t i = 0; i < sizes.size(); ++i) {
     leases[i].pool_ = this;
     leases[i].data_ = base + (*offsets)[i];

@@ -1,6 +1,7 @@
 // StagingPool: the fixed region of pinned host memory that device copies
-// land in. Allocated once (through the Backend) when the pool is created and
-// reused by every save; nothing on the save path allocates pinned memory.
+// land in. Allocated once (through the Backend), when the pool is created or
+// by its owner soon after (CreatePending), and reused by every save; nothing
+// on the save path allocates pinned memory.
 #ifndef HOIST_TRANSFER_STAGING_POOL_H_
 #define HOIST_TRANSFER_STAGING_POOL_H_
 
@@ -73,6 +74,18 @@ class StagingPool {
   static absl::StatusOr<std::unique_ptr<StagingPool>> Create(
       Backend& backend, int64_t capacity_bytes);
 
+  // A pool of `capacity_bytes` (> 0) whose memory comes later, through
+  // Provide(): pinning a large pool takes time (faulting in every page), so
+  // its owner may do it on a thread of its own while the pool's first user
+  // (often a restore into memory it does not need) goes ahead. Acquisitions
+  // wait until the memory is provided.
+  static absl::StatusOr<std::unique_ptr<StagingPool>> CreatePending(
+      int64_t capacity_bytes);
+  // Hands a pending pool its memory (at least capacity_bytes()), or the
+  // error that allocating it returned, which every acquisition then
+  // returns. Once only.
+  void Provide(absl::StatusOr<MemoryBlock> memory) ABSL_LOCKS_EXCLUDED(mu_);
+
   ~StagingPool();
 
   int64_t capacity_bytes() const { return capacity_bytes_; }
@@ -96,7 +109,7 @@ class StagingPool {
   void ResetPeak();
 
  private:
-  StagingPool(MemoryBlock memory, int64_t capacity_bytes);
+  explicit StagingPool(int64_t capacity_bytes);
 
   // Places every size in the free list (first fit, largest first) and
   // returns their offsets, or nullopt if they do not all fit now.
@@ -106,10 +119,13 @@ class StagingPool {
 
   friend class Lease;
 
-  const MemoryBlock memory_;
   const int64_t capacity_bytes_;
   mutable Mutex mu_;
-  CondVar freed_;
+  CondVar freed_;  // also signalled when the memory is provided
+  // Set once, by Create or Provide; null data until then.
+  MemoryBlock memory_ ABSL_GUARDED_BY(mu_);
+  absl::Status memory_status_ ABSL_GUARDED_BY(mu_);
+  bool provided_ ABSL_GUARDED_BY(mu_) = false;
   std::map<int64_t, int64_t> free_ ABSL_GUARDED_BY(mu_);  // offset -> bytes
   StagingPoolStats stats_ ABSL_GUARDED_BY(mu_);
 };
