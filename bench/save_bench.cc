@@ -1,15 +1,21 @@
 // bench/save: hoist's save and restore against the disk itself, in one run.
 //
-//   raw write    one thread, O_DIRECT, 8 MiB sequential writes of the same
-//                number of bytes into one file, then fsync
-//   raw read     the same file read back, O_DIRECT, 8 MiB sequential reads
+//   disk limit   the disk as fio drives it: 4 jobs, each its own file and
+//                16 O_DIRECT requests of 1 MiB in flight through io_uring,
+//                writing the same number of bytes (then fsync), then reading
+//                them back (bench/disk_limit.h); --jobs/--depth change it
+//   one stream   for reference: one thread, O_DIRECT, 8 MiB requests one at
+//                a time, write + fsync then read
 //   hoist save   a GPT-style model (weights + Adam) on 8 host devices (2 x 4
 //                mesh) saved through a staging pool of a quarter of its size:
 //                staged, written (O_DIRECT where aligned, XXH3 per extent),
 //                fsynced and committed
 //   hoist restore  the step read back onto the same sharding (page cache of
 //                its files dropped first), hashes verified, every shard
-//                compared with what was saved
+//                compared with what was saved; and again without checking
+//                the hashes, to measure what verification costs
+//   read amplification  bytes read / bytes asked for, restoring onto the
+//                same sharding, onto a 4 x 2 mesh, and a tenth of the arrays
 // and the process's peak RSS during the save above what it held before (the
 // device arrays live in host memory on the host backend, so they are
 // excluded): the pool plus hoist's own overhead.
@@ -30,6 +36,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "bench/bench_util.h"
+#include "bench/disk_limit.h"
 #include "hoist/base/bytes.h"
 #include "hoist/base/checked_math.h"
 #include "hoist/box.h"
@@ -85,7 +92,8 @@ struct Raw {
   double read_s = 0;
 };
 
-Raw RawDirect(const std::string& path, int64_t bytes) {
+// One thread, one 8 MiB request at a time: a reference, not the limit.
+Raw OneStream(const std::string& path, int64_t bytes) {
   constexpr int64_t kChunk = 8 << 20;
   void* buffer = std::aligned_alloc(4096, kChunk);
   std::memset(buffer, 0x3c, kChunk);
@@ -124,6 +132,7 @@ int Main(int argc, char** argv) {
   bool json = false;
   std::string io = "posix";
   int reader_threads = RestoreOptions{}.reader_threads;
+  bench::DiskLimitOptions limit_options;
   app.add_option("--bytes", bytes_text, "Model size")->capture_default_str();
   app.add_option("--pool", pool_text,
                  "Staging pool (default: a quarter of "
@@ -140,9 +149,17 @@ int Main(int argc, char** argv) {
   app.add_option("--readers", reader_threads, "Restore reader threads")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
+  app.add_option("--jobs", limit_options.jobs,
+                 "Disk limit: jobs (files) written and read at once")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  app.add_option("--depth", limit_options.depth,
+                 "Disk limit: requests in flight per job")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
   app.add_option("--repeats", repeats,
-                 "Rounds of (raw write, raw read, save, restore), one after "
-                 "the other so each ratio compares neighbours; medians")
+                 "Rounds of (disk limit, save, restore), one after the other "
+                 "so each ratio compares neighbours; medians")
       ->capture_default_str()
       ->check(CLI::Range(1, 20));
   app.add_flag("--json", json, "Print the figures as one JSON object");
@@ -201,17 +218,31 @@ int Main(int argc, char** argv) {
   const std::string root = dir + "/save_bench." + std::to_string(getpid());
   std::unique_ptr<CheckpointManager> manager =
       Check(CheckpointManager::Open(root, *backend, *coordinator, options));
-  // Rounds of raw write, raw read, hoist save, hoist restore: this disk's
-  // speed drifts, so each ratio compares measurements taken side by side.
-  std::vector<double> raw_write, raw_read, saves, staged, restores;
+  // The shards of every array of `specs`, allocated on the 8 devices, and
+  // the targets filling them.
+  const auto device_targets = [&](const std::vector<ArraySpec>& specs,
+                                  std::vector<ShardBuffers>& buffers) {
+    std::vector<RestoreTarget> targets;
+    for (const ArraySpec& spec : specs) {
+      buffers.push_back(Check(AllocateShards(spec, backend->devices())));
+      targets.push_back(buffers.back().target);
+    }
+    return targets;
+  };
+  // Rounds of disk limit, hoist save, hoist restore (checked, then
+  // unchecked): this disk's speed drifts, so each ratio compares
+  // measurements taken side by side.
+  const Raw one_stream = OneStream(dir + "/raw.bin", data_bytes);
+  std::vector<double> raw_write, raw_read, saves, staged, restores, unchecked;
   int64_t save_peak = 0;
   SaveInfo saved;
   RestoreStats restored;
   bool verified = true;
   for (int round = 0; round < repeats; ++round) {
-    const Raw raw = RawDirect(dir + "/raw.bin", data_bytes);
-    raw_write.push_back(raw.write_s);
-    raw_read.push_back(raw.read_s);
+    const bench::DiskLimit limit =
+        Check(bench::MeasureDiskLimit(dir, data_bytes, limit_options));
+    raw_write.push_back(limit.write_s * data_bytes / limit.bytes);
+    raw_read.push_back(limit.read_s * data_bytes / limit.bytes);
     const SaveHandle handle = Check(manager->Save(round + 1, save_arrays));
     saved = Check(handle.WaitCommitted());
     if (round == 0) save_peak = ProcStatusBytes("VmHWM") - rss_before;
@@ -221,11 +252,7 @@ int Main(int argc, char** argv) {
     // Restore onto the same sharding, from disk.
     DropCacheTree(saved.path);
     std::vector<ShardBuffers> buffers;
-    std::vector<RestoreTarget> targets;
-    for (const ArraySpec& spec : model) {
-      buffers.push_back(Check(AllocateShards(spec, backend->devices())));
-      targets.push_back(buffers.back().target);
-    }
+    const std::vector<RestoreTarget> targets = device_targets(model, buffers);
     restored = Check(manager->Restore(saved.step, targets));
     restores.push_back(absl::ToDoubleSeconds(restored.elapsed));
     for (size_t b = 0; b < boxes.size(); ++b) {
@@ -236,11 +263,19 @@ int Main(int argc, char** argv) {
                                 arrays[b].size_bytes()) == 0;
       }
     }
+    // The same without checking hashes: what verification costs.
+    DropCacheTree(saved.path);
+    RestoreOptions no_check = options.restore;
+    no_check.verify_xxh3 = false;
+    unchecked.push_back(absl::ToDoubleSeconds(
+        Check(manager->Restore(saved.step, targets, nullptr, no_check))
+            .elapsed));
   }
   const Raw raw{Median(raw_write), Median(raw_read)};
   const double gb = data_bytes / 1e9;
   const double save_s = Median(saves);
   const double restore_s = Median(restores);
+  const double unchecked_s = Median(unchecked);
 
   // Restore every array whole into host memory (resident, as a caller's
   // numpy arrays would be): hoist's read path alone, no device copies.
@@ -260,6 +295,23 @@ int Main(int argc, char** argv) {
     host_verified &= std::memcmp(cut.data(), arrays[b].data(), cut.size()) == 0;
   }
   verified &= host_verified;
+
+  // Read amplification: onto a 4 x 2 mesh (another sharding), and a tenth
+  // of the arrays (every tenth) onto the same sharding.
+  const auto amplification = [](const RestoreStats& stats) {
+    return static_cast<double>(stats.bytes_read) /
+           static_cast<double>(stats.target_bytes);
+  };
+  const Mesh other_mesh = Check(Mesh::Create({"data", "model"}, {4, 2}));
+  const std::vector<ArraySpec> resharded = Check(GptModel(config, other_mesh));
+  std::vector<ShardBuffers> other_buffers;
+  const RestoreStats reshard = Check(
+      manager->Restore(saved.step, device_targets(resharded, other_buffers)));
+  other_buffers.clear();
+  std::vector<ArraySpec> tenth;
+  for (size_t a = 0; a < model.size(); a += 10) tenth.push_back(model[a]);
+  const RestoreStats partial =
+      Check(manager->Restore(saved.step, device_targets(tenth, other_buffers)));
   manager.reset();
   std::filesystem::remove_all(root);
   if (own_dir) std::filesystem::remove_all(dir);
@@ -267,6 +319,13 @@ int Main(int argc, char** argv) {
       {"bytes", data_bytes},
       {"raw_write_gbps", gb / raw.write_s},
       {"raw_read_gbps", gb / raw.read_s},
+      {"disk_limit",
+       absl::StrFormat("io_uring, %d jobs x queue depth %d, %s O_DIRECT "
+                       "requests",
+                       limit_options.jobs, limit_options.depth,
+                       FormatBytes(limit_options.block_bytes))},
+      {"one_stream_write_gbps", gb / one_stream.write_s},
+      {"one_stream_read_gbps", gb / one_stream.read_s},
       {"save_gbps", gb / save_s},
       {"save_s", save_s},
       {"staged_s", Median(staged)},
@@ -276,6 +335,12 @@ int Main(int argc, char** argv) {
       {"restore_s", restore_s},
       {"restore_vs_raw_read", raw.read_s / restore_s},
       {"restore_waves", restored.waves},
+      {"restore_unchecked_s", unchecked_s},
+      {"verification_cost", restore_s / unchecked_s - 1},
+      {"read_amplification_same", amplification(restored)},
+      {"read_amplification_reshard", amplification(reshard)},
+      {"read_amplification_partial", amplification(partial)},
+      {"partial_arrays", tenth.size()},
       {"restore_host_gbps", gb / host_s},
       {"restore_host_s", host_s},
       {"restore_host_vs_raw_read", raw.read_s / host_s},
@@ -299,19 +364,29 @@ int Main(int argc, char** argv) {
         "%-44s %8.2fs %6.2f GB/s %7s\n"
         "%-44s %8.2fs %6.2f GB/s %7.2fx\n"
         "%-44s %8.2fs %6.2f GB/s %7.2fx\n\n"
+        "disk limit: io_uring, %d jobs x queue depth %d; one stream (8 MiB, "
+        "one at a time): write %.2f GB/s, read %.2f GB/s\n"
+        "verification (XXH3 of every extent) costs %.1f%% of the restore "
+        "(%.2fs unchecked)\n"
+        "read amplification: same sharding %.3f, onto 4 x 2 %.3f, %d of %d "
+        "arrays %.3f\n"
         "save staged in %.2fs through a %s pool (%d waves); peak RSS during "
         "the save: %s over what the process held before (pool + %s)\n"
         "both restores verified bit-exact: %s\n",
         config.layers, config.d_model, FormatBytes(data_bytes), model.size(),
-        writers, io, "", "time", "rate", "vs raw",
-        "raw O_DIRECT sequential write + fsync", raw.write_s, gb / raw.write_s,
-        "", "hoist save (staged, written, committed)", save_s, gb / save_s,
-        raw.write_s / save_s, "raw O_DIRECT sequential read", raw.read_s,
-        gb / raw.read_s, "", "hoist restore onto 8 devices (2 x 4 mesh)",
-        restore_s, gb / restore_s, raw.read_s / restore_s,
+        writers, io, "", "time", "rate", "vs disk", "disk limit: write + fsync",
+        raw.write_s, gb / raw.write_s, "",
+        "hoist save (staged, written, committed)", save_s, gb / save_s,
+        raw.write_s / save_s, "disk limit: read", raw.read_s, gb / raw.read_s,
+        "", "hoist restore onto 8 devices (2 x 4 mesh)", restore_s,
+        gb / restore_s, raw.read_s / restore_s,
         "hoist restore into host memory (whole arrays)", host_s, gb / host_s,
-        raw.read_s / host_s, Median(staged), FormatBytes(pool_bytes),
-        saved.waves, FormatBytes(save_peak),
+        raw.read_s / host_s, limit_options.jobs, limit_options.depth,
+        gb / one_stream.write_s, gb / one_stream.read_s,
+        100 * (restore_s / unchecked_s - 1), unchecked_s,
+        amplification(restored), amplification(reshard), tenth.size(),
+        model.size(), amplification(partial), Median(staged),
+        FormatBytes(pool_bytes), saved.waves, FormatBytes(save_peak),
         FormatBytes(save_peak - pool_bytes), verified ? "yes" : "NO");
   }
   return verified ? 0 : 1;

@@ -36,14 +36,21 @@ struct CheckpointManagerOptions {
   // Pinned staging pool, allocated once (default 1 GiB). Saves larger
   // than this stage in waves; no slice may exceed it.
   int64_t pool_bytes = int64_t{1} << 30;
-  // Default true: Open returns before the pool is pinned (pinning faults in
-  // every page: about 0.4 s per GiB on a small VM), and a thread of the
-  // manager pins it meanwhile; the first save (or restore onto devices)
-  // waits for it if it is not done, and an allocation error is that save's
-  // error. A restore into host memory never needs the pool, so a job that
-  // restarts restores while its pool is pinned. false: Open pins the pool
-  // before it returns and reports its errors.
-  bool pin_pool_in_background = true;
+  // When the pool is pinned (faulting in every page: about 0.4 s per GiB on
+  // a small VM, and it holds the process's mmap lock meanwhile).
+  enum class PoolPinning {
+    // Default: by a thread of the manager, in the background. It starts at
+    // Open when the root holds no committed step (a new job: nothing to
+    // restore); else when the first restore ends (a restore into host
+    // memory needs no pool, and pinning beside it would slow it), or at
+    // the first save or restore onto devices, whichever comes first. A
+    // save or restore that needs the pool waits for it; an allocation
+    // error is its error.
+    kBackground,
+    // Open pins the pool before it returns and reports its errors.
+    kAtOpen,
+  };
+  PoolPinning pool_pinning = PoolPinning::kBackground;
   // How data files are written and read (default plain syscalls).
   IoEngine io = IoEngine::kPosix;
   // Replica rule, min slice, writer streams per process (default 2), ...
@@ -173,10 +180,13 @@ class CheckpointManager {
   // Restores `targets` from `step` (the latest committed step if nullopt).
   // kNotFound when there is no such step.
   // `receiver` gets the staged parts of destinations without a device or
-  // memory (see RestoreDestination).
+  // memory (see RestoreDestination). `options`, when given, replace the
+  // manager's restore options for this call. Only the extents that meet
+  // `targets` are read: a subset of the step's arrays reads only theirs.
   absl::StatusOr<RestoreStats> Restore(
       std::optional<int64_t> step, absl::Span<const RestoreTarget> targets,
-      const RestoreReceiver& receiver = nullptr);
+      const RestoreReceiver& receiver = nullptr,
+      const std::optional<RestoreOptions>& options = std::nullopt);
 
   // Committed steps, ascending, and the newest.
   absl::StatusOr<std::vector<int64_t>> List() const;

@@ -94,11 +94,19 @@ HostArrays WholeArraysInHost(absl::Span<const ArraySpec> specs);
 
 struct RestoreOptions {
   int reader_threads = 8;  // extents read in parallel (default 8), >= 1
+  // Default true: every extent read is checked against its XXH3 and a
+  // mismatch is kDataLoss. false exists only so bench/ can measure what
+  // checking costs; nothing should restore unchecked.
+  bool verify_xxh3 = true;
 };
 
 struct RestoreStats {
   int64_t extents_read = 0;
   int64_t bytes_read = 0;
+  // The bytes of the distinct boxes the targets asked for (replicas once):
+  // bytes_read / target_bytes is the read amplification, 1.0 when every
+  // extent read lies wholly inside what was asked for and is read once.
+  int64_t target_bytes = 0;
   int64_t dispatches = 0;  // CopyFromHost calls
   int64_t waves = 0;
   absl::Duration elapsed;

@@ -339,6 +339,7 @@ class PyManager {
     d["extents_read"] = s.extents_read;
     d["dispatches"] = s.dispatches;
     d["waves"] = s.waves;
+    d["target_bytes"] = s.target_bytes;
     d["elapsed_s"] = absl::ToDoubleSeconds(s.elapsed);
     return d;
   }

@@ -11,6 +11,7 @@
 #include <deque>
 #include <thread>
 
+#include "absl/algorithm/container.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -80,6 +81,8 @@ absl::StatusOr<Topology> GatherTopology(Backend& backend,
 
 class CheckpointManager::Impl {
  public:
+  using PoolPinning = CheckpointManagerOptions::PoolPinning;
+
   Impl(std::unique_ptr<CheckpointRoot> root, Backend& backend,
        Coordinator& coordinator, CheckpointManagerOptions options,
        std::unique_ptr<Storage> owned, Topology topology,
@@ -93,12 +96,24 @@ class CheckpointManager::Impl {
         topology_(std::move(topology)),
         pool_(std::move(pool)),
         engine_(*pool_, TransferOptions{.tracer = options_.tracer}) {
-    if (options_.pin_pool_in_background) {
-      pinner_ = std::thread([this] {
-        pool_->Provide(backend_.AllocatePinned(pool_->capacity_bytes()));
-      });
+    if (options_.pool_pinning == PoolPinning::kAtOpen) {
+      MutexLock lock(&pin_mu_);
+      pinning_started_ = true;  // the pool came pinned
+    } else {
+      absl::StatusOr<std::vector<int64_t>> steps = root_->List();
+      if (!steps.ok() || steps->empty()) StartPinning();
     }
     saver_ = std::thread([this] { SaverLoop(); });
+  }
+
+  // Starts pinning a pending pool in the background, once (see
+  // PoolPinning::kBackground).
+  void StartPinning() {
+    MutexLock lock(&pin_mu_);
+    if (std::exchange(pinning_started_, true)) return;
+    pinner_ = std::thread([this] {
+      pool_->Provide(backend_.AllocatePinned(pool_->capacity_bytes()));
+    });
   }
 
   ~Impl() {
@@ -107,6 +122,7 @@ class CheckpointManager::Impl {
       stopping_ = true;
     }
     saver_.join();
+    MutexLock lock(&pin_mu_);
     if (pinner_.joinable()) pinner_.join();
   }
 
@@ -115,6 +131,7 @@ class CheckpointManager::Impl {
                                   std::string metadata_json,
                                   ReturnWhen return_when) {
     RETURN_IF_ERROR(TakeDeferredError());
+    StartPinning();  // if a restore has not started it
     if (step < 0) {
       return absl::InvalidArgumentError(
           absl::StrFormat("step %d is negative", step));
@@ -186,9 +203,10 @@ class CheckpointManager::Impl {
 
   absl::StatusOr<std::vector<int64_t>> List() const { return root_->List(); }
 
-  absl::StatusOr<RestoreStats> Restore(std::optional<int64_t> step,
-                                       absl::Span<const RestoreTarget> targets,
-                                       const RestoreReceiver& receiver) {
+  absl::StatusOr<RestoreStats> Restore(
+      std::optional<int64_t> step, absl::Span<const RestoreTarget> targets,
+      const RestoreReceiver& receiver,
+      const std::optional<RestoreOptions>& options) {
     RETURN_IF_ERROR(TakeDeferredError());
     if (!step) {
       ASSIGN_OR_RETURN(std::vector<int64_t> steps, List());
@@ -199,8 +217,17 @@ class CheckpointManager::Impl {
       step = steps.back();
     }
     ASSIGN_OR_RETURN(const std::string dir, root_->StepDir(*step));
-    return RestoreCheckpoint(storage_, dir, targets, *pool_, options_.restore,
-                             receiver);
+    const bool needs_pool = absl::c_any_of(targets, [](const auto& target) {
+      return absl::c_any_of(target.destinations, [](const auto& dest) {
+        return dest.data == nullptr || dest.device != nullptr;
+      });
+    });
+    if (needs_pool) StartPinning();
+    absl::StatusOr<RestoreStats> stats =
+        RestoreCheckpoint(storage_, dir, targets, *pool_,
+                          options.value_or(options_.restore), receiver);
+    StartPinning();  // the job goes on to train, then save
+    return stats;
   }
 
   absl::StatusOr<Manifest> ReadManifest(int64_t step) const {
@@ -358,8 +385,10 @@ class CheckpointManager::Impl {
   absl::flat_hash_set<int64_t> in_flight_steps_ ABSL_GUARDED_BY(mu_);
   absl::Status deferred_error_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread pinner_;  // pins a pending pool, then ends
-  std::thread saver_;   // last: started once everything above exists
+  Mutex pin_mu_;
+  bool pinning_started_ ABSL_GUARDED_BY(pin_mu_) = false;
+  std::thread pinner_ ABSL_GUARDED_BY(pin_mu_);  // pins the pool, then ends
+  std::thread saver_;  // last: started once everything above exists
 };
 
 absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
@@ -408,10 +437,11 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
     RETURN_IF_ERROR(opened_root->CheckLockHolder(token));
   }
   ASSIGN_OR_RETURN(Topology topology, GatherTopology(backend, coordinator));
-  ASSIGN_OR_RETURN(std::unique_ptr<StagingPool> pool,
-                   options.pin_pool_in_background
-                       ? StagingPool::CreatePending(options.pool_bytes)
-                       : StagingPool::Create(backend, options.pool_bytes));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<StagingPool> pool,
+      options.pool_pinning == CheckpointManagerOptions::PoolPinning::kAtOpen
+          ? StagingPool::Create(backend, options.pool_bytes)
+          : StagingPool::CreatePending(options.pool_bytes));
   return std::unique_ptr<CheckpointManager>(
       new CheckpointManager(std::make_unique<Impl>(
           std::move(opened_root), backend, coordinator, options,
@@ -432,8 +462,9 @@ absl::Status CheckpointManager::WaitUntilFinished() {
 }
 absl::StatusOr<RestoreStats> CheckpointManager::Restore(
     std::optional<int64_t> step, absl::Span<const RestoreTarget> targets,
-    const RestoreReceiver& receiver) {
-  return impl_->Restore(step, targets, receiver);
+    const RestoreReceiver& receiver,
+    const std::optional<RestoreOptions>& options) {
+  return impl_->Restore(step, targets, receiver, options);
 }
 absl::StatusOr<std::vector<int64_t>> CheckpointManager::List() const {
   return impl_->List();

@@ -485,5 +485,72 @@ TEST_F(ManagerTest, ShardOnAForeignDeviceIsInvalid) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// A pool whose allocation must fail (far more than this machine has): a
+// restore into host memory never needs it, the next save reports it.
+TEST_F(ManagerTest, RestoreIntoHostMemoryNeedsNoPoolAndASaveReportsItsError) {
+  {
+    std::unique_ptr<CheckpointManager> manager = Open();
+    ASSERT_TRUE((*manager->Save(1, Arrays())).WaitCommitted().ok());
+  }
+  CheckpointManagerOptions huge;
+  huge.pool_bytes = int64_t{1} << 50;  // 1 PiB
+  std::unique_ptr<CheckpointManager> manager = Open(huge);
+  ASSERT_NE(manager, nullptr);
+  HostArrays host = WholeArraysInHost(model_);
+  absl::StatusOr<RestoreStats> stats = manager->Restore(1, host.targets);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  for (size_t a = 0; a < model_.size(); ++a) {
+    const std::vector<uint8_t> expected = BoxBytes(
+        model_[a], static_cast<int>(a), Box::FromShape(model_[a].shape));
+    EXPECT_EQ(host.bytes[a], AlignedBytes(expected.begin(), expected.end()));
+  }
+  absl::StatusOr<SaveHandle> save = manager->Save(2, Arrays());
+  const absl::Status saved =
+      save.ok() ? save->WaitCommitted().status() : save.status();
+  EXPECT_EQ(saved.code(), absl::StatusCode::kResourceExhausted) << saved;
+  EXPECT_THAT(*manager->List(), ElementsAre(1));
+}
+
+TEST_F(ManagerTest, PoolPinnedAtOpenReportsItsErrorFromOpen) {
+  CheckpointManagerOptions options;
+  options.pool_bytes = int64_t{1} << 50;
+  options.pool_pinning = CheckpointManagerOptions::PoolPinning::kAtOpen;
+  absl::StatusOr<std::unique_ptr<CheckpointManager>> manager =
+      CheckpointManager::Open(root_, *backend_, *coordinator_, options);
+  EXPECT_EQ(manager.status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST_F(ManagerTest, RestoringSomeArraysReadsOnlyTheirExtents) {
+  std::unique_ptr<CheckpointManager> manager = Open();
+  ASSERT_TRUE((*manager->Save(1, Arrays())).WaitCommitted().ok());
+  const Manifest manifest = *manager->ReadManifest(1);
+  // params/b and opt/count only.
+  const std::vector<ArraySpec> some = {model_[1], model_[3]};
+  HostArrays host = WholeArraysInHost(some);
+  absl::StatusOr<RestoreStats> stats = manager->Restore(1, host.targets);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  int64_t their_bytes = 0, their_extents = 0;
+  for (const ManifestArray& array : manifest.arrays) {
+    if (array.name != "params/b" && array.name != "opt/count") continue;
+    for (const ManifestExtent& extent : array.extents) {
+      their_bytes += extent.length_bytes;
+      ++their_extents;
+    }
+  }
+  EXPECT_EQ(stats->bytes_read, their_bytes);
+  EXPECT_EQ(stats->extents_read, their_extents);
+  EXPECT_EQ(stats->target_bytes, (48 + 1) * 4);
+  const std::vector<uint8_t> b =
+      BoxBytes(model_[1], 1, Box::FromShape(model_[1].shape));
+  EXPECT_EQ(host.bytes[0], AlignedBytes(b.begin(), b.end()));
+  // A name the step does not hold is an error naming it.
+  std::vector<RestoreTarget> unknown = {host.targets[0]};
+  unknown[0].name = "params/nope";
+  EXPECT_EQ(manager->Restore(1, unknown).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_THAT(manager->Restore(1, unknown).status().message(),
+              HasSubstr("params/nope"));
+}
+
 }  // namespace
 }  // namespace hoist

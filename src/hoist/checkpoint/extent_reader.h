@@ -48,11 +48,13 @@ absl::Status CheckExtentInFile(ReadableFile& file,
 // Reads `extent` from `file` piece by piece (ForEachContiguousPiece with
 // `max_bytes`), calling `piece(box, bytes)` for each, then checks the XXH3
 // of the whole: kDataLoss "xxh3 mismatch" if it differs (after every piece
-// was handed out). Holds at most one piece in `buffer`.
+// was handed out; not when `verify` is false, which only benchmarks ask).
+// Holds at most one piece in `buffer`.
 absl::Status ReadExtentInPieces(
     ReadableFile& file, const ManifestExtent& extent, int64_t item_bytes,
     int64_t max_bytes, ReadBuffer& buffer,
-    const std::function<void(const Box&, const uint8_t*)>& piece);
+    const std::function<void(const Box&, const uint8_t*)>& piece,
+    bool verify = true);
 
 }  // namespace hoist
 

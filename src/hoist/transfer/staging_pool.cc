@@ -130,6 +130,7 @@ absl::StatusOr<std::vector<Lease>> StagingPool::AcquireAll(
           FormatBytes(static_cast<double>(capacity_bytes_))));
     }
   }
+  if (sizes.empty()) return std::vector<Lease>();  // even before Provide
   const absl::Time deadline = absl::Now() + timeout;
   std::optional<std::vector<int64_t>> offsets;
   uint8_t* base = nullptr;

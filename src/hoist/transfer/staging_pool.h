@@ -94,7 +94,9 @@ class StagingPool {
   // (backpressure) until every one fits, so a caller never holds part of a
   // batch while waiting for the rest. Errors: kInvalidArgument for a size
   // <= 0; kResourceExhausted when the batch, 4 KiB-aligned, exceeds the
-  // capacity and so can never fit; kDeadlineExceeded after `timeout`.
+  // capacity and so can never fit; kDeadlineExceeded after `timeout`; the
+  // allocation's error for a pending pool whose memory failed. An empty
+  // batch returns at once, also from a pending pool.
   absl::StatusOr<std::vector<Lease>> AcquireAll(
       absl::Span<const int64_t> sizes,
       absl::Duration timeout = absl::InfiniteDuration());

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <thread>
 
 #include "hoist/host_backend.h"
@@ -141,6 +142,29 @@ TEST_F(StagingPoolTest, ManyThreadsChurnWithoutLosingBytes) {
   EXPECT_EQ(pool->stats().in_use_bytes, 0);
   EXPECT_LE(pool->stats().peak_bytes, 64 * 1024);
   EXPECT_TRUE(pool->Acquire(64 * 1024, absl::Milliseconds(10)).ok());
+}
+
+TEST_F(StagingPoolTest, PendingPoolLeasesWaitForItsMemory) {
+  auto pool = *StagingPool::CreatePending(64 * 1024);
+  // An empty batch needs no memory.
+  ASSERT_TRUE(pool->AcquireAll({}).ok());
+  EXPECT_EQ(pool->AcquireAll({4096}, absl::Milliseconds(20)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  absl::StatusOr<Lease> lease;
+  std::thread waiter([&] { lease = pool->Acquire(8192); });
+  pool->Provide(backend_->AllocatePinned(pool->capacity_bytes()));
+  waiter.join();
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  std::memset(lease->data(), 0x5a, 8192);  // real memory
+  EXPECT_EQ(pool->stats().in_use_bytes, 8192);
+}
+
+TEST_F(StagingPoolTest, PendingPoolWhoseAllocationFailedReturnsItsError) {
+  auto pool = *StagingPool::CreatePending(64 * 1024);
+  pool->Provide(absl::ResourceExhaustedError("mmap of the pool failed"));
+  absl::StatusOr<Lease> lease = pool->Acquire(4096);
+  EXPECT_EQ(lease.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(lease.status().message(), HasSubstr("mmap of the pool failed"));
 }
 
 }  // namespace

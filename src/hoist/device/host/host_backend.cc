@@ -32,11 +32,34 @@ constexpr int64_t kPageBytes = 4096;
 #define MADV_POPULATE_WRITE 23  // Linux 5.14
 #endif
 
+// Pinning holds the process's mmap lock while it faults pages in, so a
+// large pool is pinned a chunk at a time: another thread's mmap (a restore
+// allocating its arrays while the pool is pinned in the background) waits
+// for one chunk, not for the whole pool.
+constexpr int64_t kPinChunkBytes = int64_t{32} << 20;
+
 // Faults in every page of a fresh mapping (huge pages where advised).
 void Populate(void* data, int64_t size) {
-  if (madvise(data, size, MADV_POPULATE_WRITE) == 0) return;
-  auto* bytes = static_cast<volatile uint8_t*>(data);  // older kernels
-  for (int64_t at = 0; at < size; at += kPageBytes) bytes[at] = 0;
+  auto* bytes = static_cast<uint8_t*>(data);
+  for (int64_t at = 0; at < size; at += kPinChunkBytes) {
+    const int64_t chunk = std::min(kPinChunkBytes, size - at);
+    if (madvise(bytes + at, chunk, MADV_POPULATE_WRITE) == 0) continue;
+    auto* page = static_cast<volatile uint8_t*>(bytes + at);  // older kernels
+    for (int64_t p = 0; p < chunk; p += kPageBytes) page[p] = 0;
+  }
+}
+
+// mlock()s a fresh mapping a chunk at a time; false (nothing left locked)
+// where the memlock limit refuses it.
+bool Lock(void* data, int64_t size) {
+  auto* bytes = static_cast<uint8_t*>(data);
+  for (int64_t at = 0; at < size; at += kPinChunkBytes) {
+    if (mlock(bytes + at, std::min(kPinChunkBytes, size - at)) != 0) {
+      if (at > 0) munlock(data, at);
+      return false;
+    }
+  }
+  return true;
 }
 
 struct Dispatch {
@@ -231,7 +254,7 @@ class HostBackend final : public Backend {
     // mlock faults every page in and keeps it resident; where the memlock
     // limit refuses it, populate the pages instead so the first save pays no
     // page faults.
-    const bool locked = mlock(data, size) == 0;
+    const bool locked = Lock(data, size);
     if (!locked) Populate(data, size);
     return MemoryBlock(data, bytes, [size, locked](void* p, int64_t) {
       if (locked) munlock(p, size);

@@ -1,0 +1,160 @@
+#include "bench/disk_limit.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+
+#if HOIST_BENCH_HAVE_URING
+#include <liburing.h>
+#endif
+
+namespace hoist::bench {
+
+#if HOIST_BENCH_HAVE_URING
+namespace {
+
+// One job: `blocks` requests of `block` bytes over its file, `depth` in
+// flight at a time, then (writes) fsync.
+absl::Status RunJob(const std::string& path, bool write, int64_t blocks,
+                    const DiskLimitOptions& options) {
+  const int flags =
+      write ? (O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT) : (O_RDONLY | O_DIRECT);
+  const int fd = open(path.c_str(), flags | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::InternalError(absl::StrFormat("open %s with O_DIRECT: %s",
+                                               path, std::strerror(errno)));
+  }
+  io_uring ring;
+  if (const int rc = io_uring_queue_init(options.depth, &ring, 0); rc < 0) {
+    close(fd);
+    return absl::InternalError(
+        absl::StrFormat("io_uring_queue_init: %s", std::strerror(-rc)));
+  }
+  const int64_t block = options.block_bytes;
+  auto* buffers = static_cast<uint8_t*>(
+      std::aligned_alloc(4096, block * static_cast<int64_t>(options.depth)));
+  std::memset(buffers, 0x3c, block * options.depth);
+  absl::Status status;
+  int64_t submitted = 0, completed = 0;
+  std::vector<int> free_slots;
+  for (int i = options.depth - 1; i >= 0; --i) free_slots.push_back(i);
+  while (completed < blocks && status.ok()) {
+    while (submitted < blocks && !free_slots.empty()) {
+      const int slot = free_slots.back();
+      free_slots.pop_back();
+      io_uring_sqe* sqe = io_uring_get_sqe(&ring);
+      uint8_t* data = buffers + slot * block;
+      if (write) {
+        io_uring_prep_write(sqe, fd, data, block, submitted * block);
+      } else {
+        io_uring_prep_read(sqe, fd, data, block, submitted * block);
+      }
+      io_uring_sqe_set_data64(sqe, static_cast<uint64_t>(slot));
+      ++submitted;
+    }
+    io_uring_submit(&ring);
+    io_uring_cqe* cqe = nullptr;
+    if (const int rc = io_uring_wait_cqe(&ring, &cqe); rc < 0) {
+      status = absl::InternalError(
+          absl::StrFormat("io_uring_wait_cqe: %s", std::strerror(-rc)));
+      break;
+    }
+    if (cqe->res != block) {
+      status = absl::InternalError(absl::StrFormat(
+          "%s of %s: %d of %d bytes (%s)", write ? "write" : "read", path,
+          cqe->res, block, cqe->res < 0 ? std::strerror(-cqe->res) : "short"));
+    }
+    free_slots.push_back(static_cast<int>(io_uring_cqe_get_data64(cqe)));
+    io_uring_cqe_seen(&ring, cqe);
+    ++completed;
+  }
+  // Drain what is still in flight after an error before the buffers go.
+  while (completed < submitted) {
+    io_uring_cqe* cqe = nullptr;
+    if (io_uring_wait_cqe(&ring, &cqe) < 0) break;
+    io_uring_cqe_seen(&ring, cqe);
+    ++completed;
+  }
+  if (status.ok() && write && fsync(fd) != 0) {
+    status = absl::InternalError(
+        absl::StrFormat("fsync %s: %s", path, std::strerror(errno)));
+  }
+  io_uring_queue_exit(&ring);
+  std::free(buffers);
+  close(fd);
+  return status;
+}
+
+// Runs every job at once; the wall time from their start to the last end.
+absl::StatusOr<double> RunJobs(const std::vector<std::string>& paths,
+                               bool write, int64_t blocks_per_job,
+                               const DiskLimitOptions& options) {
+  std::vector<absl::Status> statuses(paths.size());
+  std::vector<std::thread> threads;
+  const absl::Time start = absl::Now();
+  for (size_t j = 0; j < paths.size(); ++j) {
+    threads.emplace_back([&, j] {
+      statuses[j] = RunJob(paths[j], write, blocks_per_job, options);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  for (const absl::Status& s : statuses) {
+    if (!s.ok()) return s;
+  }
+  return seconds;
+}
+
+}  // namespace
+
+absl::StatusOr<DiskLimit> MeasureDiskLimit(const std::string& dir,
+                                           int64_t bytes,
+                                           const DiskLimitOptions& options) {
+  if (options.jobs < 1 || options.depth < 1 || options.block_bytes < 4096 ||
+      options.block_bytes % 4096 != 0) {
+    return absl::InvalidArgumentError(
+        "disk limit: jobs and depth must be >= 1, the block a multiple of "
+        "4 KiB");
+  }
+  const int64_t per_job = options.block_bytes * options.jobs;
+  const int64_t blocks_per_job =
+      std::max<int64_t>(1, (bytes + per_job - 1) / per_job);
+  std::vector<std::string> paths;
+  for (int j = 0; j < options.jobs; ++j) {
+    paths.push_back(absl::StrFormat("%s/disk_limit.%d.%d", dir, getpid(), j));
+  }
+  DiskLimit limit;
+  limit.bytes = blocks_per_job * per_job;
+  absl::StatusOr<double> written =
+      RunJobs(paths, /*write=*/true, blocks_per_job, options);
+  absl::StatusOr<double> read =
+      written.ok() ? RunJobs(paths, /*write=*/false, blocks_per_job, options)
+                   : written;
+  for (const std::string& path : paths) unlink(path.c_str());
+  if (!read.ok()) return read.status();
+  limit.write_s = *written;
+  limit.read_s = *read;
+  return limit;
+}
+
+#else  // !HOIST_BENCH_HAVE_URING
+
+absl::StatusOr<DiskLimit> MeasureDiskLimit(const std::string&, int64_t,
+                                           const DiskLimitOptions&) {
+  return absl::UnimplementedError(
+      "the disk limit needs io_uring: build with liburing");
+}
+
+#endif
+
+}  // namespace hoist::bench

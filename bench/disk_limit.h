@@ -1,0 +1,39 @@
+// The disk's own limit, measured as fio measures it: several jobs, each
+// with a file of its own and a deep queue of O_DIRECT requests through its
+// own io_uring, i.e. what
+//   fio --ioengine=io_uring --direct=1 --numjobs=J --iodepth=D --bs=B
+//       --size=BYTES/J --rw=write (then --rw=read) --end_fsync=1
+// reports for the same bytes on the same filesystem. "hoist at x of raw"
+// then means x of the disk, not of a weak one-thread baseline.
+#ifndef HOIST_BENCH_DISK_LIMIT_H_
+#define HOIST_BENCH_DISK_LIMIT_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace hoist::bench {
+
+struct DiskLimitOptions {
+  int jobs = 4;                            // threads, each with its own file
+  int depth = 16;                          // requests in flight per job
+  int64_t block_bytes = int64_t{1} << 20;  // bytes per request
+};
+
+struct DiskLimit {
+  double write_s = 0;  // from the first request to the last file's fsync
+  double read_s = 0;   // the same files read back
+  int64_t bytes = 0;   // written, then read (a whole number of blocks)
+};
+
+// Writes then reads `bytes` under `dir` as DiskLimitOptions says, and
+// removes its files. Errors: those of open, io_uring and short transfers,
+// naming the job and offset; kUnimplemented when built without liburing.
+absl::StatusOr<DiskLimit> MeasureDiskLimit(const std::string& dir,
+                                           int64_t bytes,
+                                           const DiskLimitOptions& options);
+
+}  // namespace hoist::bench
+
+#endif  // HOIST_BENCH_DISK_LIMIT_H_
