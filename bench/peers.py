@@ -1,21 +1,16 @@
-#!/ usr / bin / env python3
-""
-    "hoist against its peers and this machine's limits, in one run.
+#!/usr/bin/env python3
+"""hoist against its peers and this machine's limits, in one run.
 
-        .venv /
-    bin / python bench /
-    peers.py[--size 2GiB][--json][--out DIR]
+    .venv/bin/python bench/peers.py [--size 2GiB] [--json] [--out DIR]
 
-    Measures,
-    on the same GPT -
-        style arrays(hoist's sample model: bf16 weights, fp32 Adam moments,
-                     sharded over a 2 x 4 mesh of JAX CPU devices exactly as
-`hoist demo` shards them)
-    : -the machine : single - thread memcpy GB / s(transfer_bench),
-raw sequential O_DIRECT write and read GB / s of the same bytes on the same
-                                      disk(save_bench);
-- the published experiments:per - slice vs batched dispatch at 4, 800 slices,
-                            sequential vs parallel waits(transfer_bench);
+Measures, on the same GPT-style arrays (hoist's sample model: bf16 weights,
+fp32 Adam moments, sharded over a 2 x 4 mesh of JAX CPU devices exactly as
+`hoist demo` shards them):
+  - the machine: single-thread memcpy GB/s (transfer_bench), raw sequential
+    O_DIRECT write and read GB/s of the same bytes on the same disk
+    (save_bench);
+  - the published experiments: per-slice vs batched dispatch at 4,800
+    slices, sequential vs parallel waits (transfer_bench);
   - every system's save (time blocked: until the save call returns; save:
     until durable), restore onto the same sharding and onto another one, and
     peak RSS, each in its own process: hoist (Python, JAX arrays), hoist
@@ -29,7 +24,7 @@ imported or fails is reported with its error.
 
 Every system saves once untimed first (warm-up: imports, thread pools,
 compilation), then the timed save. Durability: hoist writes with O_DIRECT and fsyncs every file and directory;
-  the others are followed by os.sync() inside their timed save; before every
+the others are followed by os.sync() inside their timed save; before every
 restore the page cache is emptied (echo 3 > /proc/sys/vm/drop_caches where
 permitted, else every checkpoint file is evicted with
 posix_fadvise(DONTNEED), checked with fincore; the report says which). A
@@ -114,7 +109,9 @@ def warmed(path):
 
 def peak_rss():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-#-- the arrays -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -
+
+
+# -- the arrays ---------------------------------------------------------------
 
 
 def array_list(size):
@@ -189,8 +186,8 @@ def torch_tensors(host):
         out[name] = t.view(dtype).reshape(a.shape)
     return out
 
-#-- one system, \
-    in a child process -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- --
+
+# -- one system, in a child process --------------------------------------------
 
 
 def timed(fn):
@@ -207,23 +204,26 @@ def abstract_jax(specs, shardings):
     return {s["name"]: jax.ShapeDtypeStruct(
         tuple(s["shape"]), np.dtype(getattr(ml_dtypes, s["dtype"], None) or
                                     s["dtype"]),
-        sharding=shardings[s["name"]]) for s in specs
-      }
+        sharding=shardings[s["name"]]) for s in specs}
 
-  def target_shardings(specs, other)
-      : import jax import numpy as np from jax.sharding import Mesh,
-  NamedSharding, PartitionSpec shape = (4, 2) if other else(2, 4) mesh =
-                     Mesh(np.array(jax.devices() [:8]).reshape(shape),
-                          ("data", "model")) return {s["name"]: NamedSharding(mesh, PartitionSpec(*[
+
+def target_shardings(specs, other):
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+    shape = (4, 2) if other else (2, 4)
+    mesh = Mesh(np.array(jax.devices()[:8]).reshape(shape), ("data", "model"))
+    return {s["name"]: NamedSharding(mesh, PartitionSpec(*[
         None if not a else (a[0] if len(a) == 1 else tuple(a))
-        for a in s["spec"]])) for s in specs
-  }
+        for a in s["spec"]])) for s in specs}
 
-#Each system : save(specs, host, path, args)->figures, leaving its
-#checkpoint in `path`; restore(specs, path, other)->the restored arrays by
-#name(other : onto the 4 x 2 mesh; systems without shardings have none).
-#The parent runs the save and each restore in a process of its own, as a
-#job that restarts would, and drops the page cache before each restore.
+
+# Each system: save(specs, host, path, args) -> figures, leaving its
+# checkpoint in `path`; restore(specs, path, other) -> the restored arrays by
+# name (other: onto the 4 x 2 mesh; systems without shardings have none).
+# The parent runs the save and each restore in a process of its own, as a
+# job that restarts would, and drops the page cache before each restore.
+
 
 def hoist_save_timed(path, state, total, args):
     """A manager whose pool holds the whole save, a warm-up save, then the
@@ -405,7 +405,7 @@ def save_numpy(state, host, path, args):
     def save():
         for i, a in enumerate(host.values()):
             with open(npy_file(path, i), "wb") as f:
-#bfloat16 as raw bytes :.npy has no such dtype
+                # bfloat16 as raw bytes: .npy has no such dtype
                 np.save(f, a.view(np.uint8) if a.dtype.name == "bfloat16"
                         else a)
                 f.flush()
@@ -476,8 +476,7 @@ def restore_tensorstore(specs, path, other):
     def load():
         return {s["name"]: np.asarray(ts.open(zarr_spec(path, i)).result()
                                       .read().result()).reshape(s["shape"])
-                for i, s in enumerate(specs)
-}
+                for i, s in enumerate(specs)}
 
     return timed(load)
 
@@ -489,7 +488,8 @@ def host_state(specs, host):
 def torch_state(specs, host):
     return torch_tensors(host)
 
-#system : (the arrays in its own form, save, restore, restores onto 4 x 2)
+
+# system: (the arrays in its own form, save, restore, restores onto 4 x 2)
 RUNNERS = {"hoist": (jax_state, save_hoist, restore_hoist, True),
            "hoist_torch": (torch_state, save_hoist_torch, restore_hoist_torch,
                            False),
@@ -562,7 +562,8 @@ def run_system(system, args):
         shutil.rmtree(os.path.join(args.dir, system), ignore_errors=True)
     return result
 
-#-- the C ++ benchmarks -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- --
+
+# -- the C++ benchmarks ----------------------------------------------------------
 
 
 def cpp_json(command):
@@ -578,7 +579,8 @@ def save_bench(size, directory, writers=2, pool=None, repeats=1):
         command += ["--pool", str(pool)]
     return cpp_json(command)
 
-#-- the report -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -
+
+# -- the report -------------------------------------------------------------------
 
 
 def svg_chart(report):
@@ -752,7 +754,7 @@ def main():
         published = cpp_json([TRANSFER_BENCH, "--json"])
         report["published"] = published
         report["memcpy_gbps"] = published["memcpy_gbps"]
-#Raw write / read and hoist C++ in 3 alternating rounds(medians).
+        # Raw write/read and hoist C++ in 3 alternating rounds (medians).
         cpp = save_bench(args.size, args.dir, args.writers,
                          pool=int(args.size * 1.07) + (64 << 20), repeats=3)
         report["bytes"] = cpp["bytes"]

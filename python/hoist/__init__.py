@@ -1,13 +1,10 @@
-""
-    "hoist: asynchronous checkpointing of sharded arrays.
+"""hoist: asynchronous checkpointing of sharded arrays.
 
-    Training stalls only while its arrays are copied off the devices;
-writing, hashing, committing and pruning happen in the background,
-    and a committed checkpoint is never lost or
-        corrupted.Saves take a pytree(nested dicts, lists and tuples) of JAX
-        arrays(sharded or not ),
-    PyTorch tensors, NumPy arrays or other DLPack producers;
-restores rebuild it, onto any sharding.
+Training stalls only while its arrays are copied off the devices; writing,
+hashing, committing and pruning happen in the background, and a committed
+checkpoint is never lost or corrupted. Saves take a pytree (nested dicts,
+lists and tuples) of JAX arrays (sharded or not), PyTorch tensors, NumPy
+arrays or other DLPack producers; restores rebuild it, onto any sharding.
 
     mgr = hoist.CheckpointManager("/ckpt", keep=3)
     handle = mgr.save(step, state)      # returns once the arrays are copied
@@ -65,19 +62,15 @@ class SaveHandle:
 class CheckpointManager:
     """Saves and restores the steps of one checkpoint root.
 
-    path:          the root directory (created if needed);
-one manager per root at a time(a second one gets ValueError)
-    .keep : keep the newest N steps(None
-                                    : all)
-    .keep_every : also keep every step divisible by this.pool_bytes
-    : the pinned staging pool,
-    allocated once(default 1 GiB);
-larger saves stage in waves,
-    so host memory stays bounded.backend
-    : "host"(arrays in host memory
-             : NumPy, CPU tensors, JAX's CPU devices) or
-        "cuda"(arrays in GPU memory).num_devices : host backend devices;
-default: JAX's device count when
+    path:          the root directory (created if needed); one manager per
+                   root at a time (a second one gets ValueError).
+    keep:          keep the newest N steps (None: all).
+    keep_every:    also keep every step divisible by this.
+    pool_bytes:    the pinned staging pool, allocated once (default 1 GiB);
+                   larger saves stage in waves, so host memory stays bounded.
+    backend:       "host" (arrays in host memory: NumPy, CPU tensors, JAX's
+                   CPU devices) or "cuda" (arrays in GPU memory).
+    num_devices:   host backend devices; default: JAX's device count when
                    JAX is imported, else 1. JAX device ids must be below it.
     max_in_flight: saves accepted before a save waits for an earlier commit.
     writers:       writer streams (files) per process.
@@ -98,19 +91,19 @@ default: JAX's device count when
             int(keep or 0), int(keep_every or 0), int(max_in_flight),
             int(writers), io)
         self._device_ids = self._backend.device_ids()
-#The engine's figures for the last restore(): bytes_read,
-#target_bytes(what was asked for : bytes_read / target_bytes is the
-#read amplification), extents_read, dispatches, waves, elapsed_s
-#(None before one).
+        # The engine's figures for the last restore(): bytes_read,
+        # target_bytes (what was asked for: bytes_read / target_bytes is the
+        # read amplification), extents_read, dispatches, waves, elapsed_s
+        # (None before one).
         self.last_restore = None
 
-#-- saving -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- --
+    # -- saving ------------------------------------------------------------
 
     def save(self, step, state, *, metadata=None, return_when="staged"):
         """Saves `state` (a pytree) as `step`.
 
-        Arrays become named by their path ("model/layers/0/w");
-  every other leaf(int, float, str, bool, None) goes into the manifest's metadata
+        Arrays become named by their path ("model/layers/0/w"); every other
+        leaf (int, float, str, bool, None) goes into the manifest's metadata
         and comes back in place. Returns a SaveHandle once the arrays are
         copied off the devices (return_when="staged", the default) or once
         the copies are enqueued ("dispatched": call handle.wait_staged()
@@ -135,7 +128,7 @@ default: JAX's device count when
         reported."""
         _call(self._manager.wait_until_finished)
 
-#-- restoring -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -
+    # -- restoring ---------------------------------------------------------
 
     def restore(self, step=None, like=None):
         """Restores `step` (default: the latest).
@@ -145,8 +138,7 @@ default: JAX's device count when
         shaped like `like`: a jax.Array or jax.ShapeDtypeStruct leaf comes
         back as a jax.Array with that leaf's sharding (any sharding, not
         only the saved one), a tensor as a tensor on its device, a NumPy
-        array as a NumPy array;
-  other leaves take the saved values.
+        array as a NumPy array; other leaves take the saved values.
         """
         if step is None:
             step = self.latest
@@ -175,7 +167,7 @@ default: JAX's device count when
     def _manifest(self, step):
         return json.loads(_call(self._manager.manifest, int(step)))
 
-#-- the root -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- --
+    # -- the root ----------------------------------------------------------
 
     @property
     def steps(self):
@@ -220,8 +212,7 @@ def _metadata_text(meta):
     manifest allows; TypeError for values JSON cannot hold at all. Float
     leaves of the tree itself keep NaN and infinities (see _tree)."""
     try:
-        text
-        = json.dumps(meta, ensure_ascii=False, allow_nan=False)
+        text = json.dumps(meta, ensure_ascii=False, allow_nan=False)
         text.encode("utf-8")
     except TypeError as error:
         raise TypeError(f"metadata is not JSON-serializable: {error}") from None

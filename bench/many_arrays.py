@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""Restore time against the number of arrays: hoist vs torch.load.
+
+    .venv/bin/python bench/many_arrays.py [--counts 1000,10000,...] [--json]
+
+A large MoE's optimizer state holds 100,000 arrays or more; a restore must
+cost the same per array whatever their number. For each count N, a state of
+N float32 tensors of 256 elements (1 KiB each) is saved by hoist and by
+torch.save; then each is restored in a new process after the page cache is
+emptied (bench/peers.py's drop_caches), timing hoist from opening the
+manager to the restored tensors (restore(like=template), the template a job
+has) and torch from torch.load to its tensors. Also reported: the engine's
+own time (the C++ restore call) and the time per array.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peers  # noqa: E402
+
+ELEMENTS = 256
+
+
+def state(n):
+    import torch
+    g = torch.Generator().manual_seed(n)
+    return {f"experts/{i // 64}/m{i % 64}": torch.randn(ELEMENTS, generator=g)
+            for i in range(n)}
+
+
+def child(args):
+    import torch
+    path = os.path.join(args.dir, str(args.count))
+    if args.phase == "save":
+        import hoist
+        shutil.rmtree(path, ignore_errors=True)
+        s = state(args.count)
+        with hoist.CheckpointManager(path, pool_bytes=64 << 20) as mgr:
+            mgr.save(1, s).wait()
+        torch.save(s, path + ".pt")
+        return {}
+    like = {f"experts/{i // 64}/m{i % 64}": torch.empty(ELEMENTS)
+            for i in range(args.count)}
+    if args.phase == "torch":
+        start = time.perf_counter()
+        out = torch.load(path + ".pt")
+        seconds = time.perf_counter() - start
+        engine = None
+    else:
+        import hoist
+        start = time.perf_counter()
+        mgr = hoist.CheckpointManager(path, pool_bytes=64 << 20)
+        out = mgr.restore(1, like=like)
+        seconds = time.perf_counter() - start
+        engine = mgr.last_restore["elapsed_s"]
+        mgr.close()
+    expected = state(args.count)
+    ok = len(out) == len(expected) and all(
+        torch.equal(out[k], v) for k, v in expected.items())
+    return {"seconds": seconds, "engine_s": engine, "verified": ok}
+
+
+def run(phase, count, directory):
+    done = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--child", "--phase", phase,
+         "--count", str(count), "--dir", directory],
+        capture_output=True, text=True, timeout=1800)
+    for line in done.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    raise RuntimeError(f"{phase} {count}: exit {done.returncode}: "
+                       f"{done.stderr.strip()[-400:]}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--counts", default="1000,10000,25000,50000,100000")
+    parser.add_argument("--dir", default=None,
+                        help="scratch directory (default: a new one here)")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--phase", help=argparse.SUPPRESS)
+    parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print("RESULT " + json.dumps(child(args)), flush=True)
+        return
+    own = args.dir is None
+    args.dir = os.path.abspath(args.dir or f"hoist-many.{os.getpid()}")
+    os.makedirs(args.dir, exist_ok=True)
+    rows = []
+    try:
+        for n in (int(c) for c in args.counts.split(",")):
+            run("save", n, args.dir)
+            row = {"arrays": n}
+            for phase in ("hoist", "torch"):
+                row["cache"] = peers.drop_caches(args.dir)
+                r = run(phase, n, args.dir)
+                row[phase + "_s"] = r["seconds"]
+                row["verified"] = row.get("verified", True) and r["verified"]
+                if r["engine_s"] is not None:
+                    row["engine_s"] = r["engine_s"]
+            rows.append(row)
+            if not args.json:
+                print(f"{n:>7} arrays: hoist {row['hoist_s']:.3f} s "
+                      f"(engine {row['engine_s']:.3f} s, "
+                      f"{row['hoist_s'] / n * 1e6:.1f} us/array), torch.load "
+                      f"{row['torch_s']:.3f} s ({row['torch_s'] / n * 1e6:.1f}"
+                      f" us/array), verified {row['verified']}", flush=True)
+            shutil.rmtree(os.path.join(args.dir, str(n)), ignore_errors=True)
+            os.remove(os.path.join(args.dir, f"{n}.pt"))
+    finally:
+        if own:
+            shutil.rmtree(args.dir, ignore_errors=True)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()
