@@ -6,15 +6,16 @@
 Measures, on the same GPT-style arrays (hoist's sample model: bf16 weights,
 fp32 Adam moments, sharded over a 2 x 4 mesh of JAX CPU devices exactly as
 `hoist demo` shards them):
-  - the machine: single-thread memcpy GB/s (transfer_bench), raw sequential
-    O_DIRECT write and read GB/s of the same bytes on the same disk
-    (save_bench);
+  - the machine: single-thread memcpy GB/s (transfer_bench), and the
+    disk's write and read limit for the same bytes as fio drives it
+    (io_uring, 4 jobs x queue depth 16, O_DIRECT; save_bench);
   - the published experiments: per-slice vs batched dispatch at 4,800
     slices, sequential vs parallel waits (transfer_bench);
   - every system's save (time blocked: until the save call returns; save:
     until durable), restore onto the same sharding and onto another one, and
-    peak RSS, each in its own process: hoist (Python, JAX arrays), hoist
-    (Python, torch tensors), hoist (C++, save_bench), Orbax, PyTorch DCP
+    peak RSS (and how much the RSS grew during each restore), each in its
+    own process: hoist (Python, JAX arrays), hoist (Python, torch tensors),
+    hoist (Python, NumPy arrays), hoist (C++, save_bench), Orbax, PyTorch DCP
     (async_save; and save), torch.save, numpy.save, TensorStore (zarr3);
   - scaling: hoist's time blocked and save throughput against model size and
     against writer streams.
@@ -190,10 +191,36 @@ def torch_tensors(host):
 # -- one system, in a child process --------------------------------------------
 
 
+# How much the resident set grew during the last timed() call: its peak
+# minus what the process held before (the restored arrays are part of it).
+RSS_GROWTH = {}
+
+
+def proc_status_bytes(key):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def rss_window_start():
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # the peak restarts from the current RSS
+    RSS_GROWTH["before"] = proc_status_bytes("VmRSS")
+
+
+def rss_window_end():
+    RSS_GROWTH["bytes"] = proc_status_bytes("VmHWM") - RSS_GROWTH["before"]
+
+
 def timed(fn):
+    rss_window_start()
     start = time.perf_counter()
     value = fn()
-    return value, time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    rss_window_end()
+    return value, seconds
 
 
 def abstract_jax(specs, shardings):
@@ -246,11 +273,13 @@ def hoist_restore(path, like, total):
     restores and then trains and saves) and restores: the timing includes
     the opening (closing, like the peers' teardown, is not timed)."""
     import hoist
+    rss_window_start()
     start = time.perf_counter()
     mgr = hoist.CheckpointManager(path, pool_bytes=total + total // 16 + (
         64 << 20))
     out = mgr.restore(1, like=like)
     seconds = time.perf_counter() - start
+    rss_window_end()
     mgr.close()
     return out, seconds
 
@@ -516,7 +545,8 @@ def child(args):
         result["peak_rss_over_arrays_bytes"] = peak_rss() - base
     else:
         out, seconds = restore(specs, path, args.phase == "restore_other")
-        result = {"seconds": seconds}
+        result = {"seconds": seconds,
+                  "rss_growth_bytes": RSS_GROWTH.get("bytes")}
         result["verified"] = same(out, host_arrays(specs))
     result["peak_rss_bytes"] = peak_rss()
     print("RESULT " + json.dumps(result), flush=True)
@@ -554,6 +584,7 @@ def run_system(system, args):
                 result = {"error": r["error"]}
                 break
             result[phase + "_s"] = r["seconds"]
+            result[phase + "_rss_growth_bytes"] = r["rss_growth_bytes"]
             result["verified"] = result.get("verified", True) and r["verified"]
             result["peak_rss_bytes"] = max(result["peak_rss_bytes"],
                                            r["peak_rss_bytes"])
@@ -639,12 +670,14 @@ def table(report):
     lines = [f"{report['bytes'] / GIB:.2f} GiB, {report['arrays']} arrays; "
              f"{report['machine']}",
              f"memcpy {report['memcpy_gbps']:.2f} GB/s (bytes/memcpy = "
-             f"{report['memcpy_bound_s']:.3f} s); raw O_DIRECT write "
+             f"{report['memcpy_bound_s']:.3f} s); disk limit (fio-like: "
+             f"io_uring, 4 jobs x queue depth 16) write "
              f"{report['raw_write_gbps']:.2f} GB/s, read "
-             f"{report['raw_read_gbps']:.2f} GB/s; page cache dropped before "
+             f"{report['raw_read_gbps']:.2f} GB/s; page cache emptied before "
              f"restores: {report.get('cache', report['cache_dropped'])}", "",
              f"{'system':<12} {'blocked s':>10} {'save s':>8} {'save GB/s':>10}"
-             f" {'restore s':>10} {'other sh.':>10} {'peak RSS':>9} "
+             f" {'restore s':>10} {'other sh.':>10} {'rest. RSS':>9}"
+             f" {'peak RSS':>9} "
              f"{'ok':>3}  durability"]
     for name, r in report["systems"].items():
         if "error" in r:
@@ -654,6 +687,7 @@ def table(report):
             f"{name:<12} {fmt(r.get('blocked_s')):>10} {fmt(r['save_s']):>8}"
             f" {fmt(r.get('save_gbps')):>10} {fmt(r.get('restore_s')):>10}"
             f" {fmt(r.get('restore_other_s')):>10}"
+            f" {(r.get('restore_rss_growth_bytes') or 0) / GIB:>8.2f}G"
             f" {(r.get('peak_rss_bytes') or 0) / GIB:>8.2f}G"
             f" {'yes' if r.get('verified') else 'NO':>3}  "
             f"{r.get('durability', '')}")
@@ -702,11 +736,26 @@ def targets(report):
         out.append({"target": ">= 85% of raw write", "met": ratio >= 0.85,
                     "detail": f"{ratio:.2f} x raw (Python, JAX arrays); C++: "
                               f"{cpp.get('save_gbps', 0) / report['raw_write_gbps']:.2f} x"})
-        ratio = hoist["restore_gbps"] / report["raw_read_gbps"]
-        out.append({"target": "restore >= 85% of raw read",
-                    "met": ratio >= 0.85,
-                    "detail": f"{ratio:.2f} x raw (Python, onto JAX arrays); "
-                              f"C++ onto devices: {cpp.get('restore_gbps', 0) / report['raw_read_gbps']:.2f} x"})
+        ratio = cpp.get("restore_gbps", 0) / report["raw_read_gbps"]
+        out.append({"target": "C++ restore >= 0.9 of the disk's read limit",
+                    "met": ratio >= 0.9,
+                    "detail": f"{ratio:.2f} x; Python onto JAX arrays: "
+                              f"{hoist['restore_gbps'] / report['raw_read_gbps']:.2f} x"})
+    # Every restore faster than its peers' by >= 10%.
+    systems = report["systems"]
+    for ours, theirs, key in (("hoist_torch", "torch", "restore_s"),
+                              ("hoist_torch", "dcp", "restore_s"),
+                              ("hoist_numpy", "numpy", "restore_s"),
+                              ("hoist", "orbax", "restore_s"),
+                              ("hoist", "orbax", "restore_other_s")):
+        a, b = systems.get(ours, {}), systems.get(theirs, {})
+        if a.get(key) is None or b.get(key) is None:
+            continue
+        out.append({"target": f"{ours} {key[:-2].replace('_', ' ')} >= 10% "
+                              f"faster than {theirs}",
+                    "met": a[key] <= 0.9 * b[key],
+                    "detail": f"{a[key]:.3f} s vs {b[key]:.3f} s "
+                              f"({b[key] / a[key]:.2f}x)"})
         bound = 1.1 * report["memcpy_bound_s"]
         out.append({"target": "blocked <= 1.1 x bytes / memcpy rate",
                     "met": hoist["blocked_s"] <= bound,

@@ -130,7 +130,7 @@ class CheckpointManager:
 
     # -- restoring ---------------------------------------------------------
 
-    def restore(self, step=None, like=None):
+    def restore(self, step=None, like=None, names=None):
         """Restores `step` (default: the latest).
 
         like=None rebuilds the saved pytree with NumPy arrays for NumPy and
@@ -139,7 +139,15 @@ class CheckpointManager:
         back as a jax.Array with that leaf's sharding (any sharding, not
         only the saved one), a tensor as a tensor on its device, a NumPy
         array as a NumPy array; other leaves take the saved values.
+
+        Only what is asked for is read: a `like` holding some of the saved
+        leaves restores those, and names=["params/w", ...] (array names, as
+        inspect() lists them) restores just those arrays as a flat dict
+        name -> array. An array the step does not hold is a KeyError naming
+        it. mgr.last_restore has the engine's figures (bytes read, ...).
         """
+        if like is not None and names is not None:
+            raise ValueError("give like= or names=, not both")
         if step is None:
             step = self.latest
             if step is None:
@@ -154,7 +162,7 @@ class CheckpointManager:
 
         return unflatten(
             manifest, meta.get("tree") if meta.get(_FORMAT_KEY) else None,
-            like, run)
+            like, run, names=None if names is None else list(names))
 
     def metadata(self, step=None):
         """The user metadata saved with `step` (default: the latest)."""

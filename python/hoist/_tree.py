@@ -411,6 +411,20 @@ def _scalars_of(skeleton):
     return out
 
 
+def _array_kinds(skeleton):
+    """array name -> kind ("numpy", "torch", "jax") of a skeleton's arrays."""
+    out, pending = {}, [skeleton]
+    while pending:
+        node = pending.pop()
+        if "a" in node:
+            out[node["a"]] = node.get("k", "numpy")
+        elif "d" in node:
+            pending.extend(child for _, child in node["d"])
+        else:
+            pending.extend(node.get("l", node.get("t", [])))
+    return out
+
+
 def _resolve(tree):
     if isinstance(tree, _Pending):
         return tree.finish()
@@ -472,22 +486,23 @@ def check_skeleton(skeleton, saved_names):
             raise bad(f"unknown node {sorted(node)!r}")
 
 
-def unflatten(manifest, skeleton, like, restore):
-    """The restored tree: shaped like `like`, or rebuilt from `skeleton`
-    (else a flat dict name -> numpy array). `restore(targets)` runs the
-    engine. Python's cyclic garbage collector is paused meanwhile: the many
+def unflatten(manifest, skeleton, like, restore, names=None):
+    """The restored tree: shaped like `like`; or the arrays in `names` as a
+    flat dict name -> array (in the kind they were saved as); or rebuilt
+    from `skeleton` (else a flat dict name -> numpy array).
+    `restore(targets)` runs the engine. Python's cyclic garbage collector is paused meanwhile: the many
     objects a restore of many arrays makes would set it scanning the whole
     heap again and again (a third of the time at 10,000 arrays)."""
     paused = gc.isenabled()
     gc.disable()
     try:
-        return _unflatten(manifest, skeleton, like, restore)
+        return _unflatten(manifest, skeleton, like, restore, names)
     finally:
         if paused:
             gc.enable()
 
 
-def _unflatten(manifest, skeleton, like, restore):
+def _unflatten(manifest, skeleton, like, restore, names):
     targets = _Targets(manifest)
     if skeleton is not None:
         check_skeleton(skeleton, targets.saved)
@@ -535,6 +550,13 @@ def _unflatten(manifest, skeleton, like, restore):
 
     if like is not None:
         tree = from_like(like, [])
+    elif names is not None:
+        kinds = _array_kinds(skeleton) if skeleton is not None else {}
+        tree = {}
+        for name in names:
+            targets.saved_array(name)  # KeyError naming an unknown one
+            tree[name] = from_skeleton({"a": name, "k": kinds.get(name, "numpy")},
+                                       [])
     elif skeleton is not None:
         tree = from_skeleton(skeleton, [])
     else:  # not saved from Python: every array, by name
