@@ -43,7 +43,15 @@ absl::Status RunJob(const std::string& path, bool write, int64_t blocks,
   const int64_t block = options.block_bytes;
   auto* buffers = static_cast<uint8_t*>(
       std::aligned_alloc(4096, block * static_cast<int64_t>(options.depth)));
-  std::memset(buffers, 0x3c, block * options.depth);
+  // Random bytes, as fio writes by default (a disk that compresses or
+  // deduplicates would make constant bytes look faster than data).
+  uint64_t state = 0x9e3779b97f4a7c15ull ^ static_cast<uint64_t>(fd);
+  for (int64_t i = 0; i < block * options.depth; i += 8) {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    std::memcpy(buffers + i, &state, 8);
+  }
   absl::Status status;
   int64_t submitted = 0, completed = 0;
   std::vector<int> free_slots;

@@ -833,8 +833,12 @@ def main():
         report["scaling_size"] = []
         for size in args.scaling_sizes.split(","):
             b = parse_bytes(size)
-            s = save_bench(b, args.dir, args.writers, pool=int(b * 1.07) + (
-                64 << 20))
+            try:
+                s = save_bench(b, args.dir, args.writers,
+                               pool=int(b * 1.07) + (64 << 20))
+            except subprocess.CalledProcessError as error:
+                log(f"scaling at {size} failed: {error}")
+                continue
             report["scaling_size"].append(
                 {"bytes": s["bytes"], "blocked_s": s["staged_s"],
                  "save_s": s["save_s"], "save_gbps": s["save_gbps"],
