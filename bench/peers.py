@@ -741,6 +741,10 @@ def targets(report):
                     "met": ratio >= 0.9,
                     "detail": f"{ratio:.2f} x; Python onto JAX arrays: "
                               f"{hoist['restore_gbps'] / report['raw_read_gbps']:.2f} x"})
+        bound = 1.1 * report["memcpy_bound_s"]
+        out.append({"target": "blocked <= 1.1 x bytes / memcpy rate",
+                    "met": hoist["blocked_s"] <= bound,
+                    "detail": f"{hoist['blocked_s']:.3f} s vs {bound:.3f} s"})
     # Every restore faster than its peers' by >= 10%.
     systems = report["systems"]
     for ours, theirs, key in (("hoist_torch", "torch", "restore_s"),
@@ -756,10 +760,6 @@ def targets(report):
                     "met": a[key] <= 0.9 * b[key],
                     "detail": f"{a[key]:.3f} s vs {b[key]:.3f} s "
                               f"({b[key] / a[key]:.2f}x)"})
-        bound = 1.1 * report["memcpy_bound_s"]
-        out.append({"target": "blocked <= 1.1 x bytes / memcpy rate",
-                    "met": hoist["blocked_s"] <= bound,
-                    "detail": f"{hoist['blocked_s']:.3f} s vs {bound:.3f} s"})
     return out
 
 
