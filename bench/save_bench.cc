@@ -1,9 +1,11 @@
 // bench/save: hoist's save and restore against the disk itself, in one run.
 //
-//   disk limit   the disk as fio drives it: 4 jobs, each its own file and
-//                16 O_DIRECT requests of 1 MiB in flight through io_uring,
+//   disk limit   the disk as fio drives it: jobs, each its own file and a
+//                queue of O_DIRECT requests in flight through io_uring,
 //                writing the same number of bytes (then fsync), then reading
-//                them back (bench/disk_limit.h); --jobs/--depth change it
+//                them back (bench/disk_limit.h); the best of 4 jobs x QD 16
+//                x 1 MiB, 8 x 8 x 4 MiB and 4 x 4 x 16 MiB, for each
+//                direction; --jobs/--depth/--block-size measure one
 //   one stream   for reference: one thread, O_DIRECT, 8 MiB requests one at
 //                a time, write + fsync then read
 //   hoist save   a GPT-style model (weights + Adam) on 8 host devices (2 x 4
@@ -34,6 +36,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "bench/bench_util.h"
@@ -133,7 +136,15 @@ int Main(int argc, char** argv) {
   bool json = false;
   std::string io = "posix";
   int reader_threads = RestoreOptions{}.reader_threads;
+  // The disk limit is the best of several fio-style configurations (this
+  // disk's best differs for reads and writes); --jobs/--depth/--block-size
+  // measure just one.
+  std::vector<bench::DiskLimitOptions> limit_configs = {
+      {.jobs = 4, .depth = 16, .block_bytes = int64_t{1} << 20},
+      {.jobs = 8, .depth = 8, .block_bytes = int64_t{4} << 20},
+      {.jobs = 4, .depth = 4, .block_bytes = int64_t{16} << 20}};
   bench::DiskLimitOptions limit_options;
+  std::string block_text;
   app.add_option("--bytes", bytes_text, "Model size")->capture_default_str();
   app.add_option("--pool", pool_text,
                  "Staging pool (default: a quarter of "
@@ -158,6 +169,9 @@ int Main(int argc, char** argv) {
                  "Disk limit: requests in flight per job")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
+  app.add_option("--block-size", block_text,
+                 "Disk limit: bytes per request (default 1MiB; with --jobs "
+                 "or --depth, only that configuration is measured)");
   app.add_option("--repeats", repeats,
                  "Rounds of (disk limit, save, restore), one after the other "
                  "so each ratio compares neighbours; medians")
@@ -166,6 +180,20 @@ int Main(int argc, char** argv) {
   app.add_flag("--json", json, "Print the figures as one JSON object");
   CLI11_PARSE(app, argc, argv);
   const int64_t model_bytes = Check(ParseBytes(bytes_text));
+  if (!block_text.empty()) {
+    limit_options.block_bytes = Check(ParseBytes(block_text));
+  }
+  if (app.count("--jobs") + app.count("--depth") + app.count("--block-size")) {
+    limit_configs = {limit_options};
+  }
+  std::string limit_description = "the best of io_uring";
+  for (const bench::DiskLimitOptions& config : limit_configs) {
+    absl::StrAppendFormat(&limit_description, " %d jobs x QD %d x %s,",
+                          config.jobs, config.depth,
+                          FormatBytes(config.block_bytes));
+  }
+  limit_description.back() = ' ';
+  limit_description += "O_DIRECT";
   const bool own_dir = dir.empty();
   if (own_dir) dir = "hoist-save-bench." + std::to_string(getpid());
   std::filesystem::create_directories(dir);
@@ -242,10 +270,19 @@ int Main(int argc, char** argv) {
   RestoreStats restored;
   bool verified = true;
   for (int round = 0; round < repeats; ++round) {
-    const bench::DiskLimit limit =
-        Check(bench::MeasureDiskLimit(dir, data_bytes, limit_options));
-    raw_write.push_back(limit.write_s * data_bytes / limit.bytes);
-    raw_read.push_back(limit.read_s * data_bytes / limit.bytes);
+    double best_write_s = 0, best_read_s = 0;
+    for (const bench::DiskLimitOptions& config : limit_configs) {
+      const bench::DiskLimit limit =
+          Check(bench::MeasureDiskLimit(dir, data_bytes, config));
+      const double write_s = limit.write_s * data_bytes / limit.bytes;
+      const double read_s = limit.read_s * data_bytes / limit.bytes;
+      if (best_write_s == 0 || write_s < best_write_s) best_write_s = write_s;
+      if (best_read_s == 0 || read_s < best_read_s) best_read_s = read_s;
+    }
+    raw_write.push_back(best_write_s);
+    raw_read.push_back(best_read_s);
+    // The save's peak, not the disk limit's buffers (freed by now).
+    if (round == 0) ResetPeakRss();
     const SaveHandle handle = Check(manager->Save(round + 1, save_arrays));
     saved = Check(handle.WaitCommitted());
     if (round == 0) save_peak = ProcStatusBytes("VmHWM") - rss_before;
@@ -327,11 +364,7 @@ int Main(int argc, char** argv) {
       {"bytes", data_bytes},
       {"raw_write_gbps", gb / raw.write_s},
       {"raw_read_gbps", gb / raw.read_s},
-      {"disk_limit",
-       absl::StrFormat("io_uring, %d jobs x queue depth %d, %s O_DIRECT "
-                       "requests",
-                       limit_options.jobs, limit_options.depth,
-                       FormatBytes(limit_options.block_bytes))},
+      {"disk_limit", limit_description},
       {"one_stream_write_gbps", gb / one_stream.write_s},
       {"one_stream_read_gbps", gb / one_stream.read_s},
       {"save_gbps", gb / save_s},
@@ -372,8 +405,8 @@ int Main(int argc, char** argv) {
         "%-44s %8.2fs %6.2f GB/s %7s\n"
         "%-44s %8.2fs %6.2f GB/s %7.2fx\n"
         "%-44s %8.2fs %6.2f GB/s %7.2fx\n\n"
-        "disk limit: io_uring, %d jobs x queue depth %d; one stream (8 MiB, "
-        "one at a time): write %.2f GB/s, read %.2f GB/s\n"
+        "disk limit: %s; one stream (8 MiB, one at a time): write %.2f "
+        "GB/s, read %.2f GB/s\n"
         "verification (XXH3 of every extent) costs %.1f%% of the restore "
         "(%.2fs unchecked)\n"
         "read amplification: same sharding %.3f, onto 4 x 2 %.3f, %d of %d "
@@ -389,7 +422,7 @@ int Main(int argc, char** argv) {
         "", "hoist restore onto 8 devices (2 x 4 mesh)", restore_s,
         gb / restore_s, raw.read_s / restore_s,
         "hoist restore into host memory (whole arrays)", host_s, gb / host_s,
-        raw.read_s / host_s, limit_options.jobs, limit_options.depth,
+        raw.read_s / host_s, limit_description,
         gb / one_stream.write_s, gb / one_stream.read_s,
         100 * (restore_s / unchecked_s - 1), unchecked_s,
         amplification(restored), amplification(reshard), tenth.size(),
