@@ -23,10 +23,28 @@ def test_peers_benchmark_writes_json_and_chart(tmp_path):
     report = json.loads(result.stdout)
     for key in ("bytes", "raw_write_gbps", "raw_read_gbps", "memcpy_gbps"):
         assert report[key] > 0, key
+    assert report["cache"] in ("dropped", "evicted"), report["cache"]
     for system in ("hoist", "numpy"):
         figures = report["systems"][system]
         assert figures["verified"] is True, figures
-        for key in ("save_s", "blocked_s", "restore_s", "peak_rss_bytes"):
+        for key in ("save_s", "blocked_s", "restore_s", "peak_rss_bytes",
+                    "restore_rss_growth_bytes"):
             assert figures[key] > 0, (system, key)
+    targets = {t["target"] for t in report["targets"]}
+    assert "C++ restore >= 0.9 of the disk's read limit" in targets
     assert json.loads((out / "peers.json").read_text()) == report
     assert (out / "peers.svg").read_text().startswith("<svg")
+
+
+def test_many_arrays_benchmark_restores_every_count(tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(REPO / "bench/many_arrays.py"), "--counts",
+         "50,300", "--dir", str(tmp_path / "scratch"), "--json"],
+        capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = json.loads(result.stdout)
+    assert [r["arrays"] for r in rows] == [50, 300]
+    for row in rows:
+        assert row["verified"] is True, row
+        assert 0 < row["engine_s"] <= row["hoist_s"], row
+        assert row["torch_s"] > 0, row
