@@ -422,11 +422,10 @@ int Main(int argc, char** argv) {
         "", "hoist restore onto 8 devices (2 x 4 mesh)", restore_s,
         gb / restore_s, raw.read_s / restore_s,
         "hoist restore into host memory (whole arrays)", host_s, gb / host_s,
-        raw.read_s / host_s, limit_description,
-        gb / one_stream.write_s, gb / one_stream.read_s,
-        100 * (restore_s / unchecked_s - 1), unchecked_s,
-        amplification(restored), amplification(reshard), tenth.size(),
-        model.size(), amplification(partial), Median(staged),
+        raw.read_s / host_s, limit_description, gb / one_stream.write_s,
+        gb / one_stream.read_s, 100 * (restore_s / unchecked_s - 1),
+        unchecked_s, amplification(restored), amplification(reshard),
+        tenth.size(), model.size(), amplification(partial), Median(staged),
         FormatBytes(pool_bytes), saved.waves, FormatBytes(save_peak),
         FormatBytes(save_peak - pool_bytes), verified ? "yes" : "NO");
   }

@@ -335,8 +335,9 @@ class _Targets:
             key = (tuple(origin), tuple(extent))
             if key not in buffers:
                 buffers[key] = _aligned_empty(extent, dtype)
-                dests.append((-1, origin, extent,
-                              buffers[key].reshape(-1).view(np.uint8)))
+                if 0 not in extent:  # an empty shard reads nothing
+                    dests.append((-1, origin, extent,
+                                  buffers[key].reshape(-1).view(np.uint8)))
             positions.append(len(self.adopted))
             self.adopted.append((buffers[key], device))
         self.list.append((name, dtype.name, list(shape), dests))

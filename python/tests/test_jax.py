@@ -206,3 +206,15 @@ def test_in_host_replicas_share_one_restored_buffer(root):
     # Donating an adopted array must not write through to its replicas.
     doubled = jax.jit(lambda x: x * 2, donate_argnums=0)(out["w"])
     assert bits(doubled) == bits(state["w"] * 2)
+
+
+def test_empty_arrays_restore_with_their_sharding(root, placement):
+    m = mesh(2, 4)
+    sharding = NamedSharding(m, P(None, "model"))
+    state = {"e": jax.device_put(np.zeros((0, 8), np.float32), sharding),
+             "w": jax.device_put(random(np.float32, (4, 8), 5), sharding)}
+    with hoist.CheckpointManager(root, pool_bytes=1 << 20) as mgr:
+        mgr.save(1, state).wait()
+        out = mgr.restore(like=state)
+    assert out["e"].shape == (0, 8) and out["e"].sharding == sharding
+    assert bits(out["w"]) == bits(state["w"])
