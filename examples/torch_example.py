@@ -1,5 +1,6 @@
-"""Using hoist from PyTorch: a model and its optimizer checkpointed every
-step (keeping the last 3), then resumed into fresh objects.
+"""Using hoist from PyTorch: a model, its optimizer, LR scheduler and
+GradScaler checkpointed every step as objects (keeping the last 3), then
+resumed into fresh objects in place, as torch.distributed.checkpoint does.
 
     .venv/bin/python examples/torch_example.py
 """
@@ -10,30 +11,43 @@ import torch
 
 import hoist
 
-model = torch.nn.Linear(256, 256).to(torch.bfloat16)
-opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
+def make():
+    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(),
+                                torch.nn.Linear(256, 16))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    scaler = torch.amp.GradScaler("cpu")
+    return model, opt, sched, scaler
+
+
+model, opt, sched, scaler = make()
 root = sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp()
 with hoist.CheckpointManager(root, keep=3) as mgr:
     for step in range(1, 6):
-        loss = model(torch.randn(8, 256, dtype=torch.bfloat16)).float().pow(2).mean()
+        loss = model(torch.randn(8, 256)).pow(2).mean()
         opt.zero_grad()
-        loss.backward()
-        opt.step()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        sched.step()
+        # The objects themselves: each is saved through its state_dict().
         # Returns once the tensors are copied; the next step may change them.
-        mgr.save(step, {"model": model.state_dict(), "opt": opt.state_dict(),
-                        "step": step})
+        mgr.save(step, {"model": model, "opt": opt, "sched": sched,
+                        "scaler": scaler, "step": step})
     mgr.wait_until_finished()
     print("steps kept:", mgr.steps)
 
-    # Resume a fresh model and optimizer from the latest step: the saved
-    # tree comes back as it was (tensors, ints, floats, nested dicts).
-    fresh = torch.nn.Linear(256, 256).to(torch.bfloat16)
-    fresh_opt = torch.optim.AdamW(fresh.parameters(), lr=1e-3)
-    state = mgr.restore()
-    fresh.load_state_dict(state["model"])
-    fresh_opt.load_state_dict(state["opt"])
+    # Resume fresh objects from the latest step: each is loaded in place
+    # with load_state_dict (a fresh optimizer has no state yet: the saved
+    # state dict decides).
+    fresh = make()
+    state = mgr.restore(like={"model": fresh[0], "opt": fresh[1],
+                              "sched": fresh[2], "scaler": fresh[3],
+                              "step": 0})
 
-assert state["step"] == 5
-assert torch.equal(fresh.weight, model.weight)
-print("resumed at step", state["step"])
+assert state["step"] == 5 and state["model"] is fresh[0]
+assert torch.equal(fresh[0][0].weight, model[0].weight)
+assert fresh[2].last_epoch == sched.last_epoch
+assert fresh[1].param_groups[0]["lr"] == opt.param_groups[0]["lr"]
+print("resumed at step", state["step"], "lr", fresh[1].param_groups[0]["lr"])

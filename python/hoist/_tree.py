@@ -177,6 +177,43 @@ def _encode_float(value):
                                                    "-inf")}
 
 
+def _is_stateful(x):
+    """A PyTorch-style stateful object: a module, optimizer, LR scheduler,
+    GradScaler or user class with state_dict() and load_state_dict()."""
+    return (not _is_torch(x) and callable(getattr(x, "state_dict", None))
+            and callable(getattr(x, "load_state_dict", None)))
+
+
+def _key_name(key):
+    """A path component for one of JAX's key path entries."""
+    for attribute in ("key", "name", "idx"):  # DictKey/FlattenedIndexKey,
+        if hasattr(key, attribute):          # GetAttrKey, SequenceKey
+            return str(getattr(key, attribute))
+    return str(key)
+
+
+def _jax_children(x):
+    """(names, children, treedef) of a registered JAX pytree node one level
+    down (namedtuples, dataclasses, flax structs and States, optax states,
+    equinox modules, user-registered classes), or None when JAX is not
+    imported or `x` is not a node. The treedef keeps the node's type and
+    static fields, so treedef.unflatten(children) rebuilds it."""
+    jax = _module("jax")
+    if jax is None or x is None or isinstance(x, jax.Array):
+        return None
+    flat, treedef = jax.tree_util.tree_flatten_with_path(
+        x, is_leaf=lambda y: y is not x)
+    if treedef.num_nodes == 1 and treedef.num_leaves == 1:  # a leaf
+        return None
+    return ([_key_name(path[-1]) for path, _ in flat],
+            [child for _, child in flat], treedef)
+
+
+def _is_key_array(x):
+    jax = _module("jax")
+    return jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
 def flatten(tree, default_device, backend):
     """(arrays, skeleton) of `tree`."""
     arrays = []
@@ -184,26 +221,46 @@ def flatten(tree, default_device, backend):
 
     def walk(x, path):
         where = "/".join(path) or "the state"
-        if isinstance(x, dict):
+        kind = type(x)
+        if kind is dict or (isinstance(x, dict) and _jax_children(x) is None):
             items = []
             for key, value in x.items():
                 if isinstance(key, bool) or not isinstance(key, (str, int)):
                     raise TypeError(f"{where}: key {key!r} is not a str or int")
                 items.append([key, walk(value, path + [str(key)])])
             return {"d": items}
-        if isinstance(x, tuple):
+        if kind is tuple:
             return {"t": [walk(v, path + [str(i)]) for i, v in enumerate(x)]}
-        if isinstance(x, list):
+        if kind is list:
             return {"l": [walk(v, path + [str(i)]) for i, v in enumerate(x)]}
         if isinstance(x, float):
             return _encode_float(x)
         if isinstance(x, _SCALARS):
             return {"v": x}
+        if _is_stateful(x):  # saved as its state dict, under its path
+            return {"s": walk(x.state_dict(), path)}
+        if not (_is_jax(x) or _is_torch(x) or isinstance(x, np.ndarray)):
+            node = _jax_children(x)
+            if node is not None:  # any registered JAX pytree node
+                keys, children, _ = node
+                return {"n": [[k, walk(c, path + [k])]
+                              for k, c in zip(keys, children)]}
+            if isinstance(x, tuple):  # a namedtuple, JAX not imported
+                return {"t": [walk(v, path + [str(i)])
+                              for i, v in enumerate(x)]}
+            if isinstance(x, list):
+                return {"l": [walk(v, path + [str(i)])
+                              for i, v in enumerate(x)]}
         name = "/".join(path) or "array"
         if name in names:
             raise ValueError(f"two arrays are named '{name}'")
         names.add(name)
         if _is_jax(x):
+            if _is_key_array(x):  # a typed PRNG key: its key data
+                jax = _module("jax")
+                arrays.append(_jax_array(name, jax.random.key_data(x)))
+                return {"a": name, "k": "jax_key",
+                        "i": str(jax.random.key_impl(x))}
             arrays.append(_jax_array(name, x))
             return {"a": name, "k": "jax"}
         if _is_torch(x):
@@ -217,7 +274,9 @@ def flatten(tree, default_device, backend):
             return {"a": name, "k": "numpy"}
         raise TypeError(
             f"{where}: cannot save a {type(x).__name__} (save arrays, dicts, "
-            "lists, tuples, and int/float/str/bool/None leaves)")
+            "lists, tuples, registered JAX pytrees, objects with "
+            "state_dict()/load_state_dict(), and int/float/str/bool/None "
+            "leaves)")
 
     return arrays, walk(tree, [])
 
@@ -250,17 +309,56 @@ class _Targets:
         self.adopted = []
         self.adopted_arrays = []
         self.partial = {}  # token -> [bytes, bytes received] of a parted shard
+        self.missing = []     # names the template asks for, not saved
+        self.mismatched = []  # dtype or shape differences, described
 
     def saved_array(self, name):
-        if name not in self.saved:
-            raise KeyError(f"array '{name}' is not in the checkpoint "
-                           f"(it has {len(self.saved)} arrays)")
-        return self.saved[name]
+        """The manifest's entry for `name`, or None (recorded: every
+        missing array is reported at once, by raise_mismatches)."""
+        saved = self.saved.get(name)
+        if saved is None:
+            self.missing.append(name)
+        return saved
+
+    def matches(self, name, saved, dtype_name, shape):
+        """Whether the template's dtype and shape are the checkpoint's;
+        records the difference when not."""
+        if saved["dtype"] == dtype_name and list(saved["shape"]) == list(shape):
+            return True
+        self.mismatched.append(
+            f"'{name}': requested {dtype_name} {tuple(shape)} but the "
+            f"checkpoint holds {saved['dtype']} {tuple(saved['shape'])}")
+        return False
+
+    def raise_mismatches(self):
+        """KeyError listing every array the template asks for that the
+        checkpoint lacks, else ValueError listing every dtype or shape that
+        differs; before anything is read."""
+        def listed(items):
+            shown = ", ".join(items[:20])
+            return shown + (f", ... ({len(items) - 20} more)"
+                            if len(items) > 20 else "")
+        if self.missing:
+            if len(self.missing) == 1:
+                raise KeyError(f"array '{self.missing[0]}' is not in the "
+                               f"checkpoint (it has {len(self.saved)} arrays)")
+            raise KeyError(
+                f"{len(self.missing)} arrays are not in the checkpoint (it has "
+                f"{len(self.saved)} arrays): "
+                f"{listed([repr(m) for m in self.missing])}")
+        if self.mismatched:
+            raise ValueError(
+                f"the template differs from the checkpoint at "
+                f"{len(self.mismatched)} arrays: {listed(self.mismatched)}")
 
     def numpy(self, name, dtype_name=None, shape=None):
         saved = self.saved_array(name)
+        if saved is None:
+            return None
         dtype_name = dtype_name or saved["dtype"]
         shape = list(saved["shape"] if shape is None else shape)
+        if not self.matches(name, saved, dtype_name, shape):
+            return None
         dtype = _numpy_dtype(dtype_name)
         raw = _aligned_bytes(math.prod(shape) * dtype.itemsize)
         origin, extent = _whole(shape)
@@ -273,9 +371,13 @@ class _Targets:
         if torch is None:
             return _Pending(lambda out=self.numpy(name): out)
         saved = self.saved_array(name)
+        if saved is None:
+            return None
         dtype = like.dtype if like is not None else getattr(torch,
                                                              saved["dtype"])
         shape = list(like.shape) if like is not None else saved["shape"]
+        if not self.matches(name, saved, _torch_dtype_name(dtype), shape):
+            return None
         # An aligned NumPy buffer the tensor owns (torch.empty's 64-byte
         # alignment would make every read go through the page cache).
         raw = _aligned_bytes(math.prod(shape) * dtype.itemsize)
@@ -290,13 +392,17 @@ class _Targets:
 
     def jax(self, name, like=None):
         jax = _module("jax")
-        saved = self.saved_array(name)  # KeyError if absent
+        saved = self.saved_array(name)
+        if saved is None:
+            return None
         if like is None:  # on the default device
             like = jax.ShapeDtypeStruct(
                 tuple(saved["shape"]), _numpy_dtype(saved["dtype"]),
                 sharding=jax.sharding.SingleDeviceSharding(jax.devices()[0]))
         shape = tuple(like.shape)
         dtype = np.dtype(like.dtype)
+        if not self.matches(name, saved, dtype.name, shape):
+            return None
         sharding = getattr(like, "sharding", None)
         if sharding is None:
             sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
@@ -321,6 +427,31 @@ class _Targets:
                 shape, sharding, [self.placed[t] for t in tokens])
 
         return _Pending(finish)
+
+    def jax_key(self, name, impl, like=None):
+        """A typed PRNG key array, restored from its saved key data (uint32,
+        the key's shape plus the implementation's) with `like`'s sharding
+        (the same sharding serves the key data: its trailing axis is
+        replicated)."""
+        jax = _module("jax")
+        saved = self.saved_array(name)
+        if saved is None:
+            return None
+        if impl is None:
+            self.mismatched.append(f"'{name}': saved without its PRNG key "
+                                   "implementation")
+            return None
+        data_like = None
+        if like is not None:
+            key_shape = tuple(saved["shape"][len(like.shape):])
+            data_like = jax.ShapeDtypeStruct(
+                tuple(like.shape) + key_shape, np.uint32,
+                sharding=getattr(like, "sharding", None))
+        data = self.jax(name, data_like)
+        if data is None:
+            return None
+        return _Pending(lambda: jax.random.wrap_key_data(data.finish(),
+                                                         impl=impl))
 
     def _jax_in_host(self, name, shape, dtype, sharding, index_of):
         """JAX's CPU devices hold their buffers in host memory: each
@@ -399,9 +530,11 @@ def _scalars_of(skeleton):
     out = {}
 
     def walk(node, path):
-        if "d" in node:
-            for key, child in node["d"]:
+        if "d" in node or "n" in node:
+            for key, child in node.get("d", node.get("n")):
                 walk(child, path + [str(key)])
+        elif "s" in node:
+            walk(node["s"], path)
         elif "l" in node or "t" in node:
             for i, child in enumerate(node.get("l", node.get("t"))):
                 walk(child, path + [str(i)])
@@ -412,15 +545,17 @@ def _scalars_of(skeleton):
     return out
 
 
-def _array_kinds(skeleton):
-    """array name -> kind ("numpy", "torch", "jax") of a skeleton's arrays."""
+def _array_nodes(skeleton):
+    """array name -> its skeleton node ({"a": name, "k": kind, ...})."""
     out, pending = {}, [skeleton]
     while pending:
         node = pending.pop()
         if "a" in node:
-            out[node["a"]] = node.get("k", "numpy")
-        elif "d" in node:
-            pending.extend(child for _, child in node["d"])
+            out[node["a"]] = node
+        elif "d" in node or "n" in node:
+            pending.extend(child for _, child in node.get("d", node.get("n")))
+        elif "s" in node:
+            pending.append(node["s"])
         else:
             pending.extend(node.get("l", node.get("t", [])))
     return out
@@ -439,7 +574,7 @@ def _resolve(tree):
     return tree
 
 
-_KINDS = ("numpy", "torch", "jax")
+_KINDS = ("numpy", "torch", "jax", "jax_key")
 _NONFINITE = ("nan", "inf", "-inf")
 
 
@@ -456,7 +591,7 @@ def check_skeleton(skeleton, saved_names):
                 f"manifest metadata: the saved tree is malformed at {where}: "
                 f"{what}")
 
-        if not isinstance(node, dict) or len(node) not in (1, 2):
+        if not isinstance(node, dict) or len(node) not in (1, 2, 3):
             raise bad(f"expected a node object, found {type(node).__name__}")
         if "d" in node and len(node) == 1:
             if not isinstance(node["d"], list):
@@ -467,6 +602,16 @@ def check_skeleton(skeleton, saved_names):
                         or not isinstance(item[0], (str, int))):
                     raise bad("a dict item is not a [str or int key, node] pair")
                 pending.append((item[1], f"{where}/{item[0]}"))
+        elif "n" in node and len(node) == 1:
+            if not isinstance(node["n"], list):
+                raise bad("'n' is not a list")
+            for item in node["n"]:
+                if (not isinstance(item, list) or len(item) != 2
+                        or not isinstance(item[0], str)):
+                    raise bad("a pytree node item is not a [str, node] pair")
+                pending.append((item[1], f"{where}/{item[0]}"))
+        elif "s" in node and len(node) == 1:
+            pending.append((node["s"], where))
         elif ("l" in node or "t" in node) and len(node) == 1:
             items = node.get("l", node.get("t"))
             if not isinstance(items, list):
@@ -478,7 +623,9 @@ def check_skeleton(skeleton, saved_names):
         elif "f" in node and len(node) == 1:
             if node["f"] not in _NONFINITE:
                 raise bad(f"float {node['f']!r}")
-        elif "a" in node and set(node) <= {"a", "k"}:
+        elif "a" in node and set(node) <= {"a", "k", "i"}:
+            if "i" in node and not isinstance(node["i"], str):
+                raise bad(f"PRNG key implementation {node['i']!r}")
             if node.get("k", "numpy") not in _KINDS:
                 raise bad(f"unknown array kind {node.get('k')!r}")
             if node["a"] not in saved_names:
@@ -503,15 +650,38 @@ def unflatten(manifest, skeleton, like, restore, names=None):
             gc.enable()
 
 
+def _subtree(skeleton, path):
+    """The skeleton node at `path` (names as flatten() made them), or None."""
+    node = skeleton
+    for part in path:
+        while node is not None and "s" in node:
+            node = node["s"]
+        if node is None:
+            return None
+        if "d" in node or "n" in node:
+            node = next((c for k, c in node.get("d", node.get("n"))
+                         if str(k) == part), None)
+        elif "l" in node or "t" in node:
+            items = node.get("l", node.get("t"))
+            node = items[int(part)] if part.isdigit() and int(part) < len(
+                items) else None
+        else:
+            return None
+    return node
+
+
 def _unflatten(manifest, skeleton, like, restore, names):
     targets = _Targets(manifest)
     if skeleton is not None:
         check_skeleton(skeleton, targets.saved)
+    arrays = _array_nodes(skeleton) if skeleton is not None else {}
 
     def from_skeleton(node, path):
-        if "d" in node:
+        if "d" in node or "n" in node:  # a registered node comes back a dict
             return {key: from_skeleton(child, path + [str(key)])
-                    for key, child in node["d"]}
+                    for key, child in node.get("d", node.get("n"))}
+        if "s" in node:  # a stateful object: its state dict
+            return from_skeleton(node["s"], path)
         if "l" in node:
             return [from_skeleton(c, path + [str(i)])
                     for i, c in enumerate(node["l"])]
@@ -522,6 +692,8 @@ def _unflatten(manifest, skeleton, like, restore, names):
             kind = node.get("k", "numpy")
             if kind == "torch":
                 return targets.torch(node["a"])
+            if kind == "jax_key" and _module("jax") is not None:
+                return targets.jax_key(node["a"], node.get("i"))
             if kind == "jax" and _module("jax") is not None:
                 return targets.jax(node["a"])  # on the default device
             return targets.numpy(node["a"])
@@ -531,14 +703,23 @@ def _unflatten(manifest, skeleton, like, restore, names):
 
     def from_like(x, path):
         name = "/".join(path) or "array"
-        if isinstance(x, dict):
+        kind = type(x)
+        if kind is dict:
             return {k: from_like(v, path + [str(k)]) for k, v in x.items()}
-        if isinstance(x, tuple):
-            items = [from_like(v, path + [str(i)]) for i, v in enumerate(x)]
-            return type(x)(*items) if hasattr(x, "_fields") else tuple(items)
-        if isinstance(x, list):
+        if kind is tuple:
+            return tuple(from_like(v, path + [str(i)]) for i, v in enumerate(x))
+        if kind is list:
             return [from_like(v, path + [str(i)]) for i, v in enumerate(x)]
         if _is_jax(x) or _is_jax_struct(x):
+            if _is_key_array(x):
+                node = arrays.get(name, {})
+                return targets.jax_key(name, node.get("i"), x)
+            if _is_jax(x) and not getattr(x, "committed", True):
+                # Uncommitted (jnp.zeros, optax's counters): so is the
+                # restored array, which jit may then place with the rest.
+                host = targets.numpy(name, np.dtype(x.dtype).name, x.shape)
+                jax = _module("jax")
+                return _Pending(lambda: jax.device_put(host))
             return targets.jax(name, x)
         if _is_torch(x):
             return targets.torch(name, x)
@@ -546,22 +727,43 @@ def _unflatten(manifest, skeleton, like, restore, names):
             return targets.numpy(name, np.asarray(x).dtype.name,
                                  np.shape(x))
         if isinstance(x, _SCALARS):
-            return scalars.get(name, x)
+            if name in scalars:
+                return scalars[name]
+            if name in arrays:  # a counter saved as an array (a jitted
+                return targets.numpy(name)  # step): host data, any device
+            return x
+        if _is_stateful(x):  # in place, through load_state_dict, as DCP
+            node = _subtree(skeleton, path) if skeleton is not None else None
+            if node is None or "s" not in node:
+                targets.missing.append(f"{name} (a saved state dict)")
+                return x
+            state = from_skeleton(node["s"], path)
+            return _Pending(lambda: (x.load_state_dict(_resolve(state)), x)[1])
+        node = _jax_children(x)
+        if node is not None:  # rebuilt with the template's type and statics
+            keys, children, treedef = node
+            restored = [from_like(c, path + [k]) for k, c in zip(keys, children)]
+            return _Pending(lambda: treedef.unflatten(
+                [_resolve(r) for r in restored]))
+        if isinstance(x, tuple):  # a namedtuple, JAX not imported
+            items = [from_like(v, path + [str(i)]) for i, v in enumerate(x)]
+            return type(x)(*items) if hasattr(x, "_fields") else tuple(items)
+        if isinstance(x, dict):
+            return {k: from_like(v, path + [str(k)]) for k, v in x.items()}
+        if isinstance(x, list):
+            return [from_like(v, path + [str(i)]) for i, v in enumerate(x)]
         raise TypeError(f"{name}: cannot restore into a {type(x).__name__}")
 
     if like is not None:
         tree = from_like(like, [])
     elif names is not None:
-        kinds = _array_kinds(skeleton) if skeleton is not None else {}
-        tree = {}
-        for name in names:
-            targets.saved_array(name)  # KeyError naming an unknown one
-            tree[name] = from_skeleton({"a": name, "k": kinds.get(name, "numpy")},
-                                       [])
+        tree = {name: from_skeleton(arrays.get(name, {"a": name}), [])
+                for name in names}
     elif skeleton is not None:
         tree = from_skeleton(skeleton, [])
     else:  # not saved from Python: every array, by name
         tree = {name: targets.numpy(name) for name in targets.saved}
+    targets.raise_mismatches()
     restore(targets.list, targets.received_list,
             targets.receive if targets.received_list else None)
     targets.adopt()
