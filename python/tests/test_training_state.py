@@ -146,7 +146,14 @@ def _nnx_setup(seed):
         def __call__(self, x):
             return self.out(nnx.relu(self.hidden(x)))
 
+    import jax
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+    mesh = Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("data", "model"))
     model = MLP(nnx.Rngs(seed))
+    # Kernels sharded over "model" on the 2 x 4 mesh, biases replicated.
+    nnx.update(model, jax.tree.map(lambda x: jax.device_put(x, NamedSharding(
+        mesh, P(None, "model") if x.ndim == 2 else P())), nnx.state(model)))
     optimizer = nnx.Optimizer(model, optax.adamw(1e-2), wrt=nnx.Param)
 
     @nnx.jit
@@ -175,6 +182,9 @@ def test_flax_nnx_state_resumes_bit_identically(root):
         restored = mgr.restore(like={"model": nnx.state(model2),
                                      "optimizer": nnx.state(optimizer2)})
     assert type(restored["model"]) is type(nnx.state(model2))
+    kernel = restored["model"]["hidden"]["kernel"][...]
+    assert kernel.sharding == model2.hidden.kernel[...].sharding
+    assert len(kernel.sharding.device_set) == 8
     nnx.update(model2, restored["model"])
     nnx.update(optimizer2, restored["optimizer"])
     for x, y in batches[3:]:
