@@ -4,11 +4,17 @@ An array's name is its path in the tree, keys and indices joined by "/"
 ("model/layers/0/w"; a bare array is "array"). The tree's shape and its
 non-array leaves are kept as a JSON skeleton in the manifest's metadata:
   {"d": [[key, node], ...]}  dict (keys: str or int, in order)
+  {"n": [[key, node], ...]}  any other registered JAX pytree node (a
+                             namedtuple, dataclass, TrainState, optax or nnx
+                             State, ...): its children by key path name
+  {"s": node}                a PyTorch-style object, by its state dict
   {"l": [node, ...]}         list
   {"t": [node, ...]}         tuple (named tuples come back as tuples)
   {"v": value}               int, float, str, bool or None
   {"f": "nan"|"inf"|"-inf"}  a float JSON cannot hold
-  {"a": name, "k": kind}     an array; kind is numpy, torch or jax
+  {"a": name, "k": kind}     an array; kind is numpy, torch or jax, or
+                             jax_key (a typed PRNG key's key data) with
+                             "i": the key implementation's name
 """
 
 import gc

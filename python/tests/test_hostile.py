@@ -62,8 +62,12 @@ def _rewrite_manifest(root, step, edit):
     lambda m: m["metadata"].update(tree=[1, 2]),
     lambda m: m["metadata"].update(tree={"f": "zero"}),
     lambda m: m["metadata"].update(tree={"a": "w", "k": "tensorflow"}),
+    lambda m: m["metadata"].update(tree={"n": [[1, {"a": "w"}]]}),
+    lambda m: m["metadata"].update(tree={"s": 5}),
+    lambda m: m["metadata"].update(tree={"a": "w", "k": "jax_key", "i": 3}),
 ], ids=["short-pair", "unknown-array", "unknown-node", "not-a-node",
-        "bad-float", "unknown-kind"])
+        "bad-float", "unknown-kind", "pytree-int-key", "stateful-not-a-node",
+        "key-impl-not-a-string"])
 def test_malformed_tree_metadata_is_data_loss(root, edit):
     with hoist.CheckpointManager(root) as mgr:
         mgr.save(1, STATE).wait()
