@@ -496,33 +496,60 @@ class _Targets:
     def receive(self, items):
         """Called by the engine once per wave with (token, offset, bytes) of
         every staged part of a JAX shard; bytes are valid during the call
-        only. A shard staged whole goes to its device as a view of them; a
-        shard larger than half the pool comes in parts, gathered in host
-        memory until complete. Then one batched device_put per wave."""
+        only. A shard staged whole goes to its device as a view of them, in
+        one batched device_put per wave. A shard larger than half the pool
+        comes in parts (runs of rows along its first axis longer than 1):
+        the shard is made once on its device and each part is copied there
+        and written into it in place (a donated dynamic_update_slice), so no
+        whole shard is ever gathered in host memory."""
         jax = _module("jax")
         arrays, devices, tokens = [], [], []
+        parts, part_devices, part_at = [], [], []
         for token, offset, raw in items:
             dtype, extent, device = self.received_meta[token - 1]
             total = int(np.prod(extent)) * dtype.itemsize
             if offset == 0 and raw.nbytes == total:
-                array = raw.view(dtype).reshape(extent)
-            else:
-                gathered = self.partial.setdefault(
-                    token, [np.empty(total, np.uint8), 0])
-                gathered[0][offset:offset + raw.nbytes] = raw
-                gathered[1] += raw.nbytes
-                if gathered[1] < total:
-                    continue
-                array = self.partial.pop(token)[0].view(dtype).reshape(extent)
-            arrays.append(array)
-            devices.append(device)
-            tokens.append(token)
-        if not arrays:
-            return
-        placed = jax.device_put(arrays, devices)
+                arrays.append(raw.view(dtype).reshape(extent))
+                devices.append(device)
+                tokens.append(token)
+                continue
+            axis = next(i for i, n in enumerate(extent) if n > 1)
+            row_bytes = total // extent[axis]
+            shape = list(extent)
+            shape[axis] = raw.nbytes // row_bytes
+            start = [0] * len(extent)
+            start[axis] = offset // row_bytes
+            parts.append(raw.view(dtype).reshape(shape))
+            part_devices.append(device)
+            part_at.append((token, tuple(start), raw.nbytes, total))
+        placed = jax.device_put(arrays + parts, devices + part_devices)
         jax.block_until_ready(placed)  # the staging memory is reused next
         for token, array in zip(tokens, placed):
             self.placed[token] = array
+        for (token, start, nbytes, total), part in zip(
+                part_at, placed[len(arrays):]):
+            dtype, extent, device = self.received_meta[token - 1]
+            entry = self.partial.get(token)
+            if entry is None:
+                entry = self.partial[token] = [
+                    jax.numpy.zeros(extent, dtype, device=device), 0]
+            entry[0] = _update_slice()(entry[0], part, start)
+            entry[1] += nbytes
+            if entry[1] == total:
+                self.placed[token] = self.partial.pop(token)[0]
+
+
+_UPDATE_SLICE = []
+
+
+def _update_slice():
+    """jit(dynamic_update_slice) writing into a donated array: in place."""
+    if not _UPDATE_SLICE:
+        jax = _module("jax")
+        _UPDATE_SLICE.append(jax.jit(
+            lambda full, part, start: jax.lax.dynamic_update_slice(
+                full, part, start), donate_argnums=0))
+    return _UPDATE_SLICE[0]
 
 
 def _decode_value(node):
