@@ -251,7 +251,12 @@ def flatten(tree, default_device, backend):
                 keys, children, _ = node
                 return {"n": [[k, walk(c, path + [k])]
                               for k, c in zip(keys, children)]}
-            if isinstance(x, tuple):  # a namedtuple, JAX not imported
+            if isinstance(x, tuple) and hasattr(x, "_fields"):
+                # A namedtuple, JAX not imported: named by field, as JAX's
+                # key paths name it.
+                return {"n": [[f, walk(getattr(x, f), path + [f])]
+                              for f in x._fields]}
+            if isinstance(x, tuple):
                 return {"t": [walk(v, path + [str(i)])
                               for i, v in enumerate(x)]}
             if isinstance(x, list):
@@ -778,9 +783,11 @@ def _unflatten(manifest, skeleton, like, restore, names):
             restored = [from_like(c, path + [k]) for k, c in zip(keys, children)]
             return _Pending(lambda: treedef.unflatten(
                 [_resolve(r) for r in restored]))
-        if isinstance(x, tuple):  # a namedtuple, JAX not imported
-            items = [from_like(v, path + [str(i)]) for i, v in enumerate(x)]
-            return type(x)(*items) if hasattr(x, "_fields") else tuple(items)
+        if isinstance(x, tuple) and hasattr(x, "_fields"):  # no JAX
+            return type(x)(*[from_like(getattr(x, f), path + [f])
+                             for f in x._fields])
+        if isinstance(x, tuple):
+            return tuple(from_like(v, path + [str(i)]) for i, v in enumerate(x))
         if isinstance(x, dict):
             return {k: from_like(v, path + [str(k)]) for k, v in x.items()}
         if isinstance(x, list):

@@ -162,3 +162,27 @@ def test_restoring_some_arrays_reads_only_theirs(root):
             mgr.restore(names=["params/nope"])
         with pytest.raises(ValueError, match="not both"):
             mgr.restore(like=state, names=["params/w"])
+
+
+def test_namedtuples_are_named_by_field_with_or_without_jax(root):
+    # In a fresh interpreter that never imports JAX (hoist does not either),
+    # a namedtuple is named by its fields, as JAX's key paths name it, and
+    # comes back as itself.
+    import subprocess
+    import sys
+    code = f"""
+import collections, sys, numpy as np, hoist
+Adam = collections.namedtuple("Adam", ["count", "mu"])
+state = {{"opt": Adam(np.int32(3), {{"w": np.ones(4, np.float32)}})}}
+with hoist.CheckpointManager({str(root)!r}, pool_bytes=1 << 20) as mgr:
+    mgr.save(1, state).wait()
+    out = mgr.restore(like=state)
+assert "jax" not in sys.modules
+assert type(out["opt"]) is Adam and int(out["opt"].count) == 3
+names = sorted(a["name"] for a in hoist.inspect({str(root)!r})["arrays"])
+print(names)
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "['opt/count', 'opt/mu/w']" in result.stdout
