@@ -23,7 +23,7 @@ import numpy as np
 from . import _hoist
 from ._errors import DataLossError
 from ._errors import call as _call
-from ._tree import flatten, unflatten
+from ._tree import flatten, gc_paused, unflatten
 
 __all__ = ["CheckpointManager", "SaveHandle", "DataLossError", "inspect"]
 __version__ = "0.1.0"
@@ -112,15 +112,16 @@ class CheckpointManager:
         """
         if return_when not in ("staged", "dispatched"):
             raise ValueError("return_when must be 'staged' or 'dispatched'")
-        arrays, skeleton = flatten(state, self._device_ids[0],
-                                   self._backend.kind)
-        meta = {_FORMAT_KEY: 1, "tree": skeleton}
-        if metadata is not None:
-            meta["user"] = metadata
-        text = _metadata_text(meta)
-        handle = _call(self._manager.save, int(step),
-                       [a.engine_form() for a in arrays], text,
-                       return_when == "dispatched")
+        with gc_paused():  # many arrays make many objects
+            arrays, skeleton = flatten(state, self._device_ids[0],
+                                       self._backend.kind)
+            meta = {_FORMAT_KEY: 1, "tree": skeleton}
+            if metadata is not None:
+                meta["user"] = metadata
+            text = _metadata_text(meta)
+            handle = _call(self._manager.save, int(step),
+                           [a.engine_form() for a in arrays], text,
+                           return_when == "dispatched")
         return SaveHandle(handle)
 
     def wait_until_finished(self):

@@ -17,6 +17,7 @@ non-array leaves are kept as a JSON skeleton in the manifest's metadata:
                              "i": the key implementation's name
 """
 
+import contextlib
 import gc
 import math
 import sys
@@ -110,10 +111,20 @@ def _whole(shape):
     return [0] * len(shape), list(shape)
 
 
+_DTYPE_NAMES = {}  # numpy dtype -> its name (dtype.name is Python code)
+
+
+def _dtype_name(dtype):
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = dtype.name
+    return name
+
+
 def _numpy_array(name, a, device):
     a = np.asarray(a)
     origin, shape = _whole(a.shape)
-    return _Array(name, a.dtype.name, a.shape,
+    return _Array(name, _dtype_name(a.dtype), a.shape,
                   [(device, origin, shape, _bytes_of_numpy(a))])
 
 
@@ -220,10 +231,51 @@ def _is_key_array(x):
     return jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
+@contextlib.contextmanager
+def gc_paused():
+    """Pauses Python's cyclic garbage collector: a save or restore of many
+    arrays makes many objects, which would set it scanning the whole heap
+    again and again (a third of the time at 10,000 arrays)."""
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if paused:
+            gc.enable()
+
+
 def flatten(tree, default_device, backend):
     """(arrays, skeleton) of `tree`."""
+    with gc_paused():
+        return _flatten(tree, default_device, backend)
+
+
+def _flatten(tree, default_device, backend):
     arrays = []
     names = set()
+    jax, torch = _module("jax"), _module("torch")
+    jax_array = jax.Array if jax is not None else ()
+    torch_tensor = torch.Tensor if torch is not None else ()
+
+    def array(x, path):
+        """The skeleton node of array `x`, recorded in `arrays`."""
+        name = "/".join(path) or "array"
+        if name in names:
+            raise ValueError(f"two arrays are named '{name}'")
+        names.add(name)
+        if isinstance(x, np.ndarray):
+            arrays.append(_numpy_array(name, x, default_device))
+            return {"a": name, "k": "numpy"}
+        if isinstance(x, jax_array):
+            if _is_key_array(x):  # a typed PRNG key: its key data
+                arrays.append(_jax_array(name, jax.random.key_data(x)))
+                return {"a": name, "k": "jax_key",
+                        "i": str(jax.random.key_impl(x))}
+            arrays.append(_jax_array(name, x))
+            return {"a": name, "k": "jax"}
+        arrays.append(_torch_array(name, x, default_device, backend))
+        return {"a": name, "k": "torch"}
 
     def walk(x, path):
         where = "/".join(path) or "the state"
@@ -239,50 +291,34 @@ def flatten(tree, default_device, backend):
             return {"t": [walk(v, path + [str(i)]) for i, v in enumerate(x)]}
         if kind is list:
             return {"l": [walk(v, path + [str(i)]) for i, v in enumerate(x)]}
+        if isinstance(x, (np.ndarray, jax_array, torch_tensor)):
+            return array(x, path)
         if isinstance(x, float):
             return _encode_float(x)
         if isinstance(x, _SCALARS):
             return {"v": x}
         if _is_stateful(x):  # saved as its state dict, under its path
             return {"s": walk(x.state_dict(), path)}
-        if not (_is_jax(x) or _is_torch(x) or isinstance(x, np.ndarray)):
-            node = _jax_children(x)
-            if node is not None:  # any registered JAX pytree node
-                keys, children, _ = node
-                return {"n": [[k, walk(c, path + [k])]
-                              for k, c in zip(keys, children)]}
-            if isinstance(x, tuple) and hasattr(x, "_fields"):
-                # A namedtuple, JAX not imported: named by field, as JAX's
-                # key paths name it.
-                return {"n": [[f, walk(getattr(x, f), path + [f])]
-                              for f in x._fields]}
-            if isinstance(x, tuple):
-                return {"t": [walk(v, path + [str(i)])
-                              for i, v in enumerate(x)]}
-            if isinstance(x, list):
-                return {"l": [walk(v, path + [str(i)])
-                              for i, v in enumerate(x)]}
-        name = "/".join(path) or "array"
-        if name in names:
-            raise ValueError(f"two arrays are named '{name}'")
-        names.add(name)
-        if _is_jax(x):
-            if _is_key_array(x):  # a typed PRNG key: its key data
-                jax = _module("jax")
-                arrays.append(_jax_array(name, jax.random.key_data(x)))
-                return {"a": name, "k": "jax_key",
-                        "i": str(jax.random.key_impl(x))}
-            arrays.append(_jax_array(name, x))
-            return {"a": name, "k": "jax"}
-        if _is_torch(x):
-            arrays.append(_torch_array(name, x, default_device, backend))
-            return {"a": name, "k": "torch"}
-        if isinstance(x, (np.ndarray, np.generic)):
-            arrays.append(_numpy_array(name, x, default_device))
-            return {"a": name, "k": "numpy"}
+        node = _jax_children(x)
+        if node is not None:  # any registered JAX pytree node
+            keys, children, _ = node
+            return {"n": [[k, walk(c, path + [k])]
+                          for k, c in zip(keys, children)]}
+        if isinstance(x, tuple) and hasattr(x, "_fields"):
+            # A namedtuple, JAX not imported: named by field, as JAX's
+            # key paths name it.
+            return {"n": [[f, walk(getattr(x, f), path + [f])]
+                          for f in x._fields]}
+        if isinstance(x, tuple):
+            return {"t": [walk(v, path + [str(i)])
+                          for i, v in enumerate(x)]}
+        if isinstance(x, list):
+            return {"l": [walk(v, path + [str(i)])
+                          for i, v in enumerate(x)]}
+        if isinstance(x, np.generic):
+            return array(np.asarray(x), path)
         if hasattr(x, "__dlpack__"):
-            arrays.append(_numpy_array(name, np.from_dlpack(x), default_device))
-            return {"a": name, "k": "numpy"}
+            return array(np.from_dlpack(x), path)
         raise TypeError(
             f"{where}: cannot save a {type(x).__name__} (save arrays, dicts, "
             "lists, tuples, registered JAX pytrees, objects with "
@@ -676,16 +712,10 @@ def unflatten(manifest, skeleton, like, restore, names=None):
     """The restored tree: shaped like `like`; or the arrays in `names` as a
     flat dict name -> array (in the kind they were saved as); or rebuilt
     from `skeleton` (else a flat dict name -> numpy array).
-    `restore(targets)` runs the engine. Python's cyclic garbage collector is paused meanwhile: the many
-    objects a restore of many arrays makes would set it scanning the whole
-    heap again and again (a third of the time at 10,000 arrays)."""
-    paused = gc.isenabled()
-    gc.disable()
-    try:
+    `restore(targets)` runs the engine. The garbage collector is paused
+    meanwhile (gc_paused)."""
+    with gc_paused():
         return _unflatten(manifest, skeleton, like, restore, names)
-    finally:
-        if paused:
-            gc.enable()
 
 
 def _subtree(skeleton, path):
