@@ -51,6 +51,17 @@ struct CheckpointManagerOptions {
     kAtOpen,
   };
   PoolPinning pool_pinning = PoolPinning::kBackground;
+  // The scheduling priority of the manager's background threads (the saver,
+  // and the writer threads it starts, which write and hash; the pool's
+  // pinner), so that a training loop's threads take the cores first. The
+  // host backend's copy engines (staging, which a blocked save waits for)
+  // keep the process's priority.
+  enum class BackgroundPriority {
+    kNormal,  // the process's own
+    kLow,     // default: nice + 10
+    kIdle,    // SCHED_IDLE: only cycles no other thread wants
+  };
+  BackgroundPriority background_priority = BackgroundPriority::kLow;
   // How data files are written and read (default plain syscalls).
   IoEngine io = IoEngine::kPosix;
   // Replica rule, min slice, writer streams per process (default 2), ...

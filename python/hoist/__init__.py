@@ -75,11 +75,16 @@ class CheckpointManager:
     max_in_flight: saves accepted before a save waits for an earlier commit.
     writers:       writer streams (files) per process.
     io:            "posix" or "io_uring".
+    background_priority:
+                   "low" (default: nice + 10), "idle" (SCHED_IDLE) or
+                   "normal": the priority of the threads that write, hash
+                   and commit, so the training loop's threads run first.
     """
 
     def __init__(self, path, *, keep=None, keep_every=None,
                  pool_bytes=1 << 30, backend="host", num_devices=None,
-                 max_in_flight=1, writers=2, io="posix"):
+                 max_in_flight=1, writers=2, io="posix",
+                 background_priority="low"):
         if num_devices is None:
             jax = sys.modules.get("jax")
             num_devices = jax.device_count() if jax is not None else 1
@@ -89,7 +94,7 @@ class CheckpointManager:
         self._manager = _call(
             _hoist.Manager, os.fspath(path), self._backend, int(pool_bytes),
             int(keep or 0), int(keep_every or 0), int(max_in_flight),
-            int(writers), io)
+            int(writers), io, background_priority)
         self._device_ids = self._backend.device_ids()
         # The engine's figures for the last restore(): bytes_read,
         # target_bytes (what was asked for: bytes_read / target_bytes is the

@@ -210,10 +210,23 @@ class PyManager {
  public:
   PyManager(const std::string& root, std::shared_ptr<PyBackend> backend,
             int64_t pool_bytes, int keep_last, int64_t keep_every,
-            int max_in_flight, int writers, const std::string& io)
+            int max_in_flight, int writers, const std::string& io,
+            const std::string& background_priority)
       : backend_(std::move(backend)),
         coordinator_(MakeSingleProcessCoordinator()) {
     CheckpointManagerOptions options;
+    using Priority = CheckpointManagerOptions::BackgroundPriority;
+    if (background_priority == "normal") {
+      options.background_priority = Priority::kNormal;
+    } else if (background_priority == "low") {
+      options.background_priority = Priority::kLow;
+    } else if (background_priority == "idle") {
+      options.background_priority = Priority::kIdle;
+    } else {
+      Invalid(absl::StrFormat(
+          "background_priority '%s': use 'low', 'idle' or 'normal'",
+          background_priority));
+    }
     options.pool_bytes = pool_bytes;
     options.keep_last = keep_last;
     options.keep_every = keep_every;
@@ -471,11 +484,13 @@ NB_MODULE(_hoist, m) {
       .def("progress", &PyHandle::Progress);
 
   nb::class_<PyManager>(m, "Manager")
-      .def(nb::init<const std::string&, std::shared_ptr<PyBackend>, int64_t,
-                    int, int64_t, int, int, const std::string&>(),
-           nb::arg("root"), nb::arg("backend"), nb::arg("pool_bytes"),
-           nb::arg("keep_last"), nb::arg("keep_every"),
-           nb::arg("max_in_flight"), nb::arg("writers"), nb::arg("io"))
+      .def(
+          nb::init<const std::string&, std::shared_ptr<PyBackend>, int64_t, int,
+                   int64_t, int, int, const std::string&, const std::string&>(),
+          nb::arg("root"), nb::arg("backend"), nb::arg("pool_bytes"),
+          nb::arg("keep_last"), nb::arg("keep_every"), nb::arg("max_in_flight"),
+          nb::arg("writers"), nb::arg("io"),
+          nb::arg("background_priority") = "low")
       .def("save", &PyManager::Save, nb::arg("step"), nb::arg("arrays"),
            nb::arg("metadata_json"), nb::arg("dispatched"))
       .def("restore", &PyManager::Restore, nb::arg("step").none(),

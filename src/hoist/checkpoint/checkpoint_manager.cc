@@ -19,6 +19,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "hoist/base/status_macros.h"
+#include "hoist/base/thread_priority.h"
 #include "hoist/checkpoint/restore.h"
 #include "hoist/checkpoint/save.h"
 #include "hoist/checkpoint_root.h"
@@ -103,7 +104,26 @@ class CheckpointManager::Impl {
       absl::StatusOr<std::vector<int64_t>> steps = root_->List();
       if (!steps.ok() || steps->empty()) StartPinning();
     }
-    saver_ = std::thread([this] { SaverLoop(); });
+    saver_ = std::thread([this] {
+      NameThisThread("hoist-saver");
+      LowerPriority();
+      SaverLoop();
+    });
+  }
+
+  // Lowers the calling background thread's priority as the options say
+  // (advice: a system that refuses leaves it as it was).
+  void LowerPriority() const {
+    switch (options_.background_priority) {
+      case CheckpointManagerOptions::BackgroundPriority::kNormal:
+        return;
+      case CheckpointManagerOptions::BackgroundPriority::kLow:
+        LowerThisThreadPriority(10, false).IgnoreError();
+        return;
+      case CheckpointManagerOptions::BackgroundPriority::kIdle:
+        LowerThisThreadPriority(0, true).IgnoreError();
+        return;
+    }
   }
 
   // Starts pinning a pending pool in the background, once (see
@@ -112,6 +132,8 @@ class CheckpointManager::Impl {
     MutexLock lock(&pin_mu_);
     if (std::exchange(pinning_started_, true)) return;
     pinner_ = std::thread([this] {
+      NameThisThread("hoist-pinner");
+      LowerPriority();
       pool_->Provide(backend_.AllocatePinned(pool_->capacity_bytes()));
     });
   }

@@ -2,6 +2,8 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,7 +12,9 @@
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
+#include <sstream>
 
 #include "absl/strings/str_format.h"
 #include "hoist/checkpoint/restore.h"
@@ -550,6 +554,47 @@ TEST_F(ManagerTest, RestoringSomeArraysReadsOnlyTheirExtents) {
             absl::StatusCode::kNotFound);
   EXPECT_THAT(manager->Restore(1, unknown).status().message(),
               HasSubstr("params/nope"));
+}
+
+// The nice value and scheduling policy of this process's thread named
+// `name` (from /proc/self/task), or nullopt when there is none.
+std::optional<std::pair<int, int>> ThreadNiceAndPolicy(
+    const std::string& name) {
+  for (const auto& task :
+       std::filesystem::directory_iterator("/proc/self/task")) {
+    std::string comm;
+    std::getline(std::ifstream(task.path() / "comm"), comm);
+    if (comm != name) continue;
+    std::string stat;
+    std::getline(std::ifstream(task.path() / "stat"), stat);
+    // Fields after the ")" that closes the name: state is field 3, nice 19,
+    // policy 41.
+    std::istringstream fields(stat.substr(stat.rfind(')') + 2));
+    std::vector<std::string> f{std::istream_iterator<std::string>(fields), {}};
+    return std::make_pair(std::stoi(f[19 - 3]), std::stoi(f[41 - 3]));
+  }
+  return std::nullopt;
+}
+
+TEST_F(ManagerTest, BackgroundThreadsRunBelowTheTrainingLoop) {
+  const int own_nice = getpriority(PRIO_PROCESS, 0);
+  {
+    std::unique_ptr<CheckpointManager> manager = Open();  // default: low
+    ASSERT_TRUE((*manager->Save(1, Arrays())).WaitCommitted().ok());
+    const auto saver = ThreadNiceAndPolicy("hoist-saver");
+    ASSERT_TRUE(saver.has_value());
+    EXPECT_EQ(saver->first, std::min(19, own_nice + 10));
+    EXPECT_EQ(saver->second, SCHED_OTHER);
+  }
+  CheckpointManagerOptions idle;
+  idle.background_priority =
+      CheckpointManagerOptions::BackgroundPriority::kIdle;
+  std::unique_ptr<CheckpointManager> manager = Open(idle);
+  ASSERT_TRUE((*manager->Save(2, Arrays())).WaitCommitted().ok());
+  const auto saver = ThreadNiceAndPolicy("hoist-saver");
+  ASSERT_TRUE(saver.has_value());
+  EXPECT_EQ(saver->second, SCHED_IDLE);
+  ExpectHolds(*manager, 2, 0);  // and it still saves
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "hoist/base/bytes.h"
+#include "hoist/base/thread_priority.h"
 #include "hoist/checkpoint/io_sizes.h"
 #include "hoist/format/layout.h"
 
@@ -38,7 +39,11 @@ absl::StatusOr<std::unique_ptr<ExtentWriter>> ExtentWriter::Open(
   for (auto& stream : writer->streams_) {
     Stream* s = stream.get();
     for (int t = 0; t < std::max(1, threads_per_file); ++t) {
-      s->threads.emplace_back([w = writer.get(), s] { w->Run(s); });
+      // Started by the saver thread: at its (background) priority.
+      s->threads.emplace_back([w = writer.get(), s] {
+        NameThisThread("hoist-writer");
+        w->Run(s);
+      });
     }
   }
   return writer;

@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""How much a checkpointing system slows the training loop around it.
+
+    .venv/bin/python bench/train_loop.py [--steps 40] [--every 5] [--json]
+
+A real CPU training loop (PyTorch: 8 linear layers of 2048 x 2048 + AdamW,
+about 400 MB of state) runs --steps steps, saving its model and optimizer
+every --every steps, each variant in a process of its own: no checkpoints
+(the baseline), hoist at each background priority (low, the default; idle;
+normal), PyTorch DCP async_save, and torch.save. Reported: total time and
+median step time, each as overhead over the baseline, and for hoist the
+CPU seconds its process spent per GB saved beyond the baseline's.
+"""
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+VARIANTS = ["none", "hoist_low", "hoist_idle", "hoist_normal", "dcp",
+            "torch_save"]
+
+
+def child(args):
+    import torch
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(2048, 2048)
+                                  for _ in range(8)])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.randn(64, 2048)
+    root = os.path.join(args.dir, args.variant)
+    shutil.rmtree(root, ignore_errors=True)
+    os.makedirs(root)
+    saver, handles = None, []
+    if args.variant.startswith("hoist"):
+        import hoist
+        saver = hoist.CheckpointManager(
+            root, keep=2, pool_bytes=512 << 20,
+            background_priority=args.variant.split("_")[1])
+    elif args.variant == "dcp":
+        import torch.distributed as dist
+        import torch.distributed.checkpoint as dcp
+        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29533",
+                                rank=0, world_size=1)
+
+    def save(step):
+        state = {"model": model.state_dict(),
+                 "optim": optimizer.state_dict()}
+        if saver is not None:
+            handles.append(saver.save(step, state))
+        elif args.variant == "dcp":
+            if handles:
+                handles.pop().result()  # one in flight, as hoist
+            handles.append(dcp.async_save(
+                state, checkpoint_id=os.path.join(root, str(step))))
+        elif args.variant == "torch_save":
+            with open(os.path.join(root, "state.pt"), "wb") as f:
+                torch.save(state, f)
+                f.flush()
+                os.fsync(f.fileno())
+
+    def train_step():
+        optimizer.zero_grad()
+        model(x).pow(2).mean().backward()
+        optimizer.step()
+
+    for _ in range(3):  # warm-up, and the optimizer's state exists
+        train_step()
+    if args.variant != "none":
+        save(0)  # warm-up save (imports, planning, thread pools)
+        for h in handles:
+            (h.wait if hasattr(h, "wait") else h.result)()
+        handles.clear()
+    cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+    steps = []
+    start = time.perf_counter()
+    for step in range(1, args.steps + 1):
+        t = time.perf_counter()
+        train_step()
+        if args.variant != "none" and step % args.every == 0:
+            save(step)
+        steps.append(time.perf_counter() - t)
+    total = time.perf_counter() - start
+    for h in handles:  # what is still in flight is not training time
+        (h.wait if hasattr(h, "wait") else h.result)()
+    if saver is not None:
+        saver.close()
+    cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime)
+    state_bytes = sum(p.numel() * 4 for p in model.parameters()) * 3
+    saves = args.steps // args.every if args.variant != "none" else 0
+    print("RESULT " + json.dumps({
+        "total_s": total, "median_step_s": statistics.median(steps),
+        "cpu_s": cpu, "saved_gb": saves * state_bytes / 1e9}), flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--every", type=int, default=5)
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--dir", default=None)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--variant", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        return child(args)
+    own = args.dir is None
+    args.dir = os.path.abspath(args.dir or tempfile.mkdtemp(dir="."))
+    rows = {}
+    try:
+        for variant in args.variants.split(","):
+            done = subprocess.run(
+                [sys.executable, os.path.abspath(__file__), "--child",
+                 "--variant", variant, "--steps", str(args.steps), "--every",
+                 str(args.every), "--dir", args.dir],
+                capture_output=True, text=True, timeout=1800)
+            line = [ln for ln in done.stdout.splitlines()
+                    if ln.startswith("RESULT ")]
+            if not line:
+                rows[variant] = {"error": done.stderr.strip()[-300:]}
+                continue
+            rows[variant] = json.loads(line[0][7:])
+    finally:
+        if own:
+            shutil.rmtree(args.dir, ignore_errors=True)
+    base = rows.get("none", {})
+    for name, r in rows.items():
+        if "error" in r or "total_s" not in base:
+            continue
+        r["overhead_total"] = r["total_s"] / base["total_s"] - 1
+        r["overhead_median_step"] = (r["median_step_s"] /
+                                     base["median_step_s"] - 1)
+        if r["saved_gb"]:
+            r["cpu_s_per_gb"] = (r["cpu_s"] - base["cpu_s"]) / r["saved_gb"]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return
+    for name, r in rows.items():
+        if "error" in r:
+            print(f"{name:<13} FAILED: {r['error']}")
+            continue
+        extra = (f", {r['cpu_s_per_gb']:.2f} CPU-s per GB saved"
+                 if "cpu_s_per_gb" in r else "")
+        print(f"{name:<13} total {r['total_s']:.2f} s "
+              f"({100 * r.get('overhead_total', 0):+.1f}%), median step "
+              f"{r['median_step_s'] * 1e3:.0f} ms "
+              f"({100 * r.get('overhead_median_step', 0):+.1f}%){extra}")
+
+
+if __name__ == "__main__":
+    main()
