@@ -39,13 +39,13 @@ struct CheckpointManagerOptions {
   // When the pool is pinned (faulting in every page: about 0.4 s per GiB on
   // a small VM, and it holds the process's mmap lock meanwhile).
   enum class PoolPinning {
-    // Default: by a thread of the manager, in the background. It starts at
-    // Open when the root holds no committed step (a new job: nothing to
-    // restore); else when the first restore ends (a restore into host
-    // memory needs no pool, and pinning beside it would slow it), or at
-    // the first save or restore onto devices, whichever comes first. A
-    // save or restore that needs the pool waits for it; an allocation
-    // error is its error.
+    // Default. When the root holds no committed step (a new job: nothing
+    // to restore), Open pins the pool before it returns, as kAtOpen. Else
+    // a thread of the manager pins it in the background, starting when the
+    // first restore ends (a restore into host memory needs no pool, and
+    // pinning beside it would slow it), or at the first save or restore
+    // onto devices, whichever comes first. A save or restore that needs
+    // the pool waits for it; an allocation error is its error.
     kBackground,
     // Open pins the pool before it returns and reports its errors.
     kAtOpen,

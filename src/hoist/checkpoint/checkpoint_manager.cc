@@ -87,7 +87,7 @@ class CheckpointManager::Impl {
   Impl(std::unique_ptr<CheckpointRoot> root, Backend& backend,
        Coordinator& coordinator, CheckpointManagerOptions options,
        std::unique_ptr<Storage> owned, Topology topology,
-       std::unique_ptr<StagingPool> pool)
+       std::unique_ptr<StagingPool> pool, bool pool_pinned)
       : owned_storage_(std::move(owned)),
         root_(std::move(root)),
         storage_(root_->storage()),
@@ -97,12 +97,9 @@ class CheckpointManager::Impl {
         topology_(std::move(topology)),
         pool_(std::move(pool)),
         engine_(*pool_, TransferOptions{.tracer = options_.tracer}) {
-    if (options_.pool_pinning == PoolPinning::kAtOpen) {
+    if (pool_pinned) {
       MutexLock lock(&pin_mu_);
       pinning_started_ = true;  // the pool came pinned
-    } else {
-      absl::StatusOr<std::vector<int64_t>> steps = root_->List();
-      if (!steps.ok() || steps->empty()) StartPinning();
     }
     saver_ = std::thread([this] {
       NameThisThread("hoist-saver");
@@ -459,15 +456,21 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
     RETURN_IF_ERROR(opened_root->CheckLockHolder(token));
   }
   ASSIGN_OR_RETURN(Topology topology, GatherTopology(backend, coordinator));
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<StagingPool> pool,
-      options.pool_pinning == CheckpointManagerOptions::PoolPinning::kAtOpen
-          ? StagingPool::Create(backend, options.pool_bytes)
-          : StagingPool::CreatePending(options.pool_bytes));
+  // The pool is pinned now unless a restore may come first: a root without
+  // a committed step has nothing to restore (see PoolPinning).
+  bool pin_now =
+      options.pool_pinning == CheckpointManagerOptions::PoolPinning::kAtOpen;
+  if (!pin_now) {
+    absl::StatusOr<std::vector<int64_t>> steps = opened_root->List();
+    pin_now = !steps.ok() || steps->empty();
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<StagingPool> pool,
+                   pin_now ? StagingPool::Create(backend, options.pool_bytes)
+                           : StagingPool::CreatePending(options.pool_bytes));
   return std::unique_ptr<CheckpointManager>(
       new CheckpointManager(std::make_unique<Impl>(
           std::move(opened_root), backend, coordinator, options,
-          std::move(owned), std::move(topology), std::move(pool))));
+          std::move(owned), std::move(topology), std::move(pool), pin_now)));
 }
 
 CheckpointManager::CheckpointManager(std::unique_ptr<Impl> impl)
