@@ -51,11 +51,11 @@ struct CheckpointManagerOptions {
     kAtOpen,
   };
   PoolPinning pool_pinning = PoolPinning::kBackground;
-  // The scheduling priority of the manager's background threads (the saver,
-  // and the writer threads it starts, which write and hash; the pool's
-  // pinner), so that a training loop's threads take the cores first. The
-  // host backend's copy engines (staging, which a blocked save waits for)
-  // keep the process's priority.
+  // The scheduling priority of the manager's background threads (the
+  // writer threads, which write and hash; the pool's pinner), so that a
+  // training loop's threads take the cores first. The saver thread (which
+  // dispatches the device copies, on the training loop's clock) and the
+  // host backend's copy engines (staging) keep the process's priority.
   enum class BackgroundPriority {
     kNormal,  // the process's own
     kLow,     // default: nice + 10

@@ -101,9 +101,12 @@ class CheckpointManager::Impl {
       MutexLock lock(&pin_mu_);
       pinning_started_ = true;  // the pool came pinned
     }
+    // The saver stays at the process's priority: what it does before the
+    // copies are dispatched is on the training loop's clock (a save in
+    // dispatched mode returns only then). The writers it starts, which
+    // write and hash, lower theirs.
     saver_ = std::thread([this] {
       NameThisThread("hoist-saver");
-      LowerPriority();
       SaverLoop();
     });
   }
@@ -361,6 +364,7 @@ class CheckpointManager::Impl {
     request.metadata_json = job.metadata_json;
     request.tracer = options_.tracer;
     request.progress = job.progress.get();
+    request.writer_thread_setup = [this] { LowerPriority(); };
     request.on_dispatched = [&job](const absl::Status& status) {
       job.dispatched_after = absl::Now() - job.start;
       job.dispatched.Set(status);

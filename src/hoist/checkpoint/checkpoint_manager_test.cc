@@ -17,6 +17,9 @@
 #include <sstream>
 
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "hoist/base/thread_priority.h"
+#include "hoist/checkpoint/extent_writer.h"
 #include "hoist/checkpoint/restore.h"
 #include "hoist/format/layout.h"
 #include "hoist/host_backend.h"
@@ -576,25 +579,46 @@ std::optional<std::pair<int, int>> ThreadNiceAndPolicy(
   return std::nullopt;
 }
 
-TEST_F(ManagerTest, BackgroundThreadsRunBelowTheTrainingLoop) {
+TEST_F(ManagerTest, SaverKeepsThePriorityAndWritersRunBelowIt) {
   const int own_nice = getpriority(PRIO_PROCESS, 0);
-  {
-    std::unique_ptr<CheckpointManager> manager = Open();  // default: low
-    ASSERT_TRUE((*manager->Save(1, Arrays())).WaitCommitted().ok());
-    const auto saver = ThreadNiceAndPolicy("hoist-saver");
-    ASSERT_TRUE(saver.has_value());
-    EXPECT_EQ(saver->first, std::min(19, own_nice + 10));
-    EXPECT_EQ(saver->second, SCHED_OTHER);
-  }
-  CheckpointManagerOptions idle;
-  idle.background_priority =
-      CheckpointManagerOptions::BackgroundPriority::kIdle;
-  std::unique_ptr<CheckpointManager> manager = Open(idle);
-  ASSERT_TRUE((*manager->Save(2, Arrays())).WaitCommitted().ok());
+  // The saver dispatches the device copies, on the training loop's clock:
+  // it keeps the process's priority.
+  std::unique_ptr<CheckpointManager> manager = Open();
+  ASSERT_TRUE((*manager->Save(1, Arrays())).WaitCommitted().ok());
   const auto saver = ThreadNiceAndPolicy("hoist-saver");
   ASSERT_TRUE(saver.has_value());
-  EXPECT_EQ(saver->second, SCHED_IDLE);
-  ExpectHolds(*manager, 2, 0);  // and it still saves
+  EXPECT_EQ(saver->first, own_nice);
+  // Writer threads run the setup the manager hands them (its lowering) as
+  // they start, before they write or hash anything.
+  const SavePlan plan = *MakeSavePlan(model_, Topology::Uniform(1, 8), {});
+  const std::string dir = temp_.path() + "/writer";
+  std::filesystem::create_directories(dir + "/data");
+  std::unique_ptr<Storage> storage = MakePosixStorage();
+  for (const bool idle : {false, true}) {
+    absl::StatusOr<std::unique_ptr<ExtentWriter>> writer =
+        ExtentWriter::Open(*storage, dir, plan, 0, 1, nullptr, nullptr, [idle] {
+          ASSERT_TRUE(LowerThisThreadPriority(idle ? 0 : 10, idle).ok());
+        });
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    std::optional<std::pair<int, int>> nice_policy;
+    for (int tries = 0; tries < 500 && !nice_policy; ++tries) {
+      nice_policy = ThreadNiceAndPolicy("hoist-writer");
+      if (nice_policy && (idle ? nice_policy->second != SCHED_IDLE
+                               : nice_policy->first == own_nice)) {
+        nice_policy.reset();  // started, not yet lowered
+      }
+      if (!nice_policy) absl::SleepFor(absl::Milliseconds(2));
+    }
+    ASSERT_TRUE(nice_policy.has_value()) << (idle ? "idle" : "nice");
+    if (idle) {
+      EXPECT_EQ(nice_policy->second, SCHED_IDLE);
+    } else {
+      EXPECT_EQ(nice_policy->first, std::min(19, own_nice + 10));
+    }
+    writer->reset();
+    std::filesystem::remove_all(dir + "/data");
+    std::filesystem::create_directories(dir + "/data");
+  }
 }
 
 }  // namespace

@@ -16,7 +16,8 @@ namespace hoist {
 
 absl::StatusOr<std::unique_ptr<ExtentWriter>> ExtentWriter::Open(
     Storage& storage, const std::string& dir, const SavePlan& plan, int process,
-    int threads_per_file, Tracer* tracer, SaveProgress* progress) {
+    int threads_per_file, Tracer* tracer, SaveProgress* progress,
+    std::function<void()> thread_setup) {
   std::unique_ptr<ExtentWriter> writer(
       new ExtentWriter(plan, tracer, progress));
   {
@@ -39,9 +40,9 @@ absl::StatusOr<std::unique_ptr<ExtentWriter>> ExtentWriter::Open(
   for (auto& stream : writer->streams_) {
     Stream* s = stream.get();
     for (int t = 0; t < std::max(1, threads_per_file); ++t) {
-      // Started by the saver thread: at its (background) priority.
-      s->threads.emplace_back([w = writer.get(), s] {
+      s->threads.emplace_back([w = writer.get(), s, thread_setup] {
         NameThisThread("hoist-writer");
+        if (thread_setup) thread_setup();
         w->Run(s);
       });
     }

@@ -15,6 +15,7 @@
 #define HOIST_CHECKPOINT_EXTENT_WRITER_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -36,12 +37,14 @@ class ExtentWriter final : public StagedExtentSink {
  public:
   // Creates (truncating) the data files of `process` under `dir` (their plan
   // paths are relative to it; `dir`/data must exist) and starts
-  // `threads_per_file` (>= 1) writer threads per file. `storage` and `plan`
-  // must outlive the writer.
+  // `threads_per_file` (>= 1) writer threads per file, each of which runs
+  // `thread_setup` first when set. `storage` and `plan` must outlive the
+  // writer.
   static absl::StatusOr<std::unique_ptr<ExtentWriter>> Open(
       Storage& storage, const std::string& dir, const SavePlan& plan,
       int process, int threads_per_file = 2, Tracer* tracer = nullptr,
-      SaveProgress* progress = nullptr);
+      SaveProgress* progress = nullptr,
+      std::function<void()> thread_setup = nullptr);
 
   ~ExtentWriter() override;
 

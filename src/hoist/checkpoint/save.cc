@@ -175,8 +175,9 @@ absl::StatusOr<SaveResult> SaveInto(Storage& storage, Coordinator& coordinator,
   absl::Status local;
   std::vector<uint64_t> hashes;
   {
-    absl::StatusOr<std::unique_ptr<ExtentWriter>> writer = ExtentWriter::Open(
-        storage, tmp, plan, process, 2, request.tracer, request.progress);
+    absl::StatusOr<std::unique_ptr<ExtentWriter>> writer =
+        ExtentWriter::Open(storage, tmp, plan, process, 2, request.tracer,
+                           request.progress, request.writer_thread_setup);
     local = writer.status();
     if (local.ok()) {
       bool dispatched = false;

@@ -38,6 +38,9 @@ struct SaveRequest {
   Tracer* tracer = nullptr;
   // Counts bytes staged and written when set. Optional.
   SaveProgress* progress = nullptr;
+  // Runs first on each writer thread (the manager lowers their priority
+  // with it). Optional.
+  std::function<void()> writer_thread_setup;
 };
 
 struct SaveResult {

@@ -58,7 +58,8 @@ class CheckpointTest : public ::testing::Test {
     TransferEngine engine(*pool_);
     SaveRequest request{
         root_,     step,    model,   &*plan,  R"({"note":"test"})",
-        overwrite, nullptr, nullptr, nullptr, nullptr};
+        overwrite, nullptr, nullptr, nullptr, nullptr,
+        nullptr};
     return SaveCheckpoint(storage, *coordinator_, request, engine,
                           backend_->devices(), shards.sources);
   }
