@@ -112,7 +112,8 @@ def main():
     if args.child:
         return child(args)
     own = args.dir is None
-    args.dir = os.path.abspath(args.dir or tempfile.mkdtemp(dir="."))
+    args.dir = os.path.abspath(args.dir or tempfile.mkdtemp(
+        prefix="hoist-train-loop.", dir="."))
     rows = {}
     try:
         for variant in args.variants.split(","):
