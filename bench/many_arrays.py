@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 
@@ -66,15 +65,12 @@ def child(args):
 
 
 def run(phase, count, directory):
-    done = subprocess.run(
+    result = peers.child_result(
         [sys.executable, os.path.abspath(__file__), "--child", "--phase", phase,
-         "--count", str(count), "--dir", directory],
-        capture_output=True, text=True, timeout=1800)
-    for line in done.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[7:])
-    raise RuntimeError(f"{phase} {count}: exit {done.returncode}: "
-                       f"{done.stderr.strip()[-400:]}")
+         "--count", str(count), "--dir", directory])
+    if "error" in result:
+        raise RuntimeError(f"{phase} {count}: {result['error']}")
+    return result
 
 
 def main():

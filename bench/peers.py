@@ -552,20 +552,30 @@ def child(args):
     print("RESULT " + json.dumps(result), flush=True)
 
 
-def run_child(system, phase, args):
-    env = dict(os.environ)
-    env.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
-    env.setdefault("JAX_PLATFORMS", "cpu")
-    command = [sys.executable, os.path.abspath(__file__), "--child", system,
-               "--phase", phase, "--size", str(args.size), "--dir", args.dir,
-               "--writers", str(args.writers)]
+def child_result(command, env=None):
+    """Runs a benchmark's child process: the JSON object it printed on its
+    "RESULT " line, else {"error": its exit status and last stderr line}.
+    (bench/many_arrays.py and bench/train_loop.py run theirs through it.)"""
     done = subprocess.run(command, capture_output=True, text=True, env=env,
                           timeout=1800)
     for line in done.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[7:])
     tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-    return {"error": f"{phase}: exit {done.returncode}: {tail}"}
+    return {"error": f"exit {done.returncode}: {tail}"}
+
+
+def run_child(system, phase, args):
+    env = dict(os.environ)
+    env.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+    env.setdefault("JAX_PLATFORMS", "cpu")
+    result = child_result(
+        [sys.executable, os.path.abspath(__file__), "--child", system,
+         "--phase", phase, "--size", str(args.size), "--dir", args.dir,
+         "--writers", str(args.writers)], env)
+    if "error" in result:
+        result["error"] = f"{phase}: {result['error']}"
+    return result
 
 
 def run_system(system, args):

@@ -17,10 +17,12 @@ import os
 import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peers  # noqa: E402
 
 VARIANTS = ["none", "hoist_low", "hoist_idle", "hoist_normal", "dcp",
             "torch_save"]
@@ -117,17 +119,10 @@ def main():
     rows = {}
     try:
         for variant in args.variants.split(","):
-            done = subprocess.run(
+            rows[variant] = peers.child_result(
                 [sys.executable, os.path.abspath(__file__), "--child",
                  "--variant", variant, "--steps", str(args.steps), "--every",
-                 str(args.every), "--dir", args.dir],
-                capture_output=True, text=True, timeout=1800)
-            line = [ln for ln in done.stdout.splitlines()
-                    if ln.startswith("RESULT ")]
-            if not line:
-                rows[variant] = {"error": done.stderr.strip()[-300:]}
-                continue
-            rows[variant] = json.loads(line[0][7:])
+                 str(args.every), "--dir", args.dir])
     finally:
         if own:
             shutil.rmtree(args.dir, ignore_errors=True)

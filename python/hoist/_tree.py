@@ -599,40 +599,34 @@ def _decode_value(node):
     return node["v"]
 
 
-def _scalars_of(skeleton):
-    """path -> value of every non-array leaf of a skeleton."""
-    out = {}
-
-    def walk(node, path):
-        if "d" in node or "n" in node:
-            for key, child in node.get("d", node.get("n")):
-                walk(child, path + [str(key)])
-        elif "s" in node:
-            walk(node["s"], path)
-        elif "l" in node or "t" in node:
-            for i, child in enumerate(node.get("l", node.get("t"))):
-                walk(child, path + [str(i)])
-        elif "v" in node or "f" in node:
-            out["/".join(path)] = _decode_value(node)
-
-    walk(skeleton, [])
-    return out
+def _children(node):
+    """(path part, child) of each child of a checked skeleton node: none for
+    a leaf; one with part None for a stateful object's state dict, which
+    sits at the object's own path."""
+    if "d" in node or "n" in node:
+        return [(str(k), c) for k, c in node.get("d", node.get("n"))]
+    if "l" in node or "t" in node:
+        return [(str(i), c) for i, c in enumerate(node.get("l", node.get("t")))]
+    if "s" in node:
+        return [(None, node["s"])]
+    return []
 
 
-def _array_nodes(skeleton):
-    """array name -> its skeleton node ({"a": name, "k": kind, ...})."""
-    out, pending = {}, [skeleton]
+def _leaves(skeleton):
+    """(path -> value of every non-array leaf, array name -> its node) of a
+    checked skeleton."""
+    scalars, arrays = {}, {}
+    pending = [(skeleton, [])]
     while pending:
-        node = pending.pop()
+        node, path = pending.pop()
         if "a" in node:
-            out[node["a"]] = node
-        elif "d" in node or "n" in node:
-            pending.extend(child for _, child in node.get("d", node.get("n")))
-        elif "s" in node:
-            pending.append(node["s"])
+            arrays[node["a"]] = node
+        elif "v" in node or "f" in node:
+            scalars["/".join(path)] = _decode_value(node)
         else:
-            pending.extend(node.get("l", node.get("t", [])))
-    return out
+            pending.extend((c, path if part is None else path + [part])
+                           for part, c in _children(node))
+    return scalars, arrays
 
 
 def _resolve(tree):
@@ -722,18 +716,10 @@ def _subtree(skeleton, path):
     """The skeleton node at `path` (names as flatten() made them), or None."""
     node = skeleton
     for part in path:
-        while node is not None and "s" in node:
+        while "s" in node:  # a state dict sits at its object's path
             node = node["s"]
+        node = next((c for p, c in _children(node) if p == part), None)
         if node is None:
-            return None
-        if "d" in node or "n" in node:
-            node = next((c for k, c in node.get("d", node.get("n"))
-                         if str(k) == part), None)
-        elif "l" in node or "t" in node:
-            items = node.get("l", node.get("t"))
-            node = items[int(part)] if part.isdigit() and int(part) < len(
-                items) else None
-        else:
             return None
     return node
 
@@ -742,20 +728,18 @@ def _unflatten(manifest, skeleton, like, restore, names):
     targets = _Targets(manifest)
     if skeleton is not None:
         check_skeleton(skeleton, targets.saved)
-    arrays = _array_nodes(skeleton) if skeleton is not None else {}
+    scalars, arrays = _leaves(skeleton) if skeleton is not None else ({}, {})
 
-    def from_skeleton(node, path):
+    def from_skeleton(node):
         if "d" in node or "n" in node:  # a registered node comes back a dict
-            return {key: from_skeleton(child, path + [str(key)])
+            return {key: from_skeleton(child)
                     for key, child in node.get("d", node.get("n"))}
         if "s" in node:  # a stateful object: its state dict
-            return from_skeleton(node["s"], path)
+            return from_skeleton(node["s"])
         if "l" in node:
-            return [from_skeleton(c, path + [str(i)])
-                    for i, c in enumerate(node["l"])]
+            return [from_skeleton(c) for c in node["l"]]
         if "t" in node:
-            return tuple(from_skeleton(c, path + [str(i)])
-                         for i, c in enumerate(node["t"]))
+            return tuple(from_skeleton(c) for c in node["t"])
         if "a" in node:
             kind = node.get("k", "numpy")
             if kind == "torch":
@@ -767,7 +751,6 @@ def _unflatten(manifest, skeleton, like, restore, names):
             return targets.numpy(node["a"])
         return _decode_value(node)
 
-    scalars = _scalars_of(skeleton) if skeleton is not None else {}
 
     def from_like(x, path):
         name = "/".join(path) or "array"
@@ -805,7 +788,7 @@ def _unflatten(manifest, skeleton, like, restore, names):
             if node is None or "s" not in node:
                 targets.missing.append(f"{name} (a saved state dict)")
                 return x
-            state = from_skeleton(node["s"], path)
+            state = from_skeleton(node["s"])
             return _Pending(lambda: (x.load_state_dict(_resolve(state)), x)[1])
         node = _jax_children(x)
         if node is not None:  # rebuilt with the template's type and statics
@@ -827,10 +810,10 @@ def _unflatten(manifest, skeleton, like, restore, names):
     if like is not None:
         tree = from_like(like, [])
     elif names is not None:
-        tree = {name: from_skeleton(arrays.get(name, {"a": name}), [])
+        tree = {name: from_skeleton(arrays.get(name, {"a": name}))
                 for name in names}
     elif skeleton is not None:
-        tree = from_skeleton(skeleton, [])
+        tree = from_skeleton(skeleton)
     else:  # not saved from Python: every array, by name
         tree = {name: targets.numpy(name) for name in targets.saved}
     targets.raise_mismatches()
