@@ -13,19 +13,24 @@ arrays or other DLPack producers; restores rebuild it, onto any sharding.
     state = mgr.restore(like=state)     # the latest step, shaped like `state`
 """
 
+import atexit
 import json
 import os
 import sys
+import weakref
 
 import ml_dtypes  # noqa: F401  (registers bfloat16 and float8 with numpy)
 import numpy as np
 
 from . import _hoist
-from ._errors import DataLossError
+from ._errors import CoordinationError, DataLossError
 from ._errors import call as _call
-from ._tree import flatten, gc_paused, unflatten
+from ._dist import JaxCoordinator, TorchCoordinator, job_coordinator
+from ._tree import Devices, flatten, gc_paused, unflatten
 
-__all__ = ["CheckpointManager", "SaveHandle", "DataLossError", "inspect"]
+__all__ = ["CheckpointManager", "SaveHandle", "DataLossError",
+           "CoordinationError", "inspect",
+           "TorchCoordinator", "JaxCoordinator"]
 __version__ = "0.1.0"
 
 _FORMAT_KEY = "hoist.python"
@@ -71,7 +76,8 @@ class CheckpointManager:
     backend:       "host" (arrays in host memory: NumPy, CPU tensors, JAX's
                    CPU devices) or "cuda" (arrays in GPU memory).
     num_devices:   host backend devices; default: JAX's device count when
-                   JAX is imported, else 1. JAX device ids must be below it.
+                   JAX is imported (its local devices in a multi-process
+                   job), else 1. JAX device ids must be below it.
     max_in_flight: saves accepted before a save waits for an earlier commit.
     writers:       writer streams (files) per process.
     io:            "posix" or "io_uring".
@@ -79,23 +85,57 @@ class CheckpointManager:
                    "low" (default: nice + 10), "idle" (SCHED_IDLE) or
                    "normal": the priority of the threads that write, hash
                    and commit, so the training loop's threads run first.
+    coordinator:   how the processes of a job agree on each save. "auto"
+                   (default): over torch.distributed when it is initialized
+                   with several ranks (torchrun), else over JAX's
+                   distributed runtime when jax.distributed has several
+                   processes, else a single process. "single" forces one
+                   process; or a coordinator object (TorchCoordinator,
+                   JaxCoordinator, or your own: see hoist._dist). Every
+                   rank opens the same path; rank 0 holds the root's lock
+                   and commits each step once every rank has written its
+                   share.
+    coordinator_timeout_s:
+                   how long a rank waits for the others at each point of a
+                   save (default 600 s); then the save fails on every rank
+                   that is left, naming the ranks that did not arrive, and
+                   the step never becomes visible.
     """
 
     def __init__(self, path, *, keep=None, keep_every=None,
                  pool_bytes=1 << 30, backend="host", num_devices=None,
                  max_in_flight=1, writers=2, io="posix",
-                 background_priority="low"):
-        if num_devices is None:
-            jax = sys.modules.get("jax")
-            num_devices = jax.device_count() if jax is not None else 1
+                 background_priority="low", coordinator="auto",
+                 coordinator_timeout_s=600.0):
         if keep is not None and keep < 1:
             raise ValueError("keep must be >= 1 (or None to keep every step)")
-        self._backend = _call(_hoist.Backend, backend, int(num_devices))
+        if coordinator == "auto":
+            coordinator = job_coordinator(coordinator_timeout_s)
+        elif coordinator == "single":
+            coordinator = None
+        elif isinstance(coordinator, str):
+            raise ValueError(f"coordinator {coordinator!r}: use 'auto', "
+                             "'single' or a coordinator object")
+        self._coordinator = coordinator
+        rank = coordinator.rank if coordinator is not None else 0
+        first, num_devices, ordinals = _local_devices(
+            backend, num_devices, coordinator)
+        self._backend = _call(_hoist.Backend, backend, num_devices, first,
+                              ordinals)
+        device_ids = self._backend.device_ids()
+        processes = [device_ids[0]]
+        if coordinator is not None and coordinator.size > 1:
+            processes = [int(d) for d in coordinator.all_gather(
+                "python devices", str(device_ids[0]).encode())]
+        self._devices = Devices(
+            backend, device_ids[0], processes, rank,
+            {self._backend.ordinal(d): d for d in device_ids}
+            if backend == "cuda" else None)
         self._manager = _call(
             _hoist.Manager, os.fspath(path), self._backend, int(pool_bytes),
             int(keep or 0), int(keep_every or 0), int(max_in_flight),
-            int(writers), io, background_priority)
-        self._device_ids = self._backend.device_ids()
+            int(writers), io, background_priority, coordinator)
+        _OPEN.add(self)
         # The engine's figures for the last restore(): bytes_read,
         # target_bytes (what was asked for: bytes_read / target_bytes is the
         # read amplification), extents_read, dispatches, waves, elapsed_s
@@ -118,8 +158,7 @@ class CheckpointManager:
         if return_when not in ("staged", "dispatched"):
             raise ValueError("return_when must be 'staged' or 'dispatched'")
         with gc_paused():  # many arrays make many objects
-            arrays, skeleton = flatten(state, self._device_ids[0],
-                                       self._backend.kind)
+            arrays, skeleton = flatten(state, self._devices)
             meta = {_FORMAT_KEY: 1, "tree": skeleton}
             if metadata is not None:
                 meta["user"] = metadata
@@ -206,9 +245,22 @@ class CheckpointManager:
     def delete(self, step):
         _call(self._manager.delete, int(step))
 
+    @property
+    def rank(self):
+        """This process's rank in the job (0 in a single process)."""
+        return self._devices.rank
+
     def close(self):
-        """Waits for every save, then releases the root."""
-        _call(self._manager.close)
+        """Waits for every save, then releases the root. In a job of
+        several processes every rank closes (each waits for the commits
+        its rank takes part in)."""
+        _OPEN.discard(self)
+        try:
+            _call(self._manager.close)
+        finally:
+            if self._coordinator is not None and hasattr(self._coordinator,
+                                                         "close"):
+                self._coordinator.close()
 
     def __enter__(self):
         return self
@@ -216,6 +268,48 @@ class CheckpointManager:
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+def _local_devices(backend, num_devices, coordinator):
+    """(first device id, number of devices, CUDA ordinals) of this process.
+    Device ids are job-wide: JAX's own ids in a JAX job (each process's
+    local devices, which JAX numbers consecutively); else rank x devices
+    per process; a torchrun rank drives its current CUDA device."""
+    jax = sys.modules.get("jax")
+    ordinals = []
+    if isinstance(coordinator, JaxCoordinator) or (
+            coordinator is None and num_devices is None and jax is not None):
+        local = (jax.local_devices() if coordinator is not None
+                 else jax.devices())
+        ids = [d.id for d in local]
+        if ids != list(range(ids[0], ids[0] + len(ids))):
+            raise ValueError(f"JAX's local device ids {ids} are not "
+                             "consecutive; pass num_devices and "
+                             "coordinator explicitly")
+        if backend == "cuda":
+            ordinals = [int(d.local_hardware_id) for d in local]
+        return ids[0], int(num_devices or len(ids)), ordinals
+    if isinstance(coordinator, TorchCoordinator) and backend == "cuda":
+        torch = sys.modules["torch"]
+        return coordinator.rank, 1, [torch.cuda.current_device()]
+    count = int(num_devices or 1)
+    rank = coordinator.rank if coordinator is not None else 0
+    return rank * count, count, ordinals
+
+
+# Managers not yet closed: closed at exit, while the job's runtime (whose
+# collectives their last commits need) is still up.
+_OPEN = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_managers():
+    for manager in list(_OPEN):
+        try:
+            manager.close()
+        except Exception as error:  # noqa: BLE001 (reported, exit goes on)
+            print(f"hoist: closing {manager.path} at exit: {error}",
+                  file=sys.stderr)
 
 
 def _metadata_text(meta):

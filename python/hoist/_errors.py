@@ -11,6 +11,13 @@ class DataLossError(Exception):
     other steps are unaffected."""
 
 
+class CoordinationError(RuntimeError):
+    """A rank of the job failed, left, or took another path (a save some
+    ranks did not make): the save failed on every surviving rank and its
+    step never became visible; the message names the rank. (A rank that
+    does not answer within the coordinator's timeout is a TimeoutError.)"""
+
+
 # absl::StatusCode values.
 _CANCELLED, _UNKNOWN, _INVALID_ARGUMENT, _DEADLINE_EXCEEDED = 1, 2, 3, 4
 _NOT_FOUND, _ALREADY_EXISTS, _PERMISSION_DENIED, _RESOURCE_EXHAUSTED = 5, 6, 7, 8
@@ -39,6 +46,8 @@ def _translate(error):
         return TimeoutError(message)
     if code == _UNIMPLEMENTED:
         return NotImplementedError(message)
+    if code == _ABORTED and "coordinator operation" in message:
+        return CoordinationError(message)
     if code == _ABORTED:  # what storage errors (EIO, ...) become
         return OSError(message)
     return RuntimeError(message)

@@ -121,30 +121,136 @@ def _dtype_name(dtype):
     return name
 
 
-def _numpy_array(name, a, device):
+class Devices:
+    """Where this process's arrays live, in the engine's device ids.
+
+    kind:       the manager's backend, "host" or "cuda".
+    default:    this process's first device: where host arrays are.
+    processes:  every process's first device, by rank. An array that is not
+                sharded (a NumPy array, a plain tensor) is taken to be the
+                same on every process and saved once, each process writing
+                a share of it.
+    rank:       this process's rank.
+    cuda:       CUDA ordinal -> device id, for tensors on GPUs.
+    """
+
+    def __init__(self, kind, default, processes=None, rank=0, cuda=None):
+        self.kind, self.default, self.rank = kind, default, rank
+        self.processes = processes or [default]
+        self.cuda = cuda or {}
+
+    def replicated(self, device, origin, shape, data):
+        """The shards of an array that every process holds whole: this
+        process's with its data, the others' without."""
+        if len(self.processes) == 1:
+            return [(device, origin, shape, data)]
+        return [(d, origin, shape, data if p == self.rank else None)
+                for p, d in enumerate(self.processes)]
+
+    def of_tensor(self, name, t):
+        """The device id of torch tensor `t`'s memory."""
+        if t.device.type == "cpu":
+            return self.default
+        if t.device.type == "cuda":
+            if self.kind != "cuda":
+                raise ValueError(
+                    f"array '{name}' is on {t.device} but the manager's "
+                    "backend is 'host' (use backend='cuda')")
+            device = self.cuda.get(t.device.index)
+            if device is None:
+                raise ValueError(
+                    f"array '{name}' is on {t.device}, which this manager "
+                    f"does not drive (CUDA devices {sorted(self.cuda)})")
+            return device
+        raise ValueError(f"array '{name}': tensors on {t.device} are not "
+                         "supported")
+
+
+def _numpy_array(name, a, devices):
     a = np.asarray(a)
     origin, shape = _whole(a.shape)
     return _Array(name, _dtype_name(a.dtype), a.shape,
-                  [(device, origin, shape, _bytes_of_numpy(a))])
+                  devices.replicated(devices.default, origin, shape,
+                                     _bytes_of_numpy(a)))
 
 
-def _torch_array(name, t, device, backend):
+def _tensor_bytes(t):
+    """A flat uint8 view of tensor `t` (made contiguous first)."""
     torch = _module("torch")
-    t = t.detach()
-    if t.device.type == "cuda":
-        if backend != "cuda":
-            raise ValueError(
-                f"array '{name}' is on {t.device} but the manager's backend "
-                "is 'host' (use backend='cuda')")
-        device = t.device.index
-    elif t.device.type != "cpu":
-        raise ValueError(f"array '{name}': tensors on {t.device} are not "
-                         "supported")
-    t = t.contiguous()
+    return t.detach().contiguous().reshape(-1).view(torch.uint8)
+
+
+def _torch_array(name, t, devices):
+    device = devices.of_tensor(name, t)
     origin, shape = _whole(t.shape)
-    data = t.reshape(-1).view(torch.uint8)
     return _Array(name, _torch_dtype_name(t.dtype), tuple(t.shape),
-                  [(device, origin, shape, data)])
+                  devices.replicated(device, origin, shape, _tensor_bytes(t)))
+
+
+def _is_dtensor(x):
+    """A torch.distributed DTensor (its module imported only if torch's
+    distributed tensors are in use)."""
+    module = _module("torch.distributed.tensor")
+    dtensor = getattr(module, "DTensor", None) if module is not None else None
+    return dtensor is not None and isinstance(x, dtensor)
+
+
+def _dtensor_boxes(name, shape, mesh, placements):
+    """global rank -> (origin, shape) of its shard of a DTensor of `shape`
+    on `mesh` with `placements`, by torch's rule: mesh dimensions in order,
+    each Shard(d) splitting the box so far along d into chunks of
+    ceil(n / k) (the last ones shorter or empty, as torch.chunk)."""
+    ranks = mesh.mesh.reshape(-1).tolist()
+    mesh_shape = tuple(mesh.mesh.shape)
+    for placement in placements:
+        kind = type(placement).__name__
+        if kind == "Partial":
+            raise ValueError(
+                f"array '{name}': a DTensor with a Partial placement holds "
+                "unreduced values; redistribute it to Shard or Replicate "
+                "before saving")
+        if kind not in ("Shard", "Replicate"):
+            raise ValueError(f"array '{name}': DTensor placement {placement} "
+                             "is not supported (Shard and Replicate are)")
+    boxes = {}
+    for rank, coordinate in zip(ranks, np.ndindex(*mesh_shape)):
+        origin, extent = [0] * len(shape), list(shape)
+        for axis, placement in enumerate(placements):
+            if type(placement).__name__ != "Shard":
+                continue
+            dim, parts = placement.dim, mesh_shape[axis]
+            chunk = -(-extent[dim] // parts)
+            start = min(coordinate[axis] * chunk, extent[dim])
+            stop = min(start + chunk, extent[dim])
+            origin[dim] += start
+            extent[dim] = stop - start
+        boxes[rank] = (origin, extent)
+    return boxes
+
+
+def _dtensor_array(name, x, devices):
+    """A DTensor's global sharding, every shard on the device of the rank
+    that holds it (ranks whose shard is empty hold nothing), and this
+    rank's local shard."""
+    torch = _module("torch")
+    boxes = _dtensor_boxes(name, tuple(x.shape), x.device_mesh, x.placements)
+    rank = torch.distributed.get_rank()
+    local = x.to_local()
+    if rank in boxes and list(local.shape) != boxes[rank][1]:
+        raise ValueError(
+            f"array '{name}': this rank's shard has shape "
+            f"{tuple(local.shape)} but its placements {x.placements} give "
+            f"{tuple(boxes[rank][1])}")
+    device = devices.of_tensor(name, local)
+    shards = []
+    for holder, (origin, extent) in boxes.items():
+        if 0 in extent:
+            continue
+        if holder == rank:
+            shards.append((device, origin, extent, _tensor_bytes(local)))
+        else:
+            shards.append((devices.processes[holder], origin, extent, None))
+    return _Array(name, _torch_dtype_name(x.dtype), tuple(x.shape), shards)
 
 
 def _box_of(index, shape):
@@ -159,7 +265,29 @@ def _box_of(index, shape):
     return origin, extent
 
 
+def _jax_capsule(data):
+    try:
+        return data.__dlpack__()  # zero copy
+    except Exception:  # a dtype DLPack cannot carry (float8): bytes
+        return _bytes_of_numpy(np.asarray(data))
+
+
+def _jax_global_array(name, x):
+    """An array with shards on other processes: every device's box (each
+    process plans the whole save), data for this process's."""
+    local = {s.device: s.data for s in x.addressable_shards}
+    shards = []
+    for device, index in x.sharding.devices_indices_map(x.shape).items():
+        origin, shape = _box_of(index, x.shape)
+        data = local.get(device)
+        shards.append((device.id, origin, shape,
+                       None if data is None else _jax_capsule(data)))
+    return _Array(name, np.dtype(x.dtype).name, x.shape, shards)
+
+
 def _jax_array(name, x):
+    if not x.is_fully_addressable:
+        return _jax_global_array(name, x)
     # The per-device arrays and the sharding's index map rather than
     # x.addressable_shards, which builds a Shard object per device and costs
     # 2.5x more on every new array (a training loop makes new ones each step).
@@ -179,11 +307,7 @@ def _jax_array(name, x):
     shards = []
     for device, index, data in per_device:
         origin, shape = _box_of(index, x.shape)
-        try:
-            capsule = data.__dlpack__()  # zero copy
-        except Exception:  # a dtype DLPack cannot carry (float8): bytes
-            capsule = _bytes_of_numpy(np.asarray(data))
-        shards.append((device.id, origin, shape, capsule))
+        shards.append((device.id, origin, shape, _jax_capsule(data)))
     return _Array(name, np.dtype(x.dtype).name, x.shape, shards)
 
 
@@ -245,13 +369,14 @@ def gc_paused():
             gc.enable()
 
 
-def flatten(tree, default_device, backend):
-    """(arrays, skeleton) of `tree`."""
+def flatten(tree, devices):
+    """(arrays, skeleton) of `tree`; `devices` (Devices) says where its
+    arrays are."""
     with gc_paused():
-        return _flatten(tree, default_device, backend)
+        return _flatten(tree, devices)
 
 
-def _flatten(tree, default_device, backend):
+def _flatten(tree, devices):
     arrays = []
     names = set()
     jax, torch = _module("jax"), _module("torch")
@@ -265,7 +390,7 @@ def _flatten(tree, default_device, backend):
             raise ValueError(f"two arrays are named '{name}'")
         names.add(name)
         if isinstance(x, np.ndarray):
-            arrays.append(_numpy_array(name, x, default_device))
+            arrays.append(_numpy_array(name, x, devices))
             return {"a": name, "k": "numpy"}
         if isinstance(x, jax_array):
             if _is_key_array(x):  # a typed PRNG key: its key data
@@ -274,7 +399,10 @@ def _flatten(tree, default_device, backend):
                         "i": str(jax.random.key_impl(x))}
             arrays.append(_jax_array(name, x))
             return {"a": name, "k": "jax"}
-        arrays.append(_torch_array(name, x, default_device, backend))
+        if _is_dtensor(x):
+            arrays.append(_dtensor_array(name, x, devices))
+        else:
+            arrays.append(_torch_array(name, x, devices))
         return {"a": name, "k": "torch"}
 
     def walk(x, path):
@@ -437,6 +565,34 @@ class _Targets:
             return _Pending(lambda: out.to(device))
         return _Pending(lambda: out)
 
+    def dtensor(self, name, like):
+        """This rank's shard of a DTensor shaped like `like` (its mesh and
+        placements, any world size), read alone, then wrapped."""
+        torch = _module("torch")
+        saved = self.saved_array(name)
+        if saved is None:
+            return None
+        dtype, shape = like.dtype, list(like.shape)
+        if not self.matches(name, saved, _torch_dtype_name(dtype), shape):
+            return None
+        mesh, placements = like.device_mesh, like.placements
+        boxes = _dtensor_boxes(name, tuple(shape), mesh, placements)
+        origin, extent = boxes.get(torch.distributed.get_rank(),
+                                   ([0] * len(shape), [0] * len(shape)))
+        raw = _aligned_bytes(math.prod(extent) * dtype.itemsize)
+        local = torch.from_numpy(raw).view(dtype).reshape(extent)
+        if 0 not in extent:
+            self.list.append((name, _torch_dtype_name(dtype), shape,
+                              [(-1, origin, extent, raw)]))
+        device = like.to_local().device
+
+        def finish():
+            return torch.distributed.tensor.DTensor.from_local(
+                local.to(device), mesh, placements, run_check=False,
+                shape=like.shape, stride=like.stride())
+
+        return _Pending(finish)
+
     def jax(self, name, like=None):
         jax = _module("jax")
         saved = self.saved_array(name)
@@ -445,14 +601,16 @@ class _Targets:
         if like is None:  # on the default device
             like = jax.ShapeDtypeStruct(
                 tuple(saved["shape"]), _numpy_dtype(saved["dtype"]),
-                sharding=jax.sharding.SingleDeviceSharding(jax.devices()[0]))
+                sharding=jax.sharding.SingleDeviceSharding(
+                    jax.local_devices()[0]))
         shape = tuple(like.shape)
         dtype = np.dtype(like.dtype)
         if not self.matches(name, saved, dtype.name, shape):
             return None
         sharding = getattr(like, "sharding", None)
         if sharding is None:
-            sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+            sharding = jax.sharding.SingleDeviceSharding(
+                jax.local_devices()[0])
         index_of = sharding.addressable_devices_indices_map(shape)
         if _JAX_IN_HOST and all(d.platform == "cpu" for d in index_of):
             return self._jax_in_host(name, shape, dtype, sharding, index_of)
@@ -772,6 +930,8 @@ def _unflatten(manifest, skeleton, like, restore, names):
                 jax = _module("jax")
                 return _Pending(lambda: jax.device_put(host))
             return targets.jax(name, x)
+        if _is_dtensor(x):
+            return targets.dtensor(name, x)
         if _is_torch(x):
             return targets.torch(name, x)
         if isinstance(x, (np.ndarray, np.generic)):

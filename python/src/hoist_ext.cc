@@ -96,19 +96,36 @@ auto DenseData(const nb::ndarray<Args...>& array, int64_t bytes,
   return array.data();
 }
 
+// This process's devices. In a job of several processes every device has a
+// job-wide id: `first_device_id` is this process's first (the others follow
+// in order); `ordinals` picks the CUDA devices to drive (default all).
 class PyBackend {
  public:
-  PyBackend(const std::string& kind, int num_devices) : kind_(kind) {
+  PyBackend(const std::string& kind, int num_devices, int64_t first_device_id,
+            const std::vector<int>& ordinals)
+      : kind_(kind), first_device_id_(first_device_id), ordinals_(ordinals) {
     if (kind == "host") {
-      backend_ = Check(MakeHostBackend({.num_devices = num_devices}));
+      backend_ = Check(MakeHostBackend(
+          {.num_devices = num_devices,
+           .first_device_id = static_cast<DeviceId>(first_device_id)}));
     } else if (kind == "cuda") {
-      backend_ = Check(MakeCudaBackend());
+      backend_ = Check(MakeCudaBackend(
+          {.ordinals = ordinals,
+           .first_device_id = static_cast<DeviceId>(first_device_id)}));
     } else {
       Invalid(absl::StrFormat("backend '%s': use 'host' or 'cuda'", kind));
     }
   }
   Backend& get() { return *backend_; }
   const std::string& kind() const { return kind_; }
+  // The CUDA ordinal of the device with job-wide id `id`.
+  int64_t ordinal(int64_t id) const {
+    const int64_t at = id - first_device_id_;
+    if (at < 0 || at >= static_cast<int64_t>(backend_->devices().size())) {
+      return -1;
+    }
+    return ordinals_.empty() ? at : ordinals_[at];
+  }
   std::vector<int64_t> device_ids() const {
     std::vector<int64_t> ids;
     for (Device* d : backend_->devices()) ids.push_back(d->id());
@@ -125,7 +142,108 @@ class PyBackend {
 
  private:
   std::string kind_;
+  int64_t first_device_id_;
+  std::vector<int> ordinals_;
   std::unique_ptr<Backend> backend_;
+};
+
+// A Coordinator over a Python object (hoist's coordinators over
+// torch.distributed and JAX's distributed runtime, or a caller's own) with
+// `rank` and `size` attributes and the methods
+//   barrier(name) -> None
+//   all_gather(name, data: bytes) -> list of bytes, by rank
+//   broadcast(name, data: bytes, root: int) -> bytes
+// The manager calls it from its saver thread as well as the caller's, one
+// call at a time; each call takes the GIL for its duration (the object's
+// collectives release it while they wait). A Python exception becomes the
+// call's error: TimeoutError kDeadlineExceeded, anything else kAborted (the
+// job lost a rank: retry the checkpoint), with the exception's text, which
+// names the rank that did not answer.
+class PyCoordinator final : public Coordinator {
+ public:
+  explicit PyCoordinator(nb::object object)
+      : object_(std::move(object)),
+        rank_(nb::cast<int>(object_.attr("rank"))),
+        size_(nb::cast<int>(object_.attr("size"))) {
+    if (size_ < 1 || rank_ < 0 || rank_ >= size_) {
+      Invalid(absl::StrFormat("coordinator: rank %d of %d", rank_, size_));
+    }
+  }
+  ~PyCoordinator() override {
+    nb::gil_scoped_acquire gil;
+    object_.reset();
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  absl::Status Barrier(std::string_view name) override {
+    return Call(name, [&] { object_.attr("barrier")(Str(name)); });
+  }
+  absl::StatusOr<std::vector<std::string>> AllGather(
+      std::string_view name, std::string bytes) override {
+    std::vector<std::string> all;
+    absl::Status status = Call(name, [&] {
+      nb::object got = object_.attr("all_gather")(Str(name), Bytes(bytes));
+      for (nb::handle item : got) all.push_back(FromBytes(item, name));
+      if (static_cast<int>(all.size()) != size_) {
+        throw std::runtime_error(absl::StrFormat(
+            "all_gather returned %d contributions for %d ranks", all.size(),
+            size_));
+      }
+    });
+    if (!status.ok()) return status;
+    return all;
+  }
+  absl::StatusOr<std::string> Broadcast(std::string_view name,
+                                        std::string bytes, int root) override {
+    std::string out;
+    absl::Status status = Call(name, [&] {
+      out = FromBytes(
+          object_.attr("broadcast")(Str(name), Bytes(bytes), root), name);
+    });
+    if (!status.ok()) return status;
+    return out;
+  }
+
+ private:
+  static nb::str Str(std::string_view s) { return nb::str(s.data(), s.size()); }
+  static nb::bytes Bytes(const std::string& s) {
+    return nb::bytes(s.data(), s.size());
+  }
+  static std::string FromBytes(nb::handle item, std::string_view name) {
+    if (!nb::isinstance<nb::bytes>(item)) {
+      throw std::runtime_error(absl::StrFormat(
+          "coordinator operation '%s' returned %s, not bytes", name,
+          nb::type_name(item.type()).c_str()));
+    }
+    nb::bytes b = nb::borrow<nb::bytes>(item);
+    return std::string(b.c_str(), b.size());
+  }
+  template <typename F>
+  absl::Status Call(std::string_view name, F&& body) {
+    nb::gil_scoped_acquire gil;
+    try {
+      body();
+      return absl::OkStatus();
+    } catch (nb::python_error& e) {
+      const bool timeout = e.matches(PyExc_TimeoutError);
+      const std::string message = absl::StrFormat(
+          "coordinator operation '%s' on rank %d of %d: %s: %s", name, rank_,
+          size_, nb::type_name(e.type()).c_str(),
+          nb::str(e.value()).c_str());
+      return timeout ? absl::DeadlineExceededError(message)
+                     : absl::AbortedError(message);
+    } catch (const std::exception& e) {
+      return absl::AbortedError(
+          absl::StrFormat("coordinator operation '%s' on rank %d of %d: %s",
+                          name, rank_, size_, e.what()));
+    }
+  }
+
+  nb::object object_;
+  const int rank_;
+  const int size_;
 };
 
 nb::dict InfoDict(const SaveInfo& info) {
@@ -208,12 +326,16 @@ using PyReceivedArray =
 
 class PyManager {
  public:
+  // `coordinator`: a Python coordinator (see PyCoordinator), or None for a
+  // single process.
   PyManager(const std::string& root, std::shared_ptr<PyBackend> backend,
             int64_t pool_bytes, int keep_last, int64_t keep_every,
             int max_in_flight, int writers, const std::string& io,
-            const std::string& background_priority)
+            const std::string& background_priority, nb::object coordinator)
       : backend_(std::move(backend)),
-        coordinator_(MakeSingleProcessCoordinator()) {
+        coordinator_(coordinator.is_none()
+                         ? MakeSingleProcessCoordinator()
+                         : std::make_unique<PyCoordinator>(coordinator)) {
     CheckpointManagerOptions options;
     using Priority = CheckpointManagerOptions::BackgroundPriority;
     if (background_priority == "normal") {
@@ -241,8 +363,19 @@ class PyManager {
         CheckpointManager::Open(root, backend_->get(), *coordinator_, options));
   }
 
+  // Closing (or dropping) the manager waits for the saves in flight, whose
+  // commits may need the GIL (a Python coordinator): never hold it then.
+  ~PyManager() {
+    nb::gil_scoped_release release;
+    manager_.reset();
+  }
+
+  // arrays: (name, dtype, shape, [(device, origin, shape, data)]), with data
+  // None for a shard on another process's device: such a shard only tells
+  // the plan where the array lives (every process plans the whole save).
   std::unique_ptr<PyHandle> Save(
-      int64_t step, const std::vector<PyArrayOf<SavedData>>& arrays,
+      int64_t step,
+      const std::vector<PyArrayOf<std::optional<SavedData>>>& arrays,
       const std::string& metadata_json, bool dispatched) {
     Live();
     std::vector<SaveArray> save;
@@ -255,12 +388,13 @@ class PyManager {
         const std::string where =
             absl::StrFormat("array '%s' on device %d", name, device);
         const Box box = ToBox(origin, box_shape, where);
-        const int64_t bytes = box.num_elements() * ItemSize(dtype);
-        const void* pointer = DenseData(data, bytes, where);
-        CheckDevice(data, device, where);
         sharding.shards.push_back({static_cast<DeviceId>(device), box});
+        if (!data.has_value()) continue;  // another process's shard
+        const int64_t bytes = box.num_elements() * ItemSize(dtype);
+        const void* pointer = DenseData(*data, bytes, where);
+        CheckDevice(*data, device, where);
         array.shards.push_back({static_cast<DeviceId>(device), pointer});
-        sources.push_back(data);
+        sources.push_back(*data);
       }
       array.spec.sharding = std::move(sharding);
       save.push_back(std::move(array));
@@ -426,7 +560,7 @@ class PyManager {
     }
     if (backend_->kind() == "cuda" &&
         (data.device_type() != nb::device::cuda::value ||
-         data.device_id() != device)) {
+         data.device_id() != backend_->ordinal(device))) {
       Invalid(absl::StrFormat("%s: the data is not in CUDA device %d's memory",
                               where, device));
     }
@@ -471,8 +605,11 @@ NB_MODULE(_hoist, m) {
   });
 
   nb::class_<PyBackend>(m, "Backend")
-      .def(nb::init<const std::string&, int>(), nb::arg("kind"),
-           nb::arg("num_devices") = 1)
+      .def(nb::init<const std::string&, int, int64_t, const std::vector<int>&>(),
+           nb::arg("kind"), nb::arg("num_devices") = 1,
+           nb::arg("first_device_id") = 0,
+           nb::arg("ordinals") = std::vector<int>())
+      .def("ordinal", &PyBackend::ordinal, nb::arg("device_id"))
       .def_prop_ro("kind", &PyBackend::kind)
       .def("device_ids", &PyBackend::device_ids);
 
@@ -486,11 +623,13 @@ NB_MODULE(_hoist, m) {
   nb::class_<PyManager>(m, "Manager")
       .def(
           nb::init<const std::string&, std::shared_ptr<PyBackend>, int64_t, int,
-                   int64_t, int, int, const std::string&, const std::string&>(),
+                   int64_t, int, int, const std::string&, const std::string&,
+                   nb::object>(),
           nb::arg("root"), nb::arg("backend"), nb::arg("pool_bytes"),
           nb::arg("keep_last"), nb::arg("keep_every"), nb::arg("max_in_flight"),
           nb::arg("writers"), nb::arg("io"),
-          nb::arg("background_priority") = "low")
+          nb::arg("background_priority") = "low",
+          nb::arg("coordinator").none() = nb::none())
       .def("save", &PyManager::Save, nb::arg("step"), nb::arg("arrays"),
            nb::arg("metadata_json"), nb::arg("dispatched"))
       .def("restore", &PyManager::Restore, nb::arg("step").none(),

@@ -1,0 +1,212 @@
+"""Coordinators: how the processes of a job agree on each save.
+
+A CheckpointManager in a job of several processes needs its ranks to agree
+four times a save (the step's directory, who wrote what, the extent hashes,
+the commit), always over the job's own distributed runtime, never a
+transport of hoist's:
+
+  TorchCoordinator  torch.distributed (torchrun): object collectives on a
+                    gloo group of hoist's own, each preceded by a
+                    monitored_barrier that names the ranks that did not come.
+  JaxCoordinator    JAX's distributed runtime (jax.distributed.initialize):
+                    its coordination service's key-value store.
+
+A coordinator is any object with `rank` and `size` attributes and the
+methods barrier(name), all_gather(name, data: bytes) -> [bytes, ...] by rank
+and broadcast(name, data: bytes, root) -> bytes. Every rank makes the same
+calls in the same order; the manager calls them from its saver thread (one
+at a time), so they must not use a group or channel the training loop uses
+at the same time. An operation that a rank does not reach within the
+timeout raises TimeoutError naming that rank; a rank that died makes the
+others' operation fail with the runtime's error. Either fails the save on
+every surviving rank, and no partial step becomes visible.
+"""
+
+import datetime
+import itertools
+import re
+import sys
+import time
+
+_DEFAULT_TIMEOUT_S = 600.0
+
+
+def job_coordinator(timeout_s=_DEFAULT_TIMEOUT_S):
+    """The coordinator of the job this process belongs to: over
+    torch.distributed when it is initialized with more than one rank, else
+    over JAX's distributed runtime when it has more than one process, else
+    None (a single process)."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        dist = torch.distributed
+        if (dist.is_available() and dist.is_initialized()
+                and dist.get_world_size() > 1):
+            return TorchCoordinator(timeout_s=timeout_s)
+    state = _jax_distributed_state()
+    if state is not None and state.num_processes > 1:
+        return JaxCoordinator(timeout_s=timeout_s)
+    return None
+
+
+def _jax_distributed_state():
+    if "jax" not in sys.modules:
+        return None
+    try:
+        from jax._src.distributed import global_state
+    except ImportError:
+        return None
+    return global_state if global_state.client is not None else None
+
+
+def _check_names(name, names):
+    """Every rank must call the same operation: a rank that called another
+    one has taken a different path through the job (a save on some ranks
+    only), so the save fails rather than pairing unrelated data."""
+    for rank, other in enumerate(names):
+        if other != name:
+            raise RuntimeError(
+                f"rank {rank} called coordinator operation '{other}' while "
+                f"this rank called '{name}' (every rank must save the same "
+                "steps, in the same order)")
+
+
+class TorchCoordinator:
+    """Over torch.distributed. Needs an initialized process group (any
+    backend: nccl for the training); makes a gloo group of its own for
+    hoist (created by every rank at once, as torch's new_group requires),
+    so hoist's collectives, which run on the saver thread, never meet the
+    training loop's.
+
+    timeout_s: how long an operation waits for every rank (default 600 s);
+               then monitored_barrier raises naming the ranks that did not
+               arrive, which becomes a TimeoutError."""
+
+    def __init__(self, timeout_s=_DEFAULT_TIMEOUT_S):
+        import torch.distributed as dist
+        if not dist.is_initialized():
+            raise RuntimeError(
+                "TorchCoordinator needs torch.distributed.init_process_group "
+                "first")
+        self._dist = dist
+        self._timeout = datetime.timedelta(seconds=timeout_s)
+        self._group = dist.new_group(backend="gloo", timeout=self._timeout)
+        self.rank = dist.get_rank(self._group)
+        self.size = dist.get_world_size(self._group)
+
+    def _arrive(self, name):
+        """Returns once every rank has arrived at `name`. A rank that left
+        (its connection closed) fails it at once: RuntimeError; a rank
+        that is still there but does not come: TimeoutError after the
+        timeout. Both name the rank."""
+        start = time.monotonic()
+        try:
+            self._dist.monitored_barrier(self._group, timeout=self._timeout,
+                                         wait_all_ranks=True)
+        except RuntimeError as error:
+            waited = time.monotonic() - start
+            text = (str(error).strip().splitlines() or [""])[0]
+            missing = re.search(r"Ranks? ([\d, ]+) failed to pass", text)
+            if missing:
+                who = f"rank {missing.group(1).strip()}"
+            else:  # only rank 0 sees the others; the others see rank 0
+                who = "rank 0" if self.rank != 0 else "a rank"
+            limit = self._timeout.total_seconds()
+            if waited < 0.9 * limit:
+                raise RuntimeError(
+                    f"'{name}': {who} left the job (its connection failed "
+                    f"after {waited:.2f} s): {text}") from None
+            raise TimeoutError(f"'{name}': {who} did not arrive within "
+                               f"{limit:g} s: {text}") from None
+
+    def barrier(self, name):
+        self._arrive(name)
+
+    def all_gather(self, name, data):
+        self._arrive(name)
+        out = [None] * self.size
+        self._dist.all_gather_object(out, (name, data), group=self._group)
+        _check_names(name, [n for n, _ in out])
+        return [d for _, d in out]
+
+    def broadcast(self, name, data, root):
+        self._arrive(name)
+        box = [(name, data if self.rank == root else b"")]
+        self._dist.broadcast_object_list(
+            box, src=self._dist.get_global_rank(self._group, root),
+            group=self._group)
+        _check_names(name, [box[0][0]])
+        return box[0][1]
+
+    def close(self):
+        """Releases the group (local: no other rank takes part)."""
+        if self._group is not None and self._dist.is_initialized():
+            self._dist.destroy_process_group(self._group)
+        self._group = None
+
+
+class JaxCoordinator:
+    """Over JAX's distributed runtime (jax.distributed.initialize): every
+    operation is an exchange through the coordination service's key-value
+    store. Each rank sets its contribution under the operation's key, then
+    reads every rank's, each read bounded by what is left of the timeout;
+    a rank whose key does not appear in time is named in a TimeoutError.
+    A rank deletes its own key two operations later, when every rank has
+    provably read it (each has since set its key of the next operation).
+
+    Keys live under "hoist/<n>/", n counting the coordinators this process
+    made: every rank makes its managers in the same order."""
+
+    _made = itertools.count()
+
+    def __init__(self, timeout_s=_DEFAULT_TIMEOUT_S):
+        state = _jax_distributed_state()
+        if state is None:
+            raise RuntimeError(
+                "JaxCoordinator needs jax.distributed.initialize first")
+        self._client = state.client
+        self.rank = int(state.process_id)
+        self.size = int(state.num_processes)
+        self._timeout_s = float(timeout_s)
+        self._prefix = f"hoist/{next(JaxCoordinator._made)}"
+        self._sequence = 0
+
+    def _exchange(self, name, data):
+        sequence = self._sequence
+        self._sequence += 1
+        key = f"{self._prefix}/{sequence}"
+        self._client.key_value_set_bytes(f"{key}/{self.rank}",
+                                         name.encode() + b"\0" + data)
+        deadline = time.monotonic() + self._timeout_s
+        out = []
+        for rank in range(self.size):
+            left_ms = max(1, int((deadline - time.monotonic()) * 1000))
+            try:
+                got = self._client.blocking_key_value_get_bytes(
+                    f"{key}/{rank}", left_ms)
+            except Exception as error:  # jaxlib's XlaRuntimeError
+                text = str(error).strip().splitlines()[0]
+                if "DEADLINE_EXCEEDED" in text or time.monotonic() >= deadline:
+                    raise TimeoutError(
+                        f"'{name}': rank {rank} did not arrive within "
+                        f"{self._timeout_s:g} s ({text})") from None
+                raise RuntimeError(
+                    f"'{name}': waiting for rank {rank}: {text}") from None
+            other, _, contribution = bytes(got).partition(b"\0")
+            out.append((other.decode(), contribution))
+        if sequence >= 2:
+            self._client.key_value_delete(
+                f"{self._prefix}/{sequence - 2}/{self.rank}")
+        _check_names(name, [n for n, _ in out])
+        return [d for _, d in out]
+
+    def barrier(self, name):
+        self._exchange(name, b"")
+
+    def all_gather(self, name, data):
+        return self._exchange(name, data)
+
+    def broadcast(self, name, data, root):
+        return self._exchange(name, data if self.rank == root else b"")[root]
+
+    def close(self):
+        pass

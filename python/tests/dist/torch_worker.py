@@ -1,0 +1,149 @@
+"""One rank of a torchrun job that saves or restores DTensor state with hoist
+(run by test_torchrun.py under `torchrun --nproc-per-node N`).
+
+  torch_worker.py save ROOT STEP LAYOUT      save the reference state
+  torch_worker.py restore ROOT STEP LAYOUT   restore it onto LAYOUT, check
+  torch_worker.py kill ROOT OUT              rank 1 dies mid-save; rank 0
+                                             writes what it saw to OUT
+
+LAYOUT names the placements of every array ("a" or "b"), so a restore can
+use other placements than the save, on any number of ranks. The reference
+state's full tensors are made from fixed seeds, so every rank of every job
+knows what each shard must hold.
+"""
+import json
+import os
+import signal
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+import hoist
+
+
+def full_tensors():
+    """name -> the full tensor every layout shards."""
+    g = torch.Generator().manual_seed(1234)
+    return {
+        "w": torch.randn(13, 6, generator=g),             # uneven rows
+        "tiny": torch.randn(3, generator=g),              # empty shards at 4
+        "col": torch.randn(5, 9, generator=g).to(torch.bfloat16),
+        "rep": torch.randn(4, 4, generator=g),
+        "grid": torch.randn(10, 7, generator=g),          # on a 2-D mesh
+        "plain": torch.arange(100, dtype=torch.int64),    # not a DTensor
+    }
+
+
+def placements(layout):
+    """name -> (mesh dimensions, placements) of `layout`."""
+    if layout == "a":
+        return {"w": (1, [Shard(0)]), "tiny": (1, [Shard(0)]),
+                "col": (1, [Shard(1)]), "rep": (1, [Replicate()]),
+                "grid": (2, [Shard(0), Shard(1)])}
+    return {"w": (1, [Shard(1)]), "tiny": (1, [Replicate()]),
+            "col": (1, [Shard(0)]), "rep": (1, [Shard(0)]),
+            "grid": (2, [Shard(1), Replicate()])}
+
+
+def meshes():
+    world = dist.get_world_size()
+    rows = 2 if world % 2 == 0 else 1
+    return {1: init_device_mesh("cpu", (world,)),
+            2: init_device_mesh("cpu", (rows, world // rows))}
+
+
+def state(layout):
+    """The reference state in `layout`: DTensors in nested dicts, a plain
+    tensor (the same on every rank) and a scalar."""
+    full, mesh = full_tensors(), meshes()
+    model = {name: distribute_tensor(full[name], mesh[dims], places)
+             for name, (dims, places) in placements(layout).items()}
+    return {"model": model, "plain": full["plain"], "epoch": 3}
+
+
+def check(restored, layout):
+    """Raises unless `restored` holds exactly the reference state's shards
+    in `layout`."""
+    expected = state(layout)
+    for name, want in expected["model"].items():
+        got = restored["model"][name]
+        assert type(got).__name__ == "DTensor", (name, type(got))
+        assert got.placements == want.placements, (name, got.placements)
+        assert got.device_mesh == want.device_mesh, name
+        assert torch.equal(got.to_local(), want.to_local()), name
+        assert torch.equal(got.full_tensor(), want.full_tensor()), name
+    assert torch.equal(restored["plain"], expected["plain"])
+    assert restored["epoch"] == 3
+
+
+def extents_needed(manifest, template):
+    """How many of the step's extents meet this rank's shards of
+    `template`: all a restore may read."""
+    from hoist._tree import _dtensor_boxes
+    saved = {a["name"]: a for a in manifest["arrays"]}
+    count = 0
+    for name, like in template["model"].items():
+        boxes = _dtensor_boxes(name, tuple(like.shape), like.device_mesh,
+                               like.placements)
+        origin, shape = boxes[dist.get_rank()]
+        for extent in saved[f"model/{name}"]["extents"]:
+            o, s = extent["box"]["origin"], extent["box"]["shape"]
+            if all(a < c + d and c < a + b
+                   for a, b, c, d in zip(origin, shape, o, s)):
+                count += 1
+    return count + len(saved["plain"]["extents"])
+
+
+def main():
+    command, root = sys.argv[1], sys.argv[2]
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    if command == "save":
+        step, layout = int(sys.argv[3]), sys.argv[4]
+        with hoist.CheckpointManager(root, pool_bytes=64 << 20) as mgr:
+            assert mgr.rank == rank
+            mgr.save(step, state(layout)).wait()
+    elif command == "restore":
+        step, layout = int(sys.argv[3]), sys.argv[4]
+        with hoist.CheckpointManager(root, pool_bytes=64 << 20) as mgr:
+            template = state(layout)
+            restored = mgr.restore(step, like=template)
+            check(restored, layout)
+            needed = extents_needed(hoist.inspect(f"{root}/step_{step:08d}"),
+                                    template)
+            assert mgr.last_restore["extents_read"] == needed, (
+                mgr.last_restore, needed)
+            # Without a template: every rank gets the full tensors.
+            whole = mgr.restore(step)
+            full = full_tensors()
+            for name in placements(layout):
+                assert torch.equal(whole["model"][name], full[name]), name
+    elif command == "kill":
+        out = sys.argv[3]
+        big = {"big": torch.ones(16 << 20, dtype=torch.float32) * rank}
+        mgr = hoist.CheckpointManager(root, pool_bytes=256 << 20,
+                                      coordinator_timeout_s=60)
+        mgr.save(1, state("a")).wait()
+        handle = mgr.save(2, {**state("a"), **big})
+        if rank == 1:  # dies while its share of step 2 is being written
+            os.kill(os.getpid(), signal.SIGKILL)
+        outcome = {"error": None}
+        start = time.monotonic()
+        try:
+            handle.wait()
+        except Exception as error:  # noqa: BLE001 (the test reads it)
+            outcome = {"type": type(error).__name__, "error": str(error)}
+        outcome["steps"] = mgr.steps
+        outcome["waited_s"] = time.monotonic() - start
+        with open(out, "w") as f:
+            json.dump(outcome, f)
+        os._exit(0)  # the job lost a rank: skip torch's teardown
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
