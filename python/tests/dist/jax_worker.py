@@ -1,0 +1,94 @@
+"""One process of a multi-process JAX job (CPU backend, gloo collectives)
+that saves or restores global arrays with hoist; test_jax_multiprocess.py
+starts N of them.
+
+  jax_worker.py PORT PROCESS NPROC DEVICES save ROOT STEP LAYOUT
+  jax_worker.py PORT PROCESS NPROC DEVICES restore ROOT STEP LAYOUT
+
+DEVICES is each process's device count. LAYOUT ("a" or "b") picks the
+shardings on the global mesh. The full arrays come from fixed seeds, so
+every process knows what each of its shards must hold.
+"""
+import os
+import sys
+
+port, process, nproc, per = (int(a) for a in sys.argv[1:5])
+os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={per}"
+os.environ["JAX_PLATFORMS"] = "cpu"
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
+
+import hoist  # noqa: E402
+
+jax.config.update("jax_cpu_collectives_implementation", "gloo")
+jax.distributed.initialize(f"localhost:{port}", nproc, process)
+
+
+def full_arrays():
+    rng = np.random.default_rng(99)
+    return {
+        "w": rng.standard_normal((16, 12)).astype(np.float32),
+        "b": rng.standard_normal((8,)).astype(np.float32),
+        "e": rng.integers(0, 1000, (24, 5)).astype(np.int32),
+        "rep": rng.standard_normal((6, 6)).astype(np.float32),
+    }
+
+
+def specs(layout):
+    if layout == "a":
+        return {"w": P("x", "y"), "b": P("x"), "e": P(("x", "y")),
+                "rep": P()}
+    return {"w": P("y", "x"), "b": P(), "e": P("y"), "rep": P("x")}
+
+
+def mesh():
+    devices = np.array(jax.devices())
+    rows = 2 if devices.size % 2 == 0 else 1
+    return jax.sharding.Mesh(devices.reshape(rows, -1), ("x", "y"))
+
+
+def global_arrays(layout):
+    full, m = full_arrays(), mesh()
+    out = {}
+    for name, spec in specs(layout).items():
+        sharding = NamedSharding(m, spec)
+        out[name] = jax.make_array_from_callback(
+            full[name].shape, sharding, lambda index, a=full[name]: a[index])
+    return out
+
+
+def main():
+    command, root, step, layout = sys.argv[5], sys.argv[6], int(
+        sys.argv[7]), sys.argv[8]
+    with hoist.CheckpointManager(root, pool_bytes=64 << 20) as mgr:
+        if command == "save":
+            state = {"params": global_arrays(layout), "step": step}
+            assert not state["params"]["w"].is_fully_addressable or nproc == 1
+            mgr.save(step, state).wait()
+        else:
+            full = full_arrays()
+            template = {
+                "params": {
+                    name: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s)
+                    for (name, a), s in zip(
+                        full.items(),
+                        (NamedSharding(mesh(), p)
+                         for p in specs(layout).values()))
+                },
+                "step": 0,
+            }
+            restored = mgr.restore(step, like=template)
+            assert restored["step"] == step
+            for name, array in restored["params"].items():
+                assert array.sharding == template["params"][name].sharding
+                for shard in array.addressable_shards:
+                    np.testing.assert_array_equal(
+                        np.asarray(shard.data), full[name][shard.index],
+                        err_msg=name)
+    print(f"process {process}: {command} ok", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""One rank of an FSDP2 training job (torchrun, gloo, CPU) that checkpoints
+with hoist; test_multiprocess.py runs it on different world sizes.
+
+  torch_train.py ROOT OUT END [--save-at S] [--resume S] [--full-at S]
+                 [--from-full FILE]
+
+Trains a small MLP with AdamW from step 0 (or from a resumed step) to END
+on a fixed global batch per step, split among the ranks. --save-at saves
+the model and optimizer state dicts (DTensors) with hoist at step S;
+--resume restores them at step S (any world size) and goes on;
+--full-at / --from-full write and read the same state as full tensors with
+torch.save (the reference resharding, without hoist). Rank 0 writes the
+final parameters, full, to OUT.
+"""
+import argparse
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions, get_model_state_dict, get_optimizer_state_dict,
+    set_model_state_dict, set_optimizer_state_dict)
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+
+import hoist
+
+GLOBAL_BATCH = 16
+
+
+def build():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(12, 20), torch.nn.Tanh(),
+                                torch.nn.Linear(20, 7))
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    optim = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+    return model, optim
+
+
+def batch(step):
+    """This rank's rows of step `step`'s global batch."""
+    g = torch.Generator().manual_seed(1000 + step)
+    x = torch.randn(GLOBAL_BATCH, 12, generator=g)
+    y = torch.randn(GLOBAL_BATCH, 7, generator=g)
+    world, rank = dist.get_world_size(), dist.get_rank()
+    rows = GLOBAL_BATCH // world
+    return x[rank * rows:(rank + 1) * rows], y[rank * rows:(rank + 1) * rows]
+
+
+def train_step(model, optim, step):
+    x, y = batch(step)
+    optim.zero_grad()
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    optim.step()
+
+
+def state(model, optim, step, **options):
+    kw = {"options": StateDictOptions(**options)} if options else {}
+    return {"model": get_model_state_dict(model, **kw),
+            "optim": get_optimizer_state_dict(model, optim, **kw),
+            "step": step}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("root")
+    parser.add_argument("out")
+    parser.add_argument("end", type=int)
+    parser.add_argument("--save-at", type=int)
+    parser.add_argument("--resume", type=int)
+    parser.add_argument("--full-at", type=int)
+    parser.add_argument("--from-full")
+    args = parser.parse_args()
+    dist.init_process_group("gloo")
+    model, optim = build()
+    mgr = hoist.CheckpointManager(args.root, pool_bytes=16 << 20)
+    start = 0
+    if args.resume is not None:
+        restored = mgr.restore(args.resume, like=state(model, optim, 0))
+        set_model_state_dict(model, restored["model"])
+        set_optimizer_state_dict(model, optim, restored["optim"])
+        start = restored["step"]
+        assert start == args.resume
+    if args.from_full:
+        full = torch.load(args.from_full, weights_only=False)
+        options = StateDictOptions(full_state_dict=True)
+        set_model_state_dict(model, full["model"], options=options)
+        set_optimizer_state_dict(model, optim, full["optim"], options=options)
+        start = full["step"]
+    for step in range(start, args.end):
+        if step == args.save_at:
+            mgr.save(step, state(model, optim, step))
+        if step == args.full_at:
+            full = state(model, optim, step, full_state_dict=True)
+            if dist.get_rank() == 0:
+                torch.save(full, f"{args.out}.full")
+        train_step(model, optim, step)
+    mgr.close()
+    final = get_model_state_dict(
+        model, options=StateDictOptions(full_state_dict=True))
+    if dist.get_rank() == 0:
+        torch.save(final, args.out)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
