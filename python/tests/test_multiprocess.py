@@ -46,15 +46,19 @@ def torchrun(nproc, *args, check=True, timeout=180,
     return done
 
 
-def jax_processes(nproc, devices, *args, timeout=180):
-    """Runs `nproc` jax_worker.py processes, `devices` CPU devices each,
-    joined by jax.distributed."""
+def _start_jax(nproc, devices, args):
     port = _free_port()
-    procs = [subprocess.Popen(
+    return [subprocess.Popen(
         [sys.executable, str(HERE / "jax_worker.py"), str(port), str(p),
          str(nproc), str(devices), *map(str, args)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env=_env()) for p in range(nproc)]
+
+
+def jax_processes(nproc, devices, *args, timeout=180):
+    """Runs `nproc` jax_worker.py processes, `devices` CPU devices each,
+    joined by jax.distributed."""
+    procs = _start_jax(nproc, devices, args)
     outputs = [p.communicate(timeout=timeout)[0] for p in procs]
     for p, out in zip(procs, outputs):
         if p.returncode != 0:
@@ -93,6 +97,17 @@ def test_torchrun_rank_killed_mid_save_leaves_committed_steps(tmp_path):
     torchrun(1, "restore", root, 1, "b")
 
 
+def test_torchrun_hung_rank_is_named_after_the_timeout(tmp_path):
+    root, out = tmp_path / "ckpt", tmp_path / "rank0.json"
+    torchrun(2, "hang", root, out, check=False)
+    seen = json.loads(out.read_text())
+    assert seen["type"] == "TimeoutError", seen
+    assert "rank 1 did not arrive within 3 s" in seen["error"]
+    assert 2.5 < seen["waited_s"] < 30
+    assert seen["steps"] == [1]
+    assert not [p for p in root.iterdir() if ".tmp" in p.name]
+
+
 @pytest.mark.parametrize("saved,restored", [((2, 4), (1, 8)),
                                             ((2, 4), (4, 2))])
 def test_jax_global_arrays_restore_on_another_process_count(
@@ -128,3 +143,20 @@ def test_fsdp2_training_resumed_on_another_world_size_continues_exactly(
         assert torch.equal(resumed_same[name], want), name
         assert torch.equal(resumed_on_4[name], resharded_on_4[name]), name
         torch.testing.assert_close(resumed_on_4[name], want)
+
+
+def test_jax_hung_process_is_named_after_the_timeout(tmp_path):
+    root, out = tmp_path / "ckpt", tmp_path / "process0.json"
+    procs = _start_jax(2, 4, ["hang", root, out])
+    try:
+        procs[0].communicate(timeout=120)
+    finally:
+        for p in procs:
+            p.kill()
+            p.communicate()
+    seen = json.loads(out.read_text())
+    assert seen["type"] == "TimeoutError", seen
+    assert "rank 1 did not arrive within 3 s" in seen["error"]
+    assert 2.5 < seen["waited_s"] < 30
+    assert seen["steps"] == [1]
+    assert not [p for p in root.iterdir() if ".tmp" in p.name]

@@ -4,6 +4,7 @@ starts N of them.
 
   jax_worker.py PORT PROCESS NPROC DEVICES save ROOT STEP LAYOUT
   jax_worker.py PORT PROCESS NPROC DEVICES restore ROOT STEP LAYOUT
+  jax_worker.py PORT PROCESS NPROC DEVICES hang ROOT OUT
 
 DEVICES is each process's device count. LAYOUT ("a" or "b") picks the
 shardings on the global mesh. The full arrays come from fixed seeds, so
@@ -59,7 +60,33 @@ def global_arrays(layout):
     return out
 
 
+def hang(root, out):
+    """Process 1 stops (SIGSTOP) mid-save; process 0 writes what it saw to
+    `out` and exits at once (the job's shutdown would wait for process 1)."""
+    import json
+    import signal
+    import time
+    mgr = hoist.CheckpointManager(root, pool_bytes=64 << 20,
+                                  coordinator_timeout_s=3)
+    mgr.save(1, {"params": global_arrays("a")}).wait()
+    handle = mgr.save(2, {"params": global_arrays("a")})
+    if process == 1:
+        os.kill(os.getpid(), signal.SIGSTOP)
+    outcome, start = {"error": None}, time.monotonic()
+    try:
+        handle.wait()
+    except Exception as error:  # noqa: BLE001 (the test reads it)
+        outcome = {"type": type(error).__name__, "error": str(error)}
+    outcome["waited_s"] = time.monotonic() - start
+    outcome["steps"] = mgr.steps
+    with open(out, "w") as f:
+        json.dump(outcome, f)
+    os._exit(0)
+
+
 def main():
+    if sys.argv[5] == "hang":
+        return hang(sys.argv[6], sys.argv[7])
     command, root, step, layout = sys.argv[5], sys.argv[6], int(
         sys.argv[7]), sys.argv[8]
     with hoist.CheckpointManager(root, pool_bytes=64 << 20) as mgr:

@@ -5,6 +5,8 @@
   torch_worker.py restore ROOT STEP LAYOUT   restore it onto LAYOUT, check
   torch_worker.py kill ROOT OUT              rank 1 dies mid-save; rank 0
                                              writes what it saw to OUT
+  torch_worker.py hang ROOT OUT              rank 1 stops mid-save (SIGSTOP);
+                                             the same
 
 LAYOUT names the placements of every array ("a" or "b"), so a restore can
 use other placements than the save, on any number of ranks. The reference
@@ -142,6 +144,28 @@ def main():
         with open(out, "w") as f:
             json.dump(outcome, f)
         os._exit(0)  # the job lost a rank: skip torch's teardown
+    elif command == "hang":
+        out = sys.argv[3]
+        pids = [None] * dist.get_world_size()
+        dist.all_gather_object(pids, os.getpid())
+        mgr = hoist.CheckpointManager(root, pool_bytes=64 << 20,
+                                      coordinator_timeout_s=3)
+        mgr.save(1, state("a")).wait()
+        handle = mgr.save(2, state("a"))
+        if rank == 1:  # stops (alive, silent) before its share is written
+            os.kill(os.getpid(), signal.SIGSTOP)
+        outcome = {"error": None}
+        start = time.monotonic()
+        try:
+            handle.wait()
+        except Exception as error:  # noqa: BLE001 (the test reads it)
+            outcome = {"type": type(error).__name__, "error": str(error)}
+        outcome["waited_s"] = time.monotonic() - start
+        outcome["steps"] = mgr.steps
+        with open(out, "w") as f:
+            json.dump(outcome, f)
+        os.kill(pids[1], signal.SIGKILL)
+        os._exit(0)
     dist.destroy_process_group()
 
 
