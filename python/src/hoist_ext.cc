@@ -187,9 +187,9 @@ class PyCoordinator final : public Coordinator {
       nb::object got = object_.attr("all_gather")(Str(name), Bytes(bytes));
       for (nb::handle item : got) all.push_back(FromBytes(item, name));
       if (static_cast<int>(all.size()) != size_) {
-        throw std::runtime_error(absl::StrFormat(
-            "all_gather returned %d contributions for %d ranks", all.size(),
-            size_));
+        throw std::runtime_error(
+            absl::StrFormat("all_gather returned %d contributions for %d ranks",
+                            all.size(), size_));
       }
     });
     if (!status.ok()) return status;
@@ -199,8 +199,8 @@ class PyCoordinator final : public Coordinator {
                                         std::string bytes, int root) override {
     std::string out;
     absl::Status status = Call(name, [&] {
-      out = FromBytes(
-          object_.attr("broadcast")(Str(name), Bytes(bytes), root), name);
+      out = FromBytes(object_.attr("broadcast")(Str(name), Bytes(bytes), root),
+                      name);
     });
     if (!status.ok()) return status;
     return out;
@@ -213,9 +213,9 @@ class PyCoordinator final : public Coordinator {
   }
   static std::string FromBytes(nb::handle item, std::string_view name) {
     if (!nb::isinstance<nb::bytes>(item)) {
-      throw std::runtime_error(absl::StrFormat(
-          "coordinator operation '%s' returned %s, not bytes", name,
-          nb::type_name(item.type()).c_str()));
+      throw std::runtime_error(
+          absl::StrFormat("coordinator operation '%s' returned %s, not bytes",
+                          name, nb::type_name(item.type()).c_str()));
     }
     nb::bytes b = nb::borrow<nb::bytes>(item);
     return std::string(b.c_str(), b.size());
@@ -230,8 +230,7 @@ class PyCoordinator final : public Coordinator {
       const bool timeout = e.matches(PyExc_TimeoutError);
       const std::string message = absl::StrFormat(
           "coordinator operation '%s' on rank %d of %d: %s: %s", name, rank_,
-          size_, nb::type_name(e.type()).c_str(),
-          nb::str(e.value()).c_str());
+          size_, nb::type_name(e.type()).c_str(), nb::str(e.value()).c_str());
       return timeout ? absl::DeadlineExceededError(message)
                      : absl::AbortedError(message);
     } catch (const std::exception& e) {
@@ -605,10 +604,11 @@ NB_MODULE(_hoist, m) {
   });
 
   nb::class_<PyBackend>(m, "Backend")
-      .def(nb::init<const std::string&, int, int64_t, const std::vector<int>&>(),
-           nb::arg("kind"), nb::arg("num_devices") = 1,
-           nb::arg("first_device_id") = 0,
-           nb::arg("ordinals") = std::vector<int>())
+      .def(
+          nb::init<const std::string&, int, int64_t, const std::vector<int>&>(),
+          nb::arg("kind"), nb::arg("num_devices") = 1,
+          nb::arg("first_device_id") = 0,
+          nb::arg("ordinals") = std::vector<int>())
       .def("ordinal", &PyBackend::ordinal, nb::arg("device_id"))
       .def_prop_ro("kind", &PyBackend::kind)
       .def("device_ids", &PyBackend::device_ids);
@@ -621,15 +621,14 @@ NB_MODULE(_hoist, m) {
       .def("progress", &PyHandle::Progress);
 
   nb::class_<PyManager>(m, "Manager")
-      .def(
-          nb::init<const std::string&, std::shared_ptr<PyBackend>, int64_t, int,
-                   int64_t, int, int, const std::string&, const std::string&,
-                   nb::object>(),
-          nb::arg("root"), nb::arg("backend"), nb::arg("pool_bytes"),
-          nb::arg("keep_last"), nb::arg("keep_every"), nb::arg("max_in_flight"),
-          nb::arg("writers"), nb::arg("io"),
-          nb::arg("background_priority") = "low",
-          nb::arg("coordinator").none() = nb::none())
+      .def(nb::init<const std::string&, std::shared_ptr<PyBackend>, int64_t,
+                    int, int64_t, int, int, const std::string&,
+                    const std::string&, nb::object>(),
+           nb::arg("root"), nb::arg("backend"), nb::arg("pool_bytes"),
+           nb::arg("keep_last"), nb::arg("keep_every"),
+           nb::arg("max_in_flight"), nb::arg("writers"), nb::arg("io"),
+           nb::arg("background_priority") = "low",
+           nb::arg("coordinator").none() = nb::none())
       .def("save", &PyManager::Save, nb::arg("step"), nb::arg("arrays"),
            nb::arg("metadata_json"), nb::arg("dispatched"))
       .def("restore", &PyManager::Restore, nb::arg("step").none(),

@@ -2,7 +2,8 @@
 (run by test_torchrun.py under `torchrun --nproc-per-node N`).
 
   torch_worker.py save ROOT STEP LAYOUT      save the reference state
-  torch_worker.py restore ROOT STEP LAYOUT   restore it onto LAYOUT, check
+  torch_worker.py restore ROOT STEP          restore it onto each layout,
+                                             check
   torch_worker.py kill ROOT OUT              rank 1 dies mid-save; rank 0
                                              writes what it saw to OUT
   torch_worker.py hang ROOT OUT              rank 1 stops mid-save (SIGSTOP);
@@ -109,20 +110,21 @@ def main():
         with hoist.CheckpointManager(root, pool_bytes=64 << 20) as mgr:
             assert mgr.rank == rank
             mgr.save(step, state(layout)).wait()
-    elif command == "restore":
-        step, layout = int(sys.argv[3]), sys.argv[4]
+    elif command == "restore":  # onto every layout
+        step = int(sys.argv[3])
         with hoist.CheckpointManager(root, pool_bytes=64 << 20) as mgr:
-            template = state(layout)
-            restored = mgr.restore(step, like=template)
-            check(restored, layout)
-            needed = extents_needed(hoist.inspect(f"{root}/step_{step:08d}"),
-                                    template)
-            assert mgr.last_restore["extents_read"] == needed, (
-                mgr.last_restore, needed)
+            for layout in "ab":
+                template = state(layout)
+                restored = mgr.restore(step, like=template)
+                check(restored, layout)
+                needed = extents_needed(
+                    hoist.inspect(f"{root}/step_{step:08d}"), template)
+                assert mgr.last_restore["extents_read"] == needed, (
+                    mgr.last_restore, needed)
             # Without a template: every rank gets the full tensors.
             whole = mgr.restore(step)
             full = full_tensors()
-            for name in placements(layout):
+            for name in placements("a"):
                 assert torch.equal(whole["model"][name], full[name]), name
     elif command == "kill":
         out = sys.argv[3]
