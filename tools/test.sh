@@ -46,18 +46,26 @@ TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 # time (HOIST_FUZZ_SECONDS, default 30). New inputs go to
 # build/asan/fuzz-corpus, not into the repository.
 fuzz_seconds=${HOIST_FUZZ_SECONDS:-30}
-for fuzzer in manifest_fuzzer restore_fuzzer; do
-  log "fuzzing $fuzzer for ${fuzz_seconds}s"
+fuzzers=(manifest_fuzzer restore_fuzzer)
+log "fuzzing ${fuzzers[*]} side by side for ${fuzz_seconds}s"
+pids=()
+for fuzzer in "${fuzzers[@]}"; do
   mkdir -p "build/asan/fuzz-corpus/$fuzzer"
-  if ! "build/asan/fuzz/$fuzzer" -max_total_time="$fuzz_seconds" -timeout=10 \
+  "build/asan/fuzz/$fuzzer" -max_total_time="$fuzz_seconds" -timeout=10 \
     -rss_limit_mb=2048 -malloc_limit_mb=512 -print_final_stats=1 \
     -dict=fuzz/manifest.dict -max_len=524288 \
     "build/asan/fuzz-corpus/$fuzzer" fuzz/corpus/manifest \
-    >"build/asan/$fuzzer.log" 2>&1; then
+    >"build/asan/$fuzzer.log" 2>&1 &
+  pids+=($!)
+done
+for i in "${!fuzzers[@]}"; do
+  fuzzer=${fuzzers[$i]}
+  if ! wait "${pids[$i]}"; then
     tail -n 40 "build/asan/$fuzzer.log" >&2
     echo "$fuzzer found a failure (build/asan/$fuzzer.log)" >&2
     exit 1
   fi
+  echo "$fuzzer:"
   grep -E '^(Done|stat::peak_rss_mb)' "build/asan/$fuzzer.log"
 done
 

@@ -109,14 +109,33 @@ class CheckpointManager:
                  coordinator_timeout_s=600.0):
         if keep is not None and keep < 1:
             raise ValueError("keep must be >= 1 (or None to keep every step)")
+        # A coordinator hoist makes is hoist's to close; a caller's is not.
+        self._owned_coordinator = None
         if coordinator == "auto":
             coordinator = job_coordinator(coordinator_timeout_s)
+            self._owned_coordinator = coordinator
         elif coordinator == "single":
             coordinator = None
         elif isinstance(coordinator, str):
             raise ValueError(f"coordinator {coordinator!r}: use 'auto', "
                              "'single' or a coordinator object")
-        self._coordinator = coordinator
+        try:
+            self._open(path, coordinator, backend, num_devices, pool_bytes,
+                       keep, keep_every, max_in_flight, writers, io,
+                       background_priority)
+        except BaseException:
+            self._close_coordinator()
+            raise
+        _OPEN.add(self)
+        # The engine's figures for the last restore(): bytes_read,
+        # target_bytes (what was asked for: bytes_read / target_bytes is the
+        # read amplification), extents_read, dispatches, waves, elapsed_s
+        # (None before one).
+        self.last_restore = None
+
+    def _open(self, path, coordinator, backend, num_devices, pool_bytes,
+              keep, keep_every, max_in_flight, writers, io,
+              background_priority):
         rank = coordinator.rank if coordinator is not None else 0
         first, num_devices, ordinals = _local_devices(
             backend, num_devices, coordinator)
@@ -135,12 +154,6 @@ class CheckpointManager:
             _hoist.Manager, os.fspath(path), self._backend, int(pool_bytes),
             int(keep or 0), int(keep_every or 0), int(max_in_flight),
             int(writers), io, background_priority, coordinator)
-        _OPEN.add(self)
-        # The engine's figures for the last restore(): bytes_read,
-        # target_bytes (what was asked for: bytes_read / target_bytes is the
-        # read amplification), extents_read, dispatches, waves, elapsed_s
-        # (None before one).
-        self.last_restore = None
 
     # -- saving ------------------------------------------------------------
 
@@ -258,9 +271,12 @@ class CheckpointManager:
         try:
             _call(self._manager.close)
         finally:
-            if self._coordinator is not None and hasattr(self._coordinator,
-                                                         "close"):
-                self._coordinator.close()
+            self._close_coordinator()
+
+    def _close_coordinator(self):
+        if self._owned_coordinator is not None:
+            self._owned_coordinator.close()
+            self._owned_coordinator = None
 
     def __enter__(self):
         return self

@@ -1,0 +1,85 @@
+"""A caller's own coordinator object, in one process: its operations are
+the engine's, and what it raises fails the save with the right exception,
+leaving every committed step as it was."""
+import numpy as np
+import pytest
+
+import hoist
+
+
+class Recording:
+    """Rank 0 of 1 that records every operation and can fail one."""
+
+    def __init__(self, fail_at=None, error=RuntimeError):
+        self.rank, self.size = 0, 1
+        self.calls, self.fail_at, self.error = [], fail_at, error
+
+    def _enter(self, name):
+        self.calls.append(name)
+        if name == self.fail_at:
+            raise self.error(f"rank 3 did not come to '{name}'")
+
+    def barrier(self, name):
+        self._enter(name)
+
+    def all_gather(self, name, data):
+        self._enter(name)
+        return [data]
+
+    def broadcast(self, name, data, root):
+        self._enter(name)
+        return data
+
+
+def test_a_save_runs_through_the_callers_coordinator(root):
+    coordinator = Recording()
+    with hoist.CheckpointManager(root, coordinator=coordinator) as mgr:
+        mgr.save(1, {"w": np.arange(10.0)}).wait()
+        assert mgr.restore(1)["w"].tolist() == list(np.arange(10.0))
+    # Open's, then the four of a save, in order.
+    assert coordinator.calls[-4:] == ["tmp_dir", "written", "hashes",
+                                      "committed"]
+
+
+@pytest.mark.parametrize("error,expected", [
+    (RuntimeError, hoist.CoordinationError), (TimeoutError, TimeoutError)])
+def test_a_failed_coordinator_operation_fails_the_save_only(root, error,
+                                                            expected):
+    coordinator = Recording(error=error)
+    with hoist.CheckpointManager(root, coordinator=coordinator) as mgr:
+        mgr.save(1, {"w": np.ones(4)}).wait()
+        coordinator.fail_at = "hashes"
+        handle = mgr.save(2, {"w": np.zeros(4)})
+        with pytest.raises(expected, match="rank 3 did not come to 'hashes'"):
+            handle.wait()
+        coordinator.fail_at = None
+        with pytest.raises(expected):  # reported again by the next call
+            mgr.wait_until_finished()
+        assert mgr.steps == [1]
+        assert not [p for p in root.iterdir() if ".tmp" in p.name]
+        mgr.save(3, {"w": np.full(4, 3.0)}).wait()
+        assert mgr.steps == [1, 3]
+        assert mgr.restore(1)["w"].tolist() == [1.0] * 4
+
+
+def test_a_coordinator_answering_for_the_wrong_number_of_ranks_fails(root):
+    class Short(Recording):
+        def all_gather(self, name, data):
+            return []
+
+    with pytest.raises(hoist.CoordinationError,
+                       match="'devices'.*0 contributions for 1 ranks"):
+        hoist.CheckpointManager(root, coordinator=Short())
+
+
+def test_bad_coordinator_arguments_are_refused(root):
+    with pytest.raises(ValueError, match="coordinator 'mpi'"):
+        hoist.CheckpointManager(root, coordinator="mpi")
+
+    class Bad(Recording):
+        def __init__(self):
+            super().__init__()
+            self.rank = 2
+
+    with pytest.raises(ValueError, match="rank 2 of 1"):
+        hoist.CheckpointManager(root, coordinator=Bad())
