@@ -63,24 +63,15 @@ def global_arrays(layout):
 def hang(root, out):
     """Process 1 stops (SIGSTOP) mid-save; process 0 writes what it saw to
     `out` and exits at once (the job's shutdown would wait for process 1)."""
-    import json
     import signal
-    import time
+    import outcome  # beside this script
     mgr = hoist.CheckpointManager(root, pool_bytes=64 << 20,
                                   coordinator_timeout_s=3)
     mgr.save(1, {"params": global_arrays("a")}).wait()
     handle = mgr.save(2, {"params": global_arrays("a")})
     if process == 1:
         os.kill(os.getpid(), signal.SIGSTOP)
-    outcome, start = {"error": None}, time.monotonic()
-    try:
-        handle.wait()
-    except Exception as error:  # noqa: BLE001 (the test reads it)
-        outcome = {"type": type(error).__name__, "error": str(error)}
-    outcome["waited_s"] = time.monotonic() - start
-    outcome["steps"] = mgr.steps
-    with open(out, "w") as f:
-        json.dump(outcome, f)
+    outcome.report(mgr, handle, out)
     os._exit(0)
 
 

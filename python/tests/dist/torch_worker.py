@@ -14,11 +14,9 @@ use other placements than the save, on any number of ranks. The reference
 state's full tensors are made from fixed seeds, so every rank of every job
 knows what each shard must hold.
 """
-import json
 import os
 import signal
 import sys
-import time
 
 import torch
 import torch.distributed as dist
@@ -26,6 +24,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 
 import hoist
+import outcome  # beside this script
 
 
 def full_tensors():
@@ -135,16 +134,7 @@ def main():
         handle = mgr.save(2, {**state("a"), **big})
         if rank == 1:  # dies while its share of step 2 is being written
             os.kill(os.getpid(), signal.SIGKILL)
-        outcome = {"error": None}
-        start = time.monotonic()
-        try:
-            handle.wait()
-        except Exception as error:  # noqa: BLE001 (the test reads it)
-            outcome = {"type": type(error).__name__, "error": str(error)}
-        outcome["steps"] = mgr.steps
-        outcome["waited_s"] = time.monotonic() - start
-        with open(out, "w") as f:
-            json.dump(outcome, f)
+        outcome.report(mgr, handle, out)
         os._exit(0)  # the job lost a rank: skip torch's teardown
     elif command == "hang":
         out = sys.argv[3]
@@ -156,16 +146,7 @@ def main():
         handle = mgr.save(2, state("a"))
         if rank == 1:  # stops (alive, silent) before its share is written
             os.kill(os.getpid(), signal.SIGSTOP)
-        outcome = {"error": None}
-        start = time.monotonic()
-        try:
-            handle.wait()
-        except Exception as error:  # noqa: BLE001 (the test reads it)
-            outcome = {"type": type(error).__name__, "error": str(error)}
-        outcome["waited_s"] = time.monotonic() - start
-        outcome["steps"] = mgr.steps
-        with open(out, "w") as f:
-            json.dump(outcome, f)
+        outcome.report(mgr, handle, out)
         os.kill(pids[1], signal.SIGKILL)
         os._exit(0)
     dist.destroy_process_group()
