@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "hoist/checkpoint_types.h"
 #include "hoist/manifest.h"
 #include "hoist/storage.h"
@@ -84,6 +85,19 @@ class CheckpointRoot {
   // Re-reads every extent of `step` against its hash (VerifyReport lists
   // every problem); kNotFound if there is no such step.
   absl::StatusOr<VerifyReport> Verify(int64_t step) const;
+  // Reads `targets` of committed step `step` into host memory: every
+  // destination has `data` and no device. Only the extents that meet the
+  // targets are read, each checked against its hash as it is read (unless
+  // options.verify_xxh3 is off). Needs no pool and no lock, so it works on
+  // a root opened for reading while a job saves into it (the CLI's export
+  // reads through it). kInvalidArgument for a destination on a device or
+  // without memory; otherwise the errors of CheckpointManager::Restore
+  // (kNotFound for a step or array the root lacks, kDataLoss for corrupt
+  // bytes).
+  absl::StatusOr<RestoreStats> Read(int64_t step,
+                                    absl::Span<const RestoreTarget> targets,
+                                    const RestoreOptions& options = {}) const;
+
   // Deletes committed step `step`: renames it aside (a crash then leaves a
   // temporary entry that the next Open removes), makes that durable, then
   // removes it, never following a link. kNotFound if there is no such step;

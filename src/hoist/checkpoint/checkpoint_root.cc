@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "hoist/base/status_macros.h"
+#include "hoist/checkpoint/restore.h"
 #include "hoist/checkpoint/verify.h"
 #include "hoist/format/layout.h"
 #include "hoist/format/manifest_file.h"
@@ -241,6 +242,26 @@ absl::StatusOr<Manifest> CheckpointRoot::ReadManifest(int64_t step) const {
 absl::StatusOr<VerifyReport> CheckpointRoot::Verify(int64_t step) const {
   ASSIGN_OR_RETURN(const std::string dir, StepDir(step));
   return VerifyCheckpoint(storage_, dir);
+}
+
+absl::StatusOr<RestoreStats> CheckpointRoot::Read(
+    int64_t step, absl::Span<const RestoreTarget> targets,
+    const RestoreOptions& options) const {
+  for (const RestoreTarget& target : targets) {
+    for (const RestoreDestination& dest : target.destinations) {
+      if (dest.device != nullptr || dest.data == nullptr) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "reading '%s' from %s: a destination is not host memory (a "
+            "restore onto devices goes through a CheckpointManager)",
+            target.name, path_));
+      }
+    }
+  }
+  ASSIGN_OR_RETURN(const std::string dir, StepDir(step));
+  // Host destinations never stage through a pool: this one stays empty.
+  ASSIGN_OR_RETURN(std::unique_ptr<StagingPool> pool,
+                   StagingPool::CreatePending(StagingPool::kAlignment));
+  return RestoreCheckpoint(storage_, dir, targets, *pool, options);
 }
 
 absl::Status CheckpointRoot::Delete(int64_t step) {

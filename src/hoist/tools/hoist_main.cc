@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include "hoist/tools/demo_command.h"
+#include "hoist/tools/export_command.h"
 #include "hoist/tools/inspect_commands.h"
 #include "hoist/tools/plan_command.h"
 
@@ -15,6 +16,7 @@ int main(int argc, char** argv) {
   hoist::AddDemoCommand(app);
   hoist::AddPlanCommand(app);
   hoist::AddInspectCommands(app);
+  hoist::AddExportCommand(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }

@@ -1,0 +1,74 @@
+// Exporting a committed step to the formats other tools read: Hugging Face
+// safetensors (what transformers' from_pretrained and the Hub take).
+//
+// A safetensors file is an 8-byte little-endian header length, a JSON
+// header {name: {"dtype", "shape", "data_offsets": [begin, end]}, with
+// "__metadata__": {str: str}}, then every tensor's bytes in C order, back
+// to back. A model larger than one file is split into
+// model-00001-of-0000N.safetensors files plus model.safetensors.index.json
+// ({"metadata": {"total_size"}, "weight_map": {name: file}}), the Hub's
+// convention; a smaller one is model.safetensors.
+//
+// The export streams: it reads the step's extents (each checked against its
+// hash) into at most `memory_bytes` of host memory at a time, in pieces of
+// whole arrays or of runs of rows, writing one piece while it reads the
+// next, whatever the model's size. Each file is written under a temporary
+// name, fsynced, and renamed into place, the index last, so an interrupted
+// export leaves no file that looks complete.
+#ifndef HOIST_EXPORT_H_
+#define HOIST_EXPORT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace hoist {
+
+struct SafetensorsExportOptions {
+  // A file holds at most this many bytes of tensors before the next begins
+  // (default 5 GB, the Hub's); a tensor larger than that gets a file alone.
+  int64_t max_shard_bytes = 5'000'000'000;
+  // "FROM" or "FROM=TO": export only the arrays whose names start with
+  // FROM, with FROM replaced by TO (default "": every array, as named).
+  // "model/" exports what {"model": state_dict} saved under its state
+  // dict's own names.
+  std::string prefix;
+  // Host memory for bytes in flight: two buffers of half of it (default
+  // 256 MiB; at least 1 MiB).
+  int64_t memory_bytes = int64_t{256} << 20;
+};
+
+struct ExportStats {
+  int64_t tensors = 0;
+  int64_t bytes = 0;               // tensor bytes written
+  int64_t bytes_read = 0;          // from the checkpoint (>= bytes)
+  std::vector<std::string> files;  // written, in order (the index last)
+  absl::Duration elapsed;
+};
+
+// Exports the committed step at `step_dir` (ROOT/step_N, or a root: its
+// newest step) into the directory `out_dir` (created if missing; it must
+// not already hold model.safetensors or an index). Every tensor's XXH3-64
+// of its exported bytes goes into its file's "__metadata__" under
+// "hoist.xxh3" (a JSON object name -> 16 hex digits), with "format": "pt"
+// (transformers requires it) and "hoist.step". Errors: kNotFound without a
+// committed step; kAlreadyExists when out_dir holds an export;
+// kInvalidArgument for bad options, a prefix no array has, or a name
+// safetensors cannot hold (empty, "__metadata__"); kDataLoss for corrupt extents; storage errors as is.
+absl::StatusOr<ExportStats> ExportSafetensors(
+    const std::string& step_dir, const std::string& out_dir,
+    const SafetensorsExportOptions& options = {});
+
+// The safetensors name of a hoist dtype name ("bfloat16" -> "BF16",
+// "float8_e4m3fn" -> "F8_E4M3"), and back; kInvalidArgument for a name the
+// other side lacks.
+absl::StatusOr<std::string> SafetensorsDType(const std::string& hoist_dtype);
+absl::StatusOr<std::string> HoistDTypeOfSafetensors(
+    const std::string& safetensors_dtype);
+
+}  // namespace hoist
+
+#endif  // HOIST_EXPORT_H_

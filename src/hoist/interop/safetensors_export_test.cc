@@ -1,0 +1,196 @@
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <xxhash.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_format.h"
+#include "hoist/checkpoint_manager.h"
+#include "hoist/export.h"
+#include "hoist/format/layout.h"
+#include "hoist/host_backend.h"
+#include "testing/array_bytes.h"
+#include "testing/mixed_model.h"
+#include "testing/temp_dir.h"
+
+namespace hoist {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::vector<ArraySpec> Model() {
+  const Mesh mesh = *Mesh::Create({"data", "model"}, {2, 2});
+  return {
+      // Sharded over columns: a run of rows meets every shard.
+      {"model/w", DType::kBFloat16, {300, 260}, NamedSharding{mesh, {{}, {"model"}}}},
+      {"model/b", DType::kFloat32, {260}, Sharding::Replicated(mesh)},
+      {"model/big", DType::kFloat32, {3, 1000, 100},
+       NamedSharding{mesh, {{}, {"data", "model"}}}},
+      {"model/empty", DType::kInt64, {0, 4}, Sharding::Replicated(mesh)},
+      {"optim/mu", DType::kFloat8E4M3FN, {64}, Sharding::Replicated(mesh)},
+  };
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// A safetensors file: its header, and each tensor's bytes.
+struct Parsed {
+  nlohmann::json header;
+  std::map<std::string, std::string> tensors;
+};
+
+Parsed Parse(const std::string& path) {
+  const std::string text = ReadFile(path);
+  uint64_t length = 0;
+  std::memcpy(&length, text.data(), 8);
+  Parsed out;
+  out.header = nlohmann::json::parse(text.substr(8, length));
+  const size_t data = 8 + length;
+  EXPECT_EQ(data % 8, 0u);
+  std::map<std::pair<size_t, size_t>, std::string> by_offset;
+  for (auto& [name, entry] : out.header.items()) {
+    if (name == "__metadata__") continue;
+    by_offset[{entry["data_offsets"][0], entry["data_offsets"][1]}] = name;
+  }
+  size_t expected_begin = 0;
+  for (const auto& [offsets, name] : by_offset) {
+    const auto [begin, end] = offsets;
+    EXPECT_EQ(begin, expected_begin) << name;  // back to back
+    expected_begin = end;
+    out.tensors[name] = text.substr(data + begin, end - begin);
+  }
+  EXPECT_EQ(data + expected_begin, text.size());
+  return out;
+}
+
+class ExportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    backend_ = *MakeHostBackend({.num_devices = 4});
+    model_ = Model();
+    shards_ = testing::FillShards(model_, backend_->devices());
+    root_ = temp_.path() + "/ckpt";
+    coordinator_ = MakeSingleProcessCoordinator();
+    auto manager = *CheckpointManager::Open(root_, *backend_, *coordinator_);
+    ASSERT_TRUE(manager->Save(7, testing::SaveArraysOf(model_, shards_)).ok());
+    ASSERT_TRUE(manager->WaitUntilFinished().ok());
+  }
+
+  std::string Expected(int array) const {
+    const ArraySpec& spec = model_[array];
+    std::vector<uint8_t> bytes = testing::BoxBytes(
+        spec, array, Box(std::vector<int64_t>(spec.shape.size(), 0), spec.shape));
+    return std::string(bytes.begin(), bytes.end());
+  }
+
+  testing::TempDir temp_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::vector<ArraySpec> model_;
+  testing::DeviceShards shards_;
+  std::string root_;
+};
+
+TEST_F(ExportTest, OneFileHoldsEveryTensorBitExactWithItsHash) {
+  const std::string out = temp_.path() + "/hf";
+  absl::StatusOr<ExportStats> stats = ExportSafetensors(root_, out);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->tensors, 5);
+  ASSERT_EQ(stats->files.size(), 1u);
+  Parsed file = Parse(out + "/model.safetensors");
+  const nlohmann::json meta = file.header["__metadata__"];
+  EXPECT_EQ(meta["format"], "pt");
+  EXPECT_EQ(meta["hoist.step"], "7");
+  const nlohmann::json hashes = nlohmann::json::parse(
+      meta["hoist.xxh3"].get<std::string>());
+  for (size_t a = 0; a < model_.size(); ++a) {
+    const std::string& name = model_[a].name;
+    ASSERT_TRUE(file.tensors.contains(name)) << name;
+    EXPECT_EQ(file.tensors[name], Expected(a)) << name;
+    EXPECT_EQ(file.header[name]["shape"], model_[a].shape);
+    EXPECT_EQ(hashes[name], absl::StrFormat("%016x", XXH3_64bits(
+                                                         file.tensors[name].data(),
+                                                         file.tensors[name].size())));
+  }
+  EXPECT_EQ(file.header["model/w"]["dtype"], "BF16");
+  EXPECT_EQ(file.header["optim/mu"]["dtype"], "F8_E4M3");
+}
+
+TEST_F(ExportTest, ShardsWithAnIndexAndStreamsThroughLittleMemory) {
+  const std::string out = temp_.path() + "/hf";
+  // 1 MiB of memory: 512 KiB chunks; model/big (1.2 MB) goes in runs of
+  // rows, model/w meets both column shards in every run.
+  absl::StatusOr<ExportStats> stats = ExportSafetensors(
+      root_, out,
+      {.max_shard_bytes = 200'000, .prefix = "model/=base.", .memory_bytes = 1 << 20});
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->tensors, 4);  // optim/ left out
+  const nlohmann::json index =
+      nlohmann::json::parse(ReadFile(out + "/model.safetensors.index.json"));
+  EXPECT_EQ(index["weight_map"].size(), 4u);
+  int64_t total = 0;
+  for (size_t a = 0; a < 4; ++a) {
+    const std::string name = "base." + model_[a].name.substr(6);
+    const std::string file = index["weight_map"][name];
+    EXPECT_THAT(file, ::testing::MatchesRegex("model-0000[1-9]-of-0000[0-9].safetensors"));
+    Parsed parsed = Parse(out + "/" + file);
+    EXPECT_EQ(parsed.tensors[name], Expected(a)) << name;
+    total += static_cast<int64_t>(parsed.tensors[name].size());
+  }
+  EXPECT_EQ(index["metadata"]["total_size"], total);
+  EXPECT_GE(stats->files.size(), 3u);  // w alone, big alone, b + empty
+}
+
+TEST_F(ExportTest, RefusesAnExistingExportAndNamesItCannotMake) {
+  const std::string out = temp_.path() + "/hf";
+  ASSERT_TRUE(ExportSafetensors(root_, out).ok());
+  absl::Status again = ExportSafetensors(root_, out).status();
+  EXPECT_EQ(again.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(again.message(), HasSubstr("already holds an export"));
+  absl::Status none =
+      ExportSafetensors(root_, temp_.path() + "/x", {.prefix = "nope/"}).status();
+  EXPECT_EQ(none.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(none.message(), HasSubstr("no array's name starts with 'nope/'"));
+  absl::Status nameless =
+      ExportSafetensors(root_, temp_.path() + "/y", {.prefix = "optim/mu"})
+          .status();
+  EXPECT_EQ(nameless.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(nameless.message(), HasSubstr("safetensors cannot hold"));
+  EXPECT_EQ(ExportSafetensors(temp_.path() + "/none", temp_.path() + "/z")
+                .status()
+                .code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(ExportTest, ACorruptExtentFailsWithoutLeavingAFile) {
+  const std::string data = root_ + "/" + StepDirName(7) + "/data";
+  for (const auto& entry : std::filesystem::directory_iterator(data)) {
+    std::fstream f(entry.path(), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    f.put('\x5a');
+  }
+  const std::string out = temp_.path() + "/hf";
+  absl::Status status = ExportSafetensors(root_, out).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+  EXPECT_TRUE(std::filesystem::is_empty(out));
+}
+
+TEST(SafetensorsDTypeTest, EveryHoistDTypeHasANameAndBack) {
+  for (DType dtype : kAllDTypes) {
+    const std::string name(DTypeName(dtype));
+    absl::StatusOr<std::string> st = SafetensorsDType(name);
+    ASSERT_TRUE(st.ok()) << name;
+    EXPECT_EQ(*HoistDTypeOfSafetensors(*st), name);
+  }
+  EXPECT_EQ(HoistDTypeOfSafetensors("C64").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace hoist
