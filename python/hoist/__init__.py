@@ -25,11 +25,12 @@ import numpy as np
 from . import _hoist
 from ._errors import CoordinationError, DataLossError
 from ._errors import call as _call
+from ._interop import export, import_checkpoint
 from ._dist import JaxCoordinator, TorchCoordinator, job_coordinator
 from ._tree import Devices, flatten, gc_paused, unflatten
 
 __all__ = ["CheckpointManager", "SaveHandle", "DataLossError",
-           "CoordinationError", "inspect",
+           "CoordinationError", "inspect", "export", "import_checkpoint",
            "TorchCoordinator", "JaxCoordinator"]
 __version__ = "0.1.0"
 

@@ -33,6 +33,7 @@
 #include "hoist/checkpoint_manager.h"
 #include "hoist/checkpoint_root.h"
 #include "hoist/cuda_backend.h"
+#include "hoist/export.h"
 #include "hoist/host_backend.h"
 
 namespace nb = nanobind;
@@ -581,6 +582,30 @@ std::string Inspect(const std::string& path) {
   return Check(EncodeManifest(Check(std::move(manifest))));
 }
 
+// Exports step `step_dir` to safetensors in `out_dir` (see
+// hoist/export.h): the figures as a dict.
+nb::dict ExportSafetensorsTo(const std::string& step_dir,
+                             const std::string& out_dir,
+                             int64_t max_shard_bytes, const std::string& prefix,
+                             int64_t memory_bytes) {
+  absl::StatusOr<ExportStats> stats;
+  {
+    nb::gil_scoped_release release;
+    stats = ExportSafetensors(step_dir, out_dir,
+                              {.max_shard_bytes = max_shard_bytes,
+                               .prefix = prefix,
+                               .memory_bytes = memory_bytes});
+  }
+  const ExportStats s = Check(std::move(stats));
+  nb::dict d;
+  d["tensors"] = s.tensors;
+  d["bytes"] = s.bytes;
+  d["bytes_read"] = s.bytes_read;
+  d["files"] = s.files;
+  d["elapsed_s"] = absl::ToDoubleSeconds(s.elapsed);
+  return d;
+}
+
 }  // namespace
 }  // namespace hoist
 
@@ -644,4 +669,13 @@ NB_MODULE(_hoist, m) {
       .def_prop_ro("root", &PyManager::Root);
 
   m.def("inspect", &Inspect, nb::arg("path"));
+  m.def("export_safetensors", &ExportSafetensorsTo, nb::arg("step_dir"),
+        nb::arg("out_dir"), nb::arg("max_shard_bytes"), nb::arg("prefix"),
+        nb::arg("memory_bytes"));
+  m.def("safetensors_dtype", [](const std::string& name) {
+    return Check(SafetensorsDType(name));
+  });
+  m.def("dtype_of_safetensors", [](const std::string& name) {
+    return Check(HoistDTypeOfSafetensors(name));
+  });
 }
