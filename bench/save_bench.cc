@@ -45,6 +45,7 @@
 #include "hoist/base/checked_math.h"
 #include "hoist/box.h"
 #include "hoist/checkpoint_manager.h"
+#include "hoist/export.h"
 #include "hoist/host_backend.h"
 #include "hoist/save_plan.h"
 #include "hoist/tools/sample_model.h"
@@ -357,6 +358,14 @@ int Main(int argc, char** argv) {
   const RestoreStats partial =
       Check(manager->Restore(saved.step, device_targets(tenth, other_buffers,
                                                         /*one_per_box=*/true)));
+  // The step exported to safetensors, page cache dropped: the export reads
+  // and writes the same bytes on the same disk, so beside the write limit
+  // it is compared with the disk's read plus write time for them.
+  DropCacheTree(saved.path);
+  const std::string export_dir = dir + "/export";
+  const ExportStats exported = Check(ExportSafetensors(saved.path, export_dir));
+  const double export_s = absl::ToDoubleSeconds(exported.elapsed);
+  std::filesystem::remove_all(export_dir);
   manager.reset();
   std::filesystem::remove_all(root);
   if (own_dir) std::filesystem::remove_all(dir);
@@ -385,6 +394,10 @@ int Main(int argc, char** argv) {
       {"restore_host_gbps", gb / host_s},
       {"restore_host_s", host_s},
       {"restore_host_vs_raw_read", raw.read_s / host_s},
+      {"export_s", export_s},
+      {"export_gbps", gb / export_s},
+      {"export_vs_raw_write", raw.write_s / export_s},
+      {"export_vs_raw_read_plus_write", (raw.read_s + raw.write_s) / export_s},
       {"pool_bytes", pool_bytes},
       {"waves", saved.waves},
       {"peak_rss_over_baseline_bytes", save_peak},
@@ -413,7 +426,9 @@ int Main(int argc, char** argv) {
         "arrays %.3f\n"
         "save staged in %.2fs through a %s pool (%d waves); peak RSS during "
         "the save: %s over what the process held before (pool + %s)\n"
-        "both restores verified bit-exact: %s\n",
+        "both restores verified bit-exact: %s\n"
+        "export to safetensors (page cache dropped): %.2fs, %.2f GB/s: "
+        "%.2fx the disk's write limit, %.2fx its read + write limit\n",
         config.layers, config.d_model, FormatBytes(data_bytes), model.size(),
         writers, io, "", "time", "rate", "vs disk", "disk limit: write + fsync",
         raw.write_s, gb / raw.write_s, "",
@@ -427,7 +442,9 @@ int Main(int argc, char** argv) {
         unchecked_s, amplification(restored), amplification(reshard),
         tenth.size(), model.size(), amplification(partial), Median(staged),
         FormatBytes(pool_bytes), saved.waves, FormatBytes(save_peak),
-        FormatBytes(save_peak - pool_bytes), verified ? "yes" : "NO");
+        FormatBytes(save_peak - pool_bytes), verified ? "yes" : "NO", export_s,
+        gb / export_s, raw.write_s / export_s,
+        (raw.read_s + raw.write_s) / export_s);
   }
   return verified ? 0 : 1;
 }

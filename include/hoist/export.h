@@ -57,7 +57,8 @@ struct ExportStats {
 // (transformers requires it) and "hoist.step". Errors: kNotFound without a
 // committed step; kAlreadyExists when out_dir holds an export;
 // kInvalidArgument for bad options, a prefix no array has, or a name
-// safetensors cannot hold (empty, "__metadata__"); kDataLoss for corrupt extents; storage errors as is.
+// safetensors cannot hold (empty, "__metadata__"); kDataLoss for corrupt
+// extents; storage errors as is.
 absl::StatusOr<ExportStats> ExportSafetensors(
     const std::string& step_dir, const std::string& out_dir,
     const SafetensorsExportOptions& options = {});

@@ -672,9 +672,8 @@ NB_MODULE(_hoist, m) {
   m.def("export_safetensors", &ExportSafetensorsTo, nb::arg("step_dir"),
         nb::arg("out_dir"), nb::arg("max_shard_bytes"), nb::arg("prefix"),
         nb::arg("memory_bytes"));
-  m.def("safetensors_dtype", [](const std::string& name) {
-    return Check(SafetensorsDType(name));
-  });
+  m.def("safetensors_dtype",
+        [](const std::string& name) { return Check(SafetensorsDType(name)); });
   m.def("dtype_of_safetensors", [](const std::string& name) {
     return Check(HoistDTypeOfSafetensors(name));
   });

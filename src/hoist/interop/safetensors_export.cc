@@ -82,16 +82,16 @@ struct Chunk {
   std::vector<Piece> pieces;
 };
 
-std::string HeaderText(const std::vector<Tensor>& tensors,
-                       const OutFile& file, int64_t step,
-                       const std::vector<std::string>& hashes) {
+std::string HeaderText(const std::vector<Tensor>& tensors, const OutFile& file,
+                       int64_t step, const std::vector<std::string>& hashes) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   nlohmann::ordered_json xxh3 = nlohmann::ordered_json::object();
   int64_t at = 0;
   for (int t : file.tensors) {
     const Tensor& tensor = tensors[t];
     header[tensor.name] = {
-        {"dtype", *SafetensorsDType(std::string(DTypeName(tensor.array->dtype)))},
+        {"dtype",
+         *SafetensorsDType(std::string(DTypeName(tensor.array->dtype)))},
         {"shape", tensor.array->shape},
         {"data_offsets", {at, at + tensor.bytes}}};
     xxh3[tensor.name] = hashes[t];
@@ -151,9 +151,9 @@ absl::StatusOr<std::vector<Tensor>> SelectTensors(const Manifest& manifest,
   }
   if (tensors.empty()) {
     return absl::InvalidArgumentError(
-        from.empty() ? "the step holds no arrays"
-                     : absl::StrFormat("no array's name starts with '%s'",
-                                       from));
+        from.empty()
+            ? "the step holds no arrays"
+            : absl::StrFormat("no array's name starts with '%s'", from));
   }
   return tensors;
 }
@@ -185,8 +185,8 @@ std::vector<OutFile> LayOutFiles(std::vector<Tensor>& tensors,
 std::vector<Piece> PiecesOf(int t, const Tensor& tensor, int64_t limit) {
   const std::vector<int64_t>& shape = tensor.array->shape;
   if (tensor.bytes <= limit) {
-    return {{t, Box(std::vector<int64_t>(shape.size(), 0), shape),
-             tensor.bytes}};
+    return {
+        {t, Box(std::vector<int64_t>(shape.size(), 0), shape), tensor.bytes}};
   }
   size_t axis = 0;
   int64_t unit = tensor.bytes;
@@ -257,9 +257,8 @@ std::vector<Chunk> CutChunks(const std::vector<Tensor>& tensors,
 // than a block, is the next chunk's carry, or, for the last chunk of its
 // file, written through the page cache now.
 absl::Status WriteChunk(const Chunk& chunk, bool last_of_file,
-                                   const uint8_t* buffer, int64_t carry,
-                                   std::vector<Tensor>& tensors,
-                                   OutFile& file) {
+                        const uint8_t* buffer, int64_t carry,
+                        std::vector<Tensor>& tensors, OutFile& file) {
   int64_t at = carry;
   for (const Piece& piece : chunk.pieces) {
     XXH3_64bits_update(tensors[piece.tensor].hash, buffer + at, piece.bytes);
@@ -280,13 +279,13 @@ absl::Status WriteChunk(const Chunk& chunk, bool last_of_file,
 
 absl::StatusOr<std::string> SafetensorsDType(const std::string& hoist_dtype) {
   static const auto* names = new std::map<std::string, std::string>{
-      {"bool", "BOOL"},         {"int8", "I8"},
-      {"int16", "I16"},         {"int32", "I32"},
-      {"int64", "I64"},         {"uint8", "U8"},
-      {"uint16", "U16"},        {"uint32", "U32"},
-      {"uint64", "U64"},        {"float16", "F16"},
-      {"bfloat16", "BF16"},     {"float32", "F32"},
-      {"float64", "F64"},       {"float8_e4m3fn", "F8_E4M3"},
+      {"bool", "BOOL"},          {"int8", "I8"},
+      {"int16", "I16"},          {"int32", "I32"},
+      {"int64", "I64"},          {"uint8", "U8"},
+      {"uint16", "U16"},         {"uint32", "U32"},
+      {"uint64", "U64"},         {"float16", "F16"},
+      {"bfloat16", "BF16"},      {"float32", "F32"},
+      {"float64", "F64"},        {"float8_e4m3fn", "F8_E4M3"},
       {"float8_e5m2", "F8_E5M2"}};
   auto it = names->find(hoist_dtype);
   if (it == names->end()) {
@@ -327,8 +326,8 @@ absl::StatusOr<ExportStats> ExportSafetensors(
   for (const char* name : {kSingleFile, kIndexFile}) {
     ASSIGN_OR_RETURN(bool taken, storage->Exists(JoinPath(out_dir, name)));
     if (taken) {
-      return absl::AlreadyExistsError(absl::StrFormat(
-          "%s already holds an export (%s)", out_dir, name));
+      return absl::AlreadyExistsError(
+          absl::StrFormat("%s already holds an export (%s)", out_dir, name));
     }
   }
   // 2
@@ -336,8 +335,7 @@ absl::StatusOr<ExportStats> ExportSafetensors(
   std::vector<std::string> hashes(tensors.size(),
                                   std::string(kHashHexDigits, '0'));
   for (OutFile& file : files) {
-    ASSIGN_OR_RETURN(bool taken,
-                     storage->Exists(JoinPath(out_dir, file.name)));
+    ASSIGN_OR_RETURN(bool taken, storage->Exists(JoinPath(out_dir, file.name)));
     if (taken) {
       return absl::AlreadyExistsError(
           absl::StrFormat("%s already holds %s", out_dir, file.name));
@@ -367,8 +365,8 @@ absl::StatusOr<ExportStats> ExportSafetensors(
   int64_t bytes_read = 0;
   absl::Status status = [&]() -> absl::Status {
     for (OutFile& file : files) {
-      file.tmp_path = JoinPath(
-          out_dir, absl::StrFormat(".%s.tmp-%d", file.name, getpid()));
+      file.tmp_path =
+          JoinPath(out_dir, absl::StrFormat(".%s.tmp-%d", file.name, getpid()));
       ASSIGN_OR_RETURN(file.file, storage->OpenWritable(file.tmp_path));
     }
     // 3
@@ -387,7 +385,9 @@ absl::StatusOr<ExportStats> ExportSafetensors(
       int64_t at = carry;
       for (const Piece& piece : chunk.pieces) {
         const ManifestArray& array = *tensors[piece.tensor].array;
-        targets.push_back({array.name, array.dtype, array.shape,
+        targets.push_back({array.name,
+                           array.dtype,
+                           array.shape,
                            {{piece.box, nullptr, buffer + at}}});
         at += piece.bytes;
       }
@@ -401,11 +401,11 @@ absl::StatusOr<ExportStats> ExportSafetensors(
       // whose write has just finished).
       const int64_t tail = last_of_file ? 0 : at % kBlockBytes;
       std::memcpy(buffers[(c + 1) % 2].data(), buffer + at - tail, tail);
-      writing = std::async(std::launch::async, [&, c, buffer, carry,
-                                                last_of_file] {
-        return WriteChunk(chunks[c], last_of_file, buffer, carry, tensors,
-                          files[chunks[c].file]);
-      });
+      writing =
+          std::async(std::launch::async, [&, c, buffer, carry, last_of_file] {
+            return WriteChunk(chunks[c], last_of_file, buffer, carry, tensors,
+                              files[chunks[c].file]);
+          });
       carry = tail;
     }
     if (writing.valid()) RETURN_IF_ERROR(writing.get());
@@ -417,11 +417,13 @@ absl::StatusOr<ExportStats> ExportSafetensors(
       const std::string header = HeaderText(tensors, file, step, hashes);
       std::string prefix(8, '\0');
       uint64_t length = header.size();
-      for (int i = 0; i < 8; ++i) prefix[i] = static_cast<char>(length >> (8 * i));
+      for (int i = 0; i < 8; ++i)
+        prefix[i] = static_cast<char>(length >> (8 * i));
       prefix += header;
       RETURN_IF_ERROR(file.file->WriteAt(
-          0, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(prefix.data()),
-                                 prefix.size())));
+          0,
+          absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(prefix.data()),
+                              prefix.size())));
       RETURN_IF_ERROR(file.file->Sync());
       RETURN_IF_ERROR(file.file->Close());
       file.file.reset();

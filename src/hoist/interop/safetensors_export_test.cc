@@ -25,9 +25,14 @@ std::vector<ArraySpec> Model() {
   const Mesh mesh = *Mesh::Create({"data", "model"}, {2, 2});
   return {
       // Sharded over columns: a run of rows meets every shard.
-      {"model/w", DType::kBFloat16, {300, 260}, NamedSharding{mesh, {{}, {"model"}}}},
+      {"model/w",
+       DType::kBFloat16,
+       {300, 260},
+       NamedSharding{mesh, {{}, {"model"}}}},
       {"model/b", DType::kFloat32, {260}, Sharding::Replicated(mesh)},
-      {"model/big", DType::kFloat32, {3, 1000, 100},
+      {"model/big",
+       DType::kFloat32,
+       {3, 1000, 100},
        NamedSharding{mesh, {{}, {"data", "model"}}}},
       {"model/empty", DType::kInt64, {0, 4}, Sharding::Replicated(mesh)},
       {"optim/mu", DType::kFloat8E4M3FN, {64}, Sharding::Replicated(mesh)},
@@ -85,7 +90,8 @@ class ExportTest : public ::testing::Test {
   std::string Expected(int array) const {
     const ArraySpec& spec = model_[array];
     std::vector<uint8_t> bytes = testing::BoxBytes(
-        spec, array, Box(std::vector<int64_t>(spec.shape.size(), 0), spec.shape));
+        spec, array,
+        Box(std::vector<int64_t>(spec.shape.size(), 0), spec.shape));
     return std::string(bytes.begin(), bytes.end());
   }
 
@@ -107,16 +113,16 @@ TEST_F(ExportTest, OneFileHoldsEveryTensorBitExactWithItsHash) {
   const nlohmann::json meta = file.header["__metadata__"];
   EXPECT_EQ(meta["format"], "pt");
   EXPECT_EQ(meta["hoist.step"], "7");
-  const nlohmann::json hashes = nlohmann::json::parse(
-      meta["hoist.xxh3"].get<std::string>());
+  const nlohmann::json hashes =
+      nlohmann::json::parse(meta["hoist.xxh3"].get<std::string>());
   for (size_t a = 0; a < model_.size(); ++a) {
     const std::string& name = model_[a].name;
     ASSERT_TRUE(file.tensors.contains(name)) << name;
     EXPECT_EQ(file.tensors[name], Expected(a)) << name;
     EXPECT_EQ(file.header[name]["shape"], model_[a].shape);
-    EXPECT_EQ(hashes[name], absl::StrFormat("%016x", XXH3_64bits(
-                                                         file.tensors[name].data(),
-                                                         file.tensors[name].size())));
+    EXPECT_EQ(hashes[name],
+              absl::StrFormat("%016x", XXH3_64bits(file.tensors[name].data(),
+                                                   file.tensors[name].size())));
   }
   EXPECT_EQ(file.header["model/w"]["dtype"], "BF16");
   EXPECT_EQ(file.header["optim/mu"]["dtype"], "F8_E4M3");
@@ -126,9 +132,11 @@ TEST_F(ExportTest, ShardsWithAnIndexAndStreamsThroughLittleMemory) {
   const std::string out = temp_.path() + "/hf";
   // 1 MiB of memory: 512 KiB chunks; model/big (1.2 MB) goes in runs of
   // rows, model/w meets both column shards in every run.
-  absl::StatusOr<ExportStats> stats = ExportSafetensors(
-      root_, out,
-      {.max_shard_bytes = 200'000, .prefix = "model/=base.", .memory_bytes = 1 << 20});
+  absl::StatusOr<ExportStats> stats =
+      ExportSafetensors(root_, out,
+                        {.max_shard_bytes = 200'000,
+                         .prefix = "model/=base.",
+                         .memory_bytes = 1 << 20});
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->tensors, 4);  // optim/ left out
   const nlohmann::json index =
@@ -138,7 +146,8 @@ TEST_F(ExportTest, ShardsWithAnIndexAndStreamsThroughLittleMemory) {
   for (size_t a = 0; a < 4; ++a) {
     const std::string name = "base." + model_[a].name.substr(6);
     const std::string file = index["weight_map"][name];
-    EXPECT_THAT(file, ::testing::MatchesRegex("model-0000[1-9]-of-0000[0-9].safetensors"));
+    EXPECT_THAT(file, ::testing::MatchesRegex(
+                          "model-0000[1-9]-of-0000[0-9].safetensors"));
     Parsed parsed = Parse(out + "/" + file);
     EXPECT_EQ(parsed.tensors[name], Expected(a)) << name;
     total += static_cast<int64_t>(parsed.tensors[name].size());
@@ -154,7 +163,8 @@ TEST_F(ExportTest, RefusesAnExistingExportAndNamesItCannotMake) {
   EXPECT_EQ(again.code(), absl::StatusCode::kAlreadyExists);
   EXPECT_THAT(again.message(), HasSubstr("already holds an export"));
   absl::Status none =
-      ExportSafetensors(root_, temp_.path() + "/x", {.prefix = "nope/"}).status();
+      ExportSafetensors(root_, temp_.path() + "/x", {.prefix = "nope/"})
+          .status();
   EXPECT_EQ(none.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(none.message(), HasSubstr("no array's name starts with 'nope/'"));
   absl::Status nameless =
@@ -171,7 +181,8 @@ TEST_F(ExportTest, RefusesAnExistingExportAndNamesItCannotMake) {
 TEST_F(ExportTest, ACorruptExtentFailsWithoutLeavingAFile) {
   const std::string data = root_ + "/" + StepDirName(7) + "/data";
   for (const auto& entry : std::filesystem::directory_iterator(data)) {
-    std::fstream f(entry.path(), std::ios::in | std::ios::out | std::ios::binary);
+    std::fstream f(entry.path(),
+                   std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(100);
     f.put('\x5a');
   }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end test of the hoist CLI: demo, ls, inspect, verify, rm, and exit
+# End-to-end test of the hoist CLI: demo, ls, inspect, verify, export, rm, and exit
 # codes on good and corrupted checkpoints and on bad flags.
 # Usage: cli_test.sh PATH_TO_HOIST
 set -euo pipefail
@@ -29,6 +29,39 @@ print(" ".join(str(e["step"]) for e in json.load(open(sys.argv[1]))
 "$hoist" inspect "$dir/r/step_00000004" --json | grep -q '"format": "hoist/1"' ||
   fail "inspect"
 "$hoist" verify "$dir/r/step_00000004" >/dev/null || fail "verify of a good step"
+
+# Export to safetensors: one file, then shards with an index; the files
+# parse (header length, JSON, offsets tiling the data) and the step's bytes
+# all arrive; a second export into the same directory is refused.
+"$hoist" export "$dir/r/step_00000004" "$dir/hf" --json >"$dir/export.json" ||
+  fail "export"
+"$hoist" export "$dir/r" "$dir/hf2" --max-shard-size 1MiB --memory 1MiB \
+  >/dev/null || fail "sharded export"
+python3 - "$dir" <<'PY' || fail "export files do not parse"
+import json, os, struct, sys
+d = sys.argv[1]
+exported = json.load(open(f"{d}/export.json"))
+def tensors(path):
+    data = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    meta = header.pop("__metadata__")
+    assert meta["format"] == "pt" and len(json.loads(meta["hoist.xxh3"])) == len(header)
+    spans = sorted(tuple(e["data_offsets"]) for e in header.values())
+    assert spans[0][0] == 0 and spans[-1][1] == len(data) - 8 - n
+    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
+    return len(header), spans[-1][1]
+count, size = tensors(f"{d}/hf/model.safetensors")
+assert count == exported["tensors"] and size == exported["bytes"]
+index = json.load(open(f"{d}/hf2/model.safetensors.index.json"))
+files = sorted(set(index["weight_map"].values()))
+assert len(files) > 1 and index["metadata"]["total_size"] == size
+assert sum(tensors(f"{d}/hf2/{f}")[0] for f in files) == count
+PY
+if "$hoist" export "$dir/r/step_00000004" "$dir/hf" 2>"$dir/export.err"; then
+  fail "export over an earlier export"
+fi
+grep -q "already holds an export" "$dir/export.err" || fail "export refusal text"
 
 # A truncated data file: verify exits 1 and says why.
 truncate -s 100 "$dir/r/step_00000004/data/r00000_w00.bin"

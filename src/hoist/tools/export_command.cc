@@ -36,14 +36,12 @@ void AddExportCommand(CLI::App& app) {
   command->add_option("--max-shard-size", flags->max_shard,
                       "Largest file (default 5,000,000,000 bytes, the Hub's "
                       "5GB; binary units: 2GiB, 500MiB, ...)");
+  command->add_option("--prefix", flags->prefix,
+                      "FROM or FROM=TO: only arrays named FROM..., renamed "
+                      "TO... (e.g. model/ for what {\"model\": state_dict} "
+                      "saved)");
   command
-      ->add_option("--prefix", flags->prefix,
-                   "FROM or FROM=TO: only arrays named FROM..., renamed "
-                   "TO... (e.g. model/ for what {\"model\": state_dict} "
-                   "saved)");
-  command
-      ->add_option("--memory", flags->memory,
-                   "Host memory for bytes in flight")
+      ->add_option("--memory", flags->memory, "Host memory for bytes in flight")
       ->capture_default_str();
   command->add_flag("--json", flags->json, "Print the figures as JSON");
   command->callback([flags] {
@@ -80,8 +78,7 @@ void AddExportCommand(CLI::App& app) {
     }
     std::cout << absl::StrFormat(
         "exported %d tensors, %s, in %.2fs (%s/s) to %d file(s):\n",
-        stats->tensors, FormatBytes(static_cast<double>(stats->bytes)),
-        seconds,
+        stats->tensors, FormatBytes(static_cast<double>(stats->bytes)), seconds,
         FormatBytes(seconds > 0 ? static_cast<double>(stats->bytes) / seconds
                                 : 0.0),
         stats->files.size());
