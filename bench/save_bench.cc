@@ -45,7 +45,7 @@
 #include "hoist/base/checked_math.h"
 #include "hoist/box.h"
 #include "hoist/checkpoint_manager.h"
-#include "hoist/export.h"
+#include "hoist/interop.h"
 #include "hoist/host_backend.h"
 #include "hoist/save_plan.h"
 #include "hoist/tools/sample_model.h"

@@ -46,15 +46,17 @@ TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 # time (HOIST_FUZZ_SECONDS, default 30). New inputs go to
 # build/asan/fuzz-corpus, not into the repository.
 fuzz_seconds=${HOIST_FUZZ_SECONDS:-30}
-fuzzers=(manifest_fuzzer restore_fuzzer)
+fuzzers=(manifest_fuzzer restore_fuzzer safetensors_fuzzer)
 log "fuzzing ${fuzzers[*]} side by side for ${fuzz_seconds}s"
 pids=()
 for fuzzer in "${fuzzers[@]}"; do
   mkdir -p "build/asan/fuzz-corpus/$fuzzer"
+  seeds=fuzz/corpus/manifest
+  [ "$fuzzer" = safetensors_fuzzer ] && seeds=fuzz/corpus/safetensors
   "build/asan/fuzz/$fuzzer" -max_total_time="$fuzz_seconds" -timeout=10 \
     -rss_limit_mb=2048 -malloc_limit_mb=512 -print_final_stats=1 \
     -dict=fuzz/manifest.dict -max_len=524288 \
-    "build/asan/fuzz-corpus/$fuzzer" fuzz/corpus/manifest \
+    "build/asan/fuzz-corpus/$fuzzer" "$seeds" \
     >"build/asan/$fuzzer.log" 2>&1 &
   pids+=($!)
 done

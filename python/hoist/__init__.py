@@ -228,8 +228,10 @@ class CheckpointManager:
         step = self.latest if step is None else step
         if step is None:
             raise FileNotFoundError(f"no committed step in {self._manager.root}")
-        meta = self._manifest(step).get("metadata")
-        return (meta or {}).get("user")
+        meta = self._manifest(step).get("metadata") or {}
+        # A step saved from Python keeps its user metadata beside the
+        # tree; any other (C++, `hoist import`) is its metadata.
+        return meta.get("user") if meta.get(_FORMAT_KEY) else meta
 
     def _manifest(self, step):
         return json.loads(_call(self._manager.manifest, int(step)))

@@ -8,19 +8,12 @@ import_checkpoint(): a safetensors file or sharded directory, an Orbax
                      any sharding.
 """
 
-import json
-import math
 import os
 
-import ml_dtypes
 import numpy as np
 
 from . import _hoist
-from ._errors import DataLossError
 from ._errors import call as _call
-
-_INDEX = "model.safetensors.index.json"
-_MAX_HEADER_BYTES = 100 << 20  # as the safetensors library
 
 
 def export(step_dir, out_dir, format="safetensors", *,
@@ -51,150 +44,34 @@ def import_checkpoint(src, root, step, format, **manager_options):
     orbax-checkpoint) or "dcp" (a torch.distributed.checkpoint directory,
     read through its FileSystemReader). Arrays are named by the source's
     tree, nested dicts as paths ("params/dense/kernel"); safetensors names
-    are kept as they are. Other values (a DCP step count, Orbax scalars)
-    come along as the tree's leaves. The source is checked before anything
-    is written: a malformed safetensors file raises DataLossError naming
-    the file and the fault, a shard the index names but lacks
-    FileNotFoundError; in every failure no step is made.
-    `manager_options` go to the CheckpointManager (pool_bytes, ...)."""
+    are kept as they are, and the files are read by the engine (as `hoist
+    import` does): every header checked whole before anything is written
+    (a malformed file raises DataLossError naming the file, the tensor and
+    the fault; a shard the index names but lacks, FileNotFoundError), then
+    memory-mapped and streamed through the staging pool. Other values (a
+    DCP step count, Orbax scalars) come along as the tree's leaves. In
+    every failure no step is made. The step's metadata() holds
+    "imported_from": {format, path}. `manager_options` go to the
+    CheckpointManager (pool_bytes, ...; a safetensors import takes
+    pool_bytes only). Returns the save's figures (step, path, bytes, ...)."""
     from . import CheckpointManager
-    readers = {"safetensors": _read_safetensors, "orbax": _read_orbax,
-               "dcp": _read_dcp}
+    if format == "safetensors":  # the engine's own reader, as `hoist import`
+        unknown = set(manager_options) - {"pool_bytes"}
+        if unknown:
+            raise TypeError(f"a safetensors import takes pool_bytes only, "
+                            f"not {sorted(unknown)}")
+        return _call(_hoist.import_safetensors, os.fspath(src),
+                     os.fspath(root), int(step),
+                     int(manager_options.get("pool_bytes", 256 << 20)))
+    readers = {"orbax": _read_orbax, "dcp": _read_dcp}
     if format not in readers:
-        raise ValueError(f"format {format!r}: use one of {sorted(readers)}")
+        raise ValueError(f"format {format!r}: use 'safetensors', 'orbax' or "
+                         "'dcp'")
     tree = readers[format](os.fspath(src))
     manager_options.setdefault("coordinator", "single")
     with CheckpointManager(root, **manager_options) as mgr:
         return mgr.save(step, tree, metadata={"imported_from": {
-            "format": format, "path": os.path.abspath(os.fspath(src))}}).wait()
-
-
-# -- safetensors ---------------------------------------------------------------
-
-
-def _numpy_dtype(safetensors_dtype, where):
-    try:
-        name = _call(_hoist.dtype_of_safetensors, safetensors_dtype)
-    except ValueError:
-        raise DataLossError(f"{where}: dtype {safetensors_dtype!r} is not one "
-                            "hoist holds") from None
-    return np.dtype(getattr(ml_dtypes, name, None) or name)
-
-
-def _safetensors_files(src):
-    """The files of a safetensors checkpoint at `src`: [src] for a file;
-    for a directory, the shards its index names (each checked to exist) or
-    its one *.safetensors file."""
-    if not os.path.isdir(src):
-        if not os.path.exists(src):
-            raise FileNotFoundError(f"{src}: no such file or directory")
-        return [src]
-    index = os.path.join(src, _INDEX)
-    if os.path.exists(index):
-        try:
-            with open(index) as f:
-                weight_map = json.load(f)["weight_map"]
-            names = sorted(set(weight_map.values()))
-        except (ValueError, KeyError, TypeError, AttributeError) as error:
-            raise DataLossError(f"{index}: not a safetensors index "
-                                f"({error})") from None
-        files = []
-        for name in names:
-            if (not isinstance(name, str) or os.path.basename(name) != name
-                    or name in ("", ".", "..")):
-                raise DataLossError(f"{index}: shard name {name!r} is not a "
-                                    "file name in its directory")
-            path = os.path.join(src, name)
-            if not os.path.isfile(path):
-                raise FileNotFoundError(
-                    f"{index} names {name}, which {src} does not hold")
-            files.append(path)
-        return files
-    found = sorted(f for f in os.listdir(src) if f.endswith(".safetensors"))
-    if len(found) != 1:
-        raise FileNotFoundError(
-            f"{src}: expected one *.safetensors file or {_INDEX}, found "
-            f"{len(found)} files")
-    return [os.path.join(src, found[0])]
-
-
-def _read_safetensors_file(path):
-    """name -> read-only array mapped from `path`, after checking the whole
-    header: its length, its JSON, every entry's dtype, shape and offsets,
-    and that the tensors tile the data exactly (no overlap, no gap)."""
-    size = os.path.getsize(path)
-
-    def bad(what):
-        return DataLossError(f"{path}: {what}")
-
-    if size < 8:
-        raise bad(f"{size} bytes: too short for a safetensors header")
-    with open(path, "rb") as f:
-        length = int.from_bytes(f.read(8), "little")
-        if length > min(size - 8, _MAX_HEADER_BYTES):
-            raise bad(f"header length {length} runs past the file's "
-                      f"{size} bytes (truncated?)")
-        raw = f.read(length)
-    try:
-        header = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as error:
-        raise bad(f"header is not JSON ({error})") from None
-    if not isinstance(header, dict):
-        raise bad("header is not a JSON object")
-    header.pop("__metadata__", None)
-    data_start, data_bytes = 8 + length, size - 8 - length
-    spans = []
-    for name, entry in header.items():
-        where = f"tensor {name!r}"
-        if (not isinstance(entry, dict) or set(entry) != {
-                "dtype", "shape", "data_offsets"}):
-            raise bad(f"{where}: entry is not {{dtype, shape, data_offsets}}")
-        dtype = _numpy_dtype(entry["dtype"], f"{path}: {where}")
-        shape, offsets = entry["shape"], entry["data_offsets"]
-        if (not isinstance(shape, list) or not all(
-                isinstance(n, int) and not isinstance(n, bool) and n >= 0
-                for n in shape)):
-            raise bad(f"{where}: shape {shape!r}")
-        if (not isinstance(offsets, list) or len(offsets) != 2
-                or not all(isinstance(o, int) and not isinstance(o, bool)
-                           for o in offsets)
-                or not 0 <= offsets[0] <= offsets[1] <= data_bytes):
-            raise bad(f"{where}: data_offsets {offsets!r} outside the "
-                      f"{data_bytes} data bytes")
-        need = math.prod(shape) * dtype.itemsize
-        if offsets[1] - offsets[0] != need:
-            raise bad(f"{where}: {offsets[1] - offsets[0]} bytes for shape "
-                      f"{shape} of {entry['dtype']} ({need} bytes)")
-        spans.append((offsets[0], offsets[1], name, dtype, tuple(shape)))
-    spans.sort()
-    at = 0
-    for begin, end, name, _, _ in spans:
-        if begin != at:
-            raise bad(f"tensor {name!r} starts at {begin}, "
-                      + ("overlapping the tensor before it" if begin < at
-                         else f"leaving a gap after {at}"))
-        at = end
-    if at != data_bytes:
-        raise bad(f"the tensors end at {at} of {data_bytes} data bytes")
-    out = {}
-    for begin, end, name, dtype, shape in spans:
-        if end == begin:
-            out[name] = np.zeros(shape, dtype)
-        else:
-            out[name] = np.memmap(path, dtype=dtype, mode="r",
-                                  offset=data_start + begin, shape=shape)
-    return out
-
-
-def _read_safetensors(src):
-    tensors = {}
-    for path in _safetensors_files(src):
-        for name, array in _read_safetensors_file(path).items():
-            if name in tensors:
-                raise DataLossError(f"tensor {name!r} is in more than one "
-                                    f"file of {src}")
-            tensors[name] = array
-    return tensors
+            "format": format, "path": os.fspath(src)}}).wait()
 
 
 # -- Orbax and DCP -----------------------------------------------------------

@@ -33,8 +33,8 @@
 #include "hoist/checkpoint_manager.h"
 #include "hoist/checkpoint_root.h"
 #include "hoist/cuda_backend.h"
-#include "hoist/export.h"
 #include "hoist/host_backend.h"
+#include "hoist/interop.h"
 
 namespace nb = nanobind;
 
@@ -583,7 +583,7 @@ std::string Inspect(const std::string& path) {
 }
 
 // Exports step `step_dir` to safetensors in `out_dir` (see
-// hoist/export.h): the figures as a dict.
+// hoist/interop.h): the figures as a dict.
 nb::dict ExportSafetensorsTo(const std::string& step_dir,
                              const std::string& out_dir,
                              int64_t max_shard_bytes, const std::string& prefix,
@@ -602,6 +602,25 @@ nb::dict ExportSafetensorsTo(const std::string& step_dir,
   d["bytes"] = s.bytes;
   d["bytes_read"] = s.bytes_read;
   d["files"] = s.files;
+  d["elapsed_s"] = absl::ToDoubleSeconds(s.elapsed);
+  return d;
+}
+
+// Imports the safetensors source `src` as step `step` of `root` (see
+// hoist/interop.h): the figures as a dict.
+nb::dict ImportSafetensorsFrom(const std::string& src, const std::string& root,
+                               int64_t step, int64_t pool_bytes) {
+  absl::StatusOr<ImportStats> stats;
+  {
+    nb::gil_scoped_release release;
+    stats = ImportSafetensors(src, root, step, pool_bytes);
+  }
+  const ImportStats s = Check(std::move(stats));
+  nb::dict d;
+  d["step"] = s.step;
+  d["path"] = s.path;
+  d["arrays"] = s.arrays;
+  d["bytes"] = s.bytes;
   d["elapsed_s"] = absl::ToDoubleSeconds(s.elapsed);
   return d;
 }
@@ -672,9 +691,6 @@ NB_MODULE(_hoist, m) {
   m.def("export_safetensors", &ExportSafetensorsTo, nb::arg("step_dir"),
         nb::arg("out_dir"), nb::arg("max_shard_bytes"), nb::arg("prefix"),
         nb::arg("memory_bytes"));
-  m.def("safetensors_dtype",
-        [](const std::string& name) { return Check(SafetensorsDType(name)); });
-  m.def("dtype_of_safetensors", [](const std::string& name) {
-    return Check(HoistDTypeOfSafetensors(name));
-  });
+  m.def("import_safetensors", &ImportSafetensorsFrom, nb::arg("src"),
+        nb::arg("root"), nb::arg("step"), nb::arg("pool_bytes"));
 }

@@ -36,8 +36,8 @@
 #include "absl/time/clock.h"
 #include "hoist/base/status_macros.h"
 #include "hoist/checkpoint_root.h"
-#include "hoist/export.h"
 #include "hoist/format/layout.h"
+#include "hoist/interop.h"
 
 namespace hoist {
 namespace {
@@ -316,7 +316,8 @@ absl::StatusOr<ExportStats> ExportSafetensors(
   }
   // 1
   ASSIGN_OR_RETURN(auto opened, OpenStep(step_dir));
-  auto& [root, step] = opened;
+  const std::unique_ptr<CheckpointRoot>& root = opened.first;
+  const int64_t step = opened.second;
   ASSIGN_OR_RETURN(const Manifest manifest, root->ReadManifest(step));
   ASSIGN_OR_RETURN(std::vector<Tensor> tensors,
                    SelectTensors(manifest, options.prefix));

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# End-to-end test of the hoist CLI: demo, ls, inspect, verify, export, rm, and exit
-# codes on good and corrupted checkpoints and on bad flags.
+# End-to-end test of the hoist CLI: demo, ls, inspect, verify, export, import,
+# rm, and exit codes on good and corrupted checkpoints and on bad flags.
 # Usage: cli_test.sh PATH_TO_HOIST
 set -euo pipefail
 hoist=$1
@@ -62,6 +62,22 @@ if "$hoist" export "$dir/r/step_00000004" "$dir/hf" 2>"$dir/export.err"; then
   fail "export over an earlier export"
 fi
 grep -q "already holds an export" "$dir/export.err" || fail "export refusal text"
+
+# Import the sharded export back: a committed, verified step of as many
+# arrays; a truncated file is refused with the reason and makes no root.
+"$hoist" import "$dir/hf2" "$dir/imported" 9 --json >"$dir/import.json" ||
+  fail "import"
+python3 -c 'import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+assert a["arrays"] == b["tensors"] and a["bytes"] == b["bytes"], (a, b)' \
+  "$dir/import.json" "$dir/export.json" || fail "import figures"
+"$hoist" verify "$dir/imported/step_00000009" >/dev/null || fail "verify import"
+head -c 20 "$dir/hf/model.safetensors" >"$dir/cut.safetensors"
+if "$hoist" import "$dir/cut.safetensors" "$dir/nothing" 1 2>"$dir/import.err"; then
+  fail "import of a truncated file"
+fi
+grep -q "runs past the file" "$dir/import.err" || fail "import refusal text"
+[ ! -e "$dir/nothing" ] || fail "a refused import made a root"
 
 # A truncated data file: verify exits 1 and says why.
 truncate -s 100 "$dir/r/step_00000004/data/r00000_w00.bin"

@@ -2,7 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include "hoist/tools/demo_command.h"
-#include "hoist/tools/export_command.h"
+#include "hoist/tools/interop_commands.h"
 #include "hoist/tools/inspect_commands.h"
 #include "hoist/tools/plan_command.h"
 
@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
   hoist::AddDemoCommand(app);
   hoist::AddPlanCommand(app);
   hoist::AddInspectCommands(app);
-  hoist::AddExportCommand(app);
+  hoist::AddInteropCommands(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }

@@ -9,9 +9,10 @@
 
 #include "absl/strings/str_format.h"
 #include "hoist/checkpoint_manager.h"
-#include "hoist/export.h"
+#include "hoist/checkpoint_root.h"
 #include "hoist/format/layout.h"
 #include "hoist/host_backend.h"
+#include "hoist/interop.h"
 #include "testing/array_bytes.h"
 #include "testing/mixed_model.h"
 #include "testing/temp_dir.h"
@@ -190,6 +191,81 @@ TEST_F(ExportTest, ACorruptExtentFailsWithoutLeavingAFile) {
   absl::Status status = ExportSafetensors(root_, out).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
   EXPECT_TRUE(std::filesystem::is_empty(out));
+}
+
+TEST_F(ExportTest, ImportOfTheExportRestoresEveryArrayBitExact) {
+  const std::string out = temp_.path() + "/hf";
+  SafetensorsExportOptions options;
+  options.max_shard_bytes = 300'000;
+  ASSERT_TRUE(ExportSafetensors(root_, out, options).ok());
+  const std::string imported = temp_.path() + "/imported";
+  absl::StatusOr<ImportStats> stats =
+      ImportSafetensors(out, imported, 3, /*pool_bytes=*/1 << 20);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->arrays, static_cast<int64_t>(model_.size()));
+  auto root = *CheckpointRoot::OpenForReading(imported);
+  const Manifest manifest = *root->ReadManifest(3);
+  EXPECT_THAT(manifest.metadata_json, HasSubstr("\"imported_from\""));
+  for (size_t a = 0; a < model_.size(); ++a) {
+    const ArraySpec& spec = model_[a];
+    std::string bytes(Expected(a).size(), '\0');
+    std::vector<RestoreTarget> targets = {
+        {spec.name,
+         spec.dtype,
+         spec.shape,
+         {{Box(std::vector<int64_t>(spec.shape.size(), 0), spec.shape), nullptr,
+           bytes.data()}}}};
+    ASSERT_TRUE(root->Read(3, targets).ok()) << spec.name;
+    EXPECT_EQ(bytes, Expected(a)) << spec.name;
+  }
+  EXPECT_EQ(root->Verify(3)->problems.size(), 0u);
+}
+
+// A safetensors file of `header` (JSON text) and `data` bytes.
+std::string WriteSafetensors(const std::string& path, const std::string& header,
+                             size_t data) {
+  std::string text(8, '\0');
+  for (int i = 0; i < 8; ++i)
+    text[i] = static_cast<char>(header.size() >> (8 * i));
+  text += header + std::string(data, '\x01');
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+
+TEST(SafetensorsImportTest, RefusesHeadersThatDoNotTileTheData) {
+  testing::TempDir temp;
+  const std::string huge = WriteSafetensors(
+      temp.path() + "/huge.safetensors",
+      R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})",
+      8);
+  absl::Status status = ReadSafetensorsHeaders(huge).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(status.message(), HasSubstr("more than the file's"));
+  const std::string gap = WriteSafetensors(
+      temp.path() + "/gap.safetensors",
+      R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[2,4]}})", 4);
+  EXPECT_THAT(ReadSafetensorsHeaders(gap).status().message(),
+              HasSubstr("leaving a gap after 0"));
+  // The same tensor in two files of one directory's index.
+  const std::string dir = temp.path() + "/two";
+  std::filesystem::create_directory(dir);
+  for (const char* file : {"x.safetensors", "y.safetensors"}) {
+    WriteSafetensors(dir + "/" + file,
+                     R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})",
+                     1);
+  }
+  std::ofstream(dir + "/model.safetensors.index.json")
+      << R"({"weight_map":{"a":"x.safetensors","b":"y.safetensors"}})";
+  status = ReadSafetensorsHeaders(dir).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(status.message(), HasSubstr("tensor 'a' is in both"));
+  std::ofstream(dir + "/model.safetensors.index.json")
+      << R"({"weight_map":{"a":"../x.safetensors"}})";
+  EXPECT_THAT(ReadSafetensorsHeaders(dir).status().message(),
+              HasSubstr("not a file name in its directory"));
+  // Nothing was imported: no root was made.
+  EXPECT_FALSE(ImportSafetensors(huge, temp.path() + "/root", 1).ok());
+  EXPECT_FALSE(std::filesystem::exists(temp.path() + "/root"));
 }
 
 TEST(SafetensorsDTypeTest, EveryHoistDTypeHasANameAndBack) {

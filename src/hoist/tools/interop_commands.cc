@@ -1,15 +1,72 @@
-#include "hoist/tools/export_command.h"
+#include "hoist/tools/interop_commands.h"
 
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "hoist/base/bytes.h"
-#include "hoist/export.h"
+#include "hoist/interop.h"
 
 namespace hoist {
+
+namespace {
+
+[[noreturn]] void Fail(const char* command, const absl::Status& status) {
+  std::cerr << "hoist " << command << ": " << status.message() << "\n";
+  throw CLI::RuntimeError(1);
+}
+
+void AddImportCommand(CLI::App& app) {
+  struct Flags {
+    std::string src, root, format = "safetensors", pool = "256MiB";
+    int64_t step = 0;
+    bool json = false;
+  };
+  auto flags = std::make_shared<Flags>();
+  CLI::App* command = app.add_subcommand(
+      "import",
+      "Save a safetensors checkpoint (a file, or a directory with "
+      "model.safetensors.index.json and its shards) as a committed step; "
+      "every header is checked before anything is written. (Orbax and DCP "
+      "checkpoints import from Python: hoist.import_checkpoint)");
+  command->add_option("SRC", flags->src, "safetensors file or directory")
+      ->required();
+  command->add_option("ROOT", flags->root, "Checkpoint root (created)")
+      ->required();
+  command->add_option("STEP", flags->step, "Step to save it as")
+      ->required()
+      ->check(CLI::NonNegativeNumber);
+  command->add_option("--format", flags->format, "Input format")
+      ->check(CLI::IsMember({"safetensors"}))
+      ->capture_default_str();
+  command->add_option("--pool", flags->pool, "Staging pool")
+      ->capture_default_str();
+  command->add_flag("--json", flags->json, "Print the figures as JSON");
+  command->callback([flags] {
+    absl::StatusOr<int64_t> pool = ParseBytes(flags->pool);
+    if (!pool.ok()) Fail("import", pool.status());
+    absl::StatusOr<ImportStats> stats =
+        ImportSafetensors(flags->src, flags->root, flags->step, *pool);
+    if (!stats.ok()) Fail("import", stats.status());
+    const double seconds = absl::ToDoubleSeconds(stats->elapsed);
+    if (flags->json) {
+      std::cout << nlohmann::json({{"step", stats->step},
+                                   {"path", stats->path},
+                                   {"arrays", stats->arrays},
+                                   {"bytes", stats->bytes},
+                                   {"elapsed_s", seconds}})
+                       .dump(2)
+                << "\n";
+      return;
+    }
+    std::cout << absl::StrFormat(
+        "imported %d arrays, %s, in %.2fs as %s\n", stats->arrays,
+        FormatBytes(static_cast<double>(stats->bytes)), seconds, stats->path);
+  });
+}
 
 void AddExportCommand(CLI::App& app) {
   struct Flags {
@@ -54,18 +111,14 @@ void AddExportCommand(CLI::App& app) {
       if (text->empty()) continue;  // the library's default
       absl::StatusOr<int64_t> bytes = ParseBytes(*text);
       if (!bytes.ok()) {
-        std::cerr << "hoist export: " << what << ": "
-                  << bytes.status().message() << "\n";
-        throw CLI::RuntimeError(1);
+        Fail("export", absl::InvalidArgumentError(
+                           absl::StrCat(what, ": ", bytes.status().message())));
       }
       *out = *bytes;
     }
     absl::StatusOr<ExportStats> stats =
         ExportSafetensors(flags->step_dir, flags->out_dir, options);
-    if (!stats.ok()) {
-      std::cerr << "hoist export: " << stats.status().message() << "\n";
-      throw CLI::RuntimeError(1);
-    }
+    if (!stats.ok()) Fail("export", stats.status());
     const double seconds = absl::ToDoubleSeconds(stats->elapsed);
     if (flags->json) {
       nlohmann::json out = {{"tensors", stats->tensors},
@@ -86,6 +139,13 @@ void AddExportCommand(CLI::App& app) {
       std::cout << "  " << file << "\n";
     }
   });
+}
+
+}  // namespace
+
+void AddInteropCommands(CLI::App& app) {
+  AddExportCommand(app);
+  AddImportCommand(app);
 }
 
 }  // namespace hoist

@@ -1,5 +1,7 @@
-// Exporting a committed step to the formats other tools read: Hugging Face
-// safetensors (what transformers' from_pretrained and the Hub take).
+// Bridges to other formats: exporting a committed step as Hugging Face
+// safetensors (what transformers' from_pretrained and the Hub take), and
+// importing safetensors checkpoints as hoist steps. (Orbax and PyTorch DCP
+// checkpoints are imported from Python, through their own libraries.)
 //
 // A safetensors file is an 8-byte little-endian header length, a JSON
 // header {name: {"dtype", "shape", "data_offsets": [begin, end]}, with
@@ -15,8 +17,8 @@
 // next, whatever the model's size. Each file is written under a temporary
 // name, fsynced, and renamed into place, the index last, so an interrupted
 // export leaves no file that looks complete.
-#ifndef HOIST_EXPORT_H_
-#define HOIST_EXPORT_H_
+#ifndef HOIST_INTEROP_H_
+#define HOIST_INTEROP_H_
 
 #include <cstdint>
 #include <string>
@@ -63,6 +65,54 @@ absl::StatusOr<ExportStats> ExportSafetensors(
     const std::string& step_dir, const std::string& out_dir,
     const SafetensorsExportOptions& options = {});
 
+// One tensor of a safetensors source, checked.
+struct SafetensorsTensor {
+  std::string name;
+  std::string dtype;  // hoist's name ("bfloat16")
+  std::vector<int64_t> shape;
+  std::string file;
+  int64_t offset = 0;  // of its first byte in `file`
+  int64_t bytes = 0;
+};
+
+// The tensors of the safetensors source `src`: a file, or a directory
+// holding model.safetensors.index.json and the shards it names, or one
+// *.safetensors file. Every header is checked whole before any tensor is
+// read: kDataLoss naming the file, the tensor and the fault (a header that
+// runs past the file, is not JSON or not an object; an entry without
+// exactly dtype, shape and data_offsets; a dtype hoist lacks; offsets
+// outside the data or not the shape's size; tensors that overlap or leave a
+// gap; a tensor in two files; an index whose shard names are not plain file
+// names); kNotFound for a missing source or a shard the index names but the
+// directory lacks.
+absl::StatusOr<std::vector<SafetensorsTensor>> ReadSafetensorsHeaders(
+    const std::string& src);
+
+struct ImportStats {
+  int64_t step = 0;
+  std::string path;  // the committed step's directory
+  int64_t arrays = 0;
+  int64_t bytes = 0;
+  absl::Duration elapsed;
+};
+
+// Saves the safetensors source `src` as step `step` of the hoist root
+// `root` (created if needed) through a CheckpointManager of its own (the
+// root's lock, one host device, a staging pool of `pool_bytes`, or of the
+// largest tensor's size if that is larger: a tensor is staged whole): the
+// files are memory-mapped and their tensors staged through the pool, so
+// host memory stays bounded by the pool whatever the checkpoint's size. Array
+// names are the tensor names; the manifest's metadata is {"imported_from":
+// {"format": "safetensors", "path": src}}. Nothing is written unless
+// ReadSafetensorsHeaders accepts the source. Errors: those of
+// ReadSafetensorsHeaders; kAlreadyExists for a committed step;
+// kFailedPrecondition when another manager holds the root; storage errors.
+absl::StatusOr<ImportStats> ImportSafetensors(const std::string& src,
+                                              const std::string& root,
+                                              int64_t step,
+                                              int64_t pool_bytes = int64_t{256}
+                                                                   << 20);
+
 // The safetensors name of a hoist dtype name ("bfloat16" -> "BF16",
 // "float8_e4m3fn" -> "F8_E4M3"), and back; kInvalidArgument for a name the
 // other side lacks.
@@ -72,4 +122,4 @@ absl::StatusOr<std::string> HoistDTypeOfSafetensors(
 
 }  // namespace hoist
 
-#endif  // HOIST_EXPORT_H_
+#endif  // HOIST_INTEROP_H_
