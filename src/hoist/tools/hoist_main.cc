@@ -2,8 +2,8 @@
 #include <CLI/CLI.hpp>
 
 #include "hoist/tools/demo_command.h"
-#include "hoist/tools/interop_commands.h"
 #include "hoist/tools/inspect_commands.h"
+#include "hoist/tools/interop_commands.h"
 #include "hoist/tools/plan_command.h"
 
 int main(int argc, char** argv) {
