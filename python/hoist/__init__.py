@@ -224,7 +224,9 @@ class CheckpointManager:
             like, run, names=None if names is None else list(names))
 
     def metadata(self, step=None):
-        """The user metadata saved with `step` (default: the latest)."""
+        """The user metadata saved with `step` (default: the latest): what
+        save(metadata=...) stored, or, for a step saved otherwise (the C++
+        API, `hoist import`), its manifest's metadata."""
         step = self.latest if step is None else step
         if step is None:
             raise FileNotFoundError(f"no committed step in {self._manager.root}")

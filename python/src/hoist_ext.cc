@@ -60,6 +60,19 @@ T Check(absl::StatusOr<T> value) {
   return *std::move(value);
 }
 
+// Runs `fn`, which returns an absl::StatusOr, without the GIL (so other
+// Python threads and hoist's own callbacks run meanwhile); its value, or
+// its error raised.
+template <typename F>
+auto WithoutGil(F&& fn) {
+  decltype(fn()) result;
+  {
+    nb::gil_scoped_release release;
+    result = fn();
+  }
+  return Check(std::move(result));
+}
+
 void Invalid(const std::string& message) {
   Check(absl::InvalidArgumentError(message));
 }
@@ -475,12 +488,8 @@ class PyManager {
       }
       targets.push_back(std::move(target));
     }
-    absl::StatusOr<RestoreStats> stats;
-    {
-      nb::gil_scoped_release release;
-      stats = manager_->Restore(step, targets, receiver);
-    }
-    const RestoreStats s = Check(std::move(stats));
+    const RestoreStats s =
+        WithoutGil([&] { return manager_->Restore(step, targets, receiver); });
     nb::dict d;
     d["bytes_read"] = s.bytes_read;
     d["extents_read"] = s.extents_read;
@@ -494,12 +503,8 @@ class PyManager {
   // Committed step `step`'s manifest, as JSON text.
   std::string Manifest(int64_t step) {
     Live();
-    absl::StatusOr<hoist::Manifest> manifest;
-    {
-      nb::gil_scoped_release release;
-      manifest = manager_->ReadManifest(step);
-    }
-    return Check(EncodeManifest(Check(std::move(manifest))));
+    return Check(EncodeManifest(
+        WithoutGil([&] { return manager_->ReadManifest(step); })));
   }
 
   std::vector<int64_t> Steps() {
@@ -508,12 +513,7 @@ class PyManager {
   }
   std::vector<std::string> Verify(int64_t step) {
     Live();
-    absl::StatusOr<VerifyReport> report;
-    {
-      nb::gil_scoped_release release;
-      report = manager_->Verify(step);
-    }
-    return Check(std::move(report)).problems;
+    return WithoutGil([&] { return manager_->Verify(step); }).problems;
   }
   void Delete(int64_t step) {
     Live();
@@ -574,12 +574,8 @@ class PyManager {
 // The manifest, as JSON text, of the step directory `path` (ROOT/step_N),
 // or of the newest committed step when `path` is a root.
 std::string Inspect(const std::string& path) {
-  absl::StatusOr<Manifest> manifest;
-  {
-    nb::gil_scoped_release release;
-    manifest = ReadManifestAt(path);
-  }
-  return Check(EncodeManifest(Check(std::move(manifest))));
+  return Check(
+      EncodeManifest(WithoutGil([&] { return ReadManifestAt(path); })));
 }
 
 // Exports step `step_dir` to safetensors in `out_dir` (see
@@ -588,15 +584,12 @@ nb::dict ExportSafetensorsTo(const std::string& step_dir,
                              const std::string& out_dir,
                              int64_t max_shard_bytes, const std::string& prefix,
                              int64_t memory_bytes) {
-  absl::StatusOr<ExportStats> stats;
-  {
-    nb::gil_scoped_release release;
-    stats = ExportSafetensors(step_dir, out_dir,
-                              {.max_shard_bytes = max_shard_bytes,
-                               .prefix = prefix,
-                               .memory_bytes = memory_bytes});
-  }
-  const ExportStats s = Check(std::move(stats));
+  const ExportStats s = WithoutGil([&] {
+    return ExportSafetensors(step_dir, out_dir,
+                             {.max_shard_bytes = max_shard_bytes,
+                              .prefix = prefix,
+                              .memory_bytes = memory_bytes});
+  });
   nb::dict d;
   d["tensors"] = s.tensors;
   d["bytes"] = s.bytes;
@@ -610,12 +603,8 @@ nb::dict ExportSafetensorsTo(const std::string& step_dir,
 // hoist/interop.h): the figures as a dict.
 nb::dict ImportSafetensorsFrom(const std::string& src, const std::string& root,
                                int64_t step, int64_t pool_bytes) {
-  absl::StatusOr<ImportStats> stats;
-  {
-    nb::gil_scoped_release release;
-    stats = ImportSafetensors(src, root, step, pool_bytes);
-  }
-  const ImportStats s = Check(std::move(stats));
+  const ImportStats s = WithoutGil(
+      [&] { return ImportSafetensors(src, root, step, pool_bytes); });
   nb::dict d;
   d["step"] = s.step;
   d["path"] = s.path;

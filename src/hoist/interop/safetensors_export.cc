@@ -270,8 +270,8 @@ absl::Status WriteChunk(const Chunk& chunk, bool last_of_file,
   const int64_t whole = at / kBlockBytes * kBlockBytes;
   // Several writes in flight at once, as the disk wants (one stream of
   // large writes reaches about two thirds of its limit here).
-  const int64_t part = (whole / kWritesInFlight + kBlockBytes - 1) /
-                       kBlockBytes * kBlockBytes;
+  const int64_t part =
+      (whole / kWritesInFlight + kBlockBytes - 1) / kBlockBytes * kBlockBytes;
   std::vector<std::future<absl::Status>> writes;
   for (int64_t from = 0; from < whole; from += part) {
     const int64_t length = std::min(part, whole - from);
