@@ -78,6 +78,17 @@ struct CheckpointManagerOptions {
   // Saves accepted but not yet committed at once (default 1: a Save first
   // waits for the previous one to commit).
   int max_in_flight = 1;
+  // What Save does when max_in_flight saves are already in flight (storage
+  // slower than the saves, or stuck).
+  enum class WhenBusy {
+    kWait,  // default: wait for the oldest to commit; the caller waits
+    // Return at once with a skipped handle (nothing staged or written; see
+    // SaveHandle::skipped) and count it (durability()); the caller goes on.
+    // One process only: in a job of several, every rank would have to make
+    // the same choice, so Open refuses it with kInvalidArgument.
+    kSkip,
+  };
+  WhenBusy when_busy = WhenBusy::kWait;
   RestoreOptions restore;
   // When set, every save records its device copies ("device N" tracks), its
   // writes ("writer FILE") and its commit phases ("commit"). It must outlive
@@ -115,12 +126,24 @@ struct SaveInfo {
   absl::Duration dispatched;  // from Save() until every copy was enqueued
   absl::Duration staged;      // ... until every byte was in host memory
   absl::Duration committed;   // ... until the step was durable and visible
+  bool skipped = false;       // WhenBusy::kSkip: not saved (every figure zero)
+};
+
+// How far the committed steps trail the saves asked for.
+struct Durability {
+  int64_t skipped_saves = 0;                   // by WhenBusy::kSkip, since Open
+  std::optional<int64_t> last_committed_step;  // by this manager
+  absl::Time last_committed;                   // when (InfinitePast before one)
+  int64_t in_flight = 0;  // saves accepted, not yet committed or failed
 };
 
 // One save in flight. Copyable; every copy sees the same save.
 class SaveHandle {
  public:
   int64_t step() const { return step_; }
+  // True when the save was skipped (WhenBusy::kSkip): every wait returns at
+  // once, OK, and WaitCommitted's SaveInfo says skipped.
+  bool skipped() const { return skipped_; }
   // Each waits for its stage and returns its status (the save's error if it
   // failed there or earlier).
   absl::Status WaitDispatched() const { return dispatched_.Wait(); }
@@ -140,13 +163,15 @@ class SaveHandle {
   friend class CheckpointManager;
   SaveHandle(int64_t step, Future<> dispatched, Future<> staged,
              Future<SaveInfo> committed,
-             std::shared_ptr<const SaveProgress> progress)
+             std::shared_ptr<const SaveProgress> progress, bool skipped = false)
       : step_(step),
+        skipped_(skipped),
         dispatched_(std::move(dispatched)),
         staged_(std::move(staged)),
         committed_(std::move(committed)),
         progress_(std::move(progress)) {}
   int64_t step_ = 0;
+  bool skipped_ = false;
   Future<> dispatched_;
   Future<> staged_;
   Future<SaveInfo> committed_;
@@ -178,7 +203,9 @@ class CheckpointManager {
   // handle, and again from the next call. kInvalidArgument, before the step
   // is accepted, for a negative step or `metadata_json` that
   // ValidateMetadataJson (manifest.h) refuses: not a JSON object, not UTF-8,
-  // NaN or infinities, nested deeper than kMaxJsonDepth.
+  // NaN or infinities, nested deeper than kMaxJsonDepth. With
+  // WhenBusy::kSkip and max_in_flight saves in flight, returns at once a
+  // skipped handle (after the checks above) and the arrays are not read.
   absl::StatusOr<SaveHandle> Save(int64_t step,
                                   absl::Span<const SaveArray> arrays,
                                   std::string metadata_json = "{}",
@@ -187,6 +214,10 @@ class CheckpointManager {
   // Waits until every accepted save has committed or failed; returns the
   // first background error not yet reported.
   absl::Status WaitUntilFinished();
+
+  // How far the committed steps trail the saves (skipped saves, the last
+  // committed step and when). Any thread.
+  Durability durability() const;
 
   // Restores `targets` from `step` (the latest committed step if nullopt).
   // kNotFound when there is no such step.

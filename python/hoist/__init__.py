@@ -15,6 +15,7 @@ arrays or other DLPack producers; restores rebuild it, onto any sharding.
 
 import atexit
 import json
+import logging
 import os
 import sys
 import weakref
@@ -35,6 +36,7 @@ __all__ = ["CheckpointManager", "SaveHandle", "DataLossError",
 __version__ = "0.1.0"
 
 _FORMAT_KEY = "hoist.python"
+_LOG = logging.getLogger("hoist")
 
 
 class SaveHandle:
@@ -46,6 +48,13 @@ class SaveHandle:
     @property
     def step(self):
         return self._handle.step
+
+    @property
+    def skipped(self):
+        """True when the save was skipped (when_busy="skip" while earlier
+        saves were still being written): nothing was saved, and every wait
+        returns at once."""
+        return self._handle.skipped
 
     def wait_staged(self):
         """Returns once every byte is off the devices: the arrays may change."""
@@ -96,6 +105,13 @@ class CheckpointManager:
                    rank opens the same path; rank 0 holds the root's lock
                    and commits each step once every rank has written its
                    share.
+    when_busy:     what save() does when max_in_flight saves are still
+                   being written (slow or stuck storage): "wait" (default:
+                   for the oldest to commit) or "skip" (return at once with
+                   handle.skipped True, log it, and go on; durability()
+                   reports how far the committed steps trail). One process
+                   only: in a job of several every rank would have to skip
+                   the same saves.
     coordinator_timeout_s:
                    how long a rank waits for the others at each point of a
                    save (default 600 s); then the save fails on every rank
@@ -106,8 +122,8 @@ class CheckpointManager:
     def __init__(self, path, *, keep=None, keep_every=None,
                  pool_bytes=1 << 30, backend="host", num_devices=None,
                  max_in_flight=1, writers=2, io="posix",
-                 background_priority="low", coordinator="auto",
-                 coordinator_timeout_s=600.0):
+                 background_priority="low", when_busy="wait",
+                 coordinator="auto", coordinator_timeout_s=600.0):
         if keep is not None and keep < 1:
             raise ValueError("keep must be >= 1 (or None to keep every step)")
         # A coordinator hoist makes is hoist's to close; a caller's is not.
@@ -123,7 +139,7 @@ class CheckpointManager:
         try:
             self._open(path, coordinator, backend, num_devices, pool_bytes,
                        keep, keep_every, max_in_flight, writers, io,
-                       background_priority)
+                       background_priority, when_busy)
         except BaseException:
             self._close_coordinator()
             raise
@@ -136,7 +152,7 @@ class CheckpointManager:
 
     def _open(self, path, coordinator, backend, num_devices, pool_bytes,
               keep, keep_every, max_in_flight, writers, io,
-              background_priority):
+              background_priority, when_busy):
         rank = coordinator.rank if coordinator is not None else 0
         first, num_devices, ordinals = _local_devices(
             backend, num_devices, coordinator)
@@ -154,7 +170,7 @@ class CheckpointManager:
         self._manager = _call(
             _hoist.Manager, os.fspath(path), self._backend, int(pool_bytes),
             int(keep or 0), int(keep_every or 0), int(max_in_flight),
-            int(writers), io, background_priority, coordinator)
+            int(writers), io, background_priority, coordinator, when_busy)
 
     # -- saving ------------------------------------------------------------
 
@@ -180,7 +196,20 @@ class CheckpointManager:
             handle = _call(self._manager.save, int(step),
                            [a.engine_form() for a in arrays], text,
                            return_when == "dispatched")
+        if handle.skipped:
+            lag = self.durability()
+            _LOG.warning(
+                "hoist: step %d skipped: %d saves still being written "
+                "(storage slow or stuck); last committed step %s; %d "
+                "skipped so far", step, lag["in_flight"],
+                lag["last_committed_step"], lag["skipped_saves"])
         return SaveHandle(handle)
+
+    def durability(self):
+        """How far the committed steps trail the saves: skipped_saves (by
+        when_busy="skip"), in_flight (accepted, not yet committed),
+        last_committed_step and last_committed_unix_s (None before one)."""
+        return _call(self._manager.durability)
 
     def wait_until_finished(self):
         """Waits for every save in flight; raises the first error not yet

@@ -269,6 +269,7 @@ nb::dict InfoDict(const SaveInfo& info) {
   d["dispatched_s"] = absl::ToDoubleSeconds(info.dispatched);
   d["staged_s"] = absl::ToDoubleSeconds(info.staged);
   d["committed_s"] = absl::ToDoubleSeconds(info.committed);
+  d["skipped"] = info.skipped;
   return d;
 }
 
@@ -288,6 +289,7 @@ class PyHandle {
     }
   }
   int64_t step() const { return handle_.step(); }
+  bool skipped() const { return handle_.skipped(); }
 
   void WaitStaged() {
     absl::Status status;
@@ -344,7 +346,8 @@ class PyManager {
   PyManager(const std::string& root, std::shared_ptr<PyBackend> backend,
             int64_t pool_bytes, int keep_last, int64_t keep_every,
             int max_in_flight, int writers, const std::string& io,
-            const std::string& background_priority, nb::object coordinator)
+            const std::string& background_priority, nb::object coordinator,
+            const std::string& when_busy)
       : backend_(std::move(backend)),
         coordinator_(coordinator.is_none()
                          ? MakeSingleProcessCoordinator()
@@ -362,6 +365,13 @@ class PyManager {
           "background_priority '%s': use 'low', 'idle' or 'normal'",
           background_priority));
     }
+    if (when_busy != "wait" && when_busy != "skip") {
+      Invalid(
+          absl::StrFormat("when_busy '%s': use 'wait' or 'skip'", when_busy));
+    }
+    options.when_busy = when_busy == "skip"
+                            ? CheckpointManagerOptions::WhenBusy::kSkip
+                            : CheckpointManagerOptions::WhenBusy::kWait;
     options.pool_bytes = pool_bytes;
     options.keep_last = keep_last;
     options.keep_every = keep_every;
@@ -507,6 +517,23 @@ class PyManager {
         WithoutGil([&] { return manager_->ReadManifest(step); })));
   }
 
+  // How far the committed steps trail the saves (see Durability).
+  nb::dict DurabilityDict() {
+    Live();
+    const Durability lag = manager_->durability();
+    nb::dict d;
+    d["skipped_saves"] = lag.skipped_saves;
+    d["in_flight"] = lag.in_flight;
+    if (lag.last_committed_step.has_value()) {
+      d["last_committed_step"] = *lag.last_committed_step;
+      d["last_committed_unix_s"] = absl::ToUnixMicros(lag.last_committed) / 1e6;
+    } else {
+      d["last_committed_step"] = nb::none();
+      d["last_committed_unix_s"] = nb::none();
+    }
+    return d;
+  }
+
   std::vector<int64_t> Steps() {
     Live();
     return Check(manager_->List());
@@ -648,6 +675,7 @@ NB_MODULE(_hoist, m) {
 
   nb::class_<PyHandle>(m, "SaveHandle")
       .def_prop_ro("step", &PyHandle::step)
+      .def_prop_ro("skipped", &PyHandle::skipped)
       .def("wait_staged", &PyHandle::WaitStaged)
       .def("wait", &PyHandle::Wait)
       .def("done", &PyHandle::Done)
@@ -656,12 +684,14 @@ NB_MODULE(_hoist, m) {
   nb::class_<PyManager>(m, "Manager")
       .def(nb::init<const std::string&, std::shared_ptr<PyBackend>, int64_t,
                     int, int64_t, int, int, const std::string&,
-                    const std::string&, nb::object>(),
+                    const std::string&, nb::object, const std::string&>(),
            nb::arg("root"), nb::arg("backend"), nb::arg("pool_bytes"),
            nb::arg("keep_last"), nb::arg("keep_every"),
            nb::arg("max_in_flight"), nb::arg("writers"), nb::arg("io"),
            nb::arg("background_priority") = "low",
-           nb::arg("coordinator").none() = nb::none())
+           nb::arg("coordinator").none() = nb::none(),
+           nb::arg("when_busy") = "wait")
+      .def("durability", &PyManager::DurabilityDict)
       .def("save", &PyManager::Save, nb::arg("step"), nb::arg("arrays"),
            nb::arg("metadata_json"), nb::arg("dispatched"))
       .def("restore", &PyManager::Restore, nb::arg("step").none(),

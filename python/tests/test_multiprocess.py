@@ -66,7 +66,7 @@ def jax_processes(nproc, devices, *args, timeout=180):
                         f"{out[-6000:]}")
 
 
-@pytest.mark.parametrize("saved_on,restored_on", [(2, [4]), (4, [2, 1])])
+@pytest.mark.parametrize("saved_on,restored_on", [(2, [4]), (4, [2])])
 def test_torchrun_dtensor_state_restores_on_another_world_size(
         tmp_path, saved_on, restored_on):
     """Saved on one world size in layout a; restored onto layouts a and b
@@ -140,14 +140,17 @@ def test_fsdp2_training_resumed_on_another_world_size_continues_exactly(
     root = tmp_path / "ckpt"
     out = {k: tmp_path / f"{k}.pt" for k in "abcd"}
 
-    def train(nproc, name, *args):
-        torchrun(nproc, root, out[name], 8, *args, script="torch_train.py")
-        return torch.load(out[name])
+    def runs(**specs):
+        return [json.dumps({"out": str(out[name]), **spec})
+                for name, spec in specs.items()]
 
-    uninterrupted = train(2, "a", "--save-at", 4, "--full-at", 4)
-    resumed_same = train(2, "b", "--resume", 4)
-    resumed_on_4 = train(4, "c", "--resume", 4)
-    resharded_on_4 = train(4, "d", "--from-full", f"{out['a']}.full")
+    torchrun(2, root, 8, *runs(a={"save_at": 4, "full_at": 4},
+                               b={"resume": 4}), script="torch_train.py")
+    torchrun(4, root, 8, *runs(c={"resume": 4},
+                               d={"from_full": f"{out['a']}.full"}),
+             script="torch_train.py")
+    uninterrupted, resumed_same, resumed_on_4, resharded_on_4 = (
+        torch.load(out[name]) for name in "abcd")
     assert uninterrupted.keys() == resumed_on_4.keys()
     for name, want in uninterrupted.items():
         assert torch.equal(resumed_same[name], want), name

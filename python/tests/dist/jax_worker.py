@@ -65,10 +65,12 @@ def hang(root, out):
     `out` and exits at once (the job's shutdown would wait for process 1)."""
     import signal
     import outcome  # beside this script
-    mgr = hoist.CheckpointManager(root, pool_bytes=64 << 20,
+    mgr = hoist.CheckpointManager(root, pool_bytes=256 << 20,
                                   coordinator_timeout_s=3)
     mgr.save(1, {"params": global_arrays("a")}).wait()
-    handle = mgr.save(2, {"params": global_arrays("a")})
+    # Big enough that process 1 stops while its share is being written.
+    big = np.ones(16 << 20, np.float32)  # the same on every process
+    handle = mgr.save(2, {"params": global_arrays("a"), "big": big})
     if process == 1:
         os.kill(os.getpid(), signal.SIGSTOP)
     outcome.report(mgr, handle, out)

@@ -1,18 +1,19 @@
 """One rank of an FSDP2 training job (torchrun, gloo, CPU) that checkpoints
 with hoist; test_multiprocess.py runs it on different world sizes.
 
-  torch_train.py ROOT OUT END [--save-at S] [--resume S] [--full-at S]
-                 [--from-full FILE]
+  torch_train.py ROOT END RUN [RUN ...]
 
-Trains a small MLP with AdamW from step 0 (or from a resumed step) to END
-on a fixed global batch per step, split among the ranks. --save-at saves
-the model and optimizer state dicts (DTensors) with hoist at step S;
---resume restores them at step S (any world size) and goes on;
---full-at / --from-full write and read the same state as full tensors with
-torch.save (the reference resharding, without hoist). Rank 0 writes the
-final parameters, full, to OUT.
+Each RUN (a JSON object: out, and save_at, resume, full_at, from_full) trains
+a small MLP with AdamW from step 0 (or from a resumed step) to END on a fixed
+global batch per step, split among the ranks; several runs share one job (a
+launch costs seconds). save_at saves the model and optimizer state dicts
+(DTensors) with hoist at that step; resume restores them (any world size)
+and goes on; full_at / from_full write and read the same state as full
+tensors with torch.save (the reference resharding, without hoist). Rank 0
+writes each run's final parameters, full, to its out.
 """
-import argparse
+import json
+import sys
 
 import torch
 import torch.distributed as dist
@@ -64,45 +65,49 @@ def state(model, optim, step, **options):
             "step": step}
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("root")
-    parser.add_argument("out")
-    parser.add_argument("end", type=int)
-    parser.add_argument("--save-at", type=int)
-    parser.add_argument("--resume", type=int)
-    parser.add_argument("--full-at", type=int)
-    parser.add_argument("--from-full")
-    args = parser.parse_args()
-    dist.init_process_group("gloo")
+def run(root, out, end, save_at=None, resume=None, full_at=None,
+        from_full=None):
+    """One training run in this job: a fresh model and optimizer, started
+    from step 0, from hoist's step `resume`, or from the full-tensor file
+    `from_full`, trained to `end`; rank 0 writes the final parameters, full,
+    to `out` (and, at `full_at`, the full state to OUT.full)."""
     model, optim = build()
-    mgr = hoist.CheckpointManager(args.root, pool_bytes=16 << 20)
+    mgr = hoist.CheckpointManager(root, pool_bytes=16 << 20)
     start = 0
-    if args.resume is not None:
-        restored = mgr.restore(args.resume, like=state(model, optim, 0))
+    if resume is not None:
+        restored = mgr.restore(resume, like=state(model, optim, 0))
         set_model_state_dict(model, restored["model"])
         set_optimizer_state_dict(model, optim, restored["optim"])
         start = restored["step"]
-        assert start == args.resume
-    if args.from_full:
-        full = torch.load(args.from_full, weights_only=False)
+        assert start == resume
+    if from_full:
+        full = torch.load(from_full, weights_only=False)
         options = StateDictOptions(full_state_dict=True)
         set_model_state_dict(model, full["model"], options=options)
         set_optimizer_state_dict(model, optim, full["optim"], options=options)
         start = full["step"]
-    for step in range(start, args.end):
-        if step == args.save_at:
+    for step in range(start, end):
+        if step == save_at:
             mgr.save(step, state(model, optim, step))
-        if step == args.full_at:
+        if step == full_at:
             full = state(model, optim, step, full_state_dict=True)
             if dist.get_rank() == 0:
-                torch.save(full, f"{args.out}.full")
+                torch.save(full, f"{out}.full")
         train_step(model, optim, step)
     mgr.close()
     final = get_model_state_dict(
         model, options=StateDictOptions(full_state_dict=True))
     if dist.get_rank() == 0:
-        torch.save(final, args.out)
+        torch.save(final, out)
+
+
+def main():
+    """Runs each RUN argument in turn in this one job: a JSON object of
+    run()'s keyword arguments besides root and end."""
+    root, end, runs = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+    dist.init_process_group("gloo")
+    for spec in runs:
+        run(root, end=end, **json.loads(spec))
     dist.destroy_process_group()
 
 

@@ -127,7 +127,8 @@ def main():
                 assert torch.equal(whole["model"][name], full[name]), name
     elif command == "kill":
         out = sys.argv[3]
-        big = {"big": torch.ones(16 << 20, dtype=torch.float32) * rank}
+        # Big enough that rank 1 dies while its share is being written.
+        big = {"big": torch.ones(16 << 20, dtype=torch.float32)}
         mgr = hoist.CheckpointManager(root, pool_bytes=256 << 20,
                                       coordinator_timeout_s=60)
         mgr.save(1, state("a")).wait()
@@ -140,10 +141,12 @@ def main():
         out = sys.argv[3]
         pids = [None] * dist.get_world_size()
         dist.all_gather_object(pids, os.getpid())
-        mgr = hoist.CheckpointManager(root, pool_bytes=64 << 20,
+        mgr = hoist.CheckpointManager(root, pool_bytes=256 << 20,
                                       coordinator_timeout_s=3)
         mgr.save(1, state("a")).wait()
-        handle = mgr.save(2, state("a"))
+        # Big enough that rank 1 stops while its share is being written.
+        big = {"big": torch.ones(16 << 20, dtype=torch.float32)}
+        handle = mgr.save(2, {**state("a"), **big})
         if rank == 1:  # stops (alive, silent) before its share is written
             os.kill(os.getpid(), signal.SIGSTOP)
         outcome.report(mgr, handle, out)

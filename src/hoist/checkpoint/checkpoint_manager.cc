@@ -161,6 +161,13 @@ class CheckpointManager::Impl {
     // Refused here, before the step is accepted: the saver thread must never
     // meet metadata a manifest cannot carry.
     RETURN_IF_ERROR(ValidateMetadataJson(metadata_json));
+    if (options_.when_busy == CheckpointManagerOptions::WhenBusy::kSkip) {
+      MutexLock lock(&mu_);
+      if (!HasRoom()) {
+        ++skipped_saves_;
+        return SkippedHandle(step);
+      }
+    }
     auto job = std::make_shared<Job>();
     job->step = step;
     job->metadata_json = std::move(metadata_json);
@@ -225,6 +232,16 @@ class CheckpointManager::Impl {
 
   absl::StatusOr<std::vector<int64_t>> List() const { return root_->List(); }
 
+  Durability durability() const {
+    MutexLock lock(&mu_);
+    Durability out;
+    out.skipped_saves = skipped_saves_;
+    out.last_committed_step = last_committed_step_;
+    out.last_committed = last_committed_;
+    out.in_flight = static_cast<int64_t>(in_flight_steps_.size());
+    return out;
+  }
+
   absl::StatusOr<RestoreStats> Restore(
       std::optional<int64_t> step, absl::Span<const RestoreTarget> targets,
       const RestoreReceiver& receiver,
@@ -285,6 +302,21 @@ class CheckpointManager::Impl {
       planned_specs_ = specs;
     }
     return planned_plan_;
+  }
+
+  // A handle whose every wait returns at once: the save was skipped.
+  static SaveHandle SkippedHandle(int64_t step) {
+    Promise<> dispatched, staged;
+    Promise<SaveInfo> committed;
+    dispatched.Set(absl::OkStatus());
+    staged.Set(absl::OkStatus());
+    SaveInfo info;
+    info.step = step;
+    info.skipped = true;
+    committed.Set(std::move(info));
+    return SaveHandle(step, dispatched.future(), staged.future(),
+                      committed.future(), std::make_shared<SaveProgress>(),
+                      /*skipped=*/true);
   }
 
   bool HasRoom() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -349,6 +381,10 @@ class CheckpointManager::Impl {
         if (!info.ok() && !job->error_returned && deferred_error_.ok()) {
           deferred_error_ = info.status();
         }
+        if (info.ok()) {
+          last_committed_step_ = job->step;
+          last_committed_ = absl::Now();
+        }
         in_flight_steps_.erase(job->step);
       }
       job->committed.Set(std::move(info));
@@ -403,10 +439,13 @@ class CheckpointManager::Impl {
   std::vector<ArraySpec> planned_specs_ ABSL_GUARDED_BY(plan_mu_);
   std::shared_ptr<const SavePlan> planned_plan_ ABSL_GUARDED_BY(plan_mu_);
 
-  Mutex mu_;
+  mutable Mutex mu_;
   std::deque<std::shared_ptr<Job>> queue_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<int64_t> in_flight_steps_ ABSL_GUARDED_BY(mu_);
   absl::Status deferred_error_ ABSL_GUARDED_BY(mu_);
+  int64_t skipped_saves_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<int64_t> last_committed_step_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_committed_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   Mutex pin_mu_;
   bool pinning_started_ ABSL_GUARDED_BY(pin_mu_) = false;
@@ -422,6 +461,13 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
     return absl::InvalidArgumentError(
         "checkpoint manager options: pool_bytes and max_in_flight must be "
         "positive, keep_last and keep_every non-negative");
+  }
+  if (options.when_busy == CheckpointManagerOptions::WhenBusy::kSkip &&
+      coordinator.size() > 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "checkpoint manager options: when_busy skip needs every rank to skip "
+        "the same saves, which %d processes cannot yet agree on; use wait",
+        coordinator.size()));
   }
   std::unique_ptr<Storage> owned;
   if (storage == nullptr) {
@@ -489,6 +535,7 @@ absl::StatusOr<SaveHandle> CheckpointManager::Save(
 absl::Status CheckpointManager::WaitUntilFinished() {
   return impl_->WaitUntilFinished();
 }
+Durability CheckpointManager::durability() const { return impl_->durability(); }
 absl::StatusOr<RestoreStats> CheckpointManager::Restore(
     std::optional<int64_t> step, absl::Span<const RestoreTarget> targets,
     const RestoreReceiver& receiver,

@@ -169,6 +169,77 @@ TEST_F(ManagerTest, TrainingLoopWithASmallPoolKeepsTheLastTwo) {
   ExpectHolds(*manager, std::nullopt, 6);
 }
 
+TEST_F(ManagerTest, WhenBusySkipGoesOnWhileStorageIsStuckAndLosesNothing) {
+  MemoryStorage memory;
+  FaultInjectingStorage storage(memory, {});
+  CheckpointManagerOptions options;
+  options.pool_bytes = 1 << 20;  // the whole model stages at once
+  options.when_busy = CheckpointManagerOptions::WhenBusy::kSkip;
+  std::unique_ptr<CheckpointManager> manager = Open(options, &storage);
+  ASSERT_NE(manager, nullptr);
+  storage.Stall();
+  // Staged, then stuck writing: the one save in flight.
+  absl::StatusOr<SaveHandle> first = manager->Save(1, Arrays());
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_FALSE(first->skipped());
+  while (storage.stalled_calls() == 0) absl::SleepFor(absl::Milliseconds(1));
+  // No room: the next save returns at once, skipped, without waiting.
+  absl::StatusOr<SaveHandle> second = manager->Save(2, Arrays());
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_TRUE(second->skipped());
+  EXPECT_TRUE(second->WaitStaged().ok());
+  absl::StatusOr<SaveInfo> skipped = second->WaitCommitted();
+  ASSERT_TRUE(skipped.ok());
+  EXPECT_TRUE(skipped->skipped);
+  EXPECT_EQ(skipped->bytes, 0);
+  Durability lag = manager->durability();
+  EXPECT_EQ(lag.skipped_saves, 1);
+  EXPECT_EQ(lag.in_flight, 1);
+  EXPECT_FALSE(lag.last_committed_step.has_value());
+  EXPECT_EQ(first->status().code(), absl::StatusCode::kUnavailable);
+  // The storage comes back: the first save commits, the next is accepted.
+  storage.Resume();
+  ASSERT_TRUE(first->WaitCommitted().ok());
+  absl::StatusOr<SaveHandle> third = manager->Save(3, Arrays());
+  ASSERT_TRUE(third.ok()) << third.status();
+  EXPECT_FALSE(third->skipped());
+  ASSERT_TRUE(manager->WaitUntilFinished().ok());
+  EXPECT_THAT(*manager->List(), ElementsAre(1, 3));
+  lag = manager->durability();
+  EXPECT_EQ(lag.last_committed_step, 3);
+  EXPECT_EQ(lag.skipped_saves, 1);
+  EXPECT_EQ(lag.in_flight, 0);
+  ExpectHolds(*manager, 3, 0);
+}
+
+// Two ranks that answer nothing: Open must refuse before asking them.
+class TwoSilentRanks final : public Coordinator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  absl::Status Barrier(std::string_view) override {
+    return absl::InternalError("asked");
+  }
+  absl::StatusOr<std::vector<std::string>> AllGather(std::string_view,
+                                                     std::string) override {
+    return absl::InternalError("asked");
+  }
+  absl::StatusOr<std::string> Broadcast(std::string_view, std::string,
+                                        int) override {
+    return absl::InternalError("asked");
+  }
+};
+
+TEST_F(ManagerTest, WhenBusySkipIsRefusedInAJobOfSeveralProcesses) {
+  TwoSilentRanks two;
+  CheckpointManagerOptions options;
+  options.when_busy = CheckpointManagerOptions::WhenBusy::kSkip;
+  absl::Status status =
+      CheckpointManager::Open(root_, *backend_, two, options).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("every rank to skip"));
+}
+
 TEST_F(ManagerTest, KeepEveryKeepsMultiplesBeyondTheLastN) {
   CheckpointManagerOptions options;
   options.keep_last = 1;

@@ -65,8 +65,16 @@ absl::Status FaultInjectingStorage::CheckAlive(const std::string& path) const {
   return absl::OkStatus();
 }
 
+void FaultInjectingStorage::WaitWhileStalled() {
+  MutexLock lock(&stall_mu_);
+  ++waiting_;
+  stall_mu_.Await(Condition(this, &FaultInjectingStorage::NotStalled));
+  --waiting_;
+}
+
 absl::Status FaultInjectingStorage::BeforeWrite(const std::string& path,
                                                 bool* torn) {
+  WaitWhileStalled();
   if (absl::Status s = CheckAlive(path); !s.ok()) return s;
   if (writes_.fetch_add(1) == plan_.fail_write) {
     *torn = plan_.torn;
@@ -76,6 +84,7 @@ absl::Status FaultInjectingStorage::BeforeWrite(const std::string& path,
 }
 
 absl::Status FaultInjectingStorage::BeforeSync(const std::string& path) {
+  WaitWhileStalled();
   if (absl::Status s = CheckAlive(path); !s.ok()) return s;
   const int n = syncs_.fetch_add(1);
   if (n == plan_.crash_at_sync) {

@@ -1,14 +1,17 @@
 // FaultInjectingStorage: forwards to another Storage and injects the
 // failures a checkpoint must survive: the Nth write or sync failing with an
 // errno (EIO, ENOSPC), a torn write (the first half lands, then the error),
-// and a crash at the Nth sync (that sync does not happen, and every later
-// call fails with kAborted, as if the process had died). Pair it with
-// MemoryStorage::Crash() to drop what was not durable at the crash.
+// a crash at the Nth sync (that sync does not happen, and every later
+// call fails with kAborted, as if the process had died), and storage that
+// is stuck (Stall: every write and sync waits until Resume, as a hung NFS
+// or Lustre target does). Pair it with MemoryStorage::Crash() to drop what
+// was not durable at the crash.
 #ifndef HOIST_IO_FAULT_STORAGE_H_
 #define HOIST_IO_FAULT_STORAGE_H_
 
 #include <atomic>
 
+#include "hoist/mutex.h"
 #include "hoist/storage.h"
 
 namespace hoist {
@@ -26,6 +29,21 @@ class FaultInjectingStorage final : public Storage {
   // `base` must outlive this and every file opened through it.
   FaultInjectingStorage(Storage& base, FaultPlan plan)
       : base_(base), plan_(plan) {}
+
+  // From now on every write and sync waits (stuck storage) until Resume().
+  void Stall() {
+    MutexLock lock(&stall_mu_);
+    stalled_ = true;
+  }
+  void Resume() {
+    MutexLock lock(&stall_mu_);
+    stalled_ = false;
+  }
+  // Writes and syncs waiting in a stall now.
+  int stalled_calls() const {
+    MutexLock lock(&stall_mu_);
+    return waiting_;
+  }
 
   int writes() const { return writes_.load(); }
   int syncs() const { return syncs_.load(); }
@@ -52,11 +70,19 @@ class FaultInjectingStorage final : public Storage {
   absl::Status CheckAlive(const std::string& path) const;
 
  private:
+  void WaitWhileStalled();
+  bool NotStalled() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(stall_mu_) {
+    return !stalled_;
+  }
+
   Storage& base_;
   const FaultPlan plan_;
   std::atomic<int> writes_{0};
   std::atomic<int> syncs_{0};
   std::atomic<bool> crashed_{false};
+  mutable Mutex stall_mu_;
+  bool stalled_ ABSL_GUARDED_BY(stall_mu_) = false;
+  int waiting_ ABSL_GUARDED_BY(stall_mu_) = 0;
 };
 
 }  // namespace hoist
