@@ -49,6 +49,13 @@ build_dir() {
 # and the hoist package itself, built from this tree (build/python is reused).
 HOIST_VENV="$HOIST_ROOT/.venv"
 python_package() {
+  python_requirements "$1"
+  python_hoist
+}
+
+# python_requirements REQUIREMENTS: the virtualenv and REQUIREMENTS only
+# (downloads, mostly: a caller may run it beside a C++ build).
+python_requirements() {
   local requirements=$1
   if [[ ! -x "$HOIST_VENV/bin/python" ]]; then
     local python=/root/.pyenv/versions/3.12.1/bin/python3.12
@@ -59,6 +66,10 @@ python_package() {
   log "installing Python packages ($requirements)"
   "$HOIST_VENV/bin/pip" install -q --disable-pip-version-check \
     -r "$HOIST_ROOT/$requirements"
+}
+
+# python_hoist: the hoist package, built from this tree into the virtualenv.
+python_hoist() {
   log "building the hoist Python package"
   "$HOIST_VENV/bin/pip" install -q --disable-pip-version-check \
     --no-build-isolation "$HOIST_ROOT"

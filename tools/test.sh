@@ -5,11 +5,19 @@
 #      mpirun included), then the Python package and its tests (pytest);
 #   3. a clang build with -Wthread-safety, ASan and UBSan, and its tests;
 #   4. a clang build with ThreadSanitizer, and its tests;
-#   5. the libFuzzer targets (manifest decoding, restore) for a bounded time.
+#   5. the libFuzzer targets (manifest decoding, restore, safetensors headers)
+#      side by side for a bounded time.
+# The Python packages download while the release build compiles.
 # Exits non-zero on the first failure.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 install_debs
+
+# The Python packages download beside the C++ build (the network, not the
+# cores, is what they wait on); their log is shown if they fail.
+pip_log=$(mktemp)
+python_requirements python/requirements-test.txt >"$pip_log" 2>&1 &
+pip_pid=$!
 
 log "checking formatting"
 mapfile -t sources < <(git ls-files --cached --others --exclude-standard \
@@ -23,7 +31,14 @@ build_dir release -DCMAKE_BUILD_TYPE=RelWithDebInfo
 log "testing build/release"
 ctest --test-dir build/release --output-on-failure -j "$jobs"
 
-python_package python/requirements-test.txt
+if ! wait "$pip_pid"; then
+  cat "$pip_log" >&2
+  echo "installing the Python packages failed" >&2
+  exit 1
+fi
+cat "$pip_log"
+rm -f "$pip_log"
+python_hoist
 log "testing the Python package (pytest)"
 "$HOIST_VENV/bin/python" -m pytest -q -rs python/tests
 
