@@ -783,6 +783,11 @@ def main():
                         "4GiB", help="model sizes for the scaling figures")
     parser.add_argument("--writers", type=int, default=2,
                         help="hoist writer streams (default 2)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="alternating rounds of the disk limit and hoist "
+                        "C++ (medians; default 3)")
+    parser.add_argument("--scaling-writers", default="1,2,4",
+                        help="writer streams for the scaling figures")
     parser.add_argument("--dir", default=None,
                         help="scratch directory on the disk to measure "
                         "(default: a new one here, removed after)")
@@ -813,9 +818,10 @@ def main():
         published = cpp_json([TRANSFER_BENCH, "--json"])
         report["published"] = published
         report["memcpy_gbps"] = published["memcpy_gbps"]
-        # Raw write/read and hoist C++ in 3 alternating rounds (medians).
+        # Raw write/read and hoist C++ in alternating rounds (medians).
         cpp = save_bench(args.size, args.dir, args.writers,
-                         pool=int(args.size * 1.07) + (64 << 20), repeats=3)
+                         pool=int(args.size * 1.07) + (64 << 20),
+                         repeats=args.rounds)
         report["bytes"] = cpp["bytes"]
         report["raw_write_gbps"] = cpp["raw_write_gbps"]
         report["raw_read_gbps"] = cpp["raw_read_gbps"]
@@ -854,7 +860,7 @@ def main():
                  "save_s": s["save_s"], "save_gbps": s["save_gbps"],
                  "raw_write_gbps": s["raw_write_gbps"]})
         report["scaling_writers"] = []
-        for writers in (1, 2, 4):
+        for writers in (int(w) for w in args.scaling_writers.split(",")):
             s = save_bench(args.size, args.dir, writers,
                            pool=int(args.size * 1.07) + (64 << 20))
             report["scaling_writers"].append(

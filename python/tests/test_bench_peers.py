@@ -16,7 +16,8 @@ def test_peers_benchmark_writes_json_and_chart(tmp_path):
     out = tmp_path / "out"
     result = subprocess.run(
         [sys.executable, str(REPO / "bench/peers.py"), "--size", "64MiB",
-         "--systems", "hoist,numpy", "--scaling-sizes", "64MiB", "--dir",
+         "--systems", "hoist,numpy", "--scaling-sizes", "64MiB",
+         "--rounds", "1", "--scaling-writers", "2", "--dir",
          str(tmp_path / "scratch"), "--out", str(out), "--json"],
         capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]

@@ -2,8 +2,8 @@
 (run by test_torchrun.py under `torchrun --nproc-per-node N`).
 
   torch_worker.py save ROOT STEP LAYOUT      save the reference state
-  torch_worker.py restore ROOT STEP          restore it onto each layout,
-                                             check
+  torch_worker.py restore ROOT STEP [SAVE]   restore it onto each layout,
+                                             check; then save step SAVE
   torch_worker.py kill ROOT OUT              rank 1 dies mid-save; rank 0
                                              writes what it saw to OUT
   torch_worker.py hang ROOT OUT              rank 1 stops mid-save (SIGSTOP);
@@ -109,7 +109,7 @@ def main():
         with hoist.CheckpointManager(root, pool_bytes=64 << 20) as mgr:
             assert mgr.rank == rank
             mgr.save(step, state(layout)).wait()
-    elif command == "restore":  # onto every layout
+    elif command == "restore":  # onto every layout; then, maybe, a save
         step = int(sys.argv[3])
         with hoist.CheckpointManager(root, pool_bytes=64 << 20) as mgr:
             for layout in "ab":
@@ -125,6 +125,8 @@ def main():
             full = full_tensors()
             for name in placements("a"):
                 assert torch.equal(whole["model"][name], full[name]), name
+            if len(sys.argv) > 4:  # save SAVE_STEP in layout a, this job
+                mgr.save(int(sys.argv[4]), state("a")).wait()
     elif command == "kill":
         out = sys.argv[3]
         # Big enough that rank 1 dies while its share is being written.
