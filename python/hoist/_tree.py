@@ -18,6 +18,7 @@ non-array leaves are kept as a JSON skeleton in the manifest's metadata:
 """
 
 import contextlib
+import functools
 import gc
 import math
 import sys
@@ -199,19 +200,28 @@ def _dtensor_boxes(name, shape, mesh, placements):
     """global rank -> (origin, shape) of its shard of a DTensor of `shape`
     on `mesh` with `placements`, by torch's rule: mesh dimensions in order,
     each Shard(d) splitting the box so far along d into chunks of
-    ceil(n / k) (the last ones shorter or empty, as torch.chunk)."""
+    ceil(n / k) (the last ones shorter or empty, as torch.chunk). Computed
+    once per (shape, mesh, placements): a training loop saves the same
+    layouts every time. The result is shared; callers only read it."""
+    try:
+        return _dtensor_layout(tuple(shape), mesh, tuple(placements))
+    except ValueError as error:
+        raise ValueError(f"array '{name}': {error}") from None
+
+
+@functools.lru_cache(maxsize=4096)
+def _dtensor_layout(shape, mesh, placements):
     ranks = mesh.mesh.reshape(-1).tolist()
     mesh_shape = tuple(mesh.mesh.shape)
     for placement in placements:
         kind = type(placement).__name__
         if kind == "Partial":
             raise ValueError(
-                f"array '{name}': a DTensor with a Partial placement holds "
-                "unreduced values; redistribute it to Shard or Replicate "
-                "before saving")
+                "a DTensor with a Partial placement holds unreduced values; "
+                "redistribute it to Shard or Replicate before saving")
         if kind not in ("Shard", "Replicate"):
-            raise ValueError(f"array '{name}': DTensor placement {placement} "
-                             "is not supported (Shard and Replicate are)")
+            raise ValueError(f"DTensor placement {placement} is not "
+                             "supported (Shard and Replicate are)")
     boxes = {}
     for rank, coordinate in zip(ranks, np.ndindex(*mesh_shape)):
         origin, extent = [0] * len(shape), list(shape)

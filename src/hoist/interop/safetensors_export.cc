@@ -38,12 +38,11 @@
 #include "hoist/checkpoint_root.h"
 #include "hoist/format/layout.h"
 #include "hoist/interop.h"
+#include "hoist/interop/safetensors_names.h"
 
 namespace hoist {
 namespace {
 
-constexpr char kSingleFile[] = "model.safetensors";
-constexpr char kIndexFile[] = "model.safetensors.index.json";
 constexpr int kHashHexDigits = 16;
 // Writes whose offset, length and memory are multiples of this go straight
 // to the disk (O_DIRECT).
@@ -174,7 +173,7 @@ std::vector<OutFile> LayOutFiles(std::vector<Tensor>& tensors,
   }
   for (size_t f = 0; f < files.size(); ++f) {
     files[f].name = files.size() == 1
-                        ? kSingleFile
+                        ? kSafetensorsSingleFile
                         : absl::StrFormat("model-%05d-of-%05d.safetensors",
                                           f + 1, files.size());
   }
@@ -337,7 +336,7 @@ absl::StatusOr<ExportStats> ExportSafetensors(
   std::unique_ptr<Storage> storage = MakePosixStorage();
   ASSIGN_OR_RETURN(bool out_exists, storage->Exists(out_dir));
   if (!out_exists) RETURN_IF_ERROR(storage->CreateDir(out_dir));
-  for (const char* name : {kSingleFile, kIndexFile}) {
+  for (const char* name : {kSafetensorsSingleFile, kSafetensorsIndexFile}) {
     ASSIGN_OR_RETURN(bool taken, storage->Exists(JoinPath(out_dir, name)));
     if (taken) {
       return absl::AlreadyExistsError(
@@ -465,8 +464,9 @@ absl::StatusOr<ExportStats> ExportSafetensors(
       index["weight_map"][tensor.name] = files[tensor.file].name;
     }
     const std::string text = index.dump(2) + "\n";
-    const std::string tmp =
-        JoinPath(out_dir, absl::StrFormat(".%s.tmp-%d", kIndexFile, getpid()));
+    const std::string tmp = JoinPath(
+        out_dir,
+        absl::StrFormat(".%s.tmp-%d", kSafetensorsIndexFile, getpid()));
     ASSIGN_OR_RETURN(auto out, storage->OpenWritable(tmp));
     absl::Status written = out->WriteAt(
         0, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(text.data()),
@@ -474,13 +474,13 @@ absl::StatusOr<ExportStats> ExportSafetensors(
     if (written.ok()) written = out->Sync();
     out->Close().IgnoreError();
     if (written.ok()) {
-      written = storage->Rename(tmp, JoinPath(out_dir, kIndexFile));
+      written = storage->Rename(tmp, JoinPath(out_dir, kSafetensorsIndexFile));
     }
     if (!written.ok()) {
       storage->RemoveAll(tmp).IgnoreError();
       return written;
     }
-    stats.files.push_back(JoinPath(out_dir, kIndexFile));
+    stats.files.push_back(JoinPath(out_dir, kSafetensorsIndexFile));
   }
   RETURN_IF_ERROR(storage->SyncDir(out_dir));
   stats.tensors = static_cast<int64_t>(tensors.size());

@@ -17,18 +17,20 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
+#include "hoist/base/checked_math.h"
 #include "hoist/base/status_macros.h"
 #include "hoist/checkpoint_manager.h"
 #include "hoist/format/layout.h"
 #include "hoist/host_backend.h"
 #include "hoist/interop.h"
+#include "hoist/interop/safetensors_names.h"
 #include "hoist/io/errno_status.h"
 #include "hoist/manifest.h"
+#include "hoist/transfer/staging_pool.h"
 
 namespace hoist {
 namespace {
 
-constexpr char kIndexFile[] = "model.safetensors.index.json";
 // As the safetensors library: a larger header is refused.
 constexpr int64_t kMaxHeaderBytes = int64_t{100} << 20;
 
@@ -58,7 +60,7 @@ absl::StatusOr<std::vector<std::string>> SourceFiles(Storage& storage,
   }
   ASSIGN_OR_RETURN(bool is_dir, storage.IsDir(src));
   if (!is_dir) return std::vector<std::string>{src};
-  const std::string index = JoinPath(src, kIndexFile);
+  const std::string index = JoinPath(src, kSafetensorsIndexFile);
   ASSIGN_OR_RETURN(bool indexed, storage.Exists(index));
   if (indexed) {
     ASSIGN_OR_RETURN(const std::string text,
@@ -99,7 +101,7 @@ absl::StatusOr<std::vector<std::string>> SourceFiles(Storage& storage,
   if (found.size() != 1) {
     return absl::NotFoundError(absl::StrFormat(
         "%s: expected one *.safetensors file or %s, found %d files", src,
-        kIndexFile, found.size()));
+        kSafetensorsIndexFile, found.size()));
   }
   return std::vector<std::string>{JoinPath(src, found[0])};
 }
@@ -290,7 +292,8 @@ absl::StatusOr<ImportStats> ImportSafetensors(const std::string& src,
     largest = std::max(largest, tensor.bytes);
   }
   CheckpointManagerOptions options;
-  options.pool_bytes = std::max(pool_bytes, (largest + 4095) / 4096 * 4096);
+  options.pool_bytes =
+      std::max(pool_bytes, AlignUp(largest, StagingPool::kAlignment));
   options.pool_pinning = CheckpointManagerOptions::PoolPinning::kAtOpen;
   ASSIGN_OR_RETURN(
       std::unique_ptr<CheckpointManager> manager,
