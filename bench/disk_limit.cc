@@ -23,12 +23,12 @@ namespace hoist::bench {
 #if HOIST_BENCH_HAVE_URING
 namespace {
 
-// One job: `blocks` requests of `block` bytes over its file, `depth` in
-// flight at a time, then (writes) fsync.
-absl::Status RunJob(const std::string& path, bool write, int64_t blocks,
-                    const DiskLimitOptions& options) {
+// One job: `blocks` requests of `block` bytes over its file from `base`,
+// `depth` in flight at a time, then (writes) fsync.
+absl::Status RunJob(const std::string& path, bool write, int64_t base,
+                    int64_t blocks, const DiskLimitOptions& options) {
   const int flags =
-      write ? (O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT) : (O_RDONLY | O_DIRECT);
+      write ? (O_WRONLY | O_CREAT | O_DIRECT) : (O_RDONLY | O_DIRECT);
   const int fd = open(path.c_str(), flags | O_CLOEXEC, 0644);
   if (fd < 0) {
     return absl::InternalError(absl::StrFormat("open %s with O_DIRECT: %s",
@@ -63,9 +63,9 @@ absl::Status RunJob(const std::string& path, bool write, int64_t blocks,
       io_uring_sqe* sqe = io_uring_get_sqe(&ring);
       uint8_t* data = buffers + slot * block;
       if (write) {
-        io_uring_prep_write(sqe, fd, data, block, submitted * block);
+        io_uring_prep_write(sqe, fd, data, block, base + submitted * block);
       } else {
-        io_uring_prep_read(sqe, fd, data, block, submitted * block);
+        io_uring_prep_read(sqe, fd, data, block, base + submitted * block);
       }
       io_uring_sqe_set_data64(sqe, static_cast<uint64_t>(slot));
       ++submitted;
@@ -111,8 +111,13 @@ absl::StatusOr<double> RunJobs(const std::vector<std::string>& paths,
   std::vector<std::thread> threads;
   const absl::Time start = absl::Now();
   for (size_t j = 0; j < paths.size(); ++j) {
-    threads.emplace_back([&, j] {
-      statuses[j] = RunJob(paths[j], write, blocks_per_job, options);
+    // With one file, job j writes its j-th part.
+    const int64_t base =
+        options.one_file
+            ? static_cast<int64_t>(j) * blocks_per_job * options.block_bytes
+            : 0;
+    threads.emplace_back([&, j, base] {
+      statuses[j] = RunJob(paths[j], write, base, blocks_per_job, options);
     });
   }
   for (std::thread& t : threads) t.join();
@@ -139,8 +144,11 @@ absl::StatusOr<DiskLimit> MeasureDiskLimit(const std::string& dir,
       std::max<int64_t>(1, (bytes + per_job - 1) / per_job);
   std::vector<std::string> paths;
   for (int j = 0; j < options.jobs; ++j) {
-    paths.push_back(absl::StrFormat("%s/disk_limit.%d.%d", dir, getpid(), j));
+    paths.push_back(absl::StrFormat("%s/disk_limit.%d.%d", dir, getpid(),
+                                    options.one_file ? 0 : j));
   }
+  // New files (jobs open them without truncating: one file is shared).
+  for (const std::string& path : paths) unlink(path.c_str());
   DiskLimit limit;
   limit.bytes = blocks_per_job * per_job;
   absl::StatusOr<double> written =

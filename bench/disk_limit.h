@@ -1,6 +1,6 @@
 // The disk's own limit, measured as fio measures it: several jobs, each
-// with a file of its own and a deep queue of O_DIRECT requests through its
-// own io_uring, i.e. what
+// with a file of its own (or a part of one file) and a deep queue of O_DIRECT
+// requests through its own io_uring, i.e. what
 //   fio --ioengine=io_uring --direct=1 --numjobs=J --iodepth=D --bs=B
 //       --size=BYTES/J --rw=write (then --rw=read) --end_fsync=1
 // reports for the same bytes on the same filesystem. "hoist at x of raw"
@@ -19,6 +19,9 @@ struct DiskLimitOptions {
   int jobs = 4;                            // threads, each with its own file
   int depth = 16;                          // requests in flight per job
   int64_t block_bytes = int64_t{1} << 20;  // bytes per request
+  // Every job writes (then reads) its own part of one shared file, as a
+  // single output file (a safetensors export) is written.
+  bool one_file = false;
 };
 
 struct DiskLimit {

@@ -11,10 +11,11 @@
 // ({"metadata": {"total_size"}, "weight_map": {name: file}}), the Hub's
 // convention; a smaller one is model.safetensors.
 //
-// The export streams: it reads the step's extents (each checked against its
-// hash) into at most `memory_bytes` of host memory at a time, in pieces of
-// whole arrays or of runs of rows, writing one piece while it reads the
-// next, whatever the model's size. Each file is written under a temporary
+// The export streams: it reads the step's extents into at most
+// `memory_bytes` of host memory at a time, in pieces of whole arrays or of
+// runs of rows, writing earlier pieces while it reads the next, whatever
+// the model's size. Each extent is read once and in order however the
+// pieces cut it, its hash checked at its last byte. Each file is written under a temporary
 // name, fsynced, and renamed into place, the index last, so an interrupted
 // export leaves no file that looks complete.
 #ifndef HOIST_INTEROP_H_
@@ -38,15 +39,16 @@ struct SafetensorsExportOptions {
   // "model/" exports what {"model": state_dict} saved under its state
   // dict's own names.
   std::string prefix;
-  // Host memory for bytes in flight: two buffers of half of it (default
-  // 256 MiB; at least 1 MiB).
+  // Host memory for bytes in flight (default 256 MiB; at least 1 MiB): a
+  // sixteenth (at most 16 MiB) for each of 4 reader threads, the rest for
+  // 4 chunks read, hashed or being written.
   int64_t memory_bytes = int64_t{256} << 20;
 };
 
 struct ExportStats {
   int64_t tensors = 0;
   int64_t bytes = 0;               // tensor bytes written
-  int64_t bytes_read = 0;          // from the checkpoint (>= bytes)
+  int64_t bytes_read = 0;          // from the checkpoint (== bytes)
   std::vector<std::string> files;  // written, in order (the index last)
   absl::Duration elapsed;
 };

@@ -9,11 +9,12 @@
 //      have a fixed width, so its length (padded with spaces to 8 bytes) and
 //      every tensor's offset are fixed before any byte moves.
 //   3. Cut the tensors into pieces (a whole tensor, or a run of rows at the
-//      outermost axis whose rows fit) and the pieces into chunks of at most
-//      half the memory; a chunk never crosses a file. Read a chunk (through
-//      CheckpointRoot::Read: only the extents it meets, each hash checked)
-//      while the writer thread writes the previous one, hashing each
-//      tensor's bytes in order.
+//      outermost axis whose rows fit) and the pieces into chunks that fill
+//      most of the memory; a chunk never crosses a file. Read a chunk
+//      (ExtentStreamer: every extent's bytes once, in order, however the
+//      pieces cut it, its hash checked at its last byte) while the writer
+//      thread writes the previous one, hashing each tensor's bytes in order
+//      while its direct writes are in flight.
 //   4. Write each file's header with the hashes at offset 0, fsync, close,
 //      rename the file from its temporary name into place; then the index
 //      (when there is more than one file), the same way; fsync out_dir.
@@ -23,22 +24,29 @@
 
 #include <algorithm>
 #include <cstring>
-#include <future>
+#include <deque>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <thread>
+#include <unordered_map>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "hoist/base/first_error.h"
 #include "hoist/base/status_macros.h"
+#include "hoist/checkpoint/extent_reader.h"
+#include "hoist/checkpoint/io_sizes.h"
 #include "hoist/checkpoint_root.h"
 #include "hoist/format/layout.h"
 #include "hoist/interop.h"
 #include "hoist/interop/safetensors_names.h"
+#include "hoist/mutex.h"
 
 namespace hoist {
 namespace {
@@ -47,8 +55,14 @@ constexpr int kHashHexDigits = 16;
 // Writes whose offset, length and memory are multiples of this go straight
 // to the disk (O_DIRECT).
 constexpr int64_t kBlockBytes = 4096;
-// Direct writes of one chunk in flight at once.
-constexpr int64_t kWritesInFlight = 4;
+// Chunks read, hashed or being written at once: while one is read, the
+// writes of the others keep the disk's queue full.
+constexpr int kBuffers = 4;
+// Threads writing at once, and the bytes of one write.
+constexpr int kWriteThreads = 8;
+constexpr int64_t kWriteBytes = int64_t{8} << 20;
+// Threads reading extents at once.
+constexpr int kReaderThreads = 4;
 
 struct Tensor {
   const ManifestArray* array;
@@ -180,40 +194,18 @@ std::vector<OutFile> LayOutFiles(std::vector<Tensor>& tensors,
   return files;
 }
 
-// The pieces of `tensor` of at most `limit` bytes each: the whole tensor,
-// or runs along the outermost axis whose units (one index there, the rest
-// whole) fit in `limit`, over every index of the axes before it.
+// The pieces of `tensor` of at most `limit` bytes each, in C order (see
+// ForEachContiguousPiece): each spans the tensor's inner axes whole.
 std::vector<Piece> PiecesOf(int t, const Tensor& tensor, int64_t limit) {
-  const std::vector<int64_t>& shape = tensor.array->shape;
-  if (tensor.bytes <= limit) {
-    return {
-        {t, Box(std::vector<int64_t>(shape.size(), 0), shape), tensor.bytes}};
-  }
-  size_t axis = 0;
-  int64_t unit = tensor.bytes;
-  while (axis < shape.size()) {
-    unit /= shape[axis];
-    if (unit <= limit) break;
-    ++axis;
-  }
-  const int64_t run = std::max<int64_t>(1, limit / unit);
+  const int64_t item = ItemSize(tensor.array->dtype);
   std::vector<Piece> pieces;
-  std::vector<int64_t> index(axis, 0);  // over the axes before `axis`
-  while (true) {
-    for (int64_t start = 0; start < shape[axis]; start += run) {
-      std::vector<int64_t> origin(shape.size(), 0), extent = shape;
-      for (size_t a = 0; a < axis; ++a) {
-        origin[a] = index[a];
-        extent[a] = 1;
-      }
-      origin[axis] = start;
-      extent[axis] = std::min(run, shape[axis] - start);
-      pieces.push_back({t, Box(origin, extent), extent[axis] * unit});
-    }
-    int a = static_cast<int>(axis) - 1;
-    while (a >= 0 && ++index[a] == shape[a]) index[a--] = 0;
-    if (a < 0) break;
-  }
+  ForEachContiguousPiece(
+      Box::FromShape(tensor.array->shape), item, limit,
+      [&](const Box& box) {
+        pieces.push_back({t, box, box.num_elements() * item});
+        return absl::OkStatus();
+      })
+      .IgnoreError();  // the callback never fails
   return pieces;
 }
 
@@ -252,40 +244,251 @@ std::vector<Chunk> CutChunks(const std::vector<Tensor>& tensors,
   return chunks;
 }
 
-// Hashes chunk `chunk` (at `bytes`, behind `carry` bytes of the previous
-// chunk's tail in the same buffer, which starts at a block boundary of the
-// file) and writes every whole block of the buffer directly; the rest, less
-// than a block, is the next chunk's carry, or, for the last chunk of its
-// file, written through the page cache now.
-absl::Status WriteChunk(const Chunk& chunk, bool last_of_file,
-                        const uint8_t* buffer, int64_t carry,
-                        std::vector<Tensor>& tensors, OutFile& file) {
-  int64_t at = carry;
-  for (const Piece& piece : chunk.pieces) {
-    XXH3_64bits_update(tensors[piece.tensor].hash, buffer + at, piece.bytes);
-    at += piece.bytes;
+// Reads chunks' pieces from the step's extents, every extent's bytes once
+// and in order however the pieces cut it. A piece spans its tensor's inner
+// axes whole, so its part of any extent is one run of the extent's bytes;
+// a tensor's pieces come in C order, so each extent is read front to back
+// across chunks, its XXH3 carried from one run to the next and checked at
+// its last byte (a mismatch fails the export, whose files then never get
+// their names). Runs of an extent are read in order by one thread; up to
+// `threads` extents at once, each run straight into the chunk where its
+// bytes lie contiguously there, else through a buffer of at most
+// `run_bytes` a thread.
+class ExtentStreamer {
+ public:
+  ExtentStreamer(Storage& storage, std::string step_dir, int threads,
+                 int64_t run_bytes)
+      : storage_(storage),
+        step_dir_(std::move(step_dir)),
+        run_bytes_(run_bytes),
+        buffers_(static_cast<size_t>(threads)) {}
+
+  // Fills `pieces`, which lie one after the other from `data`.
+  absl::Status Read(const std::vector<Piece>& pieces,
+                    const std::vector<Tensor>& tensors, uint8_t* data) {
+    // The runs, grouped by extent in the order the pieces meet them.
+    std::vector<std::vector<Run>> groups;
+    absl::flat_hash_map<const ManifestExtent*, size_t> group_of;
+    for (const Piece& piece : pieces) {
+      const ManifestArray& array = *tensors[piece.tensor].array;
+      const int64_t item = ItemSize(array.dtype);
+      for (const ManifestExtent& extent : array.extents) {
+        const Box part = piece.box.Intersect(extent.box);
+        if (part.empty()) continue;
+        Stream& stream = streams_[&extent];
+        if (stream.hash == nullptr) {
+          stream.hash.reset(XXH3_createState());
+          XXH3_64bits_reset(stream.hash.get());
+          stream.where =
+              absl::StrFormat("array '%s': extent at %s @ %d", array.name,
+                              extent.file, extent.offset_bytes);
+        }
+        ASSIGN_OR_RETURN(ReadableFile * file, File(extent.file, stream.where));
+        const size_t group =
+            group_of.try_emplace(&extent, groups.size()).first->second;
+        if (group == groups.size()) groups.emplace_back();
+        RETURN_IF_ERROR(
+            ForEachContiguousPiece(part, item, run_bytes_, [&](const Box& box) {
+              groups[group].push_back(
+                  {&extent, &stream, file, box, item,
+                   *ContiguousByteOffset(extent.box, box, item), data,
+                   &piece.box});
+              return absl::OkStatus();
+            }));
+      }
+      data += piece.bytes;
+    }
+    FirstError error;
+    std::atomic<size_t> next{0};
+    const auto reader = [&](ReadBuffer& buffer) {
+      for (size_t g = next.fetch_add(1); g < groups.size() && error.Get().ok();
+           g = next.fetch_add(1)) {
+        for (const Run& run : groups[g]) {
+          if (absl::Status s = ReadRun(run, buffer); !s.ok()) {
+            error.Record(std::move(s));
+            return;
+          }
+        }
+      }
+    };
+    const size_t threads = std::min(buffers_.size(), groups.size());
+    std::vector<std::thread> pool;
+    for (size_t i = 1; i < threads; ++i) {
+      pool.emplace_back(reader, std::ref(buffers_[i]));
+    }
+    if (threads > 0) reader(buffers_[0]);
+    for (std::thread& t : pool) t.join();
+    RETURN_IF_ERROR(error.Get());
+    for (auto it = streams_.begin(); it != streams_.end();) {
+      auto here = it++;
+      if (here->second.done == here->first->length_bytes) {
+        streams_.erase(here);
+      }
+    }
+    return absl::OkStatus();
   }
-  const int64_t base = chunk.file_offset - carry;
-  const int64_t whole = at / kBlockBytes * kBlockBytes;
-  // Several writes in flight at once, as the disk wants (one stream of
-  // large writes reaches about two thirds of its limit here).
-  const int64_t part =
-      (whole / kWritesInFlight + kBlockBytes - 1) / kBlockBytes * kBlockBytes;
-  std::vector<std::future<absl::Status>> writes;
-  for (int64_t from = 0; from < whole; from += part) {
-    const int64_t length = std::min(part, whole - from);
-    writes.push_back(std::async(std::launch::async, [&, from, length] {
-      return file.file->WriteAt(base + from,
-                                absl::MakeConstSpan(buffer + from, length));
-    }));
+
+  int64_t bytes_read() const { return bytes_read_.load(); }
+
+ private:
+  struct Stream {
+    std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> hash{
+        nullptr, &XXH3_freeState};
+    int64_t done = 0;  // bytes of the extent read so far
+    std::string where;
+  };
+  // A run of an extent's bytes: `box` of the array, at `offset` in the
+  // extent, bound for `piece_box`'s bytes at `piece_data`.
+  struct Run {
+    const ManifestExtent* extent;
+    Stream* stream;
+    ReadableFile* file;
+    Box box;
+    int64_t item;
+    int64_t offset;
+    uint8_t* piece_data;
+    const Box* piece_box;
+  };
+
+  absl::StatusOr<ReadableFile*> File(const std::string& name,
+                                     const std::string& where) {
+    std::unique_ptr<ReadableFile>& file = files_[name];
+    if (file == nullptr) {
+      absl::StatusOr<std::unique_ptr<ReadableFile>> opened =
+          storage_.OpenReadableBeneath(step_dir_, name);
+      if (!opened.ok()) {
+        files_.erase(name);
+        return absl::Status(
+            opened.status().code(),
+            absl::StrCat(where, ": ", opened.status().message()));
+      }
+      file = *std::move(opened);
+    }
+    return file.get();
   }
-  absl::Status written;
-  for (auto& write : writes) written.Update(write.get());
-  RETURN_IF_ERROR(written);
-  if (!last_of_file || at == whole) return absl::OkStatus();
-  return file.file->WriteAt(base + whole,
-                            absl::MakeConstSpan(buffer + whole, at - whole));
-}
+
+  absl::Status ReadRun(const Run& run, ReadBuffer& buffer) {
+    Stream& stream = *run.stream;
+    const int64_t length = run.box.num_elements() * run.item;
+    if (run.offset != stream.done) {
+      return absl::InternalError(
+          absl::StrFormat("%s: read at %d after %d bytes of it (out of order)",
+                          stream.where, run.offset, stream.done));
+    }
+    const std::optional<int64_t> in_piece =
+        ContiguousByteOffset(*run.piece_box, run.box, run.item);
+    uint8_t* bytes = in_piece ? run.piece_data + *in_piece : buffer.Get(length);
+    if (absl::Status s = run.file->ReadAt(run.extent->offset_bytes + run.offset,
+                                          absl::MakeSpan(bytes, length));
+        !s.ok()) {
+      return absl::Status(s.code(),
+                          absl::StrCat(stream.where, ": ", s.message()));
+    }
+    XXH3_64bits_update(stream.hash.get(), bytes, length);
+    stream.done += length;
+    bytes_read_.fetch_add(length);
+    if (stream.done == run.extent->length_bytes &&
+        XXH3_64bits_digest(stream.hash.get()) != run.extent->xxh3) {
+      return absl::DataLossError(
+          absl::StrFormat("%s: xxh3 mismatch", stream.where));
+    }
+    if (!in_piece) {
+      CopyBox(bytes, run.box, run.piece_data, *run.piece_box, run.box,
+              run.item);
+    }
+    return absl::OkStatus();
+  }
+
+  Storage& storage_;
+  const std::string step_dir_;
+  const int64_t run_bytes_;
+  std::vector<ReadBuffer> buffers_;
+  absl::flat_hash_map<std::string, std::unique_ptr<ReadableFile>> files_;
+  // Extents begun and not yet finished; node-based, so a Run's pointer
+  // stays valid while other streams are added and removed.
+  std::unordered_map<const ManifestExtent*, Stream> streams_;
+  std::atomic<int64_t> bytes_read_{0};
+};
+
+// Writes taken in order by `threads` threads, each write counted against
+// its chunk, so that a chunk's buffer is reused only when all of its writes
+// are done while later chunks' writes keep the disk busy.
+class WriteQueue {
+ public:
+  explicit WriteQueue(int threads) {
+    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Run(); });
+  }
+  // Drops the writes not yet begun and waits for those under way.
+  ~WriteQueue() {
+    {
+      MutexLock lock(&mu_);
+      stopping_ = true;
+      queue_.clear();
+    }
+    for (std::thread& thread : threads_) thread.join();
+  }
+
+  void Add(int64_t chunk, WritableFile* file, int64_t offset,
+           absl::Span<const uint8_t> data) ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
+    ++pending_[chunk];
+    queue_.push_back({chunk, file, offset, data});
+  }
+
+  // Waits until every write of chunks up to `chunk` is done; the first
+  // error of any write so far.
+  absl::Status Wait(int64_t chunk) ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
+    awaited_ = chunk;
+    mu_.Await(Condition(this, &WriteQueue::AwaitedDone));
+    return error_;
+  }
+
+ private:
+  struct Write {
+    int64_t chunk;
+    WritableFile* file;
+    int64_t offset;
+    absl::Span<const uint8_t> data;
+  };
+
+  bool AwaitedDone() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return !error_.ok() || pending_.empty() ||
+           pending_.begin()->first > awaited_;
+  }
+  bool HasWorkOrStopping() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return stopping_ || !queue_.empty();
+  }
+
+  void Run() ABSL_LOCKS_EXCLUDED(mu_) {
+    while (true) {
+      Write write;
+      {
+        MutexLock lock(&mu_);
+        mu_.Await(Condition(this, &WriteQueue::HasWorkOrStopping));
+        if (queue_.empty()) return;
+        write = queue_.front();
+        queue_.pop_front();
+        if (!error_.ok()) {
+          if (--pending_[write.chunk] == 0) pending_.erase(write.chunk);
+          continue;
+        }
+      }
+      absl::Status written = write.file->WriteAt(write.offset, write.data);
+      MutexLock lock(&mu_);
+      error_.Update(written);
+      if (--pending_[write.chunk] == 0) pending_.erase(write.chunk);
+    }
+  }
+
+  Mutex mu_;
+  std::deque<Write> queue_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, int> pending_ ABSL_GUARDED_BY(mu_);  // by chunk
+  int64_t awaited_ ABSL_GUARDED_BY(mu_) = -1;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;
+};
 
 }  // namespace
 
@@ -383,45 +586,59 @@ absl::StatusOr<ExportStats> ExportSafetensors(
       ASSIGN_OR_RETURN(file.file, storage->OpenWritable(file.tmp_path));
     }
     // 3
-    // A chunk's buffer holds the previous chunk's unwritten tail (less
-    // than a block) in front of it.
-    const int64_t chunk_bytes = options.memory_bytes / 2 - kBlockBytes;
+    // The memory: a sixteenth (at most kMaxIoRunBytes) for each reader's
+    // buffer, the rest for kBuffers chunks, each behind the previous
+    // chunk's unwritten tail (less than a block).
+    const int64_t run_bytes =
+        std::min(kMaxIoRunBytes, options.memory_bytes / 16);
+    const int64_t chunk_bytes =
+        (options.memory_bytes - kReaderThreads * run_bytes) / kBuffers -
+        kBlockBytes;
+    ASSIGN_OR_RETURN(const std::string dir, root->StepDir(step));
+    ExtentStreamer streamer(root->storage(), dir, kReaderThreads, run_bytes);
     std::vector<Chunk> chunks = CutChunks(tensors, files, chunk_bytes);
-    AlignedBytes buffers[2] = {AlignedBytes(chunk_bytes + kBlockBytes),
-                               AlignedBytes(chunk_bytes + kBlockBytes)};
-    std::future<absl::Status> writing;
-    int64_t carry = 0;  // of the chunk being read
+    std::vector<AlignedBytes> buffers;
+    for (int b = 0; b < kBuffers; ++b) {
+      buffers.emplace_back(chunk_bytes + kBlockBytes);
+    }
+    // After `buffers`: its threads stop before the buffers go.
+    WriteQueue writes(kWriteThreads);
+    const uint8_t* tail = nullptr;  // the previous chunk's, in its buffer
+    int64_t carry = 0;              // its length
     for (size_t c = 0; c < chunks.size(); ++c) {
       const Chunk& chunk = chunks[c];
-      uint8_t* buffer = buffers[c % 2].data();
-      std::vector<RestoreTarget> targets;
+      OutFile& file = files[chunk.file];
+      uint8_t* buffer = buffers[c % kBuffers].data();
+      if (c >= kBuffers) RETURN_IF_ERROR(writes.Wait(c - kBuffers));
+      if (carry > 0) std::memcpy(buffer, tail, carry);
+      RETURN_IF_ERROR(streamer.Read(chunk.pieces, tensors, buffer + carry));
       int64_t at = carry;
       for (const Piece& piece : chunk.pieces) {
-        const ManifestArray& array = *tensors[piece.tensor].array;
-        targets.push_back({array.name,
-                           array.dtype,
-                           array.shape,
-                           {{piece.box, nullptr, buffer + at}}});
+        XXH3_64bits_update(tensors[piece.tensor].hash, buffer + at,
+                           piece.bytes);
         at += piece.bytes;
       }
-      absl::StatusOr<RestoreStats> read = root->Read(step, targets);
-      if (writing.valid()) RETURN_IF_ERROR(writing.get());
-      RETURN_IF_ERROR(read.status());
-      bytes_read += read->bytes_read;
+      // Every whole block goes out directly, in writes of kWriteBytes; the
+      // rest (less than a block) is the next chunk's carry, or, after a
+      // file's last chunk, written through the page cache.
+      const int64_t base = chunk.file_offset - carry;
+      const int64_t whole = at / kBlockBytes * kBlockBytes;
+      for (int64_t from = 0; from < whole; from += kWriteBytes) {
+        writes.Add(c, file.file.get(), base + from,
+                   absl::MakeConstSpan(buffer + from,
+                                       std::min(kWriteBytes, whole - from)));
+      }
       const bool last_of_file =
           c + 1 == chunks.size() || chunks[c + 1].file != chunk.file;
-      // The tail that the next chunk's buffer carries (the other buffer,
-      // whose write has just finished).
-      const int64_t tail = last_of_file ? 0 : at % kBlockBytes;
-      std::memcpy(buffers[(c + 1) % 2].data(), buffer + at - tail, tail);
-      writing =
-          std::async(std::launch::async, [&, c, buffer, carry, last_of_file] {
-            return WriteChunk(chunks[c], last_of_file, buffer, carry, tensors,
-                              files[chunks[c].file]);
-          });
-      carry = tail;
+      if (last_of_file && at > whole) {
+        writes.Add(c, file.file.get(), base + whole,
+                   absl::MakeConstSpan(buffer + whole, at - whole));
+      }
+      tail = buffer + whole;
+      carry = last_of_file ? 0 : at - whole;
     }
-    if (writing.valid()) RETURN_IF_ERROR(writing.get());
+    if (!chunks.empty()) RETURN_IF_ERROR(writes.Wait(chunks.size() - 1));
+    bytes_read = streamer.bytes_read();
     // 4
     for (size_t t = 0; t < tensors.size(); ++t) {
       hashes[t] = absl::StrFormat("%016x", XXH3_64bits_digest(tensors[t].hash));

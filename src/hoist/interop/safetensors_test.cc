@@ -155,6 +155,35 @@ TEST_F(ExportTest, ShardsWithAnIndexAndStreamsThroughLittleMemory) {
   }
   EXPECT_EQ(index["metadata"]["total_size"], total);
   EXPECT_GE(stats->files.size(), 3u);  // w alone, big alone, b + empty
+  // Every extent read once, though runs of rows cut each of them.
+  EXPECT_EQ(stats->bytes_read, stats->bytes);
+}
+
+TEST_F(ExportTest, AnExtentCorruptAtItsEndFailsAfterItsFirstRunsWereWritten) {
+  // model/big's first extent (3 x 500 x 50 float32, 300 KB) is read in
+  // runs across several 188 KiB chunks; only its last byte is wrong, so
+  // the mismatch shows when its earlier runs are already written.
+  const Manifest manifest = *ReadManifestAt(root_);
+  const ManifestArray& big = manifest.arrays[2];
+  ASSERT_EQ(big.name, "model/big");
+  const ManifestExtent& extent = big.extents[0];
+  ASSERT_GT(extent.length_bytes, 2 << 17);
+  {
+    std::fstream f(root_ + "/" + StepDirName(7) + "/" + extent.file,
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(extent.offset_bytes + extent.length_bytes - 1);
+    const char last = static_cast<char>(f.get());
+    f.seekp(extent.offset_bytes + extent.length_bytes - 1);
+    f.put(static_cast<char>(last ^ 0x01));
+  }
+  const std::string out = temp_.path() + "/hf";
+  SafetensorsExportOptions options;
+  options.memory_bytes = 1 << 20;
+  absl::Status status = ExportSafetensors(root_, out, options).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+  EXPECT_THAT(status.message(), HasSubstr("array 'model/big'"));
+  EXPECT_THAT(status.message(), HasSubstr("xxh3 mismatch"));
+  EXPECT_TRUE(std::filesystem::is_empty(out));
 }
 
 TEST_F(ExportTest, RefusesAnExistingExportAndNamesItCannotMake) {
