@@ -15,9 +15,9 @@
 // `memory_bytes` of host memory at a time, in pieces of whole arrays or of
 // runs of rows, writing earlier pieces while it reads the next, whatever
 // the model's size. Each extent is read once and in order however the
-// pieces cut it, its hash checked at its last byte. Each file is written under a temporary
-// name, fsynced, and renamed into place, the index last, so an interrupted
-// export leaves no file that looks complete.
+// pieces cut it, its hash checked at its last byte. Each file is written under
+// a temporary name, fsynced, and renamed into place, the index last, so an
+// interrupted export leaves no file that looks complete.
 #ifndef HOIST_INTEROP_H_
 #define HOIST_INTEROP_H_
 

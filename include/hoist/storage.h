@@ -42,6 +42,16 @@ class WritableFile {
     }
     return absl::OkStatus();
   }
+  // Allocates the file's first `bytes` bytes on disk (its size becomes at
+  // least `bytes`), so that writing them later cannot run out of room, and
+  // direct writes into them need not allocate (ext4 lets such writes run
+  // in parallel; it serializes those that allocate). kResourceExhausted
+  // when the filesystem lacks the room. A filesystem that cannot allocate
+  // ahead leaves the file as it was and returns OK, as does the default.
+  virtual absl::Status Reserve(int64_t bytes) {
+    (void)bytes;
+    return absl::OkStatus();
+  }
   // Makes every byte written so far durable.
   virtual absl::Status Sync() = 0;
   // Releases the file; further calls fail. Does not sync.

@@ -584,6 +584,10 @@ absl::StatusOr<ExportStats> ExportSafetensors(
       file.tmp_path =
           JoinPath(out_dir, absl::StrFormat(".%s.tmp-%d", file.name, getpid()));
       ASSIGN_OR_RETURN(file.file, storage->OpenWritable(file.tmp_path));
+      // Room for the whole file now: a full disk fails here, before any
+      // byte moves, and the direct writes need not allocate.
+      RETURN_IF_ERROR(
+          file.file->Reserve(8 + file.header_bytes + file.data_bytes));
     }
     // 3
     // The memory: a sixteenth (at most kMaxIoRunBytes) for each reader's
@@ -597,10 +601,8 @@ absl::StatusOr<ExportStats> ExportSafetensors(
     ASSIGN_OR_RETURN(const std::string dir, root->StepDir(step));
     ExtentStreamer streamer(root->storage(), dir, kReaderThreads, run_bytes);
     std::vector<Chunk> chunks = CutChunks(tensors, files, chunk_bytes);
-    std::vector<AlignedBytes> buffers;
-    for (int b = 0; b < kBuffers; ++b) {
-      buffers.emplace_back(chunk_bytes + kBlockBytes);
-    }
+    // Not zeroed: every byte written is read first.
+    std::vector<ReadBuffer> buffers(kBuffers);
     // After `buffers`: its threads stop before the buffers go.
     WriteQueue writes(kWriteThreads);
     const uint8_t* tail = nullptr;  // the previous chunk's, in its buffer
@@ -608,7 +610,7 @@ absl::StatusOr<ExportStats> ExportSafetensors(
     for (size_t c = 0; c < chunks.size(); ++c) {
       const Chunk& chunk = chunks[c];
       OutFile& file = files[chunk.file];
-      uint8_t* buffer = buffers[c % kBuffers].data();
+      uint8_t* buffer = buffers[c % kBuffers].Get(chunk_bytes + kBlockBytes);
       if (c >= kBuffers) RETURN_IF_ERROR(writes.Wait(c - kBuffers));
       if (carry > 0) std::memcpy(buffer, tail, carry);
       RETURN_IF_ERROR(streamer.Read(chunk.pieces, tensors, buffer + carry));

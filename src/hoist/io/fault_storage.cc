@@ -24,6 +24,10 @@ class FaultyWritableFile final : public WritableFile {
     }
     return base_->WriteAt(offset, data);
   }
+  absl::Status Reserve(int64_t bytes) override {
+    if (absl::Status s = storage_.CheckAlive(path_); !s.ok()) return s;
+    return base_->Reserve(bytes);
+  }
   absl::Status Sync() override {
     if (absl::Status fault = storage_.BeforeSync(path_); !fault.ok()) {
       return fault;

@@ -155,6 +155,23 @@ class PosixFile {
     return absl::OkStatus();
   }
 
+  absl::Status Reserve(int64_t bytes) {
+    if (fd_ < 0) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("%s: file is closed", path_));
+    }
+    if (bytes <= 0) return absl::OkStatus();
+    int rc;
+    do {
+      rc = fallocate(fd_, 0, 0, bytes);
+    } while (rc != 0 && errno == EINTR);
+    if (rc == 0 || errno == EOPNOTSUPP || errno == ENOSYS) {
+      return absl::OkStatus();
+    }
+    return ErrnoStatus(errno, absl::StrFormat("fallocate of %d bytes", bytes),
+                       path_);
+  }
+
   absl::StatusOr<int64_t> Size() {
     struct stat st;
     if (fstat(fd_, &st) != 0) return ErrnoStatus(errno, "fstat", path_);
@@ -205,6 +222,7 @@ class PosixWritableFile final : public WritableFile {
     }
     return file_->Move(true, offset, mutable_pieces);
   }
+  absl::Status Reserve(int64_t bytes) override { return file_->Reserve(bytes); }
   absl::Status Sync() override { return file_->Sync(); }
   absl::Status Close() override { return file_->Close(); }
 

@@ -161,6 +161,25 @@ TEST_P(StorageConformanceTest, ConcurrentDisjointWritesToOneFile) {
   }
 }
 
+TEST_P(StorageConformanceTest, WritesIntoAReservedFileReadBack) {
+  auto file = storage().OpenWritable(Path("r.bin"));
+  ASSERT_TRUE(file.ok());
+  ASSERT_TRUE((*file)->Reserve(1 << 20).ok());
+  const AlignedBuffer block(8192, 7);
+  ASSERT_TRUE((*file)->WriteAt(4096, block.span()).ok());
+  ASSERT_TRUE((*file)->WriteAt((1 << 20) - 100, Bytes(100, 8)).ok());
+  ASSERT_TRUE((*file)->Sync().ok());
+  ASSERT_TRUE((*file)->Close().ok());
+  auto reader = storage().OpenReadable(Path("r.bin"));
+  EXPECT_EQ(*(*reader)->Size(), 1 << 20);
+  std::vector<uint8_t> out(8192);
+  ASSERT_TRUE((*reader)->ReadAt(4096, absl::MakeSpan(out)).ok());
+  EXPECT_TRUE(std::equal(out.begin(), out.end(), block.data));
+  out.resize(100);
+  ASSERT_TRUE((*reader)->ReadAt((1 << 20) - 100, absl::MakeSpan(out)).ok());
+  EXPECT_EQ(out, Bytes(100, 8));
+}
+
 TEST_P(StorageConformanceTest, ReadPastTheEndIsDataLossNamingTheFile) {
   auto file = storage().OpenWritable(Path("short.bin"));
   ASSERT_TRUE((*file)->WriteAt(0, Bytes(100, 0)).ok());
@@ -263,6 +282,18 @@ class PosixHostileRootTest : public ::testing::Test {
   testing::TempDir outside_;
   std::unique_ptr<Storage> storage_ = MakePosixStorage();
 };
+
+TEST_F(PosixHostileRootTest, ReserveAllocatesTheBytesAhead) {
+  auto file = storage_->OpenWritable(Path("r.bin"));
+  ASSERT_TRUE(file.ok());
+  ASSERT_TRUE((*file)->Reserve(int64_t{4} << 20).ok());
+  struct stat st;
+  ASSERT_EQ(stat(Path("r.bin").c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, int64_t{4} << 20);
+  EXPECT_GE(static_cast<int64_t>(st.st_blocks) * 512, int64_t{4} << 20);
+  ASSERT_TRUE((*file)->Close().ok());
+  EXPECT_EQ((*file)->Reserve(1).code(), absl::StatusCode::kFailedPrecondition);
+}
 
 TEST_F(PosixHostileRootTest, AFifoIsRefusedWithoutBlocking) {
   ASSERT_EQ(mkfifo(Path("MANIFEST.json").c_str(), 0644), 0);
