@@ -42,8 +42,10 @@ namespace {
 
 struct Job {
   int64_t step = 0;
-  std::vector<ArraySpec> specs;
-  std::shared_ptr<const SavePlan> plan;  // shared with later saves
+  // What `plan` was made from; both shared with later saves of the same
+  // specs.
+  std::shared_ptr<const std::vector<ArraySpec>> specs;
+  std::shared_ptr<const SavePlan> plan;
   ShardSources sources;
   std::string metadata_json;
   absl::Time start;
@@ -173,8 +175,8 @@ class CheckpointManager::Impl {
     job->metadata_json = std::move(metadata_json);
     absl::flat_hash_set<DeviceId> local;
     for (Device* device : backend_.devices()) local.insert(device->id());
+    job->sources.Reserve(static_cast<int>(arrays.size()));
     for (size_t a = 0; a < arrays.size(); ++a) {
-      job->specs.push_back(arrays[a].spec);
       for (const SaveArray::Shard& shard : arrays[a].shards) {
         if (!local.contains(shard.device) || shard.data == nullptr) {
           return absl::InvalidArgumentError(absl::StrFormat(
@@ -185,7 +187,7 @@ class CheckpointManager::Impl {
         job->sources.Add(static_cast<int>(a), shard.device, shard.data);
       }
     }
-    ASSIGN_OR_RETURN(job->plan, PlanFor(job->specs));
+    RETURN_IF_ERROR(PlanFor(arrays, *job));
     // Wait for room, then refuse a step that exists or is being saved.
     {
       MutexLock lock(&mu_);
@@ -291,17 +293,28 @@ class CheckpointManager::Impl {
   const std::string& root() const { return root_->path(); }
 
  private:
-  // The plan of `specs`: the previous save's if the specs are the same.
-  absl::StatusOr<std::shared_ptr<const SavePlan>> PlanFor(
-      const std::vector<ArraySpec>& specs) ABSL_LOCKS_EXCLUDED(plan_mu_) {
+  // Sets job.specs and job.plan for `arrays`: the previous save's if the
+  // specs are the same (compared in place, nothing copied), else new ones.
+  absl::Status PlanFor(absl::Span<const SaveArray> arrays, Job& job)
+      ABSL_LOCKS_EXCLUDED(plan_mu_) {
     MutexLock lock(&plan_mu_);
-    if (planned_plan_ == nullptr || planned_specs_ != specs) {
-      ASSIGN_OR_RETURN(SavePlan plan,
-                       MakeSavePlan(specs, topology_, options_.plan));
-      planned_plan_ = std::make_shared<const SavePlan>(std::move(plan));
-      planned_specs_ = specs;
+    bool same =
+        planned_plan_ != nullptr && planned_specs_->size() == arrays.size();
+    for (size_t a = 0; same && a < arrays.size(); ++a) {
+      same = (*planned_specs_)[a] == arrays[a].spec;
     }
-    return planned_plan_;
+    if (!same) {
+      auto specs = std::make_shared<std::vector<ArraySpec>>();
+      specs->reserve(arrays.size());
+      for (const SaveArray& array : arrays) specs->push_back(array.spec);
+      ASSIGN_OR_RETURN(SavePlan plan,
+                       MakeSavePlan(*specs, topology_, options_.plan));
+      planned_plan_ = std::make_shared<const SavePlan>(std::move(plan));
+      planned_specs_ = std::move(specs);
+    }
+    job.specs = planned_specs_;
+    job.plan = planned_plan_;
+    return absl::OkStatus();
   }
 
   // A handle whose every wait returns at once: the save was skipped.
@@ -395,7 +408,7 @@ class CheckpointManager::Impl {
     SaveRequest request;
     request.root = root();
     request.step = job.step;
-    request.arrays = job.specs;
+    request.arrays = *job.specs;
     request.plan = job.plan.get();
     request.metadata_json = job.metadata_json;
     request.tracer = options_.tracer;
@@ -436,7 +449,8 @@ class CheckpointManager::Impl {
   TransferEngine engine_;  // used by the saver thread only
 
   Mutex plan_mu_;
-  std::vector<ArraySpec> planned_specs_ ABSL_GUARDED_BY(plan_mu_);
+  std::shared_ptr<const std::vector<ArraySpec>> planned_specs_
+      ABSL_GUARDED_BY(plan_mu_);
   std::shared_ptr<const SavePlan> planned_plan_ ABSL_GUARDED_BY(plan_mu_);
 
   mutable Mutex mu_;

@@ -1,11 +1,16 @@
 // The save and commit protocol of one step. Each process, in order:
 //
+//   0. Dispatch the first wave of this process's copies (TransferEngine):
+//      nothing on disk stands between a save and its copies (a save in
+//      dispatched mode returns here when the pool holds it); while they
+//      run, steps 1 and 2, and the extents they stage wait for the writer.
 //   1. Rank 0 refuses the step if ROOT/step_N exists and overwrite is off
-//      (kAlreadyExists, before any byte moves).
+//      (kAlreadyExists, before any byte is written).
 //   2. Rank 0 creates ROOT/.step_N.tmp-<nonce>/ and its data/; the name, or
 //      the error of step 1 or 2, is broadcast ("tmp_dir") so every rank
-//      writes into the same directory or fails with rank 0's error.
-//   3. Stage this process's slices (TransferEngine) while the ExtentWriter
+//      writes into the same directory or fails with rank 0's error (the
+//      staged extents are then dropped).
+//   3. Stage the rest of this process's slices while the ExtentWriter
 //      writes them into this process's data files at their planned offsets,
 //      hashing each; then fsync and close each data file.
 //   4. All-gather "written" (the barrier): each rank's outcome and the
@@ -37,6 +42,7 @@
 
 #include <cstring>
 #include <functional>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -49,6 +55,7 @@
 #include "hoist/dist/status_wire.h"
 #include "hoist/format/layout.h"
 #include "hoist/format/manifest_file.h"
+#include "hoist/mutex.h"
 
 namespace hoist {
 namespace {
@@ -160,47 +167,158 @@ absl::Status Commit(Storage& storage, const SaveRequest& request,
   return absl::OkStatus();
 }
 
-// Steps 3-7 for this process; `tmp` exists.
-absl::StatusOr<SaveResult> SaveInto(Storage& storage, Coordinator& coordinator,
-                                    const SaveRequest& request,
-                                    const std::string& tmp,
-                                    TransferEngine& engine,
-                                    absl::Span<Device* const> devices,
-                                    const ShardSources& sources,
-                                    absl::Time start) {
+// Holds staged extents until the writer exists (the first wave's copies
+// are dispatched before the save's directory and files are made), then
+// hands them, and every later one, to it; or, attached to nothing, drops
+// them (their leases return to the pool).
+class DeferredSink final : public StagedExtentSink {
+ public:
+  void OnStaged(StagedExtent extent) override ABSL_LOCKS_EXCLUDED(mu_) {
+    StagedExtentSink* target;
+    {
+      MutexLock lock(&mu_);
+      target = target_;
+      if (target == nullptr) {
+        if (!dropping_) held_.push_back(std::move(extent));
+        return;
+      }
+    }
+    target->OnStaged(std::move(extent));
+  }
+
+  // Once: `target` (null: drop them) receives the extents held so far and
+  // every later one.
+  void Attach(StagedExtentSink* target) ABSL_LOCKS_EXCLUDED(mu_) {
+    std::vector<StagedExtent> held;
+    {
+      MutexLock lock(&mu_);
+      target_ = target;
+      dropping_ = target == nullptr;
+      held.swap(held_);
+    }
+    if (target == nullptr) return;  // `held` goes, and its leases with it
+    for (StagedExtent& extent : held) target->OnStaged(std::move(extent));
+  }
+
+ private:
+  Mutex mu_;
+  StagedExtentSink* target_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool dropping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<StagedExtent> held_ ABSL_GUARDED_BY(mu_);
+};
+
+// Steps 1 and 2, decided by rank 0 for everyone: the directory to write
+// into (made), or why there is none (the same error on every rank).
+absl::StatusOr<std::string> DecideTmpDir(Storage& storage,
+                                         Coordinator& coordinator,
+                                         const SaveRequest& request) {
+  std::string tmp_name;
+  absl::Status refused;
+  if (coordinator.rank() == 0) {
+    const std::string final_dir =
+        JoinPath(request.root, StepDirName(request.step));
+    absl::StatusOr<bool> exists = storage.Exists(final_dir);
+    refused = exists.status();
+    if (refused.ok() && *exists && !request.overwrite) {
+      refused = absl::AlreadyExistsError(absl::StrFormat(
+          "%s: step %d is already committed (ask for overwrite to replace it)",
+          final_dir, request.step));
+    }
+    tmp_name = TmpStepDirName(request.step);
+    if (refused.ok()) {
+      refused = storage.CreateDir(JoinPath(request.root, tmp_name));
+    }
+    if (refused.ok()) {
+      refused = storage.CreateDir(
+          JoinPath(JoinPath(request.root, tmp_name), kDataDirName));
+    }
+  }
+  absl::StatusOr<std::string> decided = coordinator.Broadcast(
+      "tmp_dir",
+      refused.ok() ? tmp_name : absl::StrCat("!", EncodeStatus(refused)), 0);
+  if (!refused.ok()) return refused;
+  if (!decided.ok()) {
+    if (coordinator.rank() == 0) {
+      storage.RemoveAll(JoinPath(request.root, tmp_name)).IgnoreError();
+    }
+    return decided.status();
+  }
+  if (decided->empty() || absl::StartsWith(*decided, "!")) {
+    return DecodeStatus(
+        decided->empty() ? "13:no directory" : decided->substr(1), 0);
+  }
+  return JoinPath(request.root, *decided);
+}
+
+// Steps 1-7 for this process; `tmp` is set once steps 1 and 2 made it.
+absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
+                                     const SaveRequest& request,
+                                     TransferEngine& engine,
+                                     absl::Span<Device* const> devices,
+                                     const ShardSources& sources,
+                                     absl::Time start, std::string& tmp) {
   const SavePlan& plan = *request.plan;
   const int process = coordinator.rank();
   SaveResult result;
-  // 3. Stage and persist.
-  absl::Status local;
+  // 3, with 1 and 2 inside it: the first wave's copies are dispatched
+  // before anything touches the disk (a save in dispatched mode returns
+  // sooner), then the directory is decided and the writer opened while
+  // they run; the extents staged meanwhile wait in `sink`.
+  absl::Status decided;  // steps 1 and 2
+  absl::Status local;    // this process's: the writer's, staging's
   std::vector<uint64_t> hashes;
-  {
-    absl::StatusOr<std::unique_ptr<ExtentWriter>> writer =
+  DeferredSink sink;
+  std::unique_ptr<ExtentWriter> writer;  // destroyed before `sink`
+  bool prepared = false;
+  const auto prepare = [&]() -> absl::Status {
+    prepared = true;
+    absl::StatusOr<std::string> dir =
+        DecideTmpDir(storage, coordinator, request);
+    if (!dir.ok()) {
+      decided = dir.status();
+      sink.Attach(nullptr);
+      return decided;
+    }
+    tmp = *std::move(dir);
+    absl::StatusOr<std::unique_ptr<ExtentWriter>> opened =
         ExtentWriter::Open(storage, tmp, plan, process, 2, request.tracer,
                            request.progress, request.writer_thread_setup);
-    local = writer.status();
+    if (!opened.ok()) {
+      sink.Attach(nullptr);
+      return opened.status();
+    }
+    writer = *std::move(opened);
+    sink.Attach(writer.get());
+    return absl::OkStatus();
+  };
+  bool dispatched = false;
+  absl::StatusOr<TransferStats> staged = engine.Stage(
+      plan, process, devices, sources, sink,
+      [&] {
+        dispatched = true;
+        if (request.on_dispatched) request.on_dispatched(absl::OkStatus());
+      },
+      prepare);
+  // Every rank takes part in step 2's broadcast, whether or not staging
+  // got to its first wave.
+  if (!prepared) {
+    const absl::Status prepared_late = prepare();
+    if (staged.ok()) staged = prepared_late;
+  }
+  if (!decided.ok()) return decided;  // the same on every rank
+  if (!dispatched && request.on_dispatched) {
+    request.on_dispatched(staged.status());
+  }
+  if (request.on_staged) request.on_staged(staged.status());
+  result.staged = absl::Now() - start;
+  local = staged.status();
+  if (writer != nullptr) {
+    absl::StatusOr<std::vector<uint64_t>> written = writer->Finish();
+    if (local.ok() && !written.ok()) local = written.status();
     if (local.ok()) {
-      bool dispatched = false;
-      absl::StatusOr<TransferStats> staged =
-          engine.Stage(plan, process, devices, sources, **writer, [&] {
-            dispatched = true;
-            if (request.on_dispatched) request.on_dispatched(absl::OkStatus());
-          });
-      if (!dispatched && request.on_dispatched) {
-        request.on_dispatched(staged.status());
-      }
-      if (request.on_staged) request.on_staged(staged.status());
-      result.staged = absl::Now() - start;
-      absl::StatusOr<std::vector<uint64_t>> written = (*writer)->Finish();
-      if (!staged.ok()) {
-        local = staged.status();
-      } else if (!written.ok()) {
-        local = written.status();
-      } else {
-        result.transfer = *staged;
-        result.bytes = staged->bytes;
-        hashes = *std::move(written);
-      }
+      result.transfer = *staged;
+      result.bytes = staged->bytes;
+      hashes = *std::move(written);
     }
   }
   // 4. Everyone learns whether everyone succeeded, and the hashes.
@@ -283,48 +401,10 @@ static absl::StatusOr<SaveResult> SaveCheckpointImpl(
     return absl::InvalidArgumentError(
         "save request needs a step >= 0 and the plan of its arrays");
   }
-  // 1 and 2, decided by rank 0 for everyone: the name of the directory to
-  // write into, or why there is none.
-  std::string tmp_name;
-  absl::Status refused;
-  if (coordinator.rank() == 0) {
-    const std::string final_dir =
-        JoinPath(request.root, StepDirName(request.step));
-    absl::StatusOr<bool> exists = storage.Exists(final_dir);
-    refused = exists.status();
-    if (refused.ok() && *exists && !request.overwrite) {
-      refused = absl::AlreadyExistsError(absl::StrFormat(
-          "%s: step %d is already committed (ask for overwrite to replace it)",
-          final_dir, request.step));
-    }
-    tmp_name = TmpStepDirName(request.step);
-    if (refused.ok()) {
-      refused = storage.CreateDir(JoinPath(request.root, tmp_name));
-    }
-    if (refused.ok()) {
-      refused = storage.CreateDir(
-          JoinPath(JoinPath(request.root, tmp_name), kDataDirName));
-    }
-  }
-  absl::StatusOr<std::string> decided = coordinator.Broadcast(
-      "tmp_dir",
-      refused.ok() ? tmp_name : absl::StrCat("!", EncodeStatus(refused)), 0);
-  if (!refused.ok()) return refused;
-  if (!decided.ok()) {
-    if (coordinator.rank() == 0) {
-      storage.RemoveAll(JoinPath(request.root, tmp_name)).IgnoreError();
-    }
-    return decided.status();
-  }
-  if (decided->empty() || absl::StartsWith(*decided, "!")) {
-    return DecodeStatus(
-        decided->empty() ? "13:no directory" : decided->substr(1), 0);
-  }
-  tmp_name = *std::move(decided);
-  const std::string tmp = JoinPath(request.root, tmp_name);
-  absl::StatusOr<SaveResult> result = SaveInto(
-      storage, coordinator, request, tmp, engine, devices, sources, start);
-  if (!result.ok() && coordinator.rank() == 0) {
+  std::string tmp;  // once steps 1 and 2 made it
+  absl::StatusOr<SaveResult> result = SaveSteps(
+      storage, coordinator, request, engine, devices, sources, start, tmp);
+  if (!result.ok() && !tmp.empty() && coordinator.rank() == 0) {
     storage.RemoveAll(tmp).IgnoreError();  // best effort; GC finishes it
   }
   return result;

@@ -69,7 +69,8 @@ std::vector<std::vector<int>> CutWaves(
 absl::StatusOr<TransferStats> TransferEngine::Stage(
     const SavePlan& plan, int process, absl::Span<Device* const> devices,
     const ShardSources& sources, StagedExtentSink& sink,
-    const std::function<void()>& on_dispatched) {
+    const std::function<void()>& on_dispatched,
+    const std::function<absl::Status()>& after_first_wave) {
   const absl::Time start = absl::Now();
   pool_.ResetPeak();
   TransferStats stats;
@@ -118,6 +119,12 @@ absl::StatusOr<TransferStats> TransferEngine::Stage(
       CutWaves(plan, per_device, budget);
 
   // 3. Dispatch wave after wave.
+  bool announced = false;
+  const auto announce_dispatched = [&] {
+    if (std::exchange(announced, true)) return;
+    stats.time_to_dispatched = absl::Now() - start;
+    if (on_dispatched) on_dispatched();
+  };
   auto first_error = std::make_shared<FirstError>();
   std::vector<Future<>> delivered;
   std::vector<int64_t> sizes;
@@ -184,9 +191,13 @@ absl::StatusOr<TransferStats> TransferEngine::Stage(
       });
       if (options_.wait == WaitMode::kSequential) delivered.back().Wait();
     }
+    // The last wave is announced before the first wave's work begins.
+    if (stats.waves == static_cast<int>(waves.size())) announce_dispatched();
+    if (stats.waves == 1 && after_first_wave) {
+      first_error->Record(after_first_wave());
+    }
   }
-  stats.time_to_dispatched = absl::Now() - start;
-  if (on_dispatched) on_dispatched();
+  announce_dispatched();  // staging stopped early, or nothing to stage
 
   // 4. Wait for everything in flight.
   WhenAll(delivered).Wait();

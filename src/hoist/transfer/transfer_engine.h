@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
@@ -48,17 +49,31 @@ struct TransferOptions {
 // array (in device memory). Not thread-safe to mutate while staging.
 class ShardSources {
  public:
+  // Room for arrays 0 .. arrays - 1 (Add grows it as needed).
+  void Reserve(int arrays) { by_array_.reserve(arrays); }
+  // A later Add of the same (array, device) replaces the earlier.
   void Add(int array, DeviceId device, const void* base) {
-    map_[{array, device}] = base;
+    if (array >= static_cast<int>(by_array_.size())) {
+      by_array_.resize(array + 1);
+    }
+    by_array_[array].push_back({device, base});
   }
   // Null if absent.
   const void* Find(int array, DeviceId device) const {
-    auto it = map_.find(std::make_pair(array, device));
-    return it == map_.end() ? nullptr : it->second;
+    if (array < 0 || array >= static_cast<int>(by_array_.size())) {
+      return nullptr;
+    }
+    const auto& shards = by_array_[array];
+    for (auto it = shards.rbegin(); it != shards.rend(); ++it) {
+      if (it->first == device) return it->second;
+    }
+    return nullptr;
   }
 
  private:
-  absl::flat_hash_map<std::pair<int, DeviceId>, const void*> map_;
+  // Per array, its shards' (device, base), in the order added (a process
+  // drives a few devices: a scan beats hashing).
+  std::vector<std::vector<std::pair<DeviceId, const void*>>> by_array_;
 };
 
 // One slice, staged: plan.slices[slice] says its array, box, file, offset and
@@ -108,10 +123,15 @@ class TransferEngine {
   // slice is larger than the pool; a copy's own error otherwise.
   // `on_dispatched`, if set, runs on the calling thread once the last copy
   // has been enqueued (or staging stopped early), before waiting for them.
+  // `after_first_wave`, if set, runs on the calling thread once the first
+  // wave's copies are enqueued (not at all when staging stops before), while
+  // they proceed: work the copies need not wait for (the save creates its
+  // files there). Its error stops staging as a copy's would.
   absl::StatusOr<TransferStats> Stage(
       const SavePlan& plan, int process, absl::Span<Device* const> devices,
       const ShardSources& sources, StagedExtentSink& sink,
-      const std::function<void()>& on_dispatched = nullptr);
+      const std::function<void()>& on_dispatched = nullptr,
+      const std::function<absl::Status()>& after_first_wave = nullptr);
 
  private:
   StagingPool& pool_;

@@ -8,6 +8,7 @@
 #include <map>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "hoist/host_backend.h"
 #include "hoist/mutex.h"
 #include "testing/array_bytes.h"
@@ -16,6 +17,7 @@
 namespace hoist {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 using testing::BoxBytes;
@@ -84,14 +86,15 @@ class Harness {
     shards_ = testing::FillShards(model_, backend_->devices());
   }
 
-  absl::StatusOr<TransferStats> Stage(StagingPool& pool,
-                                      TransferOptions options,
-                                      StagedExtentSink& sink, int process = 0,
-                                      absl::Span<Device* const> devices = {}) {
+  absl::StatusOr<TransferStats> Stage(
+      StagingPool& pool, TransferOptions options, StagedExtentSink& sink,
+      int process = 0, absl::Span<Device* const> devices = {},
+      const std::function<void()>& on_dispatched = nullptr,
+      const std::function<absl::Status()>& after_first_wave = nullptr) {
     TransferEngine engine(pool, options);
     return engine.Stage(plan_, process,
                         devices.empty() ? backend_->devices() : devices,
-                        shards_.sources, sink);
+                        shards_.sources, sink, on_dispatched, after_first_wave);
   }
 
   // Every slice of `process` staged, each equal to its box's bytes.
@@ -324,6 +327,66 @@ TEST(TransferEngineTest, FailingCopySurfacesItsErrorAndEveryLeaseComesBack) {
     absl::Status status = harness.Stage(*pool, {}, sink, 0, devices).status();
     EXPECT_EQ(status.code(), absl::StatusCode::kInternal);
     EXPECT_EQ(status.message(), "DMA engine fault");
+    sink.Take();
+    EXPECT_EQ(pool->stats().in_use_bytes, 0);
+  }
+}
+
+TEST(TransferEngineTest, AfterTheFirstWaveRunsOnceWhileItsCopiesProceed) {
+  std::vector<ArraySpec> model;
+  for (int i = 0; i < 16; ++i) {
+    model.push_back(Named("w" + std::to_string(i), DType::kFloat32, {512, 64},
+                          {{"data", "model"}}));
+  }
+  Harness harness(model, Topology::Uniform(1, 8), 0);
+  // One wave (the pool holds the share): the save's dispatched signal comes
+  // before the first wave's work, which runs once copies were enqueued.
+  {
+    auto pool = harness.Pool(4 << 20);
+    CopyingSink sink;
+    std::vector<std::string> events;
+    absl::StatusOr<TransferStats> stats = harness.Stage(
+        *pool, {}, sink, 0, {}, [&] { events.push_back("dispatched"); },
+        [&] {
+          int64_t dispatches = 0;
+          for (Device* device : harness.backend().devices()) {
+            dispatches += device->counters().dispatches;
+          }
+          events.push_back(absl::StrCat("first wave after ", dispatches));
+          return absl::OkStatus();
+        });
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    EXPECT_EQ(stats->waves, 1);
+    EXPECT_THAT(events, ElementsAre("dispatched", "first wave after 8"));
+    harness.ExpectExact(sink.Take());
+  }
+  // Waves: its error stops the later ones; every lease comes back.
+  {
+    auto pool = harness.Pool(64 * 1024);
+    CopyingSink sink;
+    const auto dispatches = [&] {
+      int64_t n = 0;
+      for (Device* device : harness.backend().devices()) {
+        n += device->counters().dispatches;
+      }
+      return n;
+    };
+    const int64_t before = dispatches();
+    int calls = 0;
+    int64_t first_wave = 0;
+    absl::Status status =
+        harness
+            .Stage(*pool, {}, sink, 0, {}, nullptr,
+                   [&] {
+                     ++calls;
+                     first_wave = dispatches() - before;
+                     return absl::UnavailableError("no directory");
+                   })
+            .status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+    EXPECT_EQ(calls, 1);
+    EXPECT_GT(first_wave, 0);
+    EXPECT_EQ(dispatches() - before, first_wave);  // no wave after it
     sink.Take();
     EXPECT_EQ(pool->stats().in_use_bytes, 0);
   }
