@@ -42,6 +42,47 @@ BENCHMARK(BM_PlanGpt1000Arrays16x8)
     ->Arg(static_cast<int>(ReplicaRule::kBalanced))
     ->Unit(benchmark::kMillisecond);
 
+// How the balanced rule's plan time grows: with the arrays (layers x 36,
+// weights + Adam) at 128 devices, and with the devices (DATA x 8, one
+// process per DATA row) at ~10,000 arrays, up to the case of
+// 100,813 arrays on 1,024 devices. Near-linear growth in the arrays shows
+// as a steady "per_array" (seconds per array).
+void BM_PlanGrowthBalanced(benchmark::State& state) {
+  GptConfig config;
+  config.layers = static_cast<int>(state.range(0));
+  config.d_model = 1024;
+  const int64_t data = state.range(1);
+  const Mesh mesh = *Mesh::Create({"data", "model"}, {data, 8});
+  const std::vector<ArraySpec> model = *GptModel(config, mesh);
+  const Topology topology = Topology::Uniform(static_cast<int>(data), 8);
+  SavePlanOptions options;
+  options.replica_rule = ReplicaRule::kBalanced;
+  for (auto _ : state) {
+    absl::StatusOr<SavePlan> plan = MakeSavePlan(model, topology, options);
+    if (!plan.ok()) {
+      state.SkipWithError(std::string(plan.status().message()).c_str());
+      return;
+    }
+    benchmark::DoNotOptimize(plan);
+  }
+  const double arrays = static_cast<double>(model.size());
+  state.counters["arrays"] = arrays;
+  state.counters["devices"] = static_cast<double>(data * 8);
+  state.counters["per_array"] =
+      benchmark::Counter(arrays, benchmark::Counter::kIsIterationInvariantRate |
+                                     benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_PlanGrowthBalanced)
+    ->Args({28, 16})
+    ->Args({280, 16})
+    ->Args({2800, 16})
+    ->Args({280, 32})
+    ->Args({280, 64})
+    ->Args({280, 128})
+    ->Args({2800, 128})
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
+
 }  // namespace
 }  // namespace hoist
 

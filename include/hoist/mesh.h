@@ -3,6 +3,7 @@
 #define HOIST_MESH_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -17,7 +18,9 @@ namespace hoist {
 using DeviceId = int64_t;
 
 // A grid of devices with named axes. Device at row-major position i of the
-// grid is device_ids()[i]. Immutable value type, thread-compatible.
+// grid is device_ids()[i]. Immutable value type, thread-compatible; copies
+// share one immutable state (a model's thousands of array specs carry one
+// mesh of up to thousands of devices, not a copy each).
 class Mesh {
  public:
   // Validates and builds a mesh. `device_ids` empty means 0, 1, …, N-1.
@@ -28,12 +31,14 @@ class Mesh {
                                      std::vector<int64_t> axis_sizes,
                                      std::vector<DeviceId> device_ids = {});
 
-  int num_axes() const { return static_cast<int>(axis_names_.size()); }
-  const std::vector<std::string>& axis_names() const { return axis_names_; }
-  const std::vector<int64_t>& axis_sizes() const { return axis_sizes_; }
-  const std::vector<DeviceId>& device_ids() const { return device_ids_; }
+  int num_axes() const { return static_cast<int>(data_->axis_names.size()); }
+  const std::vector<std::string>& axis_names() const {
+    return data_->axis_names;
+  }
+  const std::vector<int64_t>& axis_sizes() const { return data_->axis_sizes; }
+  const std::vector<DeviceId>& device_ids() const { return data_->device_ids; }
   int64_t num_devices() const {
-    return static_cast<int64_t>(device_ids_.size());
+    return static_cast<int64_t>(data_->device_ids.size());
   }
 
   // Index of the axis called `name`, if any.
@@ -44,13 +49,20 @@ class Mesh {
   // "Mesh(data=2, model=4)".
   std::string ToString() const;
 
-  friend bool operator==(const Mesh&, const Mesh&) = default;
+  // Equal axes and devices (copies of one mesh compare at once).
+  friend bool operator==(const Mesh& a, const Mesh& b) {
+    return a.data_ == b.data_ || *a.data_ == *b.data_;
+  }
 
  private:
-  Mesh() = default;
-  std::vector<std::string> axis_names_;
-  std::vector<int64_t> axis_sizes_;
-  std::vector<DeviceId> device_ids_;
+  struct Data {
+    std::vector<std::string> axis_names;
+    std::vector<int64_t> axis_sizes;
+    std::vector<DeviceId> device_ids;
+    friend bool operator==(const Data&, const Data&) = default;
+  };
+  explicit Mesh(std::shared_ptr<const Data> data) : data_(std::move(data)) {}
+  std::shared_ptr<const Data> data_;  // never null
 };
 
 }  // namespace hoist

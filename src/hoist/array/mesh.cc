@@ -58,16 +58,13 @@ absl::StatusOr<Mesh> Mesh::Create(std::vector<std::string> axis_names,
           absl::StrFormat("mesh lists device %d more than once", id));
     }
   }
-  Mesh mesh;
-  mesh.axis_names_ = std::move(axis_names);
-  mesh.axis_sizes_ = std::move(axis_sizes);
-  mesh.device_ids_ = std::move(device_ids);
-  return mesh;
+  return Mesh(std::make_shared<const Data>(Data{
+      std::move(axis_names), std::move(axis_sizes), std::move(device_ids)}));
 }
 
 std::optional<int> Mesh::AxisIndex(std::string_view name) const {
   for (int i = 0; i < num_axes(); ++i) {
-    if (axis_names_[i] == name) return i;
+    if (axis_names()[i] == name) return i;
   }
   return std::nullopt;
 }
@@ -75,8 +72,8 @@ std::optional<int> Mesh::AxisIndex(std::string_view name) const {
 std::vector<int64_t> Mesh::Coords(int64_t position) const {
   std::vector<int64_t> coords(num_axes());
   for (int a = num_axes(); a-- > 0;) {
-    coords[a] = position % axis_sizes_[a];
-    position /= axis_sizes_[a];
+    coords[a] = position % axis_sizes()[a];
+    position /= axis_sizes()[a];
   }
   return coords;
 }
@@ -84,7 +81,7 @@ std::vector<int64_t> Mesh::Coords(int64_t position) const {
 std::string Mesh::ToString() const {
   std::vector<std::string> axes;
   for (int i = 0; i < num_axes(); ++i) {
-    axes.push_back(absl::StrFormat("%s=%d", axis_names_[i], axis_sizes_[i]));
+    axes.push_back(absl::StrFormat("%s=%d", axis_names()[i], axis_sizes()[i]));
   }
   return absl::StrCat("Mesh(", absl::StrJoin(axes, ", "), ")");
 }

@@ -26,6 +26,16 @@ TEST(MeshTest, CustomDeviceIdsAreKept) {
   EXPECT_THAT(mesh->device_ids(), ElementsAre(7, 3, 5));
 }
 
+TEST(MeshTest, CopiesAreEqualAndOtherDevicesAreNot) {
+  const Mesh mesh = *Mesh::Create({"x", "y"}, {2, 2});
+  const Mesh copy = mesh;
+  EXPECT_EQ(copy, mesh);
+  EXPECT_EQ(copy.device_ids(), mesh.device_ids());
+  EXPECT_EQ(*Mesh::Create({"x", "y"}, {2, 2}), mesh);  // built apart
+  EXPECT_FALSE(*Mesh::Create({"x", "y"}, {2, 2}, {3, 2, 1, 0}) == mesh);
+  EXPECT_FALSE(*Mesh::Create({"x", "z"}, {2, 2}) == mesh);
+}
+
 TEST(MeshTest, InvalidMeshesAreRejectedWithTheReason) {
   EXPECT_THAT(Mesh::Create({"a", "a"}, {2, 2}).status().message(),
               HasSubstr("more than once"));

@@ -11,7 +11,10 @@
 #include "hoist/save_plan.h"
 
 #include <algorithm>
+#include <deque>
 #include <numeric>
+#include <optional>
+#include <tuple>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -24,15 +27,99 @@
 namespace hoist {
 namespace {
 
+// A distinct box of a layout: its replicas' devices, and their dense
+// indices (Devices below).
+struct LayoutBox {
+  Box box;
+  std::vector<DeviceId> replicas;  // replicas[r] holds replica r
+  std::vector<int> indices;        // of replicas[r]
+};
+
+// The topology's devices numbered 0 .. n - 1, with their processes, so
+// that the planner's inner loops index vectors instead of hashing ids.
+class Devices {
+ public:
+  explicit Devices(const Topology& topology) {
+    for (int p = 0; p < topology.num_processes(); ++p) {
+      for (DeviceId device : topology.devices(p)) {
+        index_.emplace(device, static_cast<int>(process_.size()));
+        process_.push_back(p);
+      }
+    }
+  }
+  std::optional<int> Index(DeviceId device) const {
+    auto it = index_.find(device);
+    if (it == index_.end()) return std::nullopt;
+    return it->second;
+  }
+  int ProcessOf(int index) const { return process_[index]; }
+  int size() const { return static_cast<int>(process_.size()); }
+
+ private:
+  absl::flat_hash_map<DeviceId, int> index_;
+  std::vector<int> process_;  // by index
+};
+
+// Sharding layouts, resolved once per distinct (shape, sharding): a large
+// model repeats a few of them over thousands of arrays, and resolving one
+// walks every device of its mesh.
+class Layouts {
+ public:
+  explicit Layouts(const Devices& devices) : devices_(devices) {}
+
+  // The distinct boxes of `spec`'s layout (valid while this lives), or the
+  // error of resolving it against the topology.
+  absl::StatusOr<const std::vector<LayoutBox>*> Of(const ArraySpec& spec) {
+    std::vector<std::pair<const Sharding*, size_t>>& seen =
+        by_shape_[spec.shape];
+    for (const auto& [sharding, at] : seen) {
+      if (*sharding == spec.sharding) return &resolved_[at];
+    }
+    absl::StatusOr<ShardLayout> layout = spec.sharding.Layout(spec.shape);
+    if (!layout.ok()) return layout.status();
+    for (const DeviceShard& shard : layout->shards) {
+      if (!devices_.Index(shard.device)) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "device %d is not owned by any process of the topology (%d "
+            "devices)",
+            shard.device, devices_.size()));
+      }
+    }
+    std::vector<LayoutBox> boxes;
+    for (UniqueBox& unique : layout->unique_boxes) {
+      LayoutBox box{std::move(unique.box), std::move(unique.devices), {}};
+      for (DeviceId device : box.replicas) {
+        box.indices.push_back(*devices_.Index(device));
+      }
+      boxes.push_back(std::move(box));
+    }
+    resolved_.push_back(std::move(boxes));
+    seen.emplace_back(&spec.sharding, resolved_.size() - 1);
+    return &resolved_[seen.back().second];
+  }
+
+ private:
+  const Devices& devices_;
+  // Per shape, the shardings seen with it (they live in the caller's
+  // specs) and where their layouts are.
+  absl::flat_hash_map<std::vector<int64_t>,
+                      std::vector<std::pair<const Sharding*, size_t>>>
+      by_shape_;
+  std::deque<std::vector<LayoutBox>> resolved_;  // stable addresses
+};
+
 // A unique box of one array, and how it will be divided.
 struct Unit {
   int array = 0;
   int64_t item_bytes = 0;
-  Box box;
-  std::vector<DeviceId> replicas;  // replicas[r] holds replica r
+  const LayoutBox* layout;  // the box and its replicas
   int64_t bytes = 0;
   int axis = 0;
   int64_t parts = 1;
+  const Box& box() const { return layout->box; }
+  int64_t replicas() const {
+    return static_cast<int64_t>(layout->replicas.size());
+  }
 };
 
 absl::Status ForArray(const ArraySpec& spec, const absl::Status& status) {
@@ -62,7 +149,7 @@ absl::Status ValidateOptions(const SavePlanOptions& options) {
 }
 
 int64_t CappedReplicas(const Unit& unit, const SavePlanOptions& options) {
-  const int64_t r = static_cast<int64_t>(unit.replicas.size());
+  const int64_t r = unit.replicas();
   return options.max_replicas > 0 ? std::min<int64_t>(r, options.max_replicas)
                                   : r;
 }
@@ -71,8 +158,8 @@ int64_t CappedReplicas(const Unit& unit, const SavePlanOptions& options) {
 void DivideOrbax(Unit& unit, const SavePlanOptions& options) {
   const int64_t r = CappedReplicas(unit, options);
   if (r <= 1 || unit.bytes / r < options.min_slice_bytes) return;
-  for (int d = 0; d < unit.box.rank(); ++d) {
-    if (unit.box.shape()[d] % r == 0) {
+  for (int d = 0; d < unit.box().rank(); ++d) {
+    if (unit.box().shape()[d] % r == 0) {
       unit.axis = d;
       unit.parts = r;
       return;
@@ -90,7 +177,7 @@ void DivideBalanced(Unit& unit, const SavePlanOptions& options) {
   if (options.min_slice_bytes > 0) {
     n = std::min(n, unit.bytes / options.min_slice_bytes);
   }
-  const std::vector<int64_t>& shape = unit.box.shape();
+  const std::vector<int64_t>& shape = unit.box().shape();
   auto axis = std::find_if(shape.begin(), shape.end(),
                            [](int64_t size) { return size > 1; });
   if (axis == shape.end()) return;  // a single element
@@ -127,91 +214,108 @@ SliceCopy CopyFor(const Box& shard, const Box& slice, int64_t item_bytes) {
   return copy;
 }
 
-// Running bytes per device and per process, for balancing.
+// Running bytes per device and per process, for balancing, by dense
+// device index.
 class Loads {
  public:
-  explicit Loads(const Topology& topology) : topology_(topology) {
-    process_bytes_.assign(topology.num_processes(), 0);
+  Loads(const Topology& topology, const Devices& devices)
+      : devices_(devices),
+        device_bytes_(devices.size(), 0),
+        process_bytes_(topology.num_processes(), 0),
+        process_devices_(topology.num_processes(), 0) {
+    for (int p = 0; p < topology.num_processes(); ++p) {
+      process_devices_[p] = static_cast<double>(topology.devices(p).size());
+    }
   }
 
-  void Add(DeviceId device, int64_t bytes) {
+  void Add(int device, int64_t bytes) {
     device_bytes_[device] += bytes;
-    process_bytes_[*topology_.ProcessOf(device)] += bytes;
+    process_bytes_[devices_.ProcessOf(device)] += bytes;
   }
 
   // The process's mean bytes per device plus the device's own: low when both
   // the host (which writes) and the device (which copies) have little work.
-  double Score(DeviceId device) const {
-    const int process = *topology_.ProcessOf(device);
-    auto it = device_bytes_.find(device);
-    const double own = it == device_bytes_.end() ? 0.0 : it->second;
-    return own + static_cast<double>(process_bytes_[process]) /
-                     topology_.devices(process).size();
+  double Score(int device) const {
+    const int process = devices_.ProcessOf(device);
+    return static_cast<double>(device_bytes_[device]) +
+           static_cast<double>(process_bytes_[process]) /
+               process_devices_[process];
   }
 
  private:
-  const Topology& topology_;
-  absl::flat_hash_map<DeviceId, int64_t> device_bytes_;
+  const Devices& devices_;
+  std::vector<int64_t> device_bytes_;
   std::vector<int64_t> process_bytes_;
+  std::vector<double> process_devices_;
 };
 
 struct Assigned {
   int array;
   Box box;
-  Box shard_box;
+  const Box* shard_box;  // the unit's
   DeviceId device;
+  int process;
   int64_t item_bytes;
 };
 
-std::vector<Assigned> AssignFixed(const std::vector<Unit>& units) {
+std::vector<Assigned> AssignFixed(const std::vector<Unit>& units,
+                                  const Devices& devices) {
   std::vector<Assigned> out;
   for (const Unit& unit : units) {
+    const LayoutBox& layout = *unit.layout;
     if (unit.parts == 1) {
-      out.push_back(
-          {unit.array, unit.box, unit.box, unit.replicas[0], unit.item_bytes});
+      out.push_back({unit.array, layout.box, &layout.box, layout.replicas[0],
+                     devices.ProcessOf(layout.indices[0]), unit.item_bytes});
       continue;
     }
-    std::vector<Box> parts = unit.box.Split(unit.axis, unit.parts);
+    std::vector<Box> parts = layout.box.Split(unit.axis, unit.parts);
     for (size_t i = 0; i < parts.size(); ++i) {
-      out.push_back({unit.array, std::move(parts[i]), unit.box,
-                     unit.replicas[i], unit.item_bytes});
+      out.push_back({unit.array, std::move(parts[i]), &layout.box,
+                     layout.replicas[i], devices.ProcessOf(layout.indices[i]),
+                     unit.item_bytes});
     }
   }
   return out;
 }
 
 std::vector<Assigned> AssignBalanced(const std::vector<Unit>& units,
-                                     const Topology& topology) {
+                                     const Topology& topology,
+                                     const Devices& devices) {
   std::vector<int> order(units.size());
   std::iota(order.begin(), order.end(), 0);
   // Boxes with one replica have no choice: place them first, then the rest
   // largest first (LPT). Ties keep plan order, so the result is deterministic.
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    const bool fixed_a = units[a].replicas.size() == 1;
-    const bool fixed_b = units[b].replicas.size() == 1;
+    const bool fixed_a = units[a].replicas() == 1;
+    const bool fixed_b = units[b].replicas() == 1;
     if (fixed_a != fixed_b) return fixed_a;
     return units[a].bytes > units[b].bytes;
   });
-  Loads loads(topology);
+  Loads loads(topology, devices);
   std::vector<Assigned> out;
-  std::vector<std::pair<double, DeviceId>> ranked;
+  // (score, device id, replica): ties go to the lower device id.
+  std::vector<std::tuple<double, DeviceId, int>> ranked;
   for (int u : order) {
     const Unit& unit = units[u];
+    const LayoutBox& layout = *unit.layout;
     std::vector<Box> parts = unit.parts == 1
-                                 ? std::vector<Box>{unit.box}
-                                 : unit.box.Split(unit.axis, unit.parts);
+                                 ? std::vector<Box>{layout.box}
+                                 : layout.box.Split(unit.axis, unit.parts);
     ranked.clear();
-    for (DeviceId device : unit.replicas) {
-      ranked.emplace_back(loads.Score(device), device);
+    for (size_t r = 0; r < layout.indices.size(); ++r) {
+      ranked.emplace_back(loads.Score(layout.indices[r]), layout.replicas[r],
+                          static_cast<int>(r));
     }
     std::partial_sort(ranked.begin(), ranked.begin() + parts.size(),
                       ranked.end());
     // Split() yields the larger parts first; they go to the idlest replicas.
     for (size_t i = 0; i < parts.size(); ++i) {
+      const int r = std::get<2>(ranked[i]);
       const int64_t bytes = parts[i].num_elements() * unit.item_bytes;
-      loads.Add(ranked[i].second, bytes);
-      out.push_back({unit.array, std::move(parts[i]), unit.box,
-                     ranked[i].second, unit.item_bytes});
+      loads.Add(layout.indices[r], bytes);
+      out.push_back({unit.array, std::move(parts[i]), &layout.box,
+                     layout.replicas[r], devices.ProcessOf(layout.indices[r]),
+                     unit.item_bytes});
     }
   }
   return out;
@@ -248,8 +352,10 @@ absl::StatusOr<SavePlan> MakeSavePlan(absl::Span<const ArraySpec> arrays,
   }
   SavePlan plan;
   plan.options = options;
+  const Devices devices(topology);
+  Layouts layouts(devices);
   std::vector<Unit> units;
-  absl::flat_hash_set<std::string> names;
+  absl::flat_hash_set<std::string_view> names;
   for (int i = 0; i < static_cast<int>(arrays.size()); ++i) {
     const ArraySpec& spec = arrays[i];
     if (spec.name.empty()) {
@@ -270,28 +376,19 @@ absl::StatusOr<SavePlan> MakeSavePlan(absl::Span<const ArraySpec> arrays,
                                 "rank %d is above the limit of %d",
                                 spec.shape.size(), kMaxRank)));
     }
-    absl::StatusOr<ShardLayout> layout = spec.sharding.Layout(spec.shape);
+    absl::StatusOr<const std::vector<LayoutBox>*> layout = layouts.Of(spec);
     if (!layout.ok()) return ForArray(spec, layout.status());
     const int64_t item_bytes = ItemSize(spec.dtype);
     if (!CheckedMul(Box::FromShape(spec.shape).num_elements(), item_bytes)) {
       return ForArray(spec, absl::InvalidArgumentError(
                                 "its size in bytes overflows int64"));
     }
-    for (const DeviceShard& shard : layout->shards) {
-      if (!topology.ProcessOf(shard.device)) {
-        return ForArray(spec, absl::InvalidArgumentError(absl::StrFormat(
-                                  "device %d is not owned by any process of "
-                                  "the topology (%d devices)",
-                                  shard.device, topology.num_devices())));
-      }
-    }
     PlannedArray planned{spec.name, spec.dtype, spec.shape, 1, false};
-    for (const UniqueBox& unique : layout->unique_boxes) {
+    for (const LayoutBox& unique : **layout) {
       Unit unit;
       unit.array = i;
       unit.item_bytes = item_bytes;
-      unit.box = unique.box;
-      unit.replicas = unique.devices;
+      unit.layout = &unique;
       unit.bytes = unique.box.num_elements() * item_bytes;
       switch (options.replica_rule) {
         case ReplicaRule::kSingleReplica:
@@ -303,8 +400,8 @@ absl::StatusOr<SavePlan> MakeSavePlan(absl::Span<const ArraySpec> arrays,
           DivideBalanced(unit, options);
           break;
       }
-      planned.replicas = std::max(planned.replicas, unique.replicas());
-      if (unique.replicas() > 1 && unit.parts == 1) planned.unsplit = true;
+      planned.replicas = std::max(planned.replicas, unit.replicas());
+      if (unit.replicas() > 1 && unit.parts == 1) planned.unsplit = true;
       units.push_back(std::move(unit));
     }
     plan.arrays.push_back(std::move(planned));
@@ -312,8 +409,8 @@ absl::StatusOr<SavePlan> MakeSavePlan(absl::Span<const ArraySpec> arrays,
 
   std::vector<Assigned> assigned =
       options.replica_rule == ReplicaRule::kBalanced
-          ? AssignBalanced(units, topology)
-          : AssignFixed(units);
+          ? AssignBalanced(units, topology, devices)
+          : AssignFixed(units, devices);
   std::sort(assigned.begin(), assigned.end(),
             [](const Assigned& a, const Assigned& b) {
               if (a.array != b.array) return a.array < b.array;
@@ -331,11 +428,11 @@ absl::StatusOr<SavePlan> MakeSavePlan(absl::Span<const ArraySpec> arrays,
     PlannedSlice slice;
     slice.array = a.array;
     slice.device = a.device;
-    slice.process = *topology.ProcessOf(a.device);
+    slice.process = a.process;
     slice.length_bytes = a.box.num_elements() * a.item_bytes;
-    slice.copy = CopyFor(a.shard_box, a.box, a.item_bytes);
+    slice.copy = CopyFor(*a.shard_box, a.box, a.item_bytes);
     slice.box = std::move(a.box);
-    slice.shard_box = std::move(a.shard_box);
+    slice.shard_box = *a.shard_box;
     // The least-filled stream of the process (lowest index on ties).
     int best = slice.process * streams;
     for (int f = best + 1; f < (slice.process + 1) * streams; ++f) {

@@ -7,6 +7,7 @@
 #include <map>
 #include <random>
 
+#include "absl/strings/str_cat.h"
 #include "testing/coverage.h"
 
 namespace hoist {
@@ -355,6 +356,31 @@ TEST(SavePlanTest, InvalidShardingErrorNamesTheArray) {
                             .status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("array 'embed': dimension 0"));
+}
+
+TEST(SavePlanTest, ArraysOfOneShapeAndSpecOnTwoMeshesKeepTheirOwnDevices) {
+  // Layouts are resolved once per (shape, sharding): two meshes that differ
+  // only in their devices must not share one.
+  const Mesh low = *Mesh::Create({"x"}, {4}, {0, 1, 2, 3});
+  const Mesh high = *Mesh::Create({"x"}, {4}, {4, 5, 6, 7});
+  std::vector<ArraySpec> specs;
+  for (int i = 0; i < 3; ++i) {
+    specs.push_back({absl::StrCat("low", i),
+                     DType::kFloat32,
+                     {8, 4},
+                     NamedSharding{low, {{"x"}}}});
+    specs.push_back({absl::StrCat("high", i),
+                     DType::kFloat32,
+                     {8, 4},
+                     NamedSharding{high, {{"x"}}}});
+  }
+  absl::StatusOr<SavePlan> plan = MakeSavePlan(specs, Topology::Uniform(2, 4));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  for (const PlannedSlice& slice : plan->slices) {
+    const bool is_low = plan->arrays[slice.array].name.starts_with("low");
+    EXPECT_EQ(slice.device < 4, is_low) << plan->arrays[slice.array].name;
+    EXPECT_EQ(slice.process, is_low ? 0 : 1);
+  }
 }
 
 TEST(SavePlanTest, DeviceOutsideTopologyIsRejected) {

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "hoist/base/bytes.h"
 #include "hoist/save_plan.h"
 #include "hoist/tools/flags.h"
@@ -106,6 +107,7 @@ absl::Status RunPlan(PlanFlags flags) {
     json["array_list"] = std::move(list);
   }
   std::vector<std::pair<ReplicaRule, PlanSummary>> rows;
+  std::vector<double> plan_seconds;
   for (ReplicaRule rule : {ReplicaRule::kSingleReplica, ReplicaRule::kOrbax,
                            ReplicaRule::kBalanced}) {
     SavePlanOptions options;
@@ -113,11 +115,14 @@ absl::Status RunPlan(PlanFlags flags) {
     options.min_slice_bytes = *min_slice;
     options.max_replicas = flags.max_replicas;
     options.writer_streams = flags.writers;
+    const absl::Time start = absl::Now();
     absl::StatusOr<SavePlan> plan = MakeSavePlan(*model, topology, options);
     if (!plan.ok()) return plan.status();
+    plan_seconds.push_back(absl::ToDoubleSeconds(absl::Now() - start));
     rows.emplace_back(rule, Summarize(*plan, topology));
-    json["rules"][std::string(ReplicaRuleName(rule))] =
-        SummaryJson(rows.back().second);
+    nlohmann::json summary = SummaryJson(rows.back().second);
+    summary["plan_s"] = plan_seconds.back();  // MakeSavePlan alone
+    json["rules"][std::string(ReplicaRuleName(rule))] = std::move(summary);
   }
   if (flags.json) {
     std::cout << json.dump(2) << "\n";
@@ -138,18 +143,19 @@ absl::Status RunPlan(PlanFlags flags) {
       flags.max_replicas == 0 ? "all" : std::to_string(flags.max_replicas),
       flags.writers);
   std::cout << absl::StrFormat(
-      "%-10s %8s %8s %9s %23s %23s %11s %8s\n", "rule", "slices", "strided",
+      "%-10s %8s %8s %9s %23s %23s %11s %8s %9s\n", "rule", "slices", "strided",
       "unsplit", "bytes/device max/mean", "bytes/process max/mean", "per-slice",
-      "batched");
-  for (const auto& [rule, s] : rows) {
+      "batched", "plan");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& [rule, s] = rows[i];
     std::cout << absl::StrFormat(
-        "%-10s %8d %8d %4d/%-4d %11s  %8.2fx  %11s  %8.2fx %11d %8d\n",
+        "%-10s %8d %8d %4d/%-4d %11s  %8.2fx  %11s  %8.2fx %11d %8d %8.3fs\n",
         ReplicaRuleName(rule), s.slices, s.strided_slices, s.unsplit_arrays,
         s.replicated_arrays, FormatBytes(s.max_device_bytes),
         s.max_device_bytes / std::max(1.0, s.mean_device_bytes),
         FormatBytes(s.max_process_bytes),
         s.max_process_bytes / std::max(1.0, s.mean_process_bytes),
-        s.dispatches_per_slice, s.dispatches_batched);
+        s.dispatches_per_slice, s.dispatches_batched, plan_seconds[i]);
   }
   const PlanSummary& orbax = rows[1].second;
   const PlanSummary& balanced = rows[2].second;
