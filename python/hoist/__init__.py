@@ -194,7 +194,7 @@ class CheckpointManager:
                 meta["user"] = metadata
             text = _metadata_text(meta)
             handle = _call(self._manager.save, int(step),
-                           [a.engine_form() for a in arrays], text,
+                           arrays, text,
                            return_when == "dispatched")
         if handle.skipped:
             lag = self.durability()

@@ -98,14 +98,10 @@ def _bytes_of_numpy(a):
     return a.reshape(-1).view(np.uint8)
 
 
-class _Array:
-    """One array to save, in the engine's terms."""
-
-    def __init__(self, name, dtype, shape, shards):
-        self.name, self.dtype, self.shape, self.shards = name, dtype, shape, shards
-
-    def engine_form(self):
-        return (self.name, self.dtype, list(self.shape), self.shards)
+def _Array(name, dtype, shape, shards):
+    """One array to save, in the engine's terms: (name, dtype, shape,
+    [(device, origin, shape, data or None)])."""
+    return (name, dtype, list(shape), shards)
 
 
 def _whole(shape):
@@ -168,11 +164,19 @@ class Devices:
 
 
 def _numpy_array(name, a, devices):
-    a = np.asarray(a)
-    origin, shape = _whole(a.shape)
-    return _Array(name, _dtype_name(a.dtype), a.shape,
-                  devices.replicated(devices.default, origin, shape,
-                                     _bytes_of_numpy(a)))
+    """A NumPy array, as the engine takes it: its own buffer when dense (the
+    engine reads any dtype), else a dense copy."""
+    if a.dtype.kind == "O":
+        raise TypeError("object arrays cannot be saved")
+    if not a.flags.c_contiguous:
+        a = np.ascontiguousarray(a)
+    shape = list(a.shape)
+    # NumPy's own dtypes cross as they are; others (ml_dtypes' bfloat16,
+    # float8) as their bytes, which the engine takes as well.
+    data = a if a.dtype.isbuiltin == 1 else a.reshape(-1).view(np.uint8)
+    return (name, _dtype_name(a.dtype), shape,
+            devices.replicated(devices.default, [0] * len(shape), shape,
+                               data))
 
 
 def _tensor_bytes(t):
@@ -392,14 +396,20 @@ def _flatten(tree, devices):
     jax, torch = _module("jax"), _module("torch")
     jax_array = jax.Array if jax is not None else ()
     torch_tensor = torch.Tensor if torch is not None else ()
+    ndarray = np.ndarray
+
+    # Paths are names as they grow ("model/layers/0/w"; "" for the root),
+    # not lists joined per leaf: a save of 100,000 arrays walks each once.
+    def child(path, key):
+        return f"{path}/{key}" if path else str(key)
 
     def array(x, path):
         """The skeleton node of array `x`, recorded in `arrays`."""
-        name = "/".join(path) or "array"
+        name = path or "array"
         if name in names:
             raise ValueError(f"two arrays are named '{name}'")
         names.add(name)
-        if isinstance(x, np.ndarray):
+        if isinstance(x, ndarray):
             arrays.append(_numpy_array(name, x, devices))
             return {"a": name, "k": "numpy"}
         if isinstance(x, jax_array):
@@ -416,20 +426,22 @@ def _flatten(tree, devices):
         return {"a": name, "k": "torch"}
 
     def walk(x, path):
-        where = "/".join(path) or "the state"
         kind = type(x)
+        if kind is ndarray:  # the commonest leaf first
+            return array(x, path)
         if kind is dict or (isinstance(x, dict) and _jax_children(x) is None):
             items = []
             for key, value in x.items():
                 if isinstance(key, bool) or not isinstance(key, (str, int)):
-                    raise TypeError(f"{where}: key {key!r} is not a str or int")
-                items.append([key, walk(value, path + [str(key)])])
+                    raise TypeError(f"{path or 'the state'}: key {key!r} is "
+                                    "not a str or int")
+                items.append([key, walk(value, child(path, key))])
             return {"d": items}
         if kind is tuple:
-            return {"t": [walk(v, path + [str(i)]) for i, v in enumerate(x)]}
+            return {"t": [walk(v, child(path, i)) for i, v in enumerate(x)]}
         if kind is list:
-            return {"l": [walk(v, path + [str(i)]) for i, v in enumerate(x)]}
-        if isinstance(x, (np.ndarray, jax_array, torch_tensor)):
+            return {"l": [walk(v, child(path, i)) for i, v in enumerate(x)]}
+        if isinstance(x, (ndarray, jax_array, torch_tensor)):
             return array(x, path)
         if isinstance(x, float):
             return _encode_float(x)
@@ -440,30 +452,28 @@ def _flatten(tree, devices):
         node = _jax_children(x)
         if node is not None:  # any registered JAX pytree node
             keys, children, _ = node
-            return {"n": [[k, walk(c, path + [k])]
+            return {"n": [[k, walk(c, child(path, k))]
                           for k, c in zip(keys, children)]}
         if isinstance(x, tuple) and hasattr(x, "_fields"):
             # A namedtuple, JAX not imported: named by field, as JAX's
             # key paths name it.
-            return {"n": [[f, walk(getattr(x, f), path + [f])]
+            return {"n": [[f, walk(getattr(x, f), child(path, f))]
                           for f in x._fields]}
         if isinstance(x, tuple):
-            return {"t": [walk(v, path + [str(i)])
-                          for i, v in enumerate(x)]}
+            return {"t": [walk(v, child(path, i)) for i, v in enumerate(x)]}
         if isinstance(x, list):
-            return {"l": [walk(v, path + [str(i)])
-                          for i, v in enumerate(x)]}
+            return {"l": [walk(v, child(path, i)) for i, v in enumerate(x)]}
         if isinstance(x, np.generic):
             return array(np.asarray(x), path)
         if hasattr(x, "__dlpack__"):
             return array(np.from_dlpack(x), path)
         raise TypeError(
-            f"{where}: cannot save a {type(x).__name__} (save arrays, dicts, "
-            "lists, tuples, registered JAX pytrees, objects with "
-            "state_dict()/load_state_dict(), and int/float/str/bool/None "
+            f"{path or 'the state'}: cannot save a {type(x).__name__} (save "
+            "arrays, dicts, lists, tuples, registered JAX pytrees, objects "
+            "with state_dict()/load_state_dict(), and int/float/str/bool/None "
             "leaves)")
 
-    return arrays, walk(tree, [])
+    return arrays, walk(tree, "")
 
 
 # -- restoring ---------------------------------------------------------------
