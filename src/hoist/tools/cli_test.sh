@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End-to-end test of the hoist CLI: demo, ls, inspect, verify, export, import,
-# rm, and exit codes on good and corrupted checkpoints and on bad flags.
+# rm, plan, and exit codes on good and corrupted checkpoints and on bad flags.
 # Usage: cli_test.sh PATH_TO_HOIST
 set -euo pipefail
 hoist=$1
@@ -139,6 +139,17 @@ ln -s "$dir/precious" "$h/.hoist.lock"
 expect_exit1 "symbolic link" "$hoist" rm "$h" 7
 [ "$(cat "$dir/precious")" = "not a lock" ] || fail "rm wrote through a link"
 [ -d "$h/step_00000007" ] || fail "rm removed a step it had no lock for"
+
+# plan --json: every rule's figures, with the time the plan took.
+"$hoist" plan --mesh 3x4 --processes 3 --json >"$dir/plan.json" || fail "plan"
+python3 - "$dir/plan.json" <<'PY' || fail "plan --json lacks a rule's plan_s"
+import json, sys
+rules = json.load(open(sys.argv[1]))["rules"]
+assert sorted(rules) == ["balanced", "orbax", "single"], rules
+for rule in rules.values():
+    assert isinstance(rule["plan_s"], float) and rule["plan_s"] >= 0, rule
+    assert rule["slices"] > 0, rule
+PY
 
 # Bad flags and bad input exit non-zero with a message.
 if "$hoist" demo --steps 0 --root "$dir/x" 2>/dev/null; then fail "--steps 0"; fi
