@@ -403,15 +403,24 @@ def _flatten(tree, devices):
     def child(path, key):
         return f"{path}/{key}" if path else str(key)
 
-    def array(x, path):
-        """The skeleton node of array `x`, recorded in `arrays`."""
+    def named(path):
+        """The array name of `path`, unique in the state."""
         name = path or "array"
         if name in names:
             raise ValueError(f"two arrays are named '{name}'")
         names.add(name)
+        return name
+
+    def numpy_leaf(x, path):
+        name = named(path)
+        arrays.append(_numpy_array(name, x, devices))
+        return {"a": name, "k": "numpy"}
+
+    def array(x, path):
+        """The skeleton node of array `x`, recorded in `arrays`."""
         if isinstance(x, ndarray):
-            arrays.append(_numpy_array(name, x, devices))
-            return {"a": name, "k": "numpy"}
+            return numpy_leaf(x, path)
+        name = named(path)
         if isinstance(x, jax_array):
             if _is_key_array(x):  # a typed PRNG key: its key data
                 arrays.append(_jax_array(name, jax.random.key_data(x)))
@@ -428,14 +437,18 @@ def _flatten(tree, devices):
     def walk(x, path):
         kind = type(x)
         if kind is ndarray:  # the commonest leaf first
-            return array(x, path)
+            return numpy_leaf(x, path)
         if kind is dict or (isinstance(x, dict) and _jax_children(x) is None):
             items = []
             for key, value in x.items():
-                if isinstance(key, bool) or not isinstance(key, (str, int)):
+                if type(key) is not str and (isinstance(key, bool) or
+                                             not isinstance(key, (str, int))):
                     raise TypeError(f"{path or 'the state'}: key {key!r} is "
                                     "not a str or int")
-                items.append([key, walk(value, child(path, key))])
+                name = f"{path}/{key}" if path else str(key)
+                # NumPy leaves, the commonest, without a walk() call each.
+                items.append([key, numpy_leaf(value, name)
+                              if type(value) is ndarray else walk(value, name)])
             return {"d": items}
         if kind is tuple:
             return {"t": [walk(v, child(path, i)) for i, v in enumerate(x)]}
