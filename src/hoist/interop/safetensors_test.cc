@@ -1,5 +1,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include "hoist/host_backend.h"
 #include "hoist/interop.h"
 #include "testing/array_bytes.h"
+#include "testing/loop_filesystem.h"
 #include "testing/mixed_model.h"
 #include "testing/temp_dir.h"
 
@@ -219,6 +221,27 @@ TEST_F(ExportTest, ACorruptExtentFailsWithoutLeavingAFile) {
   const std::string out = temp_.path() + "/hf";
   absl::Status status = ExportSafetensors(root_, out).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+  EXPECT_TRUE(std::filesystem::is_empty(out));
+}
+
+TEST_F(ExportTest, AFullDiskFailsBeforeAnyByteMovesAndLeavesNoFile) {
+  testing::LoopFilesystem fs(32 << 20);
+  if (!fs.ok()) GTEST_SKIP() << fs.reason();
+  // Less room than the export (1.5 MB of tensors) needs.
+  {
+    std::ofstream out(fs.path() + "/filler", std::ios::binary);
+    const std::string block(1 << 16, 'x');
+    // Until the disk is full (or nearly: the stream fails when it is).
+    while (fs.FreeBytes() > (int64_t{512} << 10) &&
+           out.write(block.data(), block.size()).flush()) {
+    }
+  }
+  sync();
+  const std::string out = fs.path() + "/hf";
+  absl::Status status = ExportSafetensors(root_, out).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_THAT(status.message(), HasSubstr("fallocate"));
+  EXPECT_THAT(status.message(), HasSubstr("No space left on device"));
   EXPECT_TRUE(std::filesystem::is_empty(out));
 }
 
