@@ -89,8 +89,8 @@ class CheckpointRoot {
   // destination has `data` and no device. Only the extents that meet the
   // targets are read, each checked against its hash as it is read (unless
   // options.verify_xxh3 is off). Needs no pool and no lock, so it works on
-  // a root opened for reading while a job saves into it (the CLI's export
-  // reads through it). kInvalidArgument for a destination on a device or
+  // a root opened for reading while a job saves into it.
+  // kInvalidArgument for a destination on a device or
   // without memory; otherwise the errors of CheckpointManager::Restore
   // (kNotFound for a step or array the root lacks, kDataLoss for corrupt
   // bytes).

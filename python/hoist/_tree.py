@@ -445,7 +445,7 @@ def _flatten(tree, devices):
                                              not isinstance(key, (str, int))):
                     raise TypeError(f"{path or 'the state'}: key {key!r} is "
                                     "not a str or int")
-                name = f"{path}/{key}" if path else str(key)
+                name = child(path, key)
                 # NumPy leaves, the commonest, without a walk() call each.
                 items.append([key, numpy_leaf(value, name)
                               if type(value) is ndarray else walk(value, name)])

@@ -173,12 +173,10 @@ class CheckpointManager::Impl {
     auto job = std::make_shared<Job>();
     job->step = step;
     job->metadata_json = std::move(metadata_json);
-    absl::flat_hash_set<DeviceId> local;
-    for (Device* device : backend_.devices()) local.insert(device->id());
     job->sources.Reserve(static_cast<int>(arrays.size()));
     for (size_t a = 0; a < arrays.size(); ++a) {
       for (const SaveArray::Shard& shard : arrays[a].shards) {
-        if (!local.contains(shard.device) || shard.data == nullptr) {
+        if (!local_devices_.contains(shard.device) || shard.data == nullptr) {
           return absl::InvalidArgumentError(absl::StrFormat(
               "array '%s': shard on device %d is not on this process's "
               "devices or has no data",
@@ -442,6 +440,12 @@ class CheckpointManager::Impl {
   const std::unique_ptr<CheckpointRoot> root_;
   Storage& storage_;
   Backend& backend_;
+  // The ids of backend_'s devices, which never change: checked per shard.
+  const absl::flat_hash_set<DeviceId> local_devices_ = [this] {
+    absl::flat_hash_set<DeviceId> ids;
+    for (Device* device : backend_.devices()) ids.insert(device->id());
+    return ids;
+  }();
   Coordinator& coordinator_;
   const CheckpointManagerOptions options_;
   const Topology topology_;
