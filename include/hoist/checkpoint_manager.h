@@ -137,6 +137,9 @@ struct Durability {
   int64_t in_flight = 0;  // saves accepted, not yet committed or failed
 };
 
+// A save's copy fences, one per local device that has them (CUDA).
+using CopyFences = std::vector<std::shared_ptr<const CopyFence>>;
+
 // One save in flight. Copyable; every copy sees the same save.
 class SaveHandle {
  public:
@@ -146,7 +149,7 @@ class SaveHandle {
   bool skipped() const { return skipped_; }
   // Each waits for its stage and returns its status (the save's error if it
   // failed there or earlier).
-  absl::Status WaitDispatched() const { return dispatched_.Wait(); }
+  absl::Status WaitDispatched() const { return dispatched_.Wait().status(); }
   absl::Status WaitStaged() const { return staged_.Wait(); }
   absl::StatusOr<SaveInfo> WaitCommitted() const { return committed_.Wait(); }
   // Without blocking: OK once committed, kUnavailable while in flight, or
@@ -156,12 +159,27 @@ class SaveHandle {
   // Bytes staged and written so far, of total_bytes (for progress bars).
   const SaveProgress& progress() const { return *progress_; }
 
-  // For the CUDA backend, an event the training stream can wait on instead
-  // of WaitStaged() will live here; the host backend has none.
+  // Orders `stream` after this save's device-to-host copies, on the device,
+  // instead of blocking the CPU until they finish: for the CUDA backend,
+  // waits for WaitDispatched() (every copy enqueued; its error is returned),
+  // then makes `stream` (a cudaStream_t, e.g. the training's compute stream;
+  // nullptr: the legacy default stream) wait on each local device's fence
+  // (a cudaEvent_t recorded after the save's last copy on that device) and
+  // returns: kernels queued on `stream` afterwards run once the copies have
+  // read the arrays. A copy that fails still fails the save (WaitStaged,
+  // WaitCommitted). Backends whose devices have no such queue (host):
+  // WaitStaged(), as the CPU is what copies.
+  absl::Status WaitStagedOn(void* stream) const;
+
+  // The fences WaitStagedOn waits on (one per local device that has one;
+  // empty for the host backend), once WaitDispatched() is OK: for callers
+  // that make their own streams wait (cudaStreamWaitEvent on each fence's
+  // native_handle()). They stay valid as long as any copy of this handle.
+  absl::StatusOr<CopyFences> StagedFences() const { return dispatched_.Wait(); }
 
  private:
   friend class CheckpointManager;
-  SaveHandle(int64_t step, Future<> dispatched, Future<> staged,
+  SaveHandle(int64_t step, Future<CopyFences> dispatched, Future<> staged,
              Future<SaveInfo> committed,
              std::shared_ptr<const SaveProgress> progress, bool skipped = false)
       : step_(step),
@@ -172,7 +190,7 @@ class SaveHandle {
         progress_(std::move(progress)) {}
   int64_t step_ = 0;
   bool skipped_ = false;
-  Future<> dispatched_;
+  Future<CopyFences> dispatched_;
   Future<> staged_;
   Future<SaveInfo> committed_;
   std::shared_ptr<const SaveProgress> progress_;

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string_view>
 
 #include "absl/status/statusor.h"
@@ -82,6 +83,21 @@ class MemoryBlock {
   std::function<void(void*, int64_t)> free_;
 };
 
+// A point in one device's device-to-host copy queue, for backends whose
+// devices order work among their own streams (CUDA): it is passed once every
+// copy dispatched to that queue before the fence was made has finished
+// reading device memory. Destroying it never waits.
+class CopyFence {
+ public:
+  virtual ~CopyFence() = default;
+  // The native handle: a cudaEvent_t for the CUDA backend.
+  virtual void* native_handle() const = 0;
+  // Makes `stream` (a cudaStream_t; nullptr: the legacy default stream) wait,
+  // on the device, for the fenced copies: work queued on it afterwards runs
+  // after them. Returns at once, without waiting on the CPU.
+  virtual absl::Status OrderStream(void* stream) const = 0;
+};
+
 // One accelerator (or, for the host backend, one logical device). Methods are
 // thread-safe.
 class Device {
@@ -105,6 +121,13 @@ class Device {
   virtual absl::StatusOr<MemoryBlock> Allocate(int64_t bytes) = 0;
 
   virtual DeviceCounters counters() const = 0;
+
+  // A fence after every CopyToHost dispatched so far, or nullptr where the
+  // device has no queue another stream can wait on (the host backend, whose
+  // copies the CPU waits for).
+  virtual absl::StatusOr<std::shared_ptr<const CopyFence>> FenceCopiesToHost() {
+    return nullptr;
+  }
 };
 
 // A process's devices and its pinned host memory. Thread-safe.

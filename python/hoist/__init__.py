@@ -60,6 +60,18 @@ class SaveHandle:
         """Returns once every byte is off the devices: the arrays may change."""
         _call(self._handle.wait_staged)
 
+    def wait_staged_on(self, stream=None):
+        """Orders a CUDA stream after this save's copies, without blocking
+        the CPU until they finish (backend="cuda"): returns once every copy
+        is enqueued, having made `stream` wait (on the GPU) for them, so
+        kernels queued on it afterwards may overwrite the arrays. `stream`:
+        a torch.cuda.Stream (anything with a `cuda_stream` attribute), a
+        cudaStream_t as an int, or None for the default stream. With the
+        host backend it is wait_staged(). JAX exposes no streams: use
+        wait_staged() there. A failed copy still fails wait()."""
+        handle = getattr(stream, "cuda_stream", stream)
+        _call(self._handle.wait_staged_on, int(handle or 0))
+
     def wait(self):
         """Returns once the step is durable and visible, with its figures:
         bytes, dispatches, staged_s, committed_s, path, ..."""

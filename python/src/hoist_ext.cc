@@ -300,6 +300,18 @@ class PyHandle {
     sources_.clear();  // with the GIL: may run DLPack deleters
     Check(status);
   }
+  // `stream`: a cudaStream_t's address (0: the legacy default stream).
+  void WaitStagedOn(uintptr_t stream) {
+    absl::Status status;
+    {
+      nb::gil_scoped_release release;
+      status = handle_.WaitStagedOn(reinterpret_cast<void*>(stream));
+    }
+    // The copies may still be reading the sources on the device when a
+    // stream was ordered after them: they are let go at wait() (or when the
+    // handle goes), not here.
+    Check(status);
+  }
   nb::dict Wait() {
     absl::StatusOr<SaveInfo> info;
     {
@@ -677,6 +689,7 @@ NB_MODULE(_hoist, m) {
       .def_prop_ro("step", &PyHandle::step)
       .def_prop_ro("skipped", &PyHandle::skipped)
       .def("wait_staged", &PyHandle::WaitStaged)
+      .def("wait_staged_on", &PyHandle::WaitStagedOn, nb::arg("stream"))
       .def("wait", &PyHandle::Wait)
       .def("done", &PyHandle::Done)
       .def("progress", &PyHandle::Progress);

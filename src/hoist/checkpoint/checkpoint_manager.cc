@@ -38,6 +38,16 @@ absl::Status SaveHandle::status() const {
   return committed_.Wait().status();
 }
 
+absl::Status SaveHandle::WaitStagedOn(void* stream) const {
+  const absl::StatusOr<CopyFences>& fences = dispatched_.Wait();
+  if (!fences.ok()) return fences.status();
+  if (fences->empty()) return WaitStaged();
+  for (const std::shared_ptr<const CopyFence>& fence : *fences) {
+    RETURN_IF_ERROR(fence->OrderStream(stream));
+  }
+  return absl::OkStatus();
+}
+
 namespace {
 
 struct Job {
@@ -49,7 +59,7 @@ struct Job {
   ShardSources sources;
   std::string metadata_json;
   absl::Time start;
-  Promise<> dispatched;
+  Promise<CopyFences> dispatched;
   Promise<> staged;
   Promise<SaveInfo> committed;
   std::shared_ptr<SaveProgress> progress = std::make_shared<SaveProgress>();
@@ -317,9 +327,10 @@ class CheckpointManager::Impl {
 
   // A handle whose every wait returns at once: the save was skipped.
   static SaveHandle SkippedHandle(int64_t step) {
-    Promise<> dispatched, staged;
+    Promise<CopyFences> dispatched;
+    Promise<> staged;
     Promise<SaveInfo> committed;
-    dispatched.Set(absl::OkStatus());
+    dispatched.Set(CopyFences{});
     staged.Set(absl::OkStatus());
     SaveInfo info;
     info.step = step;
@@ -412,9 +423,9 @@ class CheckpointManager::Impl {
     request.tracer = options_.tracer;
     request.progress = job.progress.get();
     request.writer_thread_setup = [this] { LowerPriority(); };
-    request.on_dispatched = [&job](const absl::Status& status) {
+    request.on_dispatched = [this, &job](const absl::Status& status) {
       job.dispatched_after = absl::Now() - job.start;
-      job.dispatched.Set(status);
+      job.dispatched.Set(status.ok() ? FenceCopies() : status);
     };
     request.on_staged = [&job](const absl::Status& status) {
       job.staged_after = absl::Now() - job.start;
@@ -434,6 +445,18 @@ class CheckpointManager::Impl {
     info.staged = job.staged_after;
     info.committed = absl::Now() - job.start;
     return info;
+  }
+
+  // A fence after the copies dispatched so far on each local device that
+  // has them (WaitStagedOn).
+  absl::StatusOr<CopyFences> FenceCopies() {
+    CopyFences fences;
+    for (Device* device : backend_.devices()) {
+      ASSIGN_OR_RETURN(std::shared_ptr<const CopyFence> fence,
+                       device->FenceCopiesToHost());
+      if (fence != nullptr) fences.push_back(std::move(fence));
+    }
+    return fences;
   }
 
   const std::unique_ptr<Storage> owned_storage_;  // before the root using it

@@ -25,6 +25,7 @@
 #include "hoist/host_backend.h"
 #include "hoist/io/fault_storage.h"
 #include "hoist/io/memory_storage.h"
+#include "hoist/mutex.h"
 #include "testing/array_bytes.h"
 #include "testing/mixed_model.h"
 #include "testing/shard_buffers.h"
@@ -149,6 +150,117 @@ TEST_F(ManagerTest, DispatchedModeLetsTheCallerWaitForStagingItself) {
   testing::Refill(model_, shards_, 99);  // the optimizer step, after staging
   ASSERT_TRUE(handle->WaitCommitted().ok());
   ExpectHolds(*manager, 1, 0);
+}
+
+TEST_F(ManagerTest, WaitStagedOnTheHostBackendIsWaitStaged) {
+  auto manager = Open();
+  absl::StatusOr<SaveHandle> handle =
+      manager->Save(1, Arrays(), "{}", ReturnWhen::kDispatched);
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  ASSERT_TRUE(handle->WaitStagedOn(nullptr).ok());
+  // No fence to wait on: the CPU waited, every byte is off the devices.
+  EXPECT_TRUE(handle->StagedFences()->empty());
+  EXPECT_EQ(handle->progress().staged_bytes.load(),
+            handle->progress().total_bytes);
+  testing::Refill(model_, shards_, 99);
+  ASSERT_TRUE(handle->WaitCommitted().ok());
+  ExpectHolds(*manager, 1, 0);
+}
+
+// A fence that remembers how many dispatches its device had made when it
+// was taken, and which streams were ordered after it.
+class RecordingFence final : public CopyFence {
+ public:
+  explicit RecordingFence(int64_t dispatches) : dispatches_(dispatches) {}
+  void* native_handle() const override { return nullptr; }
+  absl::Status OrderStream(void* stream) const override {
+    MutexLock lock(&mu_);
+    streams_.push_back(stream);
+    return absl::OkStatus();
+  }
+  int64_t dispatches() const { return dispatches_; }
+  std::vector<void*> streams() const {
+    MutexLock lock(&mu_);
+    return streams_;
+  }
+
+ private:
+  const int64_t dispatches_;
+  mutable Mutex mu_;
+  mutable std::vector<void*> streams_ ABSL_GUARDED_BY(mu_);
+};
+
+// The host backend's devices with fences, as a CUDA device has them.
+class FencedDevice final : public Device {
+ public:
+  explicit FencedDevice(Device& device) : device_(device) {}
+  DeviceId id() const override { return device_.id(); }
+  Future<> CopyToHost(absl::Span<const CopyOp> ops) override {
+    return device_.CopyToHost(ops);
+  }
+  Future<> CopyFromHost(absl::Span<const CopyOp> ops) override {
+    return device_.CopyFromHost(ops);
+  }
+  absl::StatusOr<MemoryBlock> Allocate(int64_t bytes) override {
+    return device_.Allocate(bytes);
+  }
+  DeviceCounters counters() const override { return device_.counters(); }
+  absl::StatusOr<std::shared_ptr<const CopyFence>> FenceCopiesToHost()
+      override {
+    return std::make_shared<const RecordingFence>(
+        device_.counters().dispatches);
+  }
+
+ private:
+  Device& device_;
+};
+
+class FencedBackend final : public Backend {
+ public:
+  explicit FencedBackend(Backend& backend) : backend_(backend) {
+    for (Device* device : backend.devices()) {
+      owned_.push_back(std::make_unique<FencedDevice>(*device));
+      devices_.push_back(owned_.back().get());
+    }
+  }
+  std::string_view name() const override { return "fenced"; }
+  absl::Span<Device* const> devices() const override { return devices_; }
+  absl::StatusOr<MemoryBlock> AllocatePinned(int64_t bytes) override {
+    return backend_.AllocatePinned(bytes);
+  }
+
+ private:
+  Backend& backend_;
+  std::vector<std::unique_ptr<FencedDevice>> owned_;
+  std::vector<Device*> devices_;
+};
+
+TEST_F(ManagerTest, WaitStagedOnOrdersTheStreamAfterEachDevicesLastCopy) {
+  FencedBackend fenced(*backend_);
+  CheckpointManagerOptions options = SmallPool();
+  options.pool_bytes = 16 * 1024;  // several waves
+  absl::StatusOr<std::unique_ptr<CheckpointManager>> manager =
+      CheckpointManager::Open(root_, fenced, *coordinator_, options);
+  ASSERT_TRUE(manager.ok()) << manager.status();
+  absl::StatusOr<SaveHandle> handle =
+      (*manager)->Save(1, Arrays(), "{}", ReturnWhen::kDispatched);
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  int stream = 0;  // stands for a cudaStream_t
+  ASSERT_TRUE(handle->WaitStagedOn(&stream).ok());
+  absl::StatusOr<CopyFences> fences = handle->StagedFences();
+  ASSERT_TRUE(fences.ok()) << fences.status();
+  ASSERT_EQ(fences->size(), backend_->devices().size());
+  absl::StatusOr<SaveInfo> info = handle->WaitCommitted();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_GT(info->waves, 1);
+  for (size_t d = 0; d < fences->size(); ++d) {
+    const auto& fence = static_cast<const RecordingFence&>(*(*fences)[d]);
+    // Taken after the device's last copy of the save, not after a wave.
+    EXPECT_EQ(fence.dispatches(), backend_->devices()[d]->counters().dispatches)
+        << "device " << d;
+    EXPECT_THAT(fence.streams(), ElementsAre(&stream));
+  }
+  ExpectHolds(**manager, 1, 0);
 }
 
 TEST_F(ManagerTest, TrainingLoopWithASmallPoolKeepsTheLastTwo) {

@@ -73,6 +73,22 @@ bool BatchUnsupported(cudaError_t error) {
   return true;
 }
 
+// A cudaEvent_t recorded on a device's copy stream.
+class CudaFence final : public CopyFence {
+ public:
+  explicit CudaFence(cudaEvent_t event) : event_(event) {}
+  ~CudaFence() override { cudaEventDestroy(event_); }
+  void* native_handle() const override { return event_; }
+  absl::Status OrderStream(void* stream) const override {
+    HOIST_CUDA_RETURN_IF_ERROR(
+        cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), event_, 0));
+    return absl::OkStatus();
+  }
+
+ private:
+  const cudaEvent_t event_;
+};
+
 class CudaDevice final : public Device {
  public:
   static absl::StatusOr<std::unique_ptr<CudaDevice>> Create(
@@ -123,6 +139,17 @@ class CudaDevice final : public Device {
   }
 
   DeviceCounters counters() const override { return counters_.Snapshot(); }
+
+  absl::StatusOr<std::shared_ptr<const CopyFence>> FenceCopiesToHost()
+      override {
+    HOIST_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+    cudaEvent_t event;
+    HOIST_CUDA_RETURN_IF_ERROR(
+        cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    auto fence = std::make_shared<const CudaFence>(event);
+    HOIST_CUDA_RETURN_IF_ERROR(cudaEventRecord(event, d2h_));
+    return fence;
+  }
 
  private:
   struct Pending {

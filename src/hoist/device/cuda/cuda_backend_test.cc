@@ -5,6 +5,10 @@
 
 #include <cstring>
 
+#ifdef HOIST_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 namespace hoist {
 namespace {
 
@@ -87,6 +91,46 @@ TEST(CudaBackendTest, PinnedMemoryEitherWayCopiesBothWays) {
     }
   }
 }
+
+#ifdef HOIST_HAVE_CUDA
+// A stream ordered after a fence runs its work only once the fenced copy
+// has read the device memory: a memset queued on it right after the copy
+// was dispatched (what training's next step would do) never reaches the
+// host copy, though the CPU never waited for it.
+TEST(CudaBackendTest, StreamOrderedAfterAFenceOverwritesOnlyAfterTheCopy) {
+  HOIST_REQUIRE_GPU(backend);
+  Device& device = *(*backend)->devices()[0];
+  constexpr int64_t kBytes = int64_t{256} << 20;
+  absl::StatusOr<MemoryBlock> pinned = (*backend)->AllocatePinned(kBytes);
+  absl::StatusOr<MemoryBlock> on_device = device.Allocate(kBytes);
+  ASSERT_TRUE(pinned.ok() && on_device.ok());
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);  // devices()[0]: ordinal 0
+  ASSERT_EQ(cudaMemset(on_device->data(), 0x5a, kBytes), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  auto* host = static_cast<uint8_t*>(pinned->data());
+  std::memset(host, 0, kBytes);
+  cudaStream_t training;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&training, cudaStreamNonBlocking),
+            cudaSuccess);
+  const CopyOp down{on_device->data(), kBytes, host, kBytes, kBytes, 1};
+  Future<> copied = device.CopyToHost({&down, 1});
+  absl::StatusOr<std::shared_ptr<const CopyFence>> fence =
+      device.FenceCopiesToHost();
+  ASSERT_TRUE(fence.ok()) << fence.status();
+  ASSERT_NE(*fence, nullptr);
+  ASSERT_NE((*fence)->native_handle(), nullptr);
+  ASSERT_TRUE((*fence)->OrderStream(training).ok());
+  ASSERT_EQ(cudaMemsetAsync(on_device->data(), 0, kBytes, training),
+            cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(training), cudaSuccess);
+  ASSERT_TRUE(copied.Wait().ok());
+  for (int64_t i = 0; i < kBytes; i += 4093) {
+    ASSERT_EQ(host[i], 0x5a) << "byte " << i;
+  }
+  EXPECT_EQ(host[kBytes - 1], 0x5a);
+  cudaStreamDestroy(training);
+}
+#endif
 
 TEST(CudaBackendTest, MalformedOpFailsWithoutADispatch) {
   HOIST_REQUIRE_GPU(backend);
