@@ -38,8 +38,11 @@ glibc_re='^(ld-linux[^/]*|libc|libm|libpthread|libdl|librt|libresolv|libutil)\.s
 prepare() {
   source tools/common.sh
   install_debs
-  build_dir gpu -DCMAKE_BUILD_TYPE=Release -DHOIST_WITH_MPI=OFF \
-    -DHOIST_STATIC_RUNTIME=ON -DHOIST_BUILD_TESTS=ON
+  log "configuring build/gpu"
+  cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DHOIST_WITH_MPI=OFF -DHOIST_STATIC_RUNTIME=ON >/dev/null
+  log "building ${binaries[*]} in build/gpu"
+  cmake --build build/gpu -j "$(nproc)" --target "${binaries[@]}"
   [ -x build/gpu/bench/gpu_bench ] || {
     echo "gpu.sh: no gpu_bench: the build found no CUDA toolkit" >&2
     exit 1

@@ -19,6 +19,20 @@ for track in '"device 0"' '"device 7"' '"writer data/r00000_w00.bin"' \
 done
 grep -q '"verified": true' "$dir/demo.json" || fail "demo not verified"
 grep -q '"blocked_s"' "$dir/demo.json" || fail "demo json lacks blocked_s"
+python3 - "$dir/demo.json" <<'PY' || fail "demo json lacks its prediction"
+import json, sys
+demo = json.load(open(sys.argv[1]))
+for key in ("predicted_blocked_s", "predicted_save_s"):
+    assert isinstance(demo[key], float) and demo[key] > 0, (key, demo)
+for key in ("d2h_gbps", "host_gbps", "write_gbps", "commit_s"):
+    assert demo["prediction"][key] > 0, (key, demo["prediction"])
+PY
+ls -a "$dir" | grep -q hoist-rates && fail "demo left its rate measurement"
+"$hoist" demo --size 8MiB --vocab 512 --steps 2 --save-every 1 \
+  --step-time 0ms --root "$dir/np" --no-predict --json >"$dir/np.json" ||
+  fail "demo --no-predict"
+grep -q '"predicted_save_s": null' "$dir/np.json" || fail "--no-predict predicted"
+rm -rf "$dir/np"
 
 "$hoist" ls "$dir/r" --json >"$dir/ls.json"
 steps=$(python3 -c 'import json, sys
@@ -150,6 +164,22 @@ for rule in rules.values():
     assert isinstance(rule["plan_s"], float) and rule["plan_s"] >= 0, rule
     assert rule["slices"] > 0, rule
 PY
+
+# plan --predict: each rule's blocked time and time to durable.
+"$hoist" plan --mesh 3x4 --processes 3 --predict --disk-gbps 2 --json \
+  >"$dir/predict.json" || fail "plan --predict"
+python3 - "$dir/predict.json" <<'PY' || fail "plan --predict figures"
+import json, sys
+plan = json.load(open(sys.argv[1]))
+assert plan["rates"]["write_gbps"] == 2, plan["rates"]
+rules = plan["rules"]
+for rule in rules.values():
+    assert 0 < rule["predicted_blocked_s"] <= rule["predicted_save_s"], rule
+# One replica saving every replicated box is the slowest way.
+assert (rules["single"]["predicted_save_s"] >
+        rules["balanced"]["predicted_save_s"]), rules
+PY
+if "$hoist" plan --predict --disk-gbps 0 2>/dev/null; then fail "--disk-gbps 0"; fi
 
 # Bad flags and bad input exit non-zero with a message.
 if "$hoist" demo --steps 0 --root "$dir/x" 2>/dev/null; then fail "--steps 0"; fi

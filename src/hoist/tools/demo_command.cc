@@ -43,6 +43,7 @@
 #include "hoist/cuda_backend.h"
 #include "hoist/host_backend.h"
 #include "hoist/mutex.h"
+#include "hoist/predict.h"
 #include "hoist/tools/flags.h"
 #include "hoist/tools/sample_model.h"
 #include "hoist/tools/synthetic.h"
@@ -67,6 +68,7 @@ struct DemoFlags {
   std::string coordinator = "auto";
   bool keep_files = false;
   bool json = false;
+  bool predict = true;
 };
 
 int64_t PeakRssBytes() {
@@ -219,6 +221,10 @@ struct DemoJob {
 struct Trained {
   ModeStats modes[2];  // staged, dispatched
   int64_t last_saved = -1;
+  // Per save, in order: its mode and when it was asked for (seconds after
+  // the first step began).
+  std::vector<int> mode;
+  std::vector<double> requested_at;
 };
 
 // What the restores found.
@@ -330,6 +336,96 @@ absl::StatusOr<DemoJob> SetUp(const DemoFlags& flags, int64_t size) {
   return job;
 }
 
+// What the demo predicts a save will cost, from rates the lead measures on
+// this machine before the pool exists (nothing else competes with it then).
+struct Predicted {
+  bool on = false;
+  SaveRates rates;
+  SavePrediction save;  // one save with nothing in flight
+  double measure_s = 0;
+  // The demo's saves as requested (Schedule): the staged mode's mean
+  // blocked time, every save's mean time to commit, and the mean wait
+  // behind an earlier save.
+  double blocked_s = 0;
+  double save_s = 0;
+  double queued_s = 0;
+};
+
+absl::StatusOr<Predicted> Predict(const DemoFlags& flags, const DemoJob& job,
+                                  int64_t pool,
+                                  const SavePlanOptions& plan_options) {
+  Predicted out;
+  if (!flags.predict) return out;
+  out.on = true;
+  std::string measured;
+  if (job.lead) {
+    std::unique_ptr<Storage> storage;
+    if (flags.io == "io_uring") {
+      ASSIGN_OR_RETURN(storage, MakeIoUringStorage());
+    } else {
+      storage = MakePosixStorage();
+    }
+    // Beside the root, which the manager creates (and pins its pool) later.
+    std::string dir = std::filesystem::path(job.root).parent_path().string();
+    if (dir.empty()) dir = ".";
+    const absl::Time start = absl::Now();
+    ASSIGN_OR_RETURN(SaveRates rates,
+                     MeasureSaveRates(*job.backend, *storage, dir,
+                                      {.bytes = std::clamp<int64_t>(
+                                           job.model_bytes, int64_t{32} << 20,
+                                           int64_t{256} << 20),
+                                       .writer_streams = flags.writers}));
+    out.measure_s = absl::ToDoubleSeconds(absl::Now() - start);
+    measured =
+        absl::StrFormat("%a,%a,%a,%a,%a", rates.d2h_gbps, rates.host_gbps,
+                        rates.write_gbps, rates.commit_s, out.measure_s);
+  }
+  ASSIGN_OR_RETURN(measured, job.coordinator->Broadcast("rates", measured, 0));
+  std::vector<std::string> fields = absl::StrSplit(measured, ',');
+  double* values[] = {&out.rates.d2h_gbps, &out.rates.host_gbps,
+                      &out.rates.write_gbps, &out.rates.commit_s,
+                      &out.measure_s};
+  if (fields.size() != std::size(values)) {
+    return absl::InternalError("the lead's rates did not arrive whole");
+  }
+  for (size_t i = 0; i < fields.size(); ++i) {
+    *values[i] = std::strtod(fields[i].c_str(), nullptr);
+  }
+  // Every process writes to the one root: the lead's rate, measured alone,
+  // is taken as the job's limit too.
+  if (job.processes > 1) out.rates.fs_gbps = out.rates.write_gbps;
+  const Topology topology = Topology::Uniform(
+      job.processes, static_cast<int>(job.backend->devices().size()));
+  ASSIGN_OR_RETURN(SavePlan plan,
+                   MakeSavePlan(job.model, topology, plan_options));
+  ASSIGN_OR_RETURN(out.save, PredictSave(plan, topology, pool, out.rates));
+  return out;
+}
+
+// The saves of `trained` as the model sees them: the manager's saver runs
+// saves one after another, so a save asked for before the previous one has
+// committed starts (and, in either mode, returns) only then.
+void Schedule(const Trained& trained, Predicted& predicted) {
+  if (!predicted.on || trained.requested_at.empty()) return;
+  double committed = 0, blocked = 0, saved = 0, queued = 0;
+  int staged = 0;
+  for (size_t k = 0; k < trained.requested_at.size(); ++k) {
+    const double asked = trained.requested_at[k];
+    const double start = std::max(asked, committed);
+    committed = start + predicted.save.save_s;
+    queued += start - asked;
+    saved += committed - asked;
+    if (trained.mode[k] == 0) {
+      blocked += start - asked + predicted.save.blocked_s;
+      ++staged;
+    }
+  }
+  const double n = static_cast<double>(trained.requested_at.size());
+  predicted.blocked_s = blocked / std::max(1, staged);
+  predicted.save_s = saved / n;
+  predicted.queued_s = queued / n;
+}
+
 // 2. Train: every step changes every array; every --save-every steps a save,
 // alternating staged and dispatched mode; then the table of saves.
 absl::StatusOr<Trained> Train(const DemoFlags& flags, absl::Duration step_time,
@@ -346,6 +442,7 @@ absl::StatusOr<Trained> Train(const DemoFlags& flags, absl::Duration step_time,
   std::vector<SaveHandle> handles;
   std::vector<int> handle_mode;
   std::vector<double> handle_blocked;
+  const absl::Time began = absl::Now();
   for (int step = 1; step <= flags.steps; ++step) {
     // The optimizer step: new values, on every replica.
     for (auto& array : job.parts) {
@@ -361,6 +458,8 @@ absl::StatusOr<Trained> Train(const DemoFlags& flags, absl::Duration step_time,
     }
     const int mode = static_cast<int>(handles.size() % 2);
     const absl::Time start = absl::Now();
+    trained.mode.push_back(mode);
+    trained.requested_at.push_back(absl::ToDoubleSeconds(start - began));
     ASSIGN_OR_RETURN(
         SaveHandle handle,
         manager.Save(
@@ -505,7 +604,8 @@ absl::StatusOr<Restored> RestoreAndCheck(DemoJob& job,
 
 // 4. The report: JSON (--json) or the tables, from the lead process.
 void Report(const DemoFlags& flags, const DemoJob& job, const Trained& trained,
-            const Restored& restored, int64_t latest, bool print) {
+            const Restored& restored, const Predicted& predicted,
+            int64_t latest, bool print) {
   ModeStats all;
   for (const ModeStats& m : trained.modes) {
     all.saves += m.saves;
@@ -523,12 +623,32 @@ void Report(const DemoFlags& flags, const DemoJob& job, const Trained& trained,
   };
   const double n = std::max(1, all.saves);
   if (job.lead && flags.json) {
+    nlohmann::json prediction = nullptr;
+    if (predicted.on) {
+      prediction = {{"d2h_gbps", predicted.rates.d2h_gbps},
+                    {"host_gbps", predicted.rates.host_gbps},
+                    {"write_gbps", predicted.rates.write_gbps},
+                    {"fs_gbps", predicted.rates.fs_gbps},
+                    {"commit_s", predicted.rates.commit_s},
+                    {"measure_s", predicted.measure_s},
+                    {"alone_blocked_s", predicted.save.blocked_s},
+                    {"alone_save_s", predicted.save.save_s},
+                    {"queued_s", predicted.queued_s},
+                    {"blocked_bound", predicted.save.blocked_bound},
+                    {"save_bound", predicted.save.save_bound}};
+    }
+    const auto maybe = [&](double value) {
+      return predicted.on ? nlohmann::json(value) : nlohmann::json(nullptr);
+    };
     const nlohmann::json json = {
         {"backend", std::string(job.backend->name())},
         {"processes", job.processes},
         {"bytes", all.bytes},
         {"blocked_s", all.blocked_s / n},
         {"save_s", all.committed_s / n},
+        {"predicted_blocked_s", maybe(predicted.blocked_s)},
+        {"predicted_save_s", maybe(predicted.save_s)},
+        {"prediction", prediction},
         {"save_gbps", all.bytes / 1e9 / (all.committed_s / n)},
         {"dispatches", all.dispatches},
         {"peak_rss_bytes", restored.peak_rss},
@@ -553,6 +673,18 @@ void Report(const DemoFlags& flags, const DemoJob& job, const Trained& trained,
         "%-11s %6d %14.3fs %14.3fs %8.1f%%\n", m == 0 ? "staged" : "dispatched",
         st.saves, st.blocked_s / st.saves, st.committed_s / st.saves,
         100.0 * st.blocked_s / st.committed_s);
+  }
+  if (predicted.on) {
+    std::cout << absl::StrFormat(
+        "predicted      %14.3fs %14.3fs            (staged mode; a save "
+        "alone %.3fs, %.3fs) from rates\n"
+        "               measured here in %.2fs: copies %.1f GB/s per "
+        "device, %.1f GB/s all at once; writes %.2f GB/s (%d streams); "
+        "commit %.0f ms\n",
+        predicted.blocked_s, predicted.save_s, predicted.save.blocked_s,
+        predicted.save.save_s, predicted.measure_s, predicted.rates.d2h_gbps,
+        predicted.rates.host_gbps, predicted.rates.write_gbps, flags.writers,
+        predicted.rates.commit_s * 1e3);
   }
   std::cout << absl::StrFormat(
       "\nrestored step %d onto %s in %.3fs (%d dispatches) and into host "
@@ -595,6 +727,8 @@ absl::Status RunDemo(const DemoFlags& flags) {
   options.io = flags.io == "io_uring" ? IoEngine::kIoUring : IoEngine::kPosix;
   Tracer tracer;
   if (!flags.trace.empty()) options.tracer = &tracer;
+  ASSIGN_OR_RETURN(Predicted predicted,
+                   Predict(flags, job, pool, options.plan));
   ASSIGN_OR_RETURN(std::unique_ptr<CheckpointManager> manager,
                    CheckpointManager::Open(job.root, *job.backend,
                                            *job.coordinator, options));
@@ -615,6 +749,7 @@ absl::Status RunDemo(const DemoFlags& flags) {
 
   ASSIGN_OR_RETURN(Trained trained,
                    Train(flags, step_time, job, *manager, print));
+  Schedule(trained, predicted);
   ASSIGN_OR_RETURN(std::optional<int64_t> latest, manager->Latest());
   if (latest != trained.last_saved) {
     return absl::InternalError(
@@ -634,7 +769,7 @@ absl::Status RunDemo(const DemoFlags& flags) {
   if (job.lead && job.own_root && !flags.keep_files) {
     std::filesystem::remove_all(job.root);
   }
-  Report(flags, job, trained, restored, *latest, print);
+  Report(flags, job, trained, restored, predicted, *latest, print);
   if (!restored.verified) {
     return absl::DataLossError("restored arrays differ from the saved ones");
   }
@@ -700,7 +835,12 @@ void AddDemoCommand(CLI::App& app) {
                   "Write a Chrome trace (Perfetto, chrome://tracing) of the "
                   "saves: a track per device, per writer stream, and the "
                   "commit phases");
-  cmd->add_flag("--json", flags->json, "Print the summary as JSON");
+  cmd->add_flag("--json", flags->json,
+                "Print the summary as JSON (predicted_blocked_s and "
+                "predicted_save_s beside blocked_s and save_s)");
+  cmd->add_flag("!--no-predict", flags->predict,
+                "Skip measuring this machine's copy and write rates at "
+                "start-up, and the prediction made from them");
   cmd->callback([flags] {
     absl::Status status = RunDemo(*flags);
     if (!status.ok()) {

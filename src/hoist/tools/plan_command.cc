@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "hoist/base/bytes.h"
+#include "hoist/predict.h"
 #include "hoist/save_plan.h"
 #include "hoist/tools/flags.h"
 #include "hoist/tools/sample_model.h"
@@ -29,6 +30,18 @@ struct PlanFlags {
   std::string size;  // when set: the model of about this many bytes
   bool list_arrays = false;
   bool json = false;
+  // --predict: the rates of the cluster the save runs on (defaults: an
+  // H100/H200 host, see AddPlanCommand) and the pool.
+  bool predict = false;
+  SaveRates rates = [] {
+    SaveRates r;
+    r.d2h_gbps = 50;
+    r.write_gbps = 5;
+    return r;
+  }();
+  double dispatch_us = 20;
+  double per_slice_us = 2;
+  std::string pool = "auto";
 };
 
 nlohmann::json SummaryJson(const PlanSummary& s) {
@@ -108,6 +121,18 @@ absl::Status RunPlan(PlanFlags flags) {
   }
   std::vector<std::pair<ReplicaRule, PlanSummary>> rows;
   std::vector<double> plan_seconds;
+  std::vector<SavePrediction> predictions;
+  flags.rates.dispatch_s = flags.dispatch_us * 1e-6;
+  flags.rates.per_slice_s = flags.per_slice_us * 1e-6;
+  if (flags.predict) {
+    json["rates"] = {{"d2h_gbps", flags.rates.d2h_gbps},
+                     {"host_gbps", flags.rates.host_gbps},
+                     {"write_gbps", flags.rates.write_gbps},
+                     {"fs_gbps", flags.rates.fs_gbps},
+                     {"dispatch_s", flags.rates.dispatch_s},
+                     {"per_slice_s", flags.rates.per_slice_s},
+                     {"commit_s", flags.rates.commit_s}};
+  }
   for (ReplicaRule rule : {ReplicaRule::kSingleReplica, ReplicaRule::kOrbax,
                            ReplicaRule::kBalanced}) {
     SavePlanOptions options;
@@ -122,6 +147,26 @@ absl::Status RunPlan(PlanFlags flags) {
     rows.emplace_back(rule, Summarize(*plan, topology));
     nlohmann::json summary = SummaryJson(rows.back().second);
     summary["plan_s"] = plan_seconds.back();  // MakeSavePlan alone
+    if (flags.predict) {
+      // "auto": room for the busiest process's whole share.
+      int64_t pool = rows.back().second.max_process_bytes +
+                     rows.back().second.slices * options.alignment_bytes;
+      if (flags.pool != "auto") {
+        absl::StatusOr<int64_t> bytes = ParseBytes(flags.pool);
+        if (!bytes.ok()) return bytes.status();
+        pool = *bytes;
+      }
+      absl::StatusOr<SavePrediction> p =
+          PredictSave(*plan, topology, pool, flags.rates);
+      if (!p.ok()) return p.status();
+      summary["pool_bytes"] = pool;
+      summary["predicted_blocked_s"] = p->blocked_s;
+      summary["predicted_save_s"] = p->save_s;
+      summary["blocked_bound"] = p->blocked_bound;
+      summary["save_bound"] = p->save_bound;
+      summary["waves"] = p->waves;
+      predictions.push_back(*std::move(p));
+    }
     json["rules"][std::string(ReplicaRuleName(rule))] = std::move(summary);
   }
   if (flags.json) {
@@ -156,6 +201,28 @@ absl::Status RunPlan(PlanFlags flags) {
         FormatBytes(s.max_process_bytes),
         s.max_process_bytes / std::max(1.0, s.mean_process_bytes),
         s.dispatches_per_slice, s.dispatches_batched, plan_seconds[i]);
+  }
+  if (flags.predict) {
+    std::cout << absl::StrFormat(
+        "\npredicted, per save (rates: D2H %.1f GB/s per device, host %s, "
+        "writes %.2f GB/s per process, filesystem %s; commit %.3fs):\n"
+        "%-10s %12s %8s %12s %8s %7s\n",
+        flags.rates.d2h_gbps,
+        flags.rates.host_gbps > 0
+            ? absl::StrFormat("%.1f GB/s", flags.rates.host_gbps)
+            : std::string("unlimited"),
+        flags.rates.write_gbps,
+        flags.rates.fs_gbps > 0
+            ? absl::StrFormat("%.1f GB/s", flags.rates.fs_gbps)
+            : std::string("unlimited"),
+        flags.rates.commit_s, "rule", "blocked", "bound", "to durable", "bound",
+        "waves");
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const SavePrediction& p = predictions[i];
+      std::cout << absl::StrFormat(
+          "%-10s %11.3fs %8s %11.3fs %8s %7d\n", ReplicaRuleName(rows[i].first),
+          p.blocked_s, p.blocked_bound, p.save_s, p.save_bound, p.waves);
+    }
   }
   const PlanSummary& orbax = rows[1].second;
   const PlanSummary& balanced = rows[2].second;
@@ -225,6 +292,46 @@ void AddPlanCommand(CLI::App& app) {
                 "With --json: every array's name, dtype, shape and partition "
                 "spec (array_list)");
   cmd->add_flag("--json", flags->json, "Print the figures as JSON");
+  cmd->add_flag("--predict", flags->predict,
+                "Also predict each rule's blocked time and time to durable "
+                "per save from the rates below (defaults: an H100/H200 "
+                "host's PCIe and a local NVMe; see docs/prediction.md)");
+  cmd->add_option("--d2h-gbps", flags->rates.d2h_gbps,
+                  "--predict: device-to-host copy per device, GB/s")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--host-gbps", flags->rates.host_gbps,
+                  "--predict: all of a process's devices copying at once, "
+                  "GB/s (0: no limit beyond --d2h-gbps each)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--disk-gbps", flags->rates.write_gbps,
+                  "--predict: one process's writes, hashing included, GB/s")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--fs-gbps", flags->rates.fs_gbps,
+                  "--predict: the shared filesystem, every process together, "
+                  "GB/s (0: no job-wide limit)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--commit-s", flags->rates.commit_s,
+                  "--predict: a commit's fixed cost, seconds")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--dispatch-us", flags->dispatch_us,
+                  "--predict: the training thread's cost per copy dispatch, "
+                  "microseconds")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--per-slice-us", flags->per_slice_us,
+                  "--predict: the training thread's cost per slice, "
+                  "microseconds")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--pool", flags->pool,
+                  "--predict: the staging pool per process (auto: the "
+                  "busiest process's whole share)")
+      ->capture_default_str();
   cmd->callback([flags] {
     absl::Status status = RunPlan(*flags);
     if (!status.ok()) {
