@@ -80,6 +80,24 @@ def test_retention_latest_and_dispatched_mode(root):
         assert same_bits(out["w"], random_array(np.float32, (64, 64), 4))
 
 
+def test_wait_staged_on_the_host_backend_waits_for_the_copies(root):
+    class Stream:  # what a torch.cuda.Stream offers
+        cuda_stream = 0
+
+    with hoist.CheckpointManager(root, pool_bytes=8 << 20) as mgr:
+        for step, stream in ((1, None), (2, Stream()), (3, 0)):
+            state = {"w": random_array(np.float32, (256, 64), step)}
+            handle = mgr.save(step, state, return_when="dispatched")
+            handle.wait_staged_on(stream)
+            staged, _, total = handle.progress()
+            assert staged == total  # no device queue: the CPU waited
+            state["w"][:] = 0
+            handle.wait()
+        for step in (1, 2, 3):
+            assert same_bits(mgr.restore(step)["w"],
+                             random_array(np.float32, (256, 64), step))
+
+
 def test_a_flipped_byte_is_a_data_loss_error(root):
     with hoist.CheckpointManager(root, pool_bytes=8 << 20) as mgr:
         mgr.save(1, {"w": random_array(np.float32, (256,), 5)}).wait()
