@@ -84,12 +84,13 @@ run() {
   mkdir -p "$out"
   local failed=()
   echo "== ldd --version"
-  ldd --version 2>&1 | head -1 || true
+  ldd --version 2>&1 | sed -n 1p || true
   echo "== nvidia-smi"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv ||
     echo "gpu.sh: nvidia-smi failed: this machine shows no NVIDIA driver or GPU"
   local have need launch=()
-  have=$(ldd --version 2>&1 | head -1 | grep -o '[0-9]\+\.[0-9]\+$' || echo 0)
+  have=$(ldd --version 2>&1 | sed -n '1s/.* \([0-9]\+\.[0-9]\+\)$/\1/p' || true)
+  [ -n "$have" ] || have=0
   need=$(cat .gpu/glibc-needed)
   if version_lt "$have" "$need"; then
     echo "glibc here $have < $need needed: running through the carried loader"
@@ -114,7 +115,7 @@ run() {
     failed+=(gpu_bench)
   echo "== hoist demo --backend cuda"
   local gpus
-  gpus=$(nvidia-smi --list-gpus 2>/dev/null | wc -l || echo 1)
+  gpus=$( (nvidia-smi --list-gpus 2>/dev/null || true) | grep -c '^GPU' || true)
   ((gpus > 0)) || gpus=1
   if "${launch[@]}" .gpu/hoist demo --backend cuda --mesh "1x$gpus" \
     --size "${GPU_DEMO_SIZE:-2GiB}" --json >"$out/demo.json" 2>"$out/demo.err"; then
