@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""Restore time against the number of arrays: hoist vs torch.load.
+"""Save and restore time against the number of arrays: hoist vs torch.
 
     .venv/bin/python bench/many_arrays.py [--counts 1000,10000,...] [--json]
 
-A large MoE's optimizer state holds 100,000 arrays or more; a restore must
-cost the same per array whatever their number. For each count N, a state of
-N float32 tensors of 256 elements (1 KiB each) is saved by hoist and by
-torch.save; then each is restored in a new process after the page cache is
+A large MoE's optimizer state holds 100,000 arrays or more; a save and a
+restore must cost the same per array whatever their number. For each count
+N, a state of N float32 tensors of 256 elements (1 KiB each) is saved by
+hoist (as NumPy arrays sharing the tensors' memory) four times, reporting
+how long the first save() blocked and the median of the next three, which
+repeat the structure as a training loop's saves do; by torch.save once, with
+fsync; and by hoist as tensors, the step the restores read; then each is restored in a new process after the page cache is
 emptied (bench/peers.py's drop_caches), timing hoist from opening the
 manager to the restored tensors (restore(like=template), the template a job
 has) and torch from torch.load to its tensors. Also reported: the engine's
@@ -39,10 +42,26 @@ def child(args):
         import hoist
         shutil.rmtree(path, ignore_errors=True)
         s = state(args.count)
+        blocked = []
+        as_numpy = {k: v.numpy() for k, v in s.items()}  # the same memory
         with hoist.CheckpointManager(path, pool_bytes=64 << 20) as mgr:
-            mgr.save(1, s).wait()
-        torch.save(s, path + ".pt")
-        return {}
+            mgr.save(1, s).wait()  # the step the restores read
+        with hoist.CheckpointManager(path, pool_bytes=64 << 20) as mgr:
+            # The first save describes every array; the next ones, of the
+            # same structure, repeat it (a training loop's saves).
+            for step in range(2, 6):
+                start = time.perf_counter()
+                handle = mgr.save(step, as_numpy)
+                blocked.append(time.perf_counter() - start)
+                handle.wait()
+        start = time.perf_counter()
+        with open(path + ".pt", "wb") as f:
+            torch.save(s, f)
+            f.flush()
+            os.fsync(f.fileno())
+        return {"first_blocked_s": blocked[0],
+                "repeat_blocked_s": sorted(blocked[1:])[1],
+                "torch_save_s": time.perf_counter() - start}
     like = {f"experts/{i // 64}/m{i % 64}": torch.empty(ELEMENTS)
             for i in range(args.count)}
     if args.phase == "torch":
@@ -92,8 +111,7 @@ def main():
     rows = []
     try:
         for n in (int(c) for c in args.counts.split(",")):
-            run("save", n, args.dir)
-            row = {"arrays": n}
+            row = {"arrays": n, **run("save", n, args.dir)}
             for phase in ("hoist", "torch"):
                 row["cache"] = peers.drop_caches(args.dir)
                 r = run(phase, n, args.dir)
@@ -103,7 +121,10 @@ def main():
                     row["engine_s"] = r["engine_s"]
             rows.append(row)
             if not args.json:
-                print(f"{n:>7} arrays: hoist {row['hoist_s']:.3f} s "
+                print(f"{n:>7} arrays: save blocked {row['first_blocked_s']:.3f}"
+                      f" s first, {row['repeat_blocked_s']:.3f} s repeated "
+                      f"(torch.save + fsync {row['torch_save_s']:.3f} s); "
+                      f"restore hoist {row['hoist_s']:.3f} s "
                       f"(engine {row['engine_s']:.3f} s, "
                       f"{row['hoist_s'] / n * 1e6:.1f} us/array), torch.load "
                       f"{row['torch_s']:.3f} s ({row['torch_s'] / n * 1e6:.1f}"

@@ -23,7 +23,7 @@ import weakref
 import ml_dtypes  # noqa: F401  (registers bfloat16 and float8 with numpy)
 import numpy as np
 
-from . import _hoist
+from . import _hoist, _tree
 from ._errors import CoordinationError, DataLossError
 from ._errors import call as _call
 from ._interop import export, import_checkpoint
@@ -84,6 +84,17 @@ class SaveHandle:
     def progress(self):
         """(bytes staged, bytes written, total bytes) of this save."""
         return self._handle.progress()
+
+
+class _Repeat:
+    """What a repeat save of the last structure needs: its plan (see
+    _tree.fast_plan), the engine's generation of that save, and its
+    metadata: the dict (whose "tree" is the plan's skeleton), the user's
+    part, and the JSON text."""
+
+    def __init__(self, plan, generation, meta, user, text):
+        self.plan, self.generation = plan, generation
+        self.meta, self.user, self.text = meta, user, text
 
 
 class CheckpointManager:
@@ -161,6 +172,8 @@ class CheckpointManager:
         # read amplification), extents_read, dispatches, waves, elapsed_s
         # (None before one).
         self.last_restore = None
+        # The last save's structure, for a repeat save (see _save_again).
+        self._repeat = None
 
     def _open(self, path, coordinator, backend, num_devices, pool_bytes,
               keep, keep_every, max_in_flight, writers, io,
@@ -199,15 +212,20 @@ class CheckpointManager:
         """
         if return_when not in ("staged", "dispatched"):
             raise ValueError("return_when must be 'staged' or 'dispatched'")
-        with gc_paused():  # many arrays make many objects
-            arrays, skeleton = flatten(state, self._devices)
-            meta = {_FORMAT_KEY: 1, "tree": skeleton}
-            if metadata is not None:
-                meta["user"] = metadata
-            text = _metadata_text(meta)
-            handle = _call(self._manager.save, int(step),
-                           arrays, text,
-                           return_when == "dispatched")
+        dispatched = return_when == "dispatched"
+        handle = self._save_again(step, state, metadata, dispatched)
+        if handle is None:
+            with gc_paused():  # many arrays make many objects
+                arrays, skeleton = flatten(state, self._devices)
+                meta = {_FORMAT_KEY: 1, "tree": skeleton}
+                if metadata is not None:
+                    meta["user"] = metadata
+                text = _metadata_text(meta)
+                handle = _call(self._manager.save, int(step), arrays, text,
+                               dispatched)
+                plan = _tree.fast_plan(skeleton, arrays)
+            self._repeat = None if plan is None else _Repeat(
+                plan, self._manager.generation, meta, metadata, text)
         if handle.skipped:
             lag = self.durability()
             _LOG.warning(
@@ -216,6 +234,30 @@ class CheckpointManager:
                 "skipped so far", step, lag["in_flight"],
                 lag["last_committed_step"], lag["skipped_saves"])
         return SaveHandle(handle)
+
+    def _save_again(self, step, state, metadata, dispatched):
+        """A save of the same structure as the last one (same dicts, array
+        names, dtypes and shapes), without describing every array again:
+        its handle, or None when the structure differs (save() then walks
+        it whole)."""
+        repeat = self._repeat
+        if repeat is None:
+            return None
+        found = _tree.match(state, repeat.plan)
+        if found is None:
+            self._repeat = None  # its skeleton may hold this state's scalars
+            return None
+        arrays, changed = found
+        if changed or metadata != repeat.user:
+            meta = repeat.meta
+            if metadata is not None:
+                meta["user"] = metadata
+            else:
+                meta.pop("user", None)
+            repeat.text = _metadata_text(meta)
+            repeat.user = metadata
+        return _call(self._manager.save_again, int(step), repeat.generation,
+                     arrays, repeat.text, dispatched)
 
     def durability(self):
         """How far the committed steps trail the saves: skipped_saves (by

@@ -383,6 +383,110 @@ def gc_paused():
             gc.enable()
 
 
+# A repeat save of the same structure. A training loop saves the same state
+# again and again: the same dicts, the same arrays' names, dtypes and
+# shapes, new values. save() keeps a plan of the last state it flattened
+# (fast_plan) and checks the next one against it (match), collecting its
+# arrays without naming or describing them again; the engine reuses the
+# last save's arrays with the new data. Plans cover dicts (with str or int
+# keys), NumPy arrays of NumPy's own dtypes that need no copy, and scalar
+# leaves (whose changed values are written into the tree's metadata);
+# anything else takes the full walk.
+_DICT, _ARRAY, _SCALAR = 0, 1, 2
+_SCALAR_TYPES = frozenset(_SCALARS)
+
+
+def fast_plan(skeleton, arrays):
+    """The plan of a flattened state (its skeleton and arrays, as flatten
+    returned them), or None when it has nodes a plan does not cover."""
+    leaves = iter(arrays)
+
+    def leaf(node):
+        if node.get("k") != "numpy":
+            return None
+        shards = next(leaves)[3]
+        data = [d for _, _, _, d in shards if d is not None]
+        if (len(data) != 1 or type(data[0]) is not np.ndarray or
+                data[0].dtype.isbuiltin != 1):
+            return None
+        return (_ARRAY, data[0].dtype, data[0].shape)
+
+    def build(node):
+        if "d" not in node:
+            return None
+        keys, kids = [], []
+        for pair in node["d"]:
+            key, kid = pair
+            if "d" in kid:
+                plan = build(kid)
+            elif "a" in kid:
+                plan = leaf(kid)
+            elif "v" in kid or "f" in kid:
+                value = kid["v"] if "v" in kid else float(kid["f"])
+                if type(value) not in _SCALAR_TYPES:
+                    return None
+                # Patched in place when the value changes.
+                plan = [_SCALAR, pair, type(value), value]
+            else:
+                plan = None
+            if plan is None:
+                return None
+            keys.append(key)
+            kids.append(plan)
+        keys = tuple(keys)
+        types = (None if all(type(k) is str for k in keys)
+                 else tuple(type(k) for k in keys))
+        return (_DICT, keys, types, kids)
+
+    try:
+        return build(skeleton)
+    except StopIteration:
+        return None
+
+
+def match(state, plan):
+    """(arrays, changed) when `state` has the structure `plan` was made
+    from: its arrays in the order flatten gives them, and whether a scalar
+    leaf changed (the plan's skeleton then holds the new value). None when
+    the structure differs anywhere; the skeleton may then hold new scalar
+    values, and the plan must be rebuilt."""
+    arrays = []
+    changed = False
+    ndarray = np.ndarray
+
+    def walk(x, node):
+        nonlocal changed
+        _, keys, types, kids = node
+        if type(x) is not dict or len(x) != len(keys) or tuple(x) != keys:
+            return False
+        if types is not None and tuple(map(type, x)) != types:
+            return False
+        for value, kid in zip(x.values(), kids):
+            tag = kid[0]
+            if tag == _ARRAY:
+                if (type(value) is not ndarray or value.shape != kid[2] or
+                        (value.dtype is not kid[1] and value.dtype != kid[1])
+                        or not value.flags.c_contiguous):
+                    return False
+                arrays.append(value)
+            elif tag == _DICT:
+                if not walk(value, kid):
+                    return False
+            else:
+                kind = type(value)
+                if kind is not kid[2] or not value == kid[3]:
+                    if kind not in _SCALAR_TYPES:
+                        return False
+                    kid[1][1] = (_encode_float(value) if kind is float
+                                 else {"v": value})
+                    kid[2], kid[3] = kind, value
+                    changed = True
+        return True
+
+    with gc_paused():
+        return (arrays, changed) if walk(state, plan) else None
+
+
 def flatten(tree, devices):
     """(arrays, skeleton) of `tree`; `devices` (Devices) says where its
     arrays are."""

@@ -87,20 +87,27 @@ Box ToBox(const std::vector<int64_t>& origin, const std::vector<int64_t>& shape,
   return Box(origin, shape);
 }
 
+// Whether an ndarray's elements lie contiguous in C order.
+template <typename... Args>
+bool CContiguous(const nb::ndarray<Args...>& array) {
+  int64_t expected = 1;
+  for (int d = static_cast<int>(array.ndim()) - 1; d >= 0; --d) {
+    if (array.shape(d) != 1 && array.stride(d) != expected) return false;
+    expected *= static_cast<int64_t>(array.shape(d));
+  }
+  return true;
+}
+
 // The bytes an ndarray holds, checked to be dense (C order) and `bytes`
 // long. Arrays to save may be read-only (nb::ro); restore destinations not.
 template <typename... Args>
 auto DenseData(const nb::ndarray<Args...>& array, int64_t bytes,
                const std::string& where) {
-  int64_t expected = 1;
-  for (int d = static_cast<int>(array.ndim()) - 1; d >= 0; --d) {
-    if (array.shape(d) != 1 && array.stride(d) != expected) {
-      Invalid(absl::StrFormat(
-          "%s: the data is not contiguous in C order (make it contiguous "
-          "first, e.g. numpy.ascontiguousarray or tensor.contiguous())",
-          where));
-    }
-    expected *= static_cast<int64_t>(array.shape(d));
+  if (!CContiguous(array)) {
+    Invalid(absl::StrFormat(
+        "%s: the data is not contiguous in C order (make it contiguous "
+        "first, e.g. numpy.ascontiguousarray or tensor.contiguous())",
+        where));
   }
   const int64_t have = static_cast<int64_t>(array.nbytes());
   if (have != bytes) {
@@ -441,6 +448,68 @@ class PyManager {
           step, save, metadata_json,
           dispatched ? ReturnWhen::kDispatched : ReturnWhen::kStaged);
     }
+    SaveHandle accepted = Check(std::move(handle));
+    // Kept for save_again: the same arrays with new data.
+    last_save_ = std::move(save);
+    last_bytes_.clear();
+    for (const SaveArray& array : last_save_) {
+      last_bytes_.push_back(Box::FromShape(array.spec.shape).num_elements() *
+                            ItemSize(array.spec.dtype));
+    }
+    ++generation_;
+    return std::make_unique<PyHandle>(std::move(accepted), std::move(sources));
+  }
+
+  // Which save() save_again repeats (it changes with every accepted save).
+  int64_t generation() const { return generation_; }
+
+  // The last accepted save's arrays again, with new data: `data` holds one
+  // array per array of that save, in order, each with one shard in this
+  // process (what the Python side's structure cache checks: the same
+  // names, dtypes and shapes). `generation` must be generation(); else, or
+  // for data that does not fit, ValueError, and nothing is saved.
+  std::unique_ptr<PyHandle> SaveAgain(int64_t step, int64_t generation,
+                                      const nb::list& data,
+                                      const std::string& metadata_json,
+                                      bool dispatched) {
+    Live();
+    if (generation != generation_ ||
+        nb::len(data) != static_cast<size_t>(last_save_.size())) {
+      Invalid("save_again: not the arrays of the last save");
+    }
+    std::vector<SavedData> sources;
+    sources.reserve(last_save_.size());
+    const bool host = backend_->kind() == "host";
+    for (size_t i = 0; i < last_save_.size(); ++i) {
+      SaveArray& array = last_save_[i];
+      if (array.shards.size() != 1) {
+        Invalid("save_again: an array without exactly one local shard");
+      }
+      SavedData item;
+      if (!nb::try_cast(data[i], item)) {
+        Invalid(absl::StrFormat("save_again: array '%s' is not an array",
+                                array.spec.name));
+      }
+      // The checks save() makes, with their message made only when one
+      // fails: 100,000 arrays should not format 100,000 strings.
+      if (!host || item.device_type() != nb::device::cpu::value ||
+          static_cast<int64_t>(item.nbytes()) != last_bytes_[i] ||
+          !CContiguous(item)) {
+        const std::string where = absl::StrFormat(
+            "array '%s' on device %d", array.spec.name, array.shards[0].device);
+        CheckDevice(item, array.shards[0].device, where);
+        (void)DenseData(item, last_bytes_[i], where);
+      }
+      array.shards[0].data = item.data();
+      sources.push_back(std::move(item));
+    }
+    absl::StatusOr<SaveHandle> handle;
+    {
+      nb::gil_scoped_release release;
+      handle = manager_->Save(
+          step, last_save_, metadata_json,
+          dispatched ? ReturnWhen::kDispatched : ReturnWhen::kStaged);
+    }
     return std::make_unique<PyHandle>(Check(std::move(handle)),
                                       std::move(sources));
   }
@@ -608,6 +677,11 @@ class PyManager {
   std::shared_ptr<PyBackend> backend_;
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<CheckpointManager> manager_;
+  // The last accepted save's arrays (their data pointers stale once it has
+  // been staged) and bytes, for save_again; generation_ counts them.
+  std::vector<SaveArray> last_save_;
+  std::vector<int64_t> last_bytes_;
+  int64_t generation_ = 0;
 };
 
 // The manifest, as JSON text, of the step directory `path` (ROOT/step_N),
@@ -707,6 +781,10 @@ NB_MODULE(_hoist, m) {
       .def("durability", &PyManager::DurabilityDict)
       .def("save", &PyManager::Save, nb::arg("step"), nb::arg("arrays"),
            nb::arg("metadata_json"), nb::arg("dispatched"))
+      .def("save_again", &PyManager::SaveAgain, nb::arg("step"),
+           nb::arg("generation"), nb::arg("data"), nb::arg("metadata_json"),
+           nb::arg("dispatched"))
+      .def_prop_ro("generation", &PyManager::generation)
       .def("restore", &PyManager::Restore, nb::arg("step").none(),
            nb::arg("targets"),
            nb::arg("received_targets") = std::vector<PyReceivedArray>(),

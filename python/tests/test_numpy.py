@@ -204,3 +204,94 @@ print(names)
                             text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "['opt/count', 'opt/mu/w']" in result.stdout
+
+
+def spy_repeats(mgr):
+    """A list that gets, per save(), whether it took the repeat path."""
+    calls = []
+    again = mgr._save_again
+
+    def spy(*args):
+        handle = again(*args)
+        calls.append(handle is not None)
+        return handle
+
+    mgr._save_again = spy
+    return calls
+
+
+def test_repeat_saves_of_one_structure_restore_each_steps_values(root):
+    # A loop's state: the same dicts and arrays every step, new values and
+    # scalars; saves after the first take the repeat path.
+    def state(step):
+        return {"model": {f"w{i}": random_array(np.float32, (16, 8), step * 10 + i)
+                          for i in range(5)},
+                "opt": {"count": np.array(step, np.int64),
+                        "lr": 0.1 / step, "name": f"run{step % 2}",
+                        1: np.full(3, step, np.int16)},
+                "step": step, "nan": float("nan"), "flag": step % 2 == 0}
+
+    with hoist.CheckpointManager(root, pool_bytes=8 << 20) as mgr:
+        repeated = spy_repeats(mgr)
+        for step in range(1, 5):
+            mgr.save(step, state(step),
+                     metadata=None if step < 3 else {"at": step}).wait()
+        assert repeated == [False, True, True, True]
+        for step in range(1, 5):
+            out = mgr.restore(step)
+            want = state(step)
+            for i in range(5):
+                assert same_bits(out["model"][f"w{i}"], want["model"][f"w{i}"])
+            assert out["opt"]["count"] == step and out["opt"][1][0] == step
+            assert out["opt"]["lr"] == want["opt"]["lr"]
+            assert out["opt"]["name"] == want["opt"]["name"]
+            assert out["step"] == step and math.isnan(out["nan"])
+            assert out["flag"] is (step % 2 == 0)
+            assert mgr.metadata(step) == (None if step < 3 else {"at": step})
+
+
+def test_a_changed_structure_is_walked_whole_again(root):
+    base = {"a": random_array(np.float32, (8, 4), 1), "b": {"c": 1}}
+    changes = [
+        {"a": random_array(np.float32, (8, 5), 2), "b": {"c": 1}},  # shape
+        {"a": random_array(np.float64, (8, 5), 3), "b": {"c": 1}},  # dtype
+        {"a": random_array(np.float64, (5, 8), 4).T, "b": {"c": 1}},  # strided
+        {"a": random_array(np.float64, (8, 5), 5), "b": {"c": 1, "d": 2}},
+        {"b": {"c": 1}, "a": random_array(np.float64, (8, 5), 6)},  # order
+        {"a": [np.zeros(2)], "b": {"c": 1}},  # a list where an array was
+        {"a": random_array(np.float64, (8, 5), 7), "b": {True: 1}},  # key type
+        {"a": random_array(np.float64, (8, 5), 8), "b": {"c": 1.5}},  # scalar
+    ]
+    with hoist.CheckpointManager(root, pool_bytes=8 << 20) as mgr:
+        repeated = spy_repeats(mgr)
+        for step, state in enumerate([base] + changes, start=1):
+            if step == 8:
+                with pytest.raises(TypeError, match="not a str or int"):
+                    mgr.save(step, state)
+                continue
+            mgr.save(step, state).wait()
+            out = mgr.restore(step)
+            assert list(out) == list(state) and out["b"] == state["b"]
+            if isinstance(state["a"], list):
+                assert np.array_equal(out["a"][0], state["a"][0])
+            else:
+                assert out["a"].dtype == state["a"].dtype
+                assert same_bits(out["a"], state["a"])
+        # Every change took the whole walk (the refused key's save too, and
+        # the one after it, as nothing was planned after a refusal); the
+        # same state again repeats.
+        assert repeated == [False] * 9
+        mgr.save(10, changes[-1]).wait()
+        assert repeated[-1] is True
+
+
+def test_a_repeat_save_that_fails_changes_nothing_and_the_next_succeeds(root):
+    state = {"w": random_array(np.float32, (64,), 1)}
+    with hoist.CheckpointManager(root, pool_bytes=8 << 20) as mgr:
+        mgr.save(1, state).wait()
+        state["w"] = random_array(np.float32, (64,), 2)
+        with pytest.raises(FileExistsError):
+            mgr.save(1, state)  # the repeat path: step 1 is committed
+        mgr.save(2, state).wait()
+        assert same_bits(mgr.restore(1)["w"], random_array(np.float32, (64,), 1))
+        assert same_bits(mgr.restore(2)["w"], state["w"])
