@@ -14,6 +14,7 @@ arrays or other DLPack producers; restores rebuild it, onto any sharding.
 """
 
 import atexit
+import copy
 import json
 import logging
 import os
@@ -84,6 +85,14 @@ class SaveHandle:
     def progress(self):
         """(bytes staged, bytes written, total bytes) of this save."""
         return self._handle.progress()
+
+
+def _same_value(a, b):
+    """a == b, False where comparing fails or is not a bool (arrays)."""
+    try:
+        return (a == b) is True
+    except Exception:  # noqa: BLE001 (any __eq__ may raise)
+        return False
 
 
 class _Repeat:
@@ -225,7 +234,8 @@ class CheckpointManager:
                                dispatched)
                 plan = _tree.fast_plan(skeleton, arrays)
             self._repeat = None if plan is None else _Repeat(
-                plan, self._manager.generation, meta, metadata, text)
+                plan, self._manager.generation, meta,
+                copy.deepcopy(metadata), text)
         if handle.skipped:
             lag = self.durability()
             _LOG.warning(
@@ -248,14 +258,14 @@ class CheckpointManager:
             self._repeat = None  # its skeleton may hold this state's scalars
             return None
         arrays, changed = found
-        if changed or metadata != repeat.user:
+        if changed or not _same_value(metadata, repeat.user):
             meta = repeat.meta
             if metadata is not None:
                 meta["user"] = metadata
             else:
                 meta.pop("user", None)
             repeat.text = _metadata_text(meta)
-            repeat.user = metadata
+            repeat.user = copy.deepcopy(metadata)  # the caller's may change
         return _call(self._manager.save_again, int(step), repeat.generation,
                      arrays, repeat.text, dispatched)
 

@@ -250,6 +250,19 @@ def test_repeat_saves_of_one_structure_restore_each_steps_values(root):
             assert mgr.metadata(step) == (None if step < 3 else {"at": step})
 
 
+def test_metadata_changed_in_place_between_repeat_saves_is_saved(root):
+    state = {"w": random_array(np.float32, (64,), 1)}
+    meta = {"loss": 1.0}
+    with hoist.CheckpointManager(root, pool_bytes=8 << 20) as mgr:
+        mgr.save(1, state, metadata=meta).wait()
+        meta["loss"] = 0.5  # the same dict, changed
+        mgr.save(2, state, metadata=meta).wait()
+        with pytest.raises(TypeError):
+            mgr.save(3, state, metadata={"x": np.zeros(2)})
+        assert mgr.metadata(1) == {"loss": 1.0}
+        assert mgr.metadata(2) == {"loss": 0.5}
+
+
 def test_a_changed_structure_is_walked_whole_again(root):
     base = {"a": random_array(np.float32, (8, 4), 1), "b": {"c": 1}}
     changes = [
