@@ -5,6 +5,10 @@
 // time per extent (the "per_extent" counter) should stay flat as the count
 // grows 100-fold.
 //
+// BM_EncodeManyArrays: encoding, as the saver does for every step, a
+// manifest of N arrays of one extent each with a Python save's tree
+// metadata.
+//
 //   build/release/bench/manifest_bench
 #include <benchmark/benchmark.h>
 
@@ -49,6 +53,53 @@ void BM_DecodeGridManifest(benchmark::State& state) {
 BENCHMARK(BM_DecodeGridManifest)
     ->RangeMultiplier(10)
     ->Range(10000, 1000000)
+    ->Unit(benchmark::kMillisecond);
+
+// A many-array manifest (a large MoE's optimizer state: N arrays of one
+// extent each, with the tree metadata a Python save writes), encoded as the
+// saver does for every step.
+Manifest ManyArrays(int64_t arrays) {
+  Manifest manifest;
+  manifest.step = 7;
+  std::string tree = R"({"hoist.python": 1, "tree": {"d": [)";
+  for (int64_t i = 0; i < arrays; ++i) {
+    const std::string name =
+        "experts/" + std::to_string(i / 64) + "/m" + std::to_string(i % 64);
+    manifest.arrays.push_back(
+        {name,
+         DType::kFloat32,
+         {256},
+         R"({"explicit": [[0, [0], [256]]]})",
+         {{Box({0}, {256}), "data/r00000_w00.bin", i * 4096, 1024,
+           0x0123456789abcdefULL + static_cast<uint64_t>(i)}}});
+    if (i > 0) tree += ", ";
+    tree += R"([")" + name + R"(", {"a": ")" + name + R"(", "k": "numpy"}])";
+  }
+  manifest.metadata_json = tree + "]}}";
+  return manifest;
+}
+
+void BM_EncodeManyArrays(benchmark::State& state) {
+  const Manifest manifest = ManyArrays(state.range(0));
+  size_t bytes = 0;
+  for (auto _ : state) {
+    absl::StatusOr<std::string> text = EncodeManifest(manifest);
+    if (!text.ok()) {
+      state.SkipWithError(std::string(text.status().message()).c_str());
+      return;
+    }
+    bytes = text->size();
+    benchmark::DoNotOptimize(text);
+  }
+  state.counters["MiB"] = static_cast<double>(bytes) / (1 << 20);
+  state.counters["per_array"] =
+      benchmark::Counter(static_cast<double>(state.range(0)),
+                         benchmark::Counter::kIsIterationInvariantRate |
+                             benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_EncodeManyArrays)
+    ->RangeMultiplier(10)
+    ->Range(10000, 100000)
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace

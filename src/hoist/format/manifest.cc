@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "hoist/base/checked_math.h"
@@ -61,10 +62,6 @@ bool NestingWithin(std::string_view text, int max_depth) {
     }
   }
   return true;
-}
-
-Json BoxJson(const Box& box) {
-  return {{"origin", box.origin()}, {"shape", box.shape()}};
 }
 
 // Reads JSON fields with type checks; every error names where it is.
@@ -344,42 +341,101 @@ absl::Status ValidateMetadataJson(std::string_view json) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// `s` (valid UTF-8) as a JSON string: quotes, backslashes and control
+// characters escaped, everything else as it is.
+void AppendJsonString(std::string& out, std::string_view s) {
+  out.push_back('"');
+  for (const char c : s) {
+    switch (c) {
+      case '"':
+        out.append("\\\"");
+        break;
+      case '\\':
+        out.append("\\\\");
+        break;
+      case '\n':
+        out.append("\\n");
+        break;
+      case '\t':
+        out.append("\\t");
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          absl::StrAppendFormat(&out, "\\u%04x", static_cast<int>(c));
+        } else {
+          out.push_back(c);
+        }
+    }
+  }
+  out.push_back('"');
+}
+
+void AppendInts(std::string& out, absl::Span<const int64_t> values) {
+  out.push_back('[');
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i > 0) out.append(", ");
+    absl::StrAppend(&out, values[i]);
+  }
+  out.push_back(']');
+}
+
+}  // namespace
+
+// Written directly, not through a JSON document: a save of 100,000 arrays
+// encodes one per step, on the saver's thread, beside the training loop.
+// One line per extent; the metadata (validated first) goes in as given.
 absl::StatusOr<std::string> EncodeManifest(const Manifest& manifest) {
   RETURN_IF_ERROR(ValidateMetadataJson(manifest.metadata_json));
-  Json arrays = Json::array();
-  for (const ManifestArray& array : manifest.arrays) {
+  std::string out;
+  out.reserve(256 + manifest.metadata_json.size() +
+              manifest.arrays.size() * 256);
+  absl::StrAppend(&out, "{\"format\": ");
+  AppendJsonString(out, kManifestFormat);
+  absl::StrAppend(&out, ",\n \"step\": ", manifest.step,
+                  ",\n \"metadata\": ", manifest.metadata_json,
+                  ",\n \"arrays\": [");
+  for (size_t a = 0; a < manifest.arrays.size(); ++a) {
+    const ManifestArray& array = manifest.arrays[a];
     if (!IsValidUtf8(array.name) || !IsValidUtf8(array.sharding)) {
       return absl::InvalidArgumentError(
           absl::StrFormat("array name '%s' (or its sharding) is not valid "
                           "UTF-8; a manifest is JSON",
                           absl::CHexEscape(array.name)));
     }
-    Json extents = Json::array();
-    for (const ManifestExtent& e : array.extents) {
-      extents.push_back({{"box", BoxJson(e.box)},
-                         {"file", e.file},
-                         {"offset", e.offset_bytes},
-                         {"length", e.length_bytes},
-                         {"xxh3", HexOf(e.xxh3)}});
+    out.append(a == 0 ? "\n  {\"name\": " : ",\n  {\"name\": ");
+    AppendJsonString(out, array.name);
+    out.append(", \"dtype\": ");
+    AppendJsonString(out, DTypeName(array.dtype));
+    out.append(", \"shape\": ");
+    AppendInts(out, array.shape);
+    out.append(", \"sharding\": ");
+    AppendJsonString(out, array.sharding);
+    out.append(", \"extents\": [");
+    for (size_t e = 0; e < array.extents.size(); ++e) {
+      const ManifestExtent& extent = array.extents[e];
+      out.append(e == 0 ? "\n   {\"box\": {\"origin\": "
+                        : ",\n   {\"box\": {\"origin\": ");
+      AppendInts(out, extent.box.origin());
+      out.append(", \"shape\": ");
+      AppendInts(out, extent.box.shape());
+      out.append("}, \"file\": ");
+      AppendJsonString(out, extent.file);
+      absl::StrAppend(&out, ", \"offset\": ", extent.offset_bytes,
+                      ", \"length\": ", extent.length_bytes, ", \"xxh3\": \"",
+                      HexOf(extent.xxh3), "\"}");
     }
-    arrays.push_back({{"name", array.name},
-                      {"dtype", std::string(DTypeName(array.dtype))},
-                      {"shape", array.shape},
-                      {"sharding", array.sharding},
-                      {"extents", std::move(extents)}});
+    out.append("]}");
   }
-  Json json = {{"format", std::string(kManifestFormat)},
-               {"step", manifest.step},
-               {"metadata", Json::parse(manifest.metadata_json)},
-               {"arrays", std::move(arrays)}};
-  std::string text = json.dump(1);
-  if (static_cast<int64_t>(text.size()) > kMaxManifestBytes) {
+  out.append("]}\n");
+  if (static_cast<int64_t>(out.size()) > kMaxManifestBytes) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "the manifest would be %d bytes, more than a reader accepts (%d): "
         "fewer arrays, fewer extents or smaller metadata",
-        text.size(), kMaxManifestBytes));
+        out.size(), kMaxManifestBytes));
   }
-  return text;
+  return out;
 }
 
 absl::StatusOr<Manifest> DecodeManifest(std::string_view text) {

@@ -42,6 +42,25 @@ TEST(ManifestTest, RoundTripsExactly) {
   EXPECT_EQ(decoded->Find("nope"), nullptr);
 }
 
+TEST(ManifestTest, NamesNeedingEscapesAndMetadataAsGivenRoundTrip) {
+  Manifest m = Sample();
+  m.arrays[0].name =
+      "a \"quoted\" \\ name\n\t\x01\x1f caf\xc3\xa9 \xe2\x82\xac";
+  m.arrays[0].sharding = "{\"explicit\": \"\\\\\"}";
+  m.metadata_json =
+      R"({"nested":{"list":[1,2.5,"x"],"empty":{}},"u":"\u00e9"})";
+  const std::string text = EncodeManifest(m).value();
+  // Valid JSON, whatever a parser makes of it.
+  EXPECT_FALSE(nlohmann::json::parse(text, nullptr, false).is_discarded());
+  absl::StatusOr<Manifest> decoded = DecodeManifest(text);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->arrays[0].name, m.arrays[0].name);
+  EXPECT_EQ(decoded->arrays[0].sharding, m.arrays[0].sharding);
+  EXPECT_EQ(nlohmann::json::parse(decoded->metadata_json),
+            nlohmann::json::parse(m.metadata_json));
+  EXPECT_EQ(decoded->arrays, m.arrays);
+}
+
 TEST(ManifestTest, HashIsSixteenHexDigits) {
   const std::string json = EncodeManifest(Sample()).value();
   EXPECT_THAT(json, HasSubstr(R"("xxh3": "0123456789abcdef")"));
