@@ -441,14 +441,7 @@ class PyManager {
       array.spec.sharding = std::move(sharding);
       save.push_back(std::move(array));
     }
-    absl::StatusOr<SaveHandle> handle;
-    {
-      nb::gil_scoped_release release;
-      handle = manager_->Save(
-          step, save, metadata_json,
-          dispatched ? ReturnWhen::kDispatched : ReturnWhen::kStaged);
-    }
-    SaveHandle accepted = Check(std::move(handle));
+    SaveHandle accepted = Submit(step, save, metadata_json, dispatched);
     // Kept for save_again: the same arrays with new data.
     last_save_ = std::move(save);
     last_bytes_.clear();
@@ -503,15 +496,22 @@ class PyManager {
       array.shards[0].data = item.data();
       sources.push_back(std::move(item));
     }
+    return std::make_unique<PyHandle>(
+        Submit(step, last_save_, metadata_json, dispatched),
+        std::move(sources));
+  }
+
+  // The engine's Save, without the GIL; its error raised.
+  SaveHandle Submit(int64_t step, const std::vector<SaveArray>& arrays,
+                    const std::string& metadata_json, bool dispatched) {
     absl::StatusOr<SaveHandle> handle;
     {
       nb::gil_scoped_release release;
       handle = manager_->Save(
-          step, last_save_, metadata_json,
+          step, arrays, metadata_json,
           dispatched ? ReturnWhen::kDispatched : ReturnWhen::kStaged);
     }
-    return std::make_unique<PyHandle>(Check(std::move(handle)),
-                                      std::move(sources));
+    return Check(std::move(handle));
   }
 
   // targets: (name, dtype, shape, [(device or -1, origin, shape, data)]);
