@@ -4,10 +4,13 @@
 // distributed client).
 //
 // Every rank must call the same operations in the same order with the same
-// names. Implementations are thread-compatible: one call at a time.
+// names. Implementations are thread-compatible: one call at a time. The
+// bulk Exchange is for replication; the others carry small messages.
 #ifndef HOIST_COORDINATOR_H_
 #define HOIST_COORDINATOR_H_
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -15,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 
 namespace hoist {
 
@@ -35,6 +39,30 @@ class Coordinator {
   virtual absl::StatusOr<std::string> Broadcast(std::string_view name,
                                                 std::string bytes,
                                                 int root) = 0;
+
+  // Takes the pieces an Exchange receives, in order; each is valid during
+  // the call only. Its error stops the exchange, which returns it.
+  using ReceivePiece = std::function<absl::Status(absl::Span<const uint8_t>)>;
+
+  // Bulk point to point, for replicating data between processes: this rank
+  // sends `data` to rank `to` while rank `from` sends this rank its data,
+  // which arrives through `receive` in pieces of at most 64 MiB, in order
+  // (nothing for empty data). Every rank takes part, under the same name, in
+  // the same order as its other operations, so a job calls it as a shift
+  // (each rank sends to rank + k, receives from rank - k); to == from ==
+  // rank() copies to itself. Errors: kInvalidArgument for a rank that does
+  // not exist; kFailedPrecondition when `from` sent under another name;
+  // kDeadlineExceeded, naming the peer, when no byte moves either way for
+  // the coordinator's timeout; the receiver's error as is; kUnimplemented
+  // where the coordinator cannot move bulk data (the default).
+  virtual absl::Status Exchange(std::string_view name,
+                                absl::Span<const uint8_t> data, int to,
+                                int from, const ReceivePiece& receive) {
+    (void)data, (void)to, (void)from, (void)receive;
+    return absl::UnimplementedError(
+        "exchange '" + std::string(name) +
+        "': this coordinator cannot move bulk data");
+  }
 };
 
 // Rank 0 of 1: every operation returns at once.

@@ -13,12 +13,19 @@
 // A rank that arrives after rank 0 gave up gets no answer and fails after
 // twice the timeout; its late request stays unmatched under a tag no later
 // operation uses.
+//
+// Exchange is point to point between the two peers, under the operation's
+// tag: a header (u64 total bytes | name), then the data in pieces of at
+// most 64 MiB, each sent from a copy this coordinator owns (so that a send
+// abandoned at a timeout never reads the caller's memory after it
+// returned), two in flight at a time.
 #include <mpi.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <list>
 #include <thread>
 
@@ -176,6 +183,117 @@ class MpiCoordinator final : public Coordinator {
       std::string_view name, std::string bytes) override {
     return Run(Kind::kAllGather, name, std::move(bytes), 0);
   }
+  absl::Status Exchange(std::string_view name, absl::Span<const uint8_t> data,
+                        int to, int from,
+                        const ReceivePiece& receive) override {
+    if (to < 0 || to >= size_ || from < 0 || from >= size_) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "exchange '%s': ranks %d and %d do not both exist in a job of %d "
+          "processes",
+          name, to, from, size_));
+    }
+    MutexLock lock(&mu_);
+    const int tag = 1 + static_cast<int>(sequence_++ % (max_tag_ - 1));
+    std::string header;
+    AppendU64(header, data.size());
+    header.append(name);
+    // Sends in flight: their requests, and their buffers in pending_.
+    std::deque<std::pair<MPI_Request, std::list<std::string>::iterator>>
+        sending;
+    auto post = [&](std::string bytes) -> absl::Status {
+      pending_.push_back(std::move(bytes));
+      auto buffer = std::prev(pending_.end());
+      MPI_Request request;
+      HOIST_MPI(MPI_Isend(buffer->data(), static_cast<int>(buffer->size()),
+                          MPI_BYTE, to, tag, comm_, &request));
+      sending.emplace_back(request, buffer);
+      return absl::OkStatus();
+    };
+    absl::Status status = post(std::move(header));
+    size_t sent = 0;  // bytes of `data` posted
+    bool have_header = false;
+    uint64_t expected = 0, received = 0;
+    absl::Time deadline = absl::Now() + timeout_;
+    absl::Duration pause = absl::Microseconds(20);
+    while (status.ok()) {
+      bool moved = false;
+      while (status.ok() && sending.size() < 3 && sent < data.size()) {
+        const size_t n = std::min(kPieceBytes, data.size() - sent);
+        status = post(
+            std::string(reinterpret_cast<const char*>(data.data()) + sent, n));
+        sent += n;
+      }
+      while (status.ok() && !sending.empty()) {
+        int done = 0;
+        status = MpiStatus(
+            MPI_Test(&sending.front().first, &done, MPI_STATUS_IGNORE),
+            "MPI_Test");
+        if (!status.ok() || !done) break;
+        pending_.erase(sending.front().second);
+        sending.pop_front();
+        moved = true;
+      }
+      std::string message;
+      absl::StatusOr<bool> got =
+          status.ok() && (!have_header || received < expected)
+              ? TryReceive(from, tag, message)
+              : absl::StatusOr<bool>(false);
+      if (!got.ok()) status = got.status();
+      if (status.ok() && *got) {
+        moved = true;
+        if (!have_header) {
+          size_t at = 0;
+          if (!Take(message, at, expected)) {
+            status = absl::InternalError(absl::StrFormat(
+                "exchange '%s': rank %d sent a malformed header", name, from));
+          } else if (std::string_view(message).substr(at) != name) {
+            status = absl::FailedPreconditionError(absl::StrFormat(
+                "exchange '%s': rank %d sent exchange '%s': the ranks "
+                "disagree on what to do",
+                name, from, message.substr(at)));
+          }
+          have_header = true;
+        } else {
+          received += message.size();
+          if (received > expected) {
+            status = absl::InternalError(absl::StrFormat(
+                "exchange '%s': rank %d sent more than the %d bytes it "
+                "announced",
+                name, from, expected));
+          } else {
+            status = receive(absl::Span<const uint8_t>(
+                reinterpret_cast<const uint8_t*>(message.data()),
+                message.size()));
+          }
+        }
+      }
+      if (!status.ok()) break;
+      if (sending.empty() && sent == data.size() && have_header &&
+          received == expected) {
+        return absl::OkStatus();
+      }
+      const absl::Time now = absl::Now();
+      if (moved) {
+        deadline = now + timeout_;
+        pause = absl::Microseconds(20);
+        continue;
+      }
+      if (now >= deadline) {
+        status = absl::DeadlineExceededError(absl::StrFormat(
+            "exchange '%s': nothing moved between rank %d and ranks %d (to) "
+            "and %d (from) within %s (dead, hung, or doing something else)",
+            name, rank_, to, from, absl::FormatDuration(timeout_)));
+        break;
+      }
+      absl::SleepFor(pause);
+      pause = std::min(pause * 2, absl::Milliseconds(1));
+    }
+    // Abandoned sends keep their buffers in pending_ until the coordinator
+    // ends; MPI may still read them.
+    for (auto& [request, buffer] : sending) MPI_Request_free(&request);
+    return status;
+  }
+
   absl::StatusOr<std::string> Broadcast(std::string_view name,
                                         std::string bytes, int root) override {
     if (root < 0 || root >= size_) {
@@ -374,6 +492,8 @@ class MpiCoordinator final : public Coordinator {
     }
     return result;
   }
+
+  static constexpr size_t kPieceBytes = size_t{64} << 20;
 
   Mutex mu_;
   MPI_Comm comm_;

@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include "absl/strings/str_format.h"
+#include "absl/types/span.h"
 #include "hoist/coordinator.h"
 #include "hoist/dist/launch.h"
 
@@ -98,6 +99,110 @@ TEST(MpiCoordinatorTest, HungRankTimesOutNamedAndTheOthersGoOn) {
       quick->AllGather("next", std::to_string(quick->rank()));
   ASSERT_TRUE(all.ok()) << all.status();
   EXPECT_EQ((*all)[late], std::to_string(late));
+}
+
+// What rank `rank` sends in ExchangeTest: `bytes` of a pattern of its own.
+std::vector<uint8_t> Pattern(int rank, size_t bytes) {
+  std::vector<uint8_t> out(bytes);
+  for (size_t i = 0; i < bytes; ++i) {
+    out[i] = static_cast<uint8_t>(i * 7 + rank * 13 + (i >> 20));
+  }
+  return out;
+}
+
+TEST(MpiCoordinatorTest, ExchangeShiftsEveryRanksDataInPieces) {
+  auto c = Make(absl::Seconds(60));
+  const int n = c->size(), r = c->rank();
+  // Over one 64 MiB piece, and a different size per rank.
+  const auto size_of = [](int rank) {
+    return (size_t{64} << 20) + 12345 + rank * 1000;
+  };
+  const std::vector<uint8_t> mine = Pattern(r, size_of(r));
+  const int to = (r + 1) % n, from = (r + n - 1) % n;
+  std::vector<uint8_t> got;
+  size_t pieces = 0;
+  absl::Status s =
+      c->Exchange("replicate", mine, to, from,
+                  [&](absl::Span<const uint8_t> piece) -> absl::Status {
+                    EXPECT_LE(piece.size(), size_t{64} << 20);
+                    got.insert(got.end(), piece.begin(), piece.end());
+                    ++pieces;
+                    return absl::OkStatus();
+                  });
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(pieces, 2u);
+  EXPECT_TRUE(got == Pattern(from, size_of(from))) << "from rank " << from;
+  // The coordinator's other operations go on, in order.
+  EXPECT_TRUE(c->Barrier("after the exchange").ok());
+}
+
+TEST(MpiCoordinatorTest, ExchangeOfNothingAndWithItselfAndBadRanks) {
+  auto c = Make(absl::Seconds(60));
+  size_t calls = 0;
+  const auto count = [&](absl::Span<const uint8_t>) {
+    ++calls;
+    return absl::OkStatus();
+  };
+  const int r = c->rank(), n = c->size();
+  ASSERT_TRUE(
+      c->Exchange("nothing", {}, (r + 1) % n, (r + n - 1) % n, count).ok());
+  EXPECT_EQ(calls, 0u);
+  const std::vector<uint8_t> mine = Pattern(r, 1000);
+  std::vector<uint8_t> got;
+  ASSERT_TRUE(
+      c->Exchange("itself", mine, r, r, [&](absl::Span<const uint8_t> piece) {
+         got.assign(piece.begin(), piece.end());
+         return absl::OkStatus();
+       }).ok());
+  EXPECT_EQ(got, mine);
+  EXPECT_EQ(c->Exchange("bad", mine, n, 0, count).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(MpiCoordinatorTest, ExchangeUnderAnotherNameOrAFailingReceiverFails) {
+  auto c = Make(absl::Seconds(60));
+  if (c->size() < 2) GTEST_SKIP() << "needs two ranks";
+  const int n = c->size(), r = c->rank();
+  const int to = (r + 1) % n, from = (r + n - 1) % n;
+  const std::vector<uint8_t> mine = Pattern(r, 100);
+  const auto keep = [](absl::Span<const uint8_t>) { return absl::OkStatus(); };
+  absl::Status s =
+      c->Exchange(r == 1 ? "other" : "replicate", mine, to, from, keep);
+  if (from == 1) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_THAT(s.message(), HasSubstr("rank 1 sent exchange 'other'"));
+  } else if (r == 1) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  } else {
+    EXPECT_TRUE(s.ok()) << s;
+  }
+  ASSERT_TRUE(c->Barrier("after the mismatch").ok());
+  s = c->Exchange("refused", mine, to, from, [](absl::Span<const uint8_t>) {
+    return absl::DataLossError("the replica's disk is full");
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_TRUE(c->Barrier("after the refusal").ok());
+}
+
+TEST(MpiCoordinatorTest, ExchangeWithAPeerThatNeverComesTimesOutNamingIt) {
+  auto quick = Make(absl::Seconds(1));
+  auto patient = Make(absl::Seconds(60));
+  if (quick->size() < 2) GTEST_SKIP() << "needs two ranks";
+  const int n = quick->size(), r = quick->rank(), late = n - 1;
+  const int to = (r + 1) % n, from = (r + n - 1) % n;
+  if (r != late) {
+    const std::vector<uint8_t> mine = Pattern(r, 100);
+    absl::Status s = quick->Exchange(
+        "replicate", mine, to, from,
+        [](absl::Span<const uint8_t>) { return absl::OkStatus(); });
+    if (from == late) {
+      EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+      EXPECT_THAT(s.message(),
+                  HasSubstr(absl::StrFormat("and %d (from) within 1s", late)));
+    }
+  }
+  // `quick` is out of step now (the late rank never made that call).
+  EXPECT_TRUE(patient->Barrier("after the timeout").ok());
 }
 
 }  // namespace
