@@ -15,7 +15,9 @@ HOIST_DEBS=(
   openmpi-bin libopenmpi-dev
 )
 
-log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+# Each line starts with the seconds since the script started (bash's
+# SECONDS), so a slow CI run shows which step took the time.
+log() { printf '\033[1m==> [%4ds] %s\033[0m\n' "$SECONDS" "$*" >&2; }
 
 install_debs() {
   local missing=()

@@ -72,8 +72,8 @@ struct SavePrediction {
 };
 
 // kInvalidArgument for rates that are not positive (d2h_gbps, write_gbps),
-// negative ones, a pool_bytes < 1, or a plan that names a device the
-// topology lacks.
+// negative ones, a pool_bytes < 1, or a plan whose slices belong to a
+// process the topology lacks.
 absl::StatusOr<SavePrediction> PredictSave(const SavePlan& plan,
                                            const Topology& topology,
                                            int64_t pool_bytes,

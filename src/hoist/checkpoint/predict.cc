@@ -5,7 +5,6 @@
 #include <xxhash.h>
 
 #include <algorithm>
-#include <cmath>
 #include <thread>
 #include <vector>
 
@@ -15,7 +14,6 @@
 #include "absl/time/clock.h"
 #include "hoist/base/first_error.h"
 #include "hoist/base/status_macros.h"
-#include "hoist/format/layout.h"
 
 namespace hoist {
 namespace {
