@@ -161,6 +161,7 @@ class ProgressLine {
 struct ModeStats {
   int saves = 0;
   double blocked_s = 0;
+  double dispatch_s = 0;  // until the saver had enqueued every copy
   double staged_s = 0;
   double committed_s = 0;
   int64_t bytes = 0;
@@ -506,6 +507,7 @@ absl::StatusOr<Trained> Train(const DemoFlags& flags, absl::Duration step_time,
     ModeStats& m = trained.modes[handle_mode[i]];
     ++m.saves;
     m.blocked_s += handle_blocked[i];
+    m.dispatch_s += absl::ToDoubleSeconds(info.dispatched);
     m.staged_s += absl::ToDoubleSeconds(info.staged);
     m.committed_s += absl::ToDoubleSeconds(info.committed);
     m.bytes = info.bytes;
@@ -618,6 +620,7 @@ void Report(const DemoFlags& flags, const DemoJob& job, const Trained& trained,
     const double n = std::max(1, m.saves);
     return nlohmann::json{{"saves", m.saves},
                           {"blocked_s", m.blocked_s / n},
+                          {"dispatch_s", m.dispatch_s / n},
                           {"staged_s", m.staged_s / n},
                           {"save_s", m.committed_s / n}};
   };
