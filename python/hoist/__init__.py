@@ -224,6 +224,7 @@ class CheckpointManager:
         dispatched = return_when == "dispatched"
         handle = self._save_again(step, state, metadata, dispatched)
         if handle is None:
+            self._repeat = None  # until this save is accepted and planned
             with gc_paused():  # many arrays make many objects
                 arrays, skeleton = flatten(state, self._devices)
                 meta = {_FORMAT_KEY: 1, "tree": skeleton}
