@@ -211,9 +211,6 @@ class CheckpointManager::Impl {
       return absl::AlreadyExistsError(
           absl::StrFormat("%s: step %d is already committed", root(), step));
     }
-    for (int s : job->plan->SlicesOfProcess(coordinator_.rank())) {
-      job->progress->total_bytes += job->plan->slices[s].length_bytes;
-    }
     SaveHandle handle(step, job->dispatched.future(), job->staged.future(),
                       job->committed.future(), job->progress);
     job->start = absl::Now();
@@ -319,9 +316,14 @@ class CheckpointManager::Impl {
                        MakeSavePlan(*specs, topology_, options_.plan));
       planned_plan_ = std::make_shared<const SavePlan>(std::move(plan));
       planned_specs_ = std::move(specs);
+      planned_bytes_ = 0;
+      for (int s : planned_plan_->SlicesOfProcess(coordinator_.rank())) {
+        planned_bytes_ += planned_plan_->slices[s].length_bytes;
+      }
     }
     job.specs = planned_specs_;
     job.plan = planned_plan_;
+    job.progress->total_bytes = planned_bytes_;
     return absl::OkStatus();
   }
 
@@ -479,6 +481,9 @@ class CheckpointManager::Impl {
   std::shared_ptr<const std::vector<ArraySpec>> planned_specs_
       ABSL_GUARDED_BY(plan_mu_);
   std::shared_ptr<const SavePlan> planned_plan_ ABSL_GUARDED_BY(plan_mu_);
+  // The bytes of planned_plan_ this process saves (once per plan, not per
+  // save: at 100,000 arrays a pass over the plan's slices costs).
+  int64_t planned_bytes_ ABSL_GUARDED_BY(plan_mu_) = 0;
 
   mutable Mutex mu_;
   std::deque<std::shared_ptr<Job>> queue_ ABSL_GUARDED_BY(mu_);
