@@ -167,12 +167,13 @@ class SaveHandle {
   // (a cudaEvent_t recorded after the save's last copy on that device) and
   // returns: kernels queued on `stream` afterwards run once the copies have
   // read the arrays. A copy that fails still fails the save (WaitStaged,
-  // WaitCommitted). Backends whose devices have no such queue (host):
-  // WaitStaged(), as the CPU is what copies.
+  // WaitCommitted). Backends whose devices have no such queue (host), and a
+  // device that failed to make its fence: WaitStaged(), the CPU waiting.
   absl::Status WaitStagedOn(void* stream) const;
 
   // The fences WaitStagedOn waits on (one per local device that has one;
-  // empty for the host backend), once WaitDispatched() is OK: for callers
+  // none for the host backend or when a device failed to make one: then
+  // wait with WaitStaged()), once WaitDispatched() is OK: for callers
   // that make their own streams wait (cudaStreamWaitEvent on each fence's
   // native_handle()). They stay valid as long as any copy of this handle.
   absl::StatusOr<CopyFences> StagedFences() const { return dispatched_.Wait(); }

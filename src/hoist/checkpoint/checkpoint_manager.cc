@@ -427,7 +427,11 @@ class CheckpointManager::Impl {
     request.writer_thread_setup = [this] { LowerPriority(); };
     request.on_dispatched = [this, &job](const absl::Status& status) {
       job.dispatched_after = absl::Now() - job.start;
-      job.dispatched.Set(status.ok() ? FenceCopies() : status);
+      if (status.ok()) {
+        job.dispatched.Set(FenceCopies());
+      } else {
+        job.dispatched.Set(status);
+      }
     };
     request.on_staged = [&job](const absl::Status& status) {
       job.staged_after = absl::Now() - job.start;
@@ -450,13 +454,16 @@ class CheckpointManager::Impl {
   }
 
   // A fence after the copies dispatched so far on each local device that
-  // has them (WaitStagedOn).
-  absl::StatusOr<CopyFences> FenceCopies() {
+  // has them (WaitStagedOn). None at all when a device fails to make one:
+  // WaitStagedOn then waits on the CPU, which is slower but as safe, and
+  // the save goes on (its copies are already in flight).
+  CopyFences FenceCopies() {
     CopyFences fences;
     for (Device* device : backend_.devices()) {
-      ASSIGN_OR_RETURN(std::shared_ptr<const CopyFence> fence,
-                       device->FenceCopiesToHost());
-      if (fence != nullptr) fences.push_back(std::move(fence));
+      absl::StatusOr<std::shared_ptr<const CopyFence>> fence =
+          device->FenceCopiesToHost();
+      if (!fence.ok()) return {};
+      if (*fence != nullptr) fences.push_back(*std::move(fence));
     }
     return fences;
   }

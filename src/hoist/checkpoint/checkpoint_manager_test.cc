@@ -193,7 +193,8 @@ class RecordingFence final : public CopyFence {
 // The host backend's devices with fences, as a CUDA device has them.
 class FencedDevice final : public Device {
  public:
-  explicit FencedDevice(Device& device) : device_(device) {}
+  explicit FencedDevice(Device& device, bool fails = false)
+      : device_(device), fails_(fails) {}
   DeviceId id() const override { return device_.id(); }
   Future<> CopyToHost(absl::Span<const CopyOp> ops) override {
     return device_.CopyToHost(ops);
@@ -207,19 +208,24 @@ class FencedDevice final : public Device {
   DeviceCounters counters() const override { return device_.counters(); }
   absl::StatusOr<std::shared_ptr<const CopyFence>> FenceCopiesToHost()
       override {
+    if (fails_) return absl::InternalError("cudaEventRecord: injected");
     return std::make_shared<const RecordingFence>(
         device_.counters().dispatches);
   }
 
  private:
   Device& device_;
+  const bool fails_;
 };
 
 class FencedBackend final : public Backend {
  public:
-  explicit FencedBackend(Backend& backend) : backend_(backend) {
+  // `failing`: the index of a device whose fences fail, if any.
+  explicit FencedBackend(Backend& backend, int failing = -1)
+      : backend_(backend) {
     for (Device* device : backend.devices()) {
-      owned_.push_back(std::make_unique<FencedDevice>(*device));
+      owned_.push_back(std::make_unique<FencedDevice>(
+          *device, static_cast<int>(owned_.size()) == failing));
       devices_.push_back(owned_.back().get());
     }
   }
@@ -260,6 +266,25 @@ TEST_F(ManagerTest, WaitStagedOnOrdersTheStreamAfterEachDevicesLastCopy) {
         << "device " << d;
     EXPECT_THAT(fence.streams(), ElementsAre(&stream));
   }
+  ExpectHolds(**manager, 1, 0);
+}
+
+TEST_F(ManagerTest, AFenceThatFailsMakesWaitStagedOnWaitOnTheCpu) {
+  FencedBackend fenced(*backend_, /*failing=*/3);
+  absl::StatusOr<std::unique_ptr<CheckpointManager>> manager =
+      CheckpointManager::Open(root_, fenced, *coordinator_, SmallPool());
+  ASSERT_TRUE(manager.ok()) << manager.status();
+  absl::StatusOr<SaveHandle> handle =
+      (*manager)->Save(1, Arrays(), "{}", ReturnWhen::kDispatched);
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  int stream = 0;
+  ASSERT_TRUE(handle->WaitStagedOn(&stream).ok());
+  // No fence at all, so no stream was ordered: the CPU waited instead.
+  EXPECT_TRUE(handle->StagedFences()->empty());
+  EXPECT_EQ(handle->progress().staged_bytes.load(),
+            handle->progress().total_bytes);
+  testing::Refill(model_, shards_, 99);
+  ASSERT_TRUE(handle->WaitCommitted().ok());
   ExpectHolds(**manager, 1, 0);
 }
 
