@@ -332,6 +332,11 @@ def _encode_float(value):
                                                    "-inf")}
 
 
+def _scalar_node(x):
+    """The skeleton node of scalar leaf `x` (one of _SCALARS)."""
+    return _encode_float(x) if isinstance(x, float) else {"v": x}
+
+
 def _is_stateful(x):
     """A PyTorch-style stateful object: a module, optimizer, LR scheduler,
     GradScaler or user class with state_dict() and load_state_dict()."""
@@ -477,8 +482,7 @@ def match(state, plan):
                 if kind is not kid[2] or not value == kid[3]:
                     if kind not in _SCALAR_TYPES:
                         return False
-                    kid[1][1] = (_encode_float(value) if kind is float
-                                 else {"v": value})
+                    kid[1][1] = _scalar_node(value)
                     kid[2], kid[3] = kind, value
                     changed = True
         return True
@@ -560,10 +564,8 @@ def _flatten(tree, devices):
             return {"l": [walk(v, child(path, i)) for i, v in enumerate(x)]}
         if isinstance(x, (ndarray, jax_array, torch_tensor)):
             return array(x, path)
-        if isinstance(x, float):
-            return _encode_float(x)
         if isinstance(x, _SCALARS):
-            return {"v": x}
+            return _scalar_node(x)
         if _is_stateful(x):  # saved as its state dict, under its path
             return {"s": walk(x.state_dict(), path)}
         node = _jax_children(x)

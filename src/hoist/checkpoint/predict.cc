@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "hoist/base/checked_math.h"
 #include "hoist/base/first_error.h"
 #include "hoist/base/status_macros.h"
 
@@ -20,10 +21,6 @@ namespace {
 
 constexpr int64_t kWriteBytes = int64_t{16} << 20;  // as the ExtentWriter's
 constexpr int kThreadsPerStream = 2;                // as the save's
-
-int64_t RoundUp(int64_t bytes, int64_t to) {
-  return (bytes + to - 1) / to * to;
-}
 
 double Seconds(int64_t bytes, double gbps) { return bytes / (gbps * 1e9); }
 
@@ -59,7 +56,7 @@ absl::StatusOr<SavePrediction> PredictSave(const SavePlan& plan,
     }
     process_bytes[slice.process] += slice.length_bytes;
     pool_need[slice.process] +=
-        RoundUp(slice.length_bytes, plan.options.alignment_bytes);
+        AlignUp(slice.length_bytes, plan.options.alignment_bytes);
     ++slices[slice.process];
     device_bytes[slice.device] += slice.length_bytes;
     total += slice.length_bytes;
@@ -142,7 +139,7 @@ absl::Status MeasureCopies(Backend& backend, int64_t bytes, SaveRates& rates) {
     return absl::FailedPreconditionError("the backend has no devices");
   }
   const int64_t per_device =
-      RoundUp(std::max<int64_t>(bytes / static_cast<int64_t>(devices.size()),
+      AlignUp(std::max<int64_t>(bytes / static_cast<int64_t>(devices.size()),
                                 int64_t{8} << 20),
               4096);
   ASSIGN_OR_RETURN(MemoryBlock pinned,
@@ -182,7 +179,7 @@ absl::Status MeasureWrites(Backend& backend, Storage& storage,
                            const std::string& dir, int64_t bytes, int streams,
                            SaveRates& rates) {
   const int threads = streams * kThreadsPerStream;
-  const int64_t per_stream = RoundUp(
+  const int64_t per_stream = AlignUp(
       std::max<int64_t>(bytes / streams, kWriteBytes * kThreadsPerStream),
       kWriteBytes);
   ASSIGN_OR_RETURN(MemoryBlock buffers,
