@@ -118,7 +118,7 @@ TEST(PredictTest, RatesThatAreNotPositiveAreRefused) {
   EXPECT_FALSE(PredictSave(plan, topology, 0, Rates()).ok());
 }
 
-TEST(PredictTest, MeasuredRatesArePositiveAndLeaveNothingBehind) {
+TEST(PredictTest, MeasuredRatesServeAPredictionAndLeaveNothingBehind) {
   testing::TempDir temp;
   std::unique_ptr<Backend> backend = *MakeHostBackend({.num_devices = 2});
   std::unique_ptr<Storage> storage = MakePosixStorage();
@@ -126,15 +126,12 @@ TEST(PredictTest, MeasuredRatesArePositiveAndLeaveNothingBehind) {
       MeasureSaveRates(*backend, *storage, temp.path(),
                        {.bytes = int64_t{32} << 20, .writer_streams = 2});
   ASSERT_TRUE(rates.ok()) << rates.status();
-  EXPECT_GT(rates->d2h_gbps, 0);
-  EXPECT_GT(rates->host_gbps, 0);
-  EXPECT_GT(rates->write_gbps, 0);
-  EXPECT_GT(rates->commit_s, 0);
   EXPECT_TRUE(std::filesystem::is_empty(temp.path()));
+  // Rates a prediction takes (it refuses what is not positive).
   const Topology topology = Topology::Uniform(2, 2);
-  EXPECT_TRUE(
-      PredictSave(FourShards(topology), topology, int64_t{1} << 30, *rates)
-          .ok());
+  absl::StatusOr<SavePrediction> p =
+      PredictSave(FourShards(topology), topology, int64_t{1} << 30, *rates);
+  EXPECT_TRUE(p.ok()) << p.status();
 }
 
 TEST(PredictTest, MeasuringInADirectoryThatIsMissingFails) {
