@@ -54,7 +54,7 @@ ctest --test-dir build/asan --output-on-failure -j "$jobs"
 build_dir tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
   -DHOIST_TSAN=ON -DHOIST_BUILD_BENCH=OFF -DHOIST_BUILD_TOOLS=OFF
 log "testing build/tsan (clang, ThreadSanitizer)"
-TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$HOIST_ROOT/tools/tsan.supp \
   ctest --test-dir build/tsan --output-on-failure -j "$jobs"
 
 # Fuzzing: each libFuzzer target on the checked-in corpus (deep nesting,
