@@ -32,6 +32,25 @@ namespace hoist {
 
 enum class IoEngine { kPosix, kIoUring };
 
+// The local tier: frequent saves to each process's own fast storage
+// (node-local disk, /dev/shm), each process's part copied to peers, so that
+// a restart reads local bytes and losing a node loses nothing; the durable
+// root takes only every persist_every-th step. See docs/tiers.md.
+struct LocalTierOptions {
+  // This process's local root; "{rank}" is replaced by its rank (two ranks
+  // on one host must not share a root). Empty (default): no local tier.
+  std::string root;
+  // Steps divisible by this (default 1) that are not durable steps are
+  // saved to the local tier; other steps are skipped (SaveInfo::skipped).
+  int64_t every = 1;
+  // Copies of each process's part (default 2): its own and replicas - 1
+  // on other processes, on other hosts first. At most the job's process
+  // count; 1 keeps no replica.
+  int replicas = 2;
+  // Local steps kept (default 2), and as many of each peer's parts.
+  int keep_last = 2;
+};
+
 struct CheckpointManagerOptions {
   // Pinned staging pool, allocated once (default 1 GiB). Saves larger
   // than this stage in waves; no slice may exceed it.
@@ -89,6 +108,10 @@ struct CheckpointManagerOptions {
     kSkip,
   };
   WhenBusy when_busy = WhenBusy::kWait;
+  // Only steps divisible by this are saved to the durable root (default 1:
+  // every step). With a local tier the others go there (LocalTierOptions).
+  int64_t persist_every = 1;
+  LocalTierOptions local;
   RestoreOptions restore;
   // When set, every save records its device copies ("device N" tracks), its
   // writes ("writer FILE") and its commit phases ("commit"). It must outlive
@@ -126,7 +149,10 @@ struct SaveInfo {
   absl::Duration dispatched;  // from Save() until every copy was enqueued
   absl::Duration staged;      // ... until every byte was in host memory
   absl::Duration committed;   // ... until the step was durable and visible
-  bool skipped = false;       // WhenBusy::kSkip: not saved (every figure zero)
+  // Not saved (every figure zero): WhenBusy::kSkip, or a step that is
+  // neither a durable nor a local step (persist_every, local.every).
+  bool skipped = false;
+  Tier tier = Tier::kDurable;  // where it was saved
 };
 
 // How far the committed steps trail the saves asked for.

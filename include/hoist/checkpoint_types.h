@@ -9,6 +9,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -92,8 +93,21 @@ struct HostArrays {
 };
 HostArrays WholeArraysInHost(absl::Span<const ArraySpec> specs);
 
+// Where a step lives: the durable root every process shares, or the local
+// tier (CheckpointManagerOptions::local: parts on each process's own
+// storage, replicated to peers).
+enum class Tier { kDurable, kLocal };
+// "durable", "local".
+inline std::string_view TierName(Tier tier) {
+  return tier == Tier::kLocal ? "local" : "durable";
+}
+
 struct RestoreOptions {
   int reader_threads = 8;  // extents read in parallel (default 8), >= 1
+  // With a local tier, CheckpointManager::Restore restores the newest step
+  // of either tier (default true); false reads the durable tier only, as
+  // without one (and is not collective).
+  bool local_tier = true;
   // Default true: every extent read is checked against its XXH3 and a
   // mismatch is kDataLoss. false exists only so bench/ can measure what
   // checking costs; nothing should restore unchecked.
@@ -110,6 +124,12 @@ struct RestoreStats {
   int64_t dispatches = 0;  // CopyFromHost calls
   int64_t waves = 0;
   absl::Duration elapsed;
+  // CheckpointManager::Restore: the step restored, the tier it came from,
+  // and, with a local tier, what was chosen and why (which replicas served
+  // which ranks; why the durable tier was used).
+  int64_t step = -1;
+  Tier restored_from = Tier::kDurable;
+  std::string note;
 };
 
 // Live byte counts of one save, updated as it runs (this process's share).

@@ -10,6 +10,7 @@
 #define HOIST_MANIFEST_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -59,10 +60,24 @@ struct ManifestArray {
   friend bool operator==(const ManifestArray&, const ManifestArray&) = default;
 };
 
+// The most processes a part may name (a sanity bound on a hostile file).
+inline constexpr int kMaxProcesses = 1 << 20;
+
+// A local-tier step holds, per process, that process's part: every box its
+// devices held when it saved (SavePlanOptions::part_of_process). Its
+// extents are disjoint but need not cover the arrays; a restore from it
+// serves only destinations inside them.
+struct ManifestPart {
+  int process = 0;    // the rank that saved it
+  int processes = 1;  // of the job's
+  friend bool operator==(const ManifestPart&, const ManifestPart&) = default;
+};
+
 struct Manifest {
   int64_t step = 0;
   std::string metadata_json = "{}";  // user metadata: a JSON object
   std::vector<ManifestArray> arrays;
+  std::optional<ManifestPart> part;  // set for one process's part only
   friend bool operator==(const Manifest&, const Manifest&) = default;
 
   // The array called `name`, or null.
@@ -86,10 +101,10 @@ absl::Status ValidateMetadataJson(std::string_view json);
 // kMaxRank, boxes outside the array, lengths that do not match the box,
 // offsets that are unaligned or end past kMaxFileBytes, file names that are
 // absolute, contain "..", "." or empty components, more than
-// kMaxExtentsPerArray extents, or extents that overlap or leave part of an
-// array uncovered. Never allocates more than a small multiple of `json`'s
-// size, never recurses deeper than the nesting limit, and takes time
-// near-linear in its size.
+// kMaxExtentsPerArray extents, or extents that overlap or (unless the
+// manifest is a part) leave part of an array uncovered. Never allocates more
+// than a small multiple of `json`'s size, never recurses deeper than the
+// nesting limit, and takes time near-linear in its size.
 absl::StatusOr<Manifest> DecodeManifest(std::string_view json);
 
 // True for a relative path of plain components ("data/r00000_w00.bin"):

@@ -63,6 +63,12 @@ struct SavePlanOptions {
   // Offset alignment of every extent in its file (default 4096, the O_DIRECT
   // block and the format's alignment). A power of two >= 4096.
   int64_t alignment_bytes = 4096;
+  // -1 (default): plan the whole of every array. P >= 0: plan only the
+  // boxes process P's devices hold, copied and saved by those devices (a
+  // box replicated within P is still divided among P's replicas): every
+  // byte P holds, and no other. The local tier saves such a part per
+  // process (checkpoint_manager.h); its extents do not tile the arrays.
+  int part_of_process = -1;
 };
 
 // A 2-D copy that gathers a slice out of its shard's dense row-major buffer:

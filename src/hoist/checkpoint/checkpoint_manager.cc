@@ -20,6 +20,7 @@
 #include "absl/time/clock.h"
 #include "hoist/base/status_macros.h"
 #include "hoist/base/thread_priority.h"
+#include "hoist/checkpoint/local_tier.h"
 #include "hoist/checkpoint/restore.h"
 #include "hoist/checkpoint/save.h"
 #include "hoist/checkpoint_root.h"
@@ -52,6 +53,7 @@ namespace {
 
 struct Job {
   int64_t step = 0;
+  Tier tier = Tier::kDurable;
   // What `plan` was made from; both shared with later saves of the same
   // specs.
   std::shared_ptr<const std::vector<ArraySpec>> specs;
@@ -90,6 +92,24 @@ absl::StatusOr<Topology> GatherTopology(Backend& backend,
   return Topology::Create(std::move(process_devices));
 }
 
+// The topology a process plans its local part with: its own devices as
+// process 0, every other device as process 1 (SavePlanOptions::
+// part_of_process 0 then plans exactly what this process holds, and the
+// part's data files are named as process 0's).
+absl::StatusOr<Topology> PartTopology(const Topology& topology, int rank) {
+  std::vector<std::vector<DeviceId>> processes(1);
+  for (int p = 0; p < topology.num_processes(); ++p) {
+    const std::vector<DeviceId>& devices = topology.devices(p);
+    if (p != rank) {
+      if (processes.size() == 1) processes.emplace_back();
+      processes[1].insert(processes[1].end(), devices.begin(), devices.end());
+    } else {
+      processes[0] = devices;
+    }
+  }
+  return Topology::Create(std::move(processes));
+}
+
 }  // namespace
 
 class CheckpointManager::Impl {
@@ -99,6 +119,7 @@ class CheckpointManager::Impl {
   Impl(std::unique_ptr<CheckpointRoot> root, Backend& backend,
        Coordinator& coordinator, CheckpointManagerOptions options,
        std::unique_ptr<Storage> owned, Topology topology,
+       Topology part_topology, std::unique_ptr<LocalTier> local,
        std::unique_ptr<StagingPool> pool, bool pool_pinned)
       : owned_storage_(std::move(owned)),
         root_(std::move(root)),
@@ -107,6 +128,8 @@ class CheckpointManager::Impl {
         coordinator_(coordinator),
         options_(std::move(options)),
         topology_(std::move(topology)),
+        part_topology_(std::move(part_topology)),
+        local_(std::move(local)),
         pool_(std::move(pool)),
         engine_(*pool_, TransferOptions{.tracer = options_.tracer}) {
     if (pool_pinned) {
@@ -173,6 +196,15 @@ class CheckpointManager::Impl {
     // Refused here, before the step is accepted: the saver thread must never
     // meet metadata a manifest cannot carry.
     RETURN_IF_ERROR(ValidateMetadataJson(metadata_json));
+    // Which tier: a deterministic function of the step, so every rank of a
+    // job makes the same choice.
+    Tier tier = Tier::kDurable;
+    if (step % options_.persist_every != 0) {
+      if (local_ == nullptr || step % options_.local.every != 0) {
+        return SkippedHandle(step);
+      }
+      tier = Tier::kLocal;
+    }
     if (options_.when_busy == CheckpointManagerOptions::WhenBusy::kSkip) {
       MutexLock lock(&mu_);
       if (!HasRoom()) {
@@ -182,6 +214,7 @@ class CheckpointManager::Impl {
     }
     auto job = std::make_shared<Job>();
     job->step = step;
+    job->tier = tier;
     job->metadata_json = std::move(metadata_json);
     job->sources.Reserve(static_cast<int>(arrays.size()));
     for (size_t a = 0; a < arrays.size(); ++a) {
@@ -205,11 +238,16 @@ class CheckpointManager::Impl {
             absl::StrFormat("step %d is already being saved", step));
       }
     }
-    ASSIGN_OR_RETURN(bool exists,
-                     storage_.Exists(JoinPath(root(), StepDirName(step))));
-    if (exists) {
-      return absl::AlreadyExistsError(
-          absl::StrFormat("%s: step %d is already committed", root(), step));
+    // A local step's part is replaced instead: a part of the same number
+    // is left from before a restart (its step never completed, or the job
+    // went back to an earlier step), and every rank must save alike.
+    if (tier == Tier::kDurable) {
+      ASSIGN_OR_RETURN(bool exists,
+                       storage_.Exists(JoinPath(root(), StepDirName(step))));
+      if (exists) {
+        return absl::AlreadyExistsError(
+            absl::StrFormat("%s: step %d is already committed", root(), step));
+      }
     }
     SaveHandle handle(step, job->dispatched.future(), job->staged.future(),
                       job->committed.future(), job->progress);
@@ -254,24 +292,55 @@ class CheckpointManager::Impl {
       const RestoreReceiver& receiver,
       const std::optional<RestoreOptions>& options) {
     RETURN_IF_ERROR(TakeDeferredError());
-    if (!step) {
-      ASSIGN_OR_RETURN(std::vector<int64_t> steps, List());
-      if (steps.empty()) {
-        return absl::NotFoundError(
-            absl::StrFormat("%s holds no committed step", root()));
-      }
-      step = steps.back();
-    }
-    ASSIGN_OR_RETURN(const std::string dir, root_->StepDir(*step));
+    const RestoreOptions& chosen = options.value_or(options_.restore);
     const bool needs_pool = absl::c_any_of(targets, [](const auto& target) {
       return absl::c_any_of(target.destinations, [](const auto& dest) {
         return dest.data == nullptr || dest.device != nullptr;
       });
     });
     if (needs_pool) StartPinning();
-    absl::StatusOr<RestoreStats> stats =
-        RestoreCheckpoint(storage_, dir, targets, *pool_,
-                          options.value_or(options_.restore), receiver);
+    const auto restore = [&](const std::string& dir) {
+      return RestoreCheckpoint(storage_, dir, targets, *pool_, chosen,
+                               receiver);
+    };
+    absl::StatusOr<RestoreStats> stats;
+    if (local_ != nullptr && chosen.local_tier) {
+      // Collective: the saver thread must not use the coordinator beside it.
+      {
+        MutexLock lock(&mu_);
+        mu_.Await(Condition(this, &Impl::Idle));
+      }
+      ASSIGN_OR_RETURN(
+          LocalTier::Outcome outcome,
+          local_->Restore(step, List().value_or(std::vector<int64_t>{}),
+                          restore));
+      if (outcome.none) {
+        return absl::NotFoundError(absl::StrFormat(
+            "%s and the local tier hold no step to restore%s (%s)", root(),
+            step ? absl::StrFormat(" numbered %d", *step) : "", outcome.note));
+      }
+      if (outcome.stats) {
+        stats = *std::move(outcome.stats);
+        stats->restored_from = Tier::kLocal;
+      } else {
+        stats = RestoreDurable(outcome.step, restore);
+      }
+      if (stats.ok()) {
+        stats->step = outcome.step;
+        stats->note = outcome.note;
+      }
+    } else {
+      if (!step) {
+        ASSIGN_OR_RETURN(std::vector<int64_t> steps, List());
+        if (steps.empty()) {
+          return absl::NotFoundError(
+              absl::StrFormat("%s holds no committed step", root()));
+        }
+        step = steps.back();
+      }
+      stats = RestoreDurable(*step, restore);
+      if (stats.ok()) stats->step = *step;
+    }
     StartPinning();  // the job goes on to train, then save
     return stats;
   }
@@ -298,32 +367,48 @@ class CheckpointManager::Impl {
   const std::string& root() const { return root_->path(); }
 
  private:
-  // Sets job.specs and job.plan for `arrays`: the previous save's if the
-  // specs are the same (compared in place, nothing copied), else new ones.
+  absl::StatusOr<RestoreStats> RestoreDurable(
+      int64_t step,
+      const std::function<absl::StatusOr<RestoreStats>(const std::string&)>&
+          restore) {
+    ASSIGN_OR_RETURN(const std::string dir, root_->StepDir(step));
+    return restore(dir);
+  }
+
+  // Sets job.specs and job.plan for `arrays` and the job's tier (a local
+  // step saves this process's part): the previous save's of that tier if
+  // the specs are the same (compared in place, nothing copied), else new
+  // ones.
   absl::Status PlanFor(absl::Span<const SaveArray> arrays, Job& job)
       ABSL_LOCKS_EXCLUDED(plan_mu_) {
     MutexLock lock(&plan_mu_);
+    const bool part = job.tier == Tier::kLocal;
+    Planned& planned = planned_[part ? 1 : 0];
     bool same =
-        planned_plan_ != nullptr && planned_specs_->size() == arrays.size();
+        planned.plan != nullptr && planned.specs->size() == arrays.size();
     for (size_t a = 0; same && a < arrays.size(); ++a) {
-      same = (*planned_specs_)[a] == arrays[a].spec;
+      same = (*planned.specs)[a] == arrays[a].spec;
     }
     if (!same) {
       auto specs = std::make_shared<std::vector<ArraySpec>>();
       specs->reserve(arrays.size());
       for (const SaveArray& array : arrays) specs->push_back(array.spec);
+      SavePlanOptions plan_options = options_.plan;
+      if (part) plan_options.part_of_process = 0;  // see PartTopology
       ASSIGN_OR_RETURN(SavePlan plan,
-                       MakeSavePlan(*specs, topology_, options_.plan));
-      planned_plan_ = std::make_shared<const SavePlan>(std::move(plan));
-      planned_specs_ = std::move(specs);
-      planned_bytes_ = 0;
-      for (int s : planned_plan_->SlicesOfProcess(coordinator_.rank())) {
-        planned_bytes_ += planned_plan_->slices[s].length_bytes;
+                       MakeSavePlan(*specs, part ? part_topology_ : topology_,
+                                    plan_options));
+      planned.plan = std::make_shared<const SavePlan>(std::move(plan));
+      planned.specs = std::move(specs);
+      planned.bytes = 0;
+      for (int s :
+           planned.plan->SlicesOfProcess(part ? 0 : coordinator_.rank())) {
+        planned.bytes += planned.plan->slices[s].length_bytes;
       }
     }
-    job.specs = planned_specs_;
-    job.plan = planned_plan_;
-    job.progress->total_bytes = planned_bytes_;
+    job.specs = planned.specs;
+    job.plan = planned.plan;
+    job.progress->total_bytes = planned.bytes;
     return absl::OkStatus();
   }
 
@@ -391,7 +476,7 @@ class CheckpointManager::Impl {
         queue_.pop_front();
       }
       absl::StatusOr<SaveInfo> info = Run(*job);
-      if (info.ok()) {
+      if (info.ok() && job->tier == Tier::kDurable) {
         absl::Status retained = ApplyRetention(job->step);
         if (!retained.ok()) {
           MutexLock lock(&mu_);
@@ -437,12 +522,24 @@ class CheckpointManager::Impl {
       job.staged_after = absl::Now() - job.start;
       job.staged.Set(status);
     };
+    const bool local = job.tier == Tier::kLocal;
+    if (local) {
+      request.root = local_->root();
+      request.overwrite = true;
+      request.part = ManifestPart{coordinator_.rank(), coordinator_.size()};
+    }
     absl::StatusOr<SaveResult> result =
-        SaveCheckpoint(storage_, coordinator_, request, engine_,
-                       backend_.devices(), job.sources);
+        SaveCheckpoint(storage_, local ? *alone_ : coordinator_, request,
+                       engine_, backend_.devices(), job.sources);
+    if (local) {
+      // Every rank replicates, or removes its part when a rank failed.
+      absl::Status replicated = local_->Replicate(job.step, result.status());
+      if (result.ok() && !replicated.ok()) return replicated;
+    }
     if (!result.ok()) return result.status();
     SaveInfo info;
     info.step = job.step;
+    info.tier = job.tier;
     info.path = result->path;
     info.bytes = result->bytes;
     info.dispatches = result->transfer.dispatches;
@@ -481,16 +578,24 @@ class CheckpointManager::Impl {
   Coordinator& coordinator_;
   const CheckpointManagerOptions options_;
   const Topology topology_;
+  const Topology part_topology_;            // PartTopology
+  const std::unique_ptr<LocalTier> local_;  // null without a local tier
+  // The local tier's parts commit alone (rank 0 of 1); replication then
+  // goes through coordinator_.
+  const std::unique_ptr<Coordinator> alone_ = MakeSingleProcessCoordinator();
   const std::unique_ptr<StagingPool> pool_;
   TransferEngine engine_;  // used by the saver thread only
 
+  // The last plan of each tier (durable, local), and what it was made from.
+  struct Planned {
+    std::shared_ptr<const std::vector<ArraySpec>> specs;
+    std::shared_ptr<const SavePlan> plan;
+    // The bytes of `plan` this process saves (once per plan, not per save:
+    // at 100,000 arrays a pass over the plan's slices costs).
+    int64_t bytes = 0;
+  };
   Mutex plan_mu_;
-  std::shared_ptr<const std::vector<ArraySpec>> planned_specs_
-      ABSL_GUARDED_BY(plan_mu_);
-  std::shared_ptr<const SavePlan> planned_plan_ ABSL_GUARDED_BY(plan_mu_);
-  // The bytes of planned_plan_ this process saves (once per plan, not per
-  // save: at 100,000 arrays a pass over the plan's slices costs).
-  int64_t planned_bytes_ ABSL_GUARDED_BY(plan_mu_) = 0;
+  Planned planned_[2] ABSL_GUARDED_BY(plan_mu_);
 
   mutable Mutex mu_;
   std::deque<std::shared_ptr<Job>> queue_ ABSL_GUARDED_BY(mu_);
@@ -514,6 +619,12 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
     return absl::InvalidArgumentError(
         "checkpoint manager options: pool_bytes and max_in_flight must be "
         "positive, keep_last and keep_every non-negative");
+  }
+  if (options.persist_every < 1 || options.local.every < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "checkpoint manager options: persist_every (%d) and local.every (%d) "
+        "must be at least 1",
+        options.persist_every, options.local.every));
   }
   if (options.when_busy == CheckpointManagerOptions::WhenBusy::kSkip &&
       coordinator.size() > 1) {
@@ -559,6 +670,14 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
     RETURN_IF_ERROR(opened_root->CheckLockHolder(token));
   }
   ASSIGN_OR_RETURN(Topology topology, GatherTopology(backend, coordinator));
+  ASSIGN_OR_RETURN(Topology part_topology,
+                   PartTopology(topology, coordinator.rank()));
+  std::unique_ptr<LocalTier> local;
+  if (!options.local.root.empty()) {
+    ASSIGN_OR_RETURN(
+        local, LocalTier::Open(options.local.root, options.local.replicas,
+                               options.local.keep_last, coordinator, *storage));
+  }
   // The pool is pinned now unless a restore may come first: a root without
   // a committed step has nothing to restore (see PoolPinning).
   bool pin_now =
@@ -566,6 +685,10 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
   if (!pin_now) {
     absl::StatusOr<std::vector<int64_t>> steps = opened_root->List();
     pin_now = !steps.ok() || steps->empty();
+    if (local != nullptr && pin_now) {
+      steps = local->own().List();
+      pin_now = !steps.ok() || steps->empty();
+    }
   }
   ASSIGN_OR_RETURN(std::unique_ptr<StagingPool> pool,
                    pin_now ? StagingPool::Create(backend, options.pool_bytes)
@@ -573,7 +696,8 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
   return std::unique_ptr<CheckpointManager>(
       new CheckpointManager(std::make_unique<Impl>(
           std::move(opened_root), backend, coordinator, options,
-          std::move(owned), std::move(topology), std::move(pool), pin_now)));
+          std::move(owned), std::move(topology), std::move(part_topology),
+          std::move(local), std::move(pool), pin_now)));
 }
 
 CheckpointManager::CheckpointManager(std::unique_ptr<Impl> impl)

@@ -17,7 +17,7 @@ void MakeStep(Storage& storage, const std::string& dir, int64_t step) {
   ASSERT_TRUE(storage.CreateDir(dir).ok());
   auto file = storage.OpenWritable(dir + "/MANIFEST.json");
   ASSERT_TRUE(file.ok());
-  const std::string text = EncodeManifest({step, "{}", {}}).value();
+  const std::string text = EncodeManifest({step, "{}", {}, {}}).value();
   ASSERT_TRUE((*file)
                   ->WriteAt(0, absl::MakeSpan(reinterpret_cast<const uint8_t*>(
                                                   text.data()),

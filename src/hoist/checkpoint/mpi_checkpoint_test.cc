@@ -6,6 +6,12 @@
 //              model, then fails a step on one rank and hangs another.
 //   Restore.*  restores steps 1 and 2 onto another mesh bit-exact, and finds
 //              no trace of the failed steps.
+//   Tiers.*    the local tier on 4 ranks: a lost part restored from its
+//              replica, a corrupt replica passed over, a lost part and
+//              replica sending the restore to the durable tier.
+//   TiersKill.*, then TiersAfterKill.*: rank 2 dies mid-save of a local
+//              step (mpirun ends the job); the restarted job restores the
+//              step before it, whole, and no tier holds a torn step.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -15,6 +21,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "hoist/checkpoint/restore.h"
 #include "hoist/checkpoint/save.h"
@@ -272,6 +279,237 @@ TEST_F(Restore, OntoAnotherTopologyBitExact) {
   for (int64_t step : {1, 2}) {
     ExpectRestores(*manager, Reshard(Model(MeshOf(2, 4)), target), step, step);
   }
+}
+
+// The local tier: a durable root and per-rank local roots under `name`.
+class Tiers : public Job {
+ protected:
+  std::string Durable(const std::string& name) {
+    return Root() + "/" + name + "/durable";
+  }
+  std::string LocalPattern(const std::string& name) {
+    return Root() + "/" + name + "/local/{rank}";
+  }
+  std::string LocalOf(const std::string& name, int rank) {
+    return absl::StrReplaceAll(LocalPattern(name),
+                               {{"{rank}", std::to_string(rank)}});
+  }
+  std::unique_ptr<CheckpointManager> OpenTiers(const std::string& name,
+                                               int replicas) {
+    if (coordinator_->rank() == 0) {
+      std::filesystem::create_directories(Durable(name));
+    }
+    EXPECT_TRUE(coordinator_->Barrier("tiers root " + name).ok());
+    CheckpointManagerOptions options;
+    options.pool_bytes = 4 << 20;
+    options.persist_every = 4;
+    options.local.root = LocalPattern(name);
+    options.local.replicas = replicas;
+    absl::StatusOr<std::unique_ptr<CheckpointManager>> manager =
+        CheckpointManager::Open(Durable(name), *backend_, *coordinator_,
+                                options);
+    EXPECT_TRUE(manager.ok()) << manager.status();
+    return manager.ok() ? *std::move(manager) : nullptr;
+  }
+  // Saves `steps` (each its own version), expecting each to commit.
+  void SaveSteps(CheckpointManager& manager, std::vector<int64_t> steps) {
+    const std::vector<ArraySpec> model = Model(MeshOf(2, 4));
+    for (int64_t step : steps) {
+      testing::DeviceShards shards =
+          testing::FillShards(model, backend_->devices(), step);
+      absl::StatusOr<SaveHandle> handle =
+          manager.Save(step, testing::SaveArraysOf(model, shards));
+      ASSERT_TRUE(handle.ok()) << handle.status();
+      absl::StatusOr<SaveInfo> info = handle->WaitCommitted();
+      ASSERT_TRUE(info.ok())
+          << "rank " << coordinator_->rank() << ": " << info.status();
+      EXPECT_EQ(info->tier, step % 4 == 0 ? Tier::kDurable : Tier::kLocal);
+    }
+  }
+  // Restores the newest step onto the mesh it was saved on; checks every
+  // byte against `version` and returns the stats.
+  RestoreStats RestoreNewest(CheckpointManager& manager, uint64_t version,
+                             const Mesh& mesh = MeshOf(2, 4)) {
+    const std::vector<ArraySpec> model = Reshard(Model(MeshOf(2, 4)), mesh);
+    std::vector<ShardBuffers> buffers;
+    std::vector<RestoreTarget> targets;
+    for (const ArraySpec& spec : model) {
+      buffers.push_back(*AllocateShards(spec, backend_->devices()));
+      targets.push_back(buffers.back().target);
+    }
+    absl::StatusOr<RestoreStats> stats = manager.Restore(std::nullopt, targets);
+    EXPECT_TRUE(stats.ok()) << stats.status();
+    if (!stats.ok()) return {};
+    if (coordinator_->rank() == 0) {
+      std::printf("restored %s step %d: %s\n",
+                  std::string(TierName(stats->restored_from)).c_str(),
+                  static_cast<int>(stats->step), stats->note.c_str());
+    }
+    for (size_t a = 0; a < model.size(); ++a) {
+      for (const RestoreDestination& dest : targets[a].destinations) {
+        const std::vector<uint8_t> expected =
+            testing::BoxBytes(model[a], static_cast<int>(a), dest.box, version);
+        EXPECT_EQ(std::memcmp(dest.data, expected.data(), expected.size()), 0)
+            << "rank " << coordinator_->rank() << " " << model[a].name << " "
+            << dest.box.ToString() << " (" << stats->note << ")";
+      }
+    }
+    return *stats;
+  }
+};
+
+TEST_F(Tiers, LostPartIsRestoredFromItsReplicaAndAnotherMeshFromDurable) {
+  ASSERT_EQ(coordinator_->size(), 4);
+  const int rank = coordinator_->rank();
+  {
+    auto manager = OpenTiers("lost", 2);
+    ASSERT_NE(manager, nullptr);
+    SaveSteps(*manager, {4, 5, 6, 7});
+    EXPECT_THAT(*manager->List(), ElementsAre(4));  // durable: step 4 only
+  }
+  // Each rank holds its part of the newest two local steps, and its left
+  // neighbour's (one host: the replica goes to rank + 1).
+  const std::string local = LocalOf("lost", rank);
+  const int left = (rank + 3) % 4;
+  for (int64_t step : {6, 7}) {
+    EXPECT_TRUE(std::filesystem::exists(
+        absl::StrFormat("%s/step_%08d/MANIFEST.json", local, step)));
+    EXPECT_TRUE(std::filesystem::exists(absl::StrFormat(
+        "%s/peers/r%05d/step_%08d/MANIFEST.json", local, left, step)));
+  }
+  EXPECT_FALSE(std::filesystem::exists(local + "/step_00000005"));  // pruned
+  // Rank 2's node is lost: its whole local root goes, replicas included.
+  ASSERT_TRUE(coordinator_->Barrier("before loss").ok());
+  if (rank == 2) std::filesystem::remove_all(local);
+  ASSERT_TRUE(coordinator_->Barrier("after loss").ok());
+  auto manager = OpenTiers("lost", 2);
+  ASSERT_NE(manager, nullptr);
+  const RestoreStats stats = RestoreNewest(*manager, 7);
+  EXPECT_EQ(stats.restored_from, Tier::kLocal) << stats.note;
+  EXPECT_EQ(stats.step, 7);
+  EXPECT_THAT(stats.note, HasSubstr("rank 2's part from rank 3's replica"));
+  // Rank 2 has its part back.
+  if (rank == 2) {
+    EXPECT_TRUE(
+        std::filesystem::exists(local + "/step_00000007/MANIFEST.json"));
+  }
+  // Another sharding needs bytes no single part holds: the durable step.
+  const RestoreStats other = RestoreNewest(*manager, 4, MeshOf(4, 2));
+  EXPECT_EQ(other.restored_from, Tier::kDurable) << other.note;
+  EXPECT_EQ(other.step, 4);
+  EXPECT_THAT(other.note, HasSubstr("not all in"));
+  // Forced to the durable tier, as without a local one (not collective).
+  RestoreOptions durable_only;
+  durable_only.local_tier = false;
+  std::vector<ShardBuffers> buffers;
+  std::vector<RestoreTarget> targets;
+  for (const ArraySpec& spec : Model(MeshOf(2, 4))) {
+    buffers.push_back(*AllocateShards(spec, backend_->devices()));
+    targets.push_back(buffers.back().target);
+  }
+  absl::StatusOr<RestoreStats> forced =
+      manager->Restore(std::nullopt, targets, nullptr, durable_only);
+  ASSERT_TRUE(forced.ok()) << forced.status();
+  EXPECT_EQ(forced->restored_from, Tier::kDurable);
+  EXPECT_EQ(forced->step, 4);
+}
+
+TEST_F(Tiers, CorruptReplicaIsPassedOverForTheNextOne) {
+  ASSERT_EQ(coordinator_->size(), 4);
+  const int rank = coordinator_->rank();
+  {
+    auto manager = OpenTiers("corrupt", 3);  // replicas on rank + 1, + 2
+    ASSERT_NE(manager, nullptr);
+    SaveSteps(*manager, {4, 5});
+  }
+  ASSERT_TRUE(coordinator_->Barrier("before damage").ok());
+  if (rank == 2)
+    std::filesystem::remove_all(LocalOf("corrupt", 2) + "/step_00000005");
+  if (rank == 3) {
+    // Flip one byte of rank 3's copy of rank 2's data.
+    const std::string file = LocalOf("corrupt", 3) +
+                             "/peers/r00002/step_00000005/data/r00000_w00.bin";
+    std::FILE* f = std::fopen(file.c_str(), "r+b");
+    ASSERT_NE(f, nullptr) << file;
+    const int byte = std::fgetc(f);
+    std::fseek(f, 0, SEEK_SET);
+    std::fputc(byte ^ 0xff, f);
+    std::fclose(f);
+  }
+  ASSERT_TRUE(coordinator_->Barrier("after damage").ok());
+  auto manager = OpenTiers("corrupt", 3);
+  ASSERT_NE(manager, nullptr);
+  const RestoreStats stats = RestoreNewest(*manager, 5);
+  EXPECT_EQ(stats.restored_from, Tier::kLocal) << stats.note;
+  EXPECT_EQ(stats.step, 5);
+  // Found by its hash, then the next replica (rank 0's) served.
+  EXPECT_THAT(stats.note, HasSubstr("rank 2's part from rank 0's replica"));
+  EXPECT_THAT(stats.note, HasSubstr("rank 2's part from rank 3: DATA_LOSS"));
+}
+
+TEST_F(Tiers, LostPartAndReplicaFallBackToTheDurableStep) {
+  ASSERT_EQ(coordinator_->size(), 4);
+  const int rank = coordinator_->rank();
+  {
+    auto manager = OpenTiers("both", 2);
+    ASSERT_NE(manager, nullptr);
+    SaveSteps(*manager, {4, 5});
+  }
+  ASSERT_TRUE(coordinator_->Barrier("before loss").ok());
+  if (rank == 1)
+    std::filesystem::remove_all(LocalOf("both", 1) + "/step_00000005");
+  if (rank == 2) {
+    std::filesystem::remove_all(LocalOf("both", 2) +
+                                "/peers/r00001/step_00000005");
+  }
+  ASSERT_TRUE(coordinator_->Barrier("after loss").ok());
+  auto manager = OpenTiers("both", 2);
+  ASSERT_NE(manager, nullptr);
+  const RestoreStats stats = RestoreNewest(*manager, 4);
+  EXPECT_EQ(stats.restored_from, Tier::kDurable) << stats.note;
+  EXPECT_EQ(stats.step, 4);
+  EXPECT_THAT(stats.note, HasSubstr("no local step has every rank's part"));
+}
+
+using TiersKill = Tiers;
+using TiersAfterKill = Tiers;
+
+// Rank 2 dies while its part of local step 2 is being written; mpirun then
+// ends the other ranks wherever they are.
+TEST_F(TiersKill, RankDiesMidSave) {
+  ASSERT_EQ(coordinator_->size(), 4);
+  auto manager = OpenTiers("kill", 2);
+  ASSERT_NE(manager, nullptr);
+  SaveSteps(*manager, {1});
+  const std::vector<ArraySpec> model = Model(MeshOf(2, 4));
+  testing::DeviceShards shards =
+      testing::FillShards(model, backend_->devices(), 2);
+  ASSERT_TRUE(coordinator_->Barrier("step 1 saved").ok());
+  absl::StatusOr<SaveHandle> handle = manager->Save(
+      2, testing::SaveArraysOf(model, shards), "{}", ReturnWhen::kDispatched);
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  if (coordinator_->rank() == 2) _exit(9);
+  handle->WaitCommitted().status().IgnoreError();
+}
+
+TEST_F(TiersAfterKill, TheStepBeforeIsRestoredWholeAndNothingIsTorn) {
+  ASSERT_EQ(coordinator_->size(), 4);
+  auto manager = OpenTiers("kill", 2);
+  ASSERT_NE(manager, nullptr);
+  // Opening recovered every local root: no temporary directory is left.
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(
+           LocalOf("kill", coordinator_->rank()))) {
+    EXPECT_EQ(entry.path().filename().string().find(".tmp"), std::string::npos)
+        << entry.path();
+  }
+  // Step 2 lacks rank 2's part everywhere: step 1, whole, is restored.
+  EXPECT_FALSE(std::filesystem::exists(LocalOf("kill", 2) + "/step_00000002"));
+  const RestoreStats stats = RestoreNewest(*manager, 1);
+  EXPECT_EQ(stats.restored_from, Tier::kLocal) << stats.note;
+  EXPECT_EQ(stats.step, 1);
+  // The job goes on from step 1: step 2 again replaces rank 3's stale part.
+  SaveSteps(*manager, {2});
+  EXPECT_EQ(RestoreNewest(*manager, 2).step, 2);
 }
 
 }  // namespace

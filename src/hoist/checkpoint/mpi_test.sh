@@ -19,4 +19,11 @@ run() {
 run 4 'Save.*'
 run 2 'Restore.*'
 run 1 'Restore.*'
+run 4 'Tiers.*'
+# Rank 2 dies mid-save: mpirun must report the job failed.
+if run 4 'TiersKill.*' 2>/dev/null; then
+  echo "mpi_test: the job whose rank died did not fail" >&2
+  exit 1
+fi
+run 4 'TiersAfterKill.*'
 echo "mpi_test: all phases passed"

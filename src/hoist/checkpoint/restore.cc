@@ -205,6 +205,23 @@ absl::Status ReadWave(Storage& storage, const std::string& step_dir,
   return error.Get();
 }
 
+// A part (manifest.h) holds only what one process held: kFailedPrecondition
+// when `box` reaches outside its extents (they are disjoint, so the sizes
+// of their intersections with `box` add up to `box`'s exactly when they
+// cover it).
+absl::Status CheckInPart(const ManifestArray& array, const Box& box,
+                         const std::string& step_dir) {
+  int64_t covered = 0;
+  for (const ManifestExtent& extent : array.extents) {
+    covered += extent.box.Intersect(box).num_elements();
+  }
+  if (covered == box.num_elements()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "array '%s': box %s is not all in %s, which is one process's part of a "
+      "local-tier step (it holds only what that process held)",
+      array.name, box.ToString(), step_dir));
+}
+
 }  // namespace
 
 absl::StatusOr<RestoreStats> RestoreCheckpoint(
@@ -262,6 +279,8 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
             target.name, dest.box.ToString(), ShapeToString(array->shape)));
       }
       if (dest.box.empty()) continue;
+      if (manifest.part)
+        RETURN_IF_ERROR(CheckInPart(*array, dest.box, step_dir));
       // Device and receiver boxes are staged through the pool.
       boxes.push_back(
           {it->second, dest.box, dest.device != nullptr || received});

@@ -112,6 +112,7 @@ Manifest BuildManifest(const SaveRequest& request,
   Manifest manifest;
   manifest.step = request.step;
   manifest.metadata_json = request.metadata_json;
+  manifest.part = request.part;
   for (size_t a = 0; a < plan.arrays.size(); ++a) {
     const PlannedArray& array = plan.arrays[a];
     manifest.arrays.push_back({array.name,

@@ -5,6 +5,7 @@
 #define HOIST_CHECKPOINT_SAVE_H_
 
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -41,6 +42,9 @@ struct SaveRequest {
   // Runs first on each writer thread (the manager lowers their priority
   // with it). Optional.
   std::function<void()> writer_thread_setup;
+  // Set when the plan is one process's part (SavePlanOptions::
+  // part_of_process), saved alone: the manifest says so (manifest.h).
+  std::optional<ManifestPart> part;
 };
 
 struct SaveResult {

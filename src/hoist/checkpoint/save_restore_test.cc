@@ -59,7 +59,7 @@ class CheckpointTest : public ::testing::Test {
     SaveRequest request{
         root_,     step,    model,   &*plan,  R"({"note":"test"})",
         overwrite, nullptr, nullptr, nullptr, nullptr,
-        nullptr};
+        nullptr,   {}};
     return SaveCheckpoint(storage, *coordinator_, request, engine,
                           backend_->devices(), shards.sources);
   }

@@ -192,8 +192,10 @@ absl::StatusOr<ManifestExtent> DecodeExtent(const Json& json,
   return extent;
 }
 
-// The extents tile the array: pairwise disjoint and covering every element.
-absl::Status CheckTiling(const ManifestArray& array, int64_t elements) {
+// The extents tile the array: pairwise disjoint and covering every element
+// (only disjoint in a part, which holds what one process held).
+absl::Status CheckTiling(const ManifestArray& array, int64_t elements,
+                         bool part) {
   std::vector<Box> boxes;
   boxes.reserve(array.extents.size());
   for (const ManifestExtent& extent : array.extents) {
@@ -211,6 +213,7 @@ absl::Status CheckTiling(const ManifestArray& array, int64_t elements) {
         "%s: array '%s': extents %d %s and %d %s overlap", kManifestFileName,
         array.name, a, boxes[a].ToString(), b, boxes[b].ToString()));
   }
+  if (part) return absl::OkStatus();
   // Disjoint boxes inside the array: their sizes add up without overflow.
   int64_t covered = 0;
   for (const Box& box : boxes) covered += box.num_elements();
@@ -223,7 +226,7 @@ absl::Status CheckTiling(const ManifestArray& array, int64_t elements) {
 }
 
 absl::StatusOr<ManifestArray> DecodeArray(const Json& json, size_t index,
-                                          size_t count) {
+                                          size_t count, bool part) {
   const Reader r(absl::StrFormat("array %d of %d", index, count));
   ManifestArray array;
   ASSIGN_OR_RETURN(array.name, r.String(json, "name"));
@@ -259,7 +262,7 @@ absl::StatusOr<ManifestArray> DecodeArray(const Json& json, size_t index,
                      DecodeExtent((*extents)[i], array, i, extents->size()));
     array.extents.push_back(std::move(extent));
   }
-  if (absl::Status status = CheckTiling(array, *elements); !status.ok()) {
+  if (absl::Status status = CheckTiling(array, *elements, part); !status.ok()) {
     return status;
   }
   return array;
@@ -394,8 +397,13 @@ absl::StatusOr<std::string> EncodeManifest(const Manifest& manifest) {
   absl::StrAppend(&out, "{\"format\": ");
   AppendJsonString(out, kManifestFormat);
   absl::StrAppend(&out, ",\n \"step\": ", manifest.step,
-                  ",\n \"metadata\": ", manifest.metadata_json,
-                  ",\n \"arrays\": [");
+                  ",\n \"metadata\": ", manifest.metadata_json);
+  if (manifest.part) {
+    absl::StrAppend(&out,
+                    ",\n \"part\": {\"process\": ", manifest.part->process,
+                    ", \"processes\": ", manifest.part->processes, "}");
+  }
+  out.append(",\n \"arrays\": [");
   for (size_t a = 0; a < manifest.arrays.size(); ++a) {
     const ManifestArray& array = manifest.arrays[a];
     if (!IsValidUtf8(array.name) || !IsValidUtf8(array.sharding)) {
@@ -468,13 +476,28 @@ absl::StatusOr<Manifest> DecodeManifest(std::string_view text) {
   ASSIGN_OR_RETURN(const Json* metadata,
                    r.Field(json, "metadata", Json::value_t::object));
   manifest.metadata_json = metadata->dump();
+  if (json.contains("part")) {
+    ASSIGN_OR_RETURN(const Json* part,
+                     r.Field(json, "part", Json::value_t::object));
+    const Reader pr("part");
+    ASSIGN_OR_RETURN(const int64_t process, pr.Int(*part, "process"));
+    ASSIGN_OR_RETURN(const int64_t processes, pr.Int(*part, "processes"));
+    if (process < 0 || processes <= process || processes > kMaxProcesses) {
+      return pr.Error(
+          absl::StrFormat("process %d of %d is not in [0, processes <= %d)",
+                          process, processes, kMaxProcesses));
+    }
+    manifest.part =
+        ManifestPart{static_cast<int>(process), static_cast<int>(processes)};
+  }
   ASSIGN_OR_RETURN(const Json* arrays,
                    r.Field(json, "arrays", Json::value_t::array));
   absl::flat_hash_set<std::string> names;
   manifest.arrays.reserve(arrays->size());
   for (size_t i = 0; i < arrays->size(); ++i) {
     ASSIGN_OR_RETURN(ManifestArray array,
-                     DecodeArray((*arrays)[i], i, arrays->size()));
+                     DecodeArray((*arrays)[i], i, arrays->size(),
+                                 manifest.part.has_value()));
     if (!names.insert(array.name).second) {
       return r.Error(
           absl::StrFormat("array name '%s' appears twice", array.name));

@@ -42,6 +42,44 @@ TEST(ManifestTest, RoundTripsExactly) {
   EXPECT_EQ(decoded->Find("nope"), nullptr);
 }
 
+// A part's extents need not cover its arrays, but must not overlap; the
+// part's numbers are checked.
+TEST(ManifestTest, APartRoundTripsAndMayLeaveArraysUncovered) {
+  Manifest m = Sample();
+  m.part = ManifestPart{1, 4};
+  m.arrays[0].extents.erase(m.arrays[0].extents.begin());
+  absl::StatusOr<Manifest> decoded = DecodeManifest(EncodeManifest(m).value());
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(*decoded, m);
+  ASSERT_TRUE(decoded->part.has_value());
+  EXPECT_EQ(decoded->part->process, 1);
+
+  // Without the part, the same extents are a hole.
+  m.part.reset();
+  EXPECT_THAT(DecodeManifest(EncodeManifest(m).value()).status().message(),
+              HasSubstr("extents cover 12 of its 24 elements"));
+
+  for (const auto& [part, message] :
+       std::vector<std::pair<nlohmann::json, std::string>>{
+           {{{"process", 4}, {"processes", 4}}, "process 4 of 4"},
+           {{{"process", -1}, {"processes", 4}}, "process -1 of 4"},
+           {{{"process", 0}}, "processes"},
+           {"rank 3", "part"}}) {
+    const absl::Status status = DecodeEdited([&](nlohmann::json& j) {
+      j["part"] = part;
+      j["arrays"][0]["extents"].erase(1);
+    });
+    EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << part.dump();
+    EXPECT_THAT(status.message(), HasSubstr(message)) << part.dump();
+  }
+  // Overlaps stay refused in a part.
+  EXPECT_THAT(DecodeEdited([](nlohmann::json& j) {
+                j["part"] = {{"process", 0}, {"processes", 2}};
+                j["arrays"][0]["extents"][1]["box"]["origin"] = {1, 0};
+              }).message(),
+              HasSubstr("overlap"));
+}
+
 TEST(ManifestTest, NamesNeedingEscapesAndMetadataAsGivenRoundTrip) {
   Manifest m = Sample();
   m.arrays[0].name =

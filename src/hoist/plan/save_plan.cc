@@ -65,7 +65,10 @@ class Devices {
 // walks every device of its mesh.
 class Layouts {
  public:
-  explicit Layouts(const Devices& devices) : devices_(devices) {}
+  // part_of_process >= 0 keeps only the boxes that process's devices hold,
+  // with only those devices as their replicas (SavePlanOptions).
+  Layouts(const Devices& devices, int part_of_process)
+      : devices_(devices), part_of_process_(part_of_process) {}
 
   // The distinct boxes of `spec`'s layout (valid while this lives), or the
   // error of resolving it against the topology.
@@ -87,11 +90,17 @@ class Layouts {
     }
     std::vector<LayoutBox> boxes;
     for (UniqueBox& unique : layout->unique_boxes) {
-      LayoutBox box{std::move(unique.box), std::move(unique.devices), {}};
-      for (DeviceId device : box.replicas) {
-        box.indices.push_back(*devices_.Index(device));
+      LayoutBox box{std::move(unique.box), {}, {}};
+      for (DeviceId device : unique.devices) {
+        const int index = *devices_.Index(device);
+        if (part_of_process_ >= 0 &&
+            devices_.ProcessOf(index) != part_of_process_) {
+          continue;
+        }
+        box.replicas.push_back(device);
+        box.indices.push_back(index);
       }
-      boxes.push_back(std::move(box));
+      if (!box.replicas.empty()) boxes.push_back(std::move(box));
     }
     resolved_.push_back(std::move(boxes));
     seen.emplace_back(&spec.sharding, resolved_.size() - 1);
@@ -100,6 +109,7 @@ class Layouts {
 
  private:
   const Devices& devices_;
+  const int part_of_process_;
   // Per shape, the shardings seen with it (they live in the caller's
   // specs) and where their layouts are.
   absl::flat_hash_map<std::vector<int64_t>,
@@ -350,10 +360,15 @@ absl::StatusOr<SavePlan> MakeSavePlan(absl::Span<const ArraySpec> arrays,
   if (absl::Status status = ValidateOptions(options); !status.ok()) {
     return status;
   }
+  if (options.part_of_process >= topology.num_processes()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "part_of_process is %d but the topology has %d processes",
+        options.part_of_process, topology.num_processes()));
+  }
   SavePlan plan;
   plan.options = options;
   const Devices devices(topology);
-  Layouts layouts(devices);
+  Layouts layouts(devices, options.part_of_process);
   std::vector<Unit> units;
   absl::flat_hash_set<std::string_view> names;
   for (int i = 0; i < static_cast<int>(arrays.size()); ++i) {

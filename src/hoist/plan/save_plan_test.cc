@@ -7,6 +7,7 @@
 #include <map>
 #include <random>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "testing/coverage.h"
 
@@ -306,6 +307,51 @@ TEST(SavePlanTest, BalancedRuleBalancesDevicesAndProcesses) {
   EXPECT_LE(b.max_process_bytes, 1.05 * b.mean_process_bytes);
   EXPECT_LT(b.max_device_bytes, o.max_device_bytes);
   EXPECT_LE(b.unsplit_arrays, o.unsplit_arrays);
+}
+
+// A part (the local tier's) holds every byte its process's devices hold,
+// once, saved by that process's devices only, and nothing else.
+TEST(SavePlanTest, PartOfProcessSavesExactlyWhatThatProcessHolds) {
+  const std::vector<ArraySpec> model = AwkwardModel();
+  const Topology topology = Topology::Uniform(2, 4);
+  for (ReplicaRule rule : kRules) {
+    for (int process : {0, 1}) {
+      SavePlanOptions options = Options(rule);
+      options.part_of_process = process;
+      absl::StatusOr<SavePlan> plan = MakeSavePlan(model, topology, options);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      std::vector<int64_t> saved(model.size(), 0), held(model.size(), 0);
+      for (const PlannedSlice& slice : plan->slices) {
+        EXPECT_EQ(slice.process, process);
+        EXPECT_EQ(slice.device / 4, process);
+        saved[slice.array] += slice.box.num_elements();
+        // Inside a box the process holds.
+        const ShardLayout layout =
+            *model[slice.array].sharding.Layout(model[slice.array].shape);
+        EXPECT_TRUE(absl::c_any_of(layout.unique_boxes, [&](const auto& u) {
+          return u.box.Contains(slice.box) &&
+                 absl::c_linear_search(u.devices, slice.device);
+        }));
+      }
+      for (size_t a = 0; a < model.size(); ++a) {
+        const ShardLayout layout = *model[a].sharding.Layout(model[a].shape);
+        for (const UniqueBox& unique : layout.unique_boxes) {
+          if (absl::c_any_of(unique.devices,
+                             [&](DeviceId d) { return d / 4 == process; })) {
+            held[a] += unique.box.num_elements();
+          }
+        }
+        // Slices are disjoint (a plan's invariant), so equal counts mean
+        // every held element is saved exactly once.
+        EXPECT_EQ(saved[a], held[a])
+            << model[a].name << " rule " << ReplicaRuleName(rule);
+      }
+    }
+  }
+  SavePlanOptions bad;
+  bad.part_of_process = 2;
+  EXPECT_EQ(MakeSavePlan(model, topology, bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(SavePlanTest, SummaryCountsDispatches) {
