@@ -214,6 +214,7 @@ class MpiCoordinator final : public Coordinator {
     bool have_header = false;
     uint64_t expected = 0, received = 0;
     absl::Time deadline = absl::Now() + timeout_;
+    absl::Time last_moved = absl::Now();
     absl::Duration pause = absl::Microseconds(20);
     while (status.ok()) {
       bool moved = false;
@@ -275,7 +276,17 @@ class MpiCoordinator final : public Coordinator {
       const absl::Time now = absl::Now();
       if (moved) {
         deadline = now + timeout_;
+        last_moved = now;
         pause = absl::Microseconds(20);
+        continue;
+      }
+      // MPI moves a large message's fragments only inside MPI calls (the
+      // shared-memory transport copies them through small buffers): while
+      // pieces are in flight, and for a while after the last one moved, poll
+      // without sleeping, else a 64 MiB piece crawls at a fragment per nap.
+      if ((!sending.empty() || (have_header && received < expected)) &&
+          now - last_moved < kSpinAfterMove) {
+        std::this_thread::yield();
         continue;
       }
       if (now >= deadline) {
@@ -494,6 +505,8 @@ class MpiCoordinator final : public Coordinator {
   }
 
   static constexpr size_t kPieceBytes = size_t{64} << 20;
+  // How long Exchange polls without sleeping after a piece moved.
+  static constexpr absl::Duration kSpinAfterMove = absl::Milliseconds(200);
 
   Mutex mu_;
   MPI_Comm comm_;

@@ -12,6 +12,12 @@
 //      change). Time blocked = time the loop spent inside hoist's calls.
 //   3. Restore the latest step onto a 4 x 2 mesh and into host memory and
 //      compare every byte with the training state of that step.
+//      With a local tier (--local-root), the job instead stops, loses one
+//      rank's local root if asked (--lose-local), restarts, and restores
+//      the latest step (local) onto the training mesh, compared with the
+//      training state, then the newest durable step onto the same mesh for
+//      comparison: a local step holds each process's own shards, so it
+//      restores the sharding it was saved with.
 // Under mpirun (or with --coordinator mpi) the job's processes share the
 // mesh's devices: each holds mesh/size of them, saves its share into the
 // common root, restores its own shards, and rank 0 prints the summary.
@@ -34,6 +40,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "hoist/base/bytes.h"
@@ -69,6 +76,10 @@ struct DemoFlags {
   bool keep_files = false;
   bool json = false;
   bool predict = true;
+  std::string local_root;
+  int replicas = 2;
+  int64_t persist_every = 0;  // 0: 2 x save_every with a local tier, else 1
+  int lose_local = -1;
 };
 
 int64_t PeakRssBytes() {
@@ -221,6 +232,7 @@ struct DemoJob {
 // What training measured.
 struct Trained {
   ModeStats modes[2];  // staged, dispatched
+  ModeStats tiers[2];  // durable, local (Tier's order)
   int64_t last_saved = -1;
   // Per save, in order: its mode and when it was asked for (seconds after
   // the first step began).
@@ -233,6 +245,9 @@ struct Restored {
   bool verified = true;
   RestoreStats host;
   RestoreStats mesh;
+  // With a local tier: the latest step (from whichever tier holds it) and
+  // the newest durable step, both onto the training mesh.
+  std::optional<RestoreStats> tiered, durable;
   std::string other_mesh;
   int64_t peak_rss = 0;  // the largest process's
 };
@@ -504,25 +519,47 @@ absl::StatusOr<Trained> Train(const DemoFlags& flags, absl::Duration step_time,
   for (size_t i = 0; i < handles.size(); ++i) {
     ASSIGN_OR_RETURN(SaveInfo info, handles[i].WaitCommitted());
     info.bytes = job_bytes[i];
-    ModeStats& m = trained.modes[handle_mode[i]];
-    ++m.saves;
-    m.blocked_s += handle_blocked[i];
-    m.dispatch_s += absl::ToDoubleSeconds(info.dispatched);
-    m.staged_s += absl::ToDoubleSeconds(info.staged);
-    m.committed_s += absl::ToDoubleSeconds(info.committed);
-    m.bytes = info.bytes;
-    m.dispatches = info.dispatches;
+    for (ModeStats* m : {&trained.modes[handle_mode[i]],
+                         &trained.tiers[static_cast<int>(info.tier)]}) {
+      ++m->saves;
+      m->blocked_s += handle_blocked[i];
+      m->dispatch_s += absl::ToDoubleSeconds(info.dispatched);
+      m->staged_s += absl::ToDoubleSeconds(info.staged);
+      m->committed_s += absl::ToDoubleSeconds(info.committed);
+      m->bytes = info.bytes;
+      m->dispatches = info.dispatches;
+    }
     if (print) {
       std::cout << absl::StrFormat(
-          "%5d %-11s %10.3fs %10.3fs %10.3fs %9.2f %11d\n", info.step,
+          "%5d %-11s %10.3fs %10.3fs %10.3fs %9.2f %11d%s\n", info.step,
           handle_mode[i] == 0 ? "staged" : "dispatched", handle_blocked[i],
           absl::ToDoubleSeconds(info.staged),
           absl::ToDoubleSeconds(info.committed),
           info.bytes / 1e9 / absl::ToDoubleSeconds(info.committed),
-          info.dispatches);
+          info.dispatches,
+          flags.local_root.empty() ? ""
+                                   : "  " + std::string(TierName(info.tier)));
     }
   }
   return trained;
+}
+
+// The job's verdict (every process's) and its largest peak memory.
+absl::Status JobVerdict(DemoJob& job, Restored& restored) {
+  ASSIGN_OR_RETURN(std::vector<std::string> outcomes,
+                   job.coordinator->AllGather(
+                       "verified", absl::StrCat(restored.verified ? 1 : 0, ",",
+                                                PeakRssBytes())));
+  for (const std::string& o : outcomes) {
+    std::pair<std::string, std::string> fields =
+        absl::StrSplit(o, absl::MaxSplits(',', 1));
+    restored.verified &= fields.first == "1";
+    int64_t rss = 0;
+    if (absl::SimpleAtoi(fields.second, &rss)) {
+      restored.peak_rss = std::max(restored.peak_rss, rss);
+    }
+  }
+  return absl::OkStatus();
 }
 
 // 3. Restore step `latest` into host memory, compared with the training
@@ -588,26 +625,69 @@ absl::StatusOr<Restored> RestoreAndCheck(DemoJob& job,
     }
   }
   memory.clear();
-  ASSIGN_OR_RETURN(std::vector<std::string> outcomes,
-                   job.coordinator->AllGather(
-                       "verified", absl::StrCat(restored.verified ? 1 : 0, ",",
-                                                PeakRssBytes())));
-  for (const std::string& o : outcomes) {
-    std::pair<std::string, std::string> fields =
-        absl::StrSplit(o, absl::MaxSplits(',', 1));
-    restored.verified &= fields.first == "1";
-    int64_t rss = 0;
-    if (absl::SimpleAtoi(fields.second, &rss)) {
-      restored.peak_rss = std::max(restored.peak_rss, rss);
+  RETURN_IF_ERROR(JobVerdict(job, restored));
+  return restored;
+}
+
+// 3 with a local tier: the latest step from the tier that holds it, then
+// the newest durable step, each onto this process's shards of the training
+// mesh; the first compared with the training state.
+absl::StatusOr<Restored> RestoreTiersAndCheck(DemoJob& job,
+                                              CheckpointManager& manager) {
+  Restored restored;
+  std::vector<std::vector<MemoryBlock>> memory(job.model.size());
+  std::vector<RestoreTarget> targets;
+  std::vector<std::vector<const Part*>> part_of(job.model.size());
+  for (size_t a = 0; a < job.model.size(); ++a) {
+    const ArraySpec& spec = job.model[a];
+    ASSIGN_OR_RETURN(ShardLayout layout, spec.sharding.Layout(spec.shape));
+    RestoreTarget target{spec.name, spec.dtype, spec.shape, {}};
+    for (const DeviceShard& shard : layout.shards) {
+      if (!job.device_of.contains(shard.device)) continue;  // another's
+      Device* device = job.device_of.at(shard.device);
+      ASSIGN_OR_RETURN(
+          MemoryBlock block,
+          device->Allocate(shard.box.num_elements() * ItemSize(spec.dtype)));
+      target.destinations.push_back({shard.box, device, block.data()});
+      memory[a].push_back(std::move(block));
+      const Part* part = nullptr;
+      for (const Part& p : job.parts[a]) {
+        if (p.box == shard.box) part = &p;
+      }
+      part_of[a].push_back(part);
+    }
+    targets.push_back(std::move(target));
+  }
+  ASSIGN_OR_RETURN(restored.tiered, manager.Restore(std::nullopt, targets));
+  std::vector<uint8_t> back;
+  for (size_t a = 0; a < job.model.size(); ++a) {
+    const int64_t item = ItemSize(job.model[a].dtype);
+    for (size_t d = 0; d < targets[a].destinations.size(); ++d) {
+      const RestoreDestination& dest = targets[a].destinations[d];
+      const int64_t bytes = dest.box.num_elements() * item;
+      back.assign(bytes, 1);
+      const CopyOp op{dest.data, bytes, back.data(), bytes, bytes, 1};
+      RETURN_IF_ERROR(dest.device->CopyToHost({&op, 1}).Wait());
+      restored.verified &=
+          part_of[a][d] != nullptr && part_of[a][d]->host == back;
     }
   }
+  ASSIGN_OR_RETURN(std::optional<int64_t> durable, manager.Latest());
+  if (durable) {
+    RestoreOptions durable_only;
+    durable_only.local_tier = false;
+    ASSIGN_OR_RETURN(restored.durable,
+                     manager.Restore(*durable, targets, nullptr, durable_only));
+  }
+  memory.clear();
+  RETURN_IF_ERROR(JobVerdict(job, restored));
   return restored;
 }
 
 // 4. The report: JSON (--json) or the tables, from the lead process.
 void Report(const DemoFlags& flags, const DemoJob& job, const Trained& trained,
             const Restored& restored, const Predicted& predicted,
-            int64_t latest, bool print) {
+            int64_t latest, int64_t persist_every, bool print) {
   ModeStats all;
   for (const ModeStats& m : trained.modes) {
     all.saves += m.saves;
@@ -643,7 +723,7 @@ void Report(const DemoFlags& flags, const DemoJob& job, const Trained& trained,
     const auto maybe = [&](double value) {
       return predicted.on ? nlohmann::json(value) : nlohmann::json(nullptr);
     };
-    const nlohmann::json json = {
+    nlohmann::json json = {
         {"backend", std::string(job.backend->name())},
         {"processes", job.processes},
         {"bytes", all.bytes},
@@ -659,9 +739,36 @@ void Report(const DemoFlags& flags, const DemoJob& job, const Trained& trained,
         {"latest_step", latest},
         {"restore_mesh_s", absl::ToDoubleSeconds(restored.mesh.elapsed)},
         {"restore_host_s", absl::ToDoubleSeconds(restored.host.elapsed)},
+        {"restored_from", restored.tiered
+                              ? nlohmann::json(std::string(
+                                    TierName(restored.tiered->restored_from)))
+                              : nlohmann::json("durable")},
         {"modes",
          {{"staged", mode_json(trained.modes[0])},
           {"dispatched", mode_json(trained.modes[1])}}}};
+    if (restored.tiered) {
+      const auto seconds = [](const std::optional<RestoreStats>& stats) {
+        return stats ? nlohmann::json(absl::ToDoubleSeconds(stats->elapsed))
+                     : nlohmann::json(nullptr);
+      };
+      const RestoreStats& t = *restored.tiered;
+      const bool local = t.restored_from == Tier::kLocal;
+      json["restore_local_s"] = local ? seconds(t) : nlohmann::json(nullptr);
+      json["restore_durable_s"] =
+          local ? seconds(restored.durable) : seconds(t);
+      json["restored_step"] = t.step;
+      json["durable_step"] = restored.durable
+                                 ? nlohmann::json(restored.durable->step)
+                                 : nlohmann::json(nullptr);
+      json["restore_note"] = t.note;
+      json["tiers"] = {{"durable", mode_json(trained.tiers[0])},
+                       {"local", mode_json(trained.tiers[1])},
+                       {"replicas", flags.replicas},
+                       {"persist_every", persist_every},
+                       {"lost_local", flags.lose_local >= 0
+                                          ? nlohmann::json(flags.lose_local)
+                                          : nlohmann::json(nullptr)}};
+    }
     std::cout << json.dump(2) << "\n";
     return;
   }
@@ -689,6 +796,24 @@ void Report(const DemoFlags& flags, const DemoJob& job, const Trained& trained,
         predicted.rates.host_gbps, predicted.rates.write_gbps, flags.writers,
         predicted.rates.commit_s * 1e3);
   }
+  if (restored.tiered) {
+    const RestoreStats& t = *restored.tiered;
+    std::cout << absl::StrFormat(
+        "\nrestored step %d from the %s tier onto %s in %.3fs: %s\n  (%s)\n",
+        t.step, TierName(t.restored_from), job.mesh_name,
+        absl::ToDoubleSeconds(t.elapsed),
+        restored.verified ? "verified bit-exact" : "MISMATCH", t.note);
+    if (restored.durable) {
+      std::cout << absl::StrFormat(
+          "restored durable step %d onto %s in %.3fs, for comparison\n",
+          restored.durable->step, job.mesh_name,
+          absl::ToDoubleSeconds(restored.durable->elapsed));
+    }
+    std::cout << absl::StrFormat(
+        "peak host memory %s%s\n", FormatBytes(restored.peak_rss),
+        job.processes > 1 ? " in the largest process" : "");
+    return;
+  }
   std::cout << absl::StrFormat(
       "\nrestored step %d onto %s in %.3fs (%d dispatches) and into host "
       "memory in %.3fs: %s\n"
@@ -715,7 +840,19 @@ absl::Status RunDemo(const DemoFlags& flags) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "--step-time '%s' is not a duration such as 250ms", flags.step_time));
   }
+  if (flags.local_root.empty() && flags.lose_local >= 0) {
+    return absl::InvalidArgumentError("--lose-local needs --local-root");
+  }
+  const int64_t persist_every =
+      flags.persist_every > 0
+          ? flags.persist_every
+          : (flags.local_root.empty() ? 1 : 2 * int64_t{flags.save_every});
   ASSIGN_OR_RETURN(DemoJob job, SetUp(flags, size));
+  if (flags.lose_local >= job.processes) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--lose-local %d: the job has ranks 0 to %d",
+                        flags.lose_local, job.processes - 1));
+  }
 
   // "auto": room for a whole save (plus the 4 KiB rounding of each slice),
   // so staging never waits for storage.
@@ -728,6 +865,9 @@ absl::Status RunDemo(const DemoFlags& flags) {
   options.plan.writer_streams = flags.writers;
   options.keep_last = flags.keep;
   options.io = flags.io == "io_uring" ? IoEngine::kIoUring : IoEngine::kPosix;
+  options.persist_every = persist_every;
+  options.local.root = flags.local_root;
+  options.local.replicas = flags.replicas;
   Tracer tracer;
   if (!flags.trace.empty()) options.tracer = &tracer;
   ASSIGN_OR_RETURN(Predicted predicted,
@@ -753,13 +893,33 @@ absl::Status RunDemo(const DemoFlags& flags) {
   ASSIGN_OR_RETURN(Trained trained,
                    Train(flags, step_time, job, *manager, print));
   Schedule(trained, predicted);
-  ASSIGN_OR_RETURN(std::optional<int64_t> latest, manager->Latest());
-  if (latest != trained.last_saved) {
-    return absl::InternalError(
-        absl::StrFormat("latest committed step is %d, expected %d",
-                        latest.value_or(-1), trained.last_saved));
+  std::optional<int64_t> latest = trained.last_saved;
+  Restored restored;
+  if (flags.local_root.empty()) {
+    ASSIGN_OR_RETURN(latest, manager->Latest());
+    if (latest != trained.last_saved) {
+      return absl::InternalError(
+          absl::StrFormat("latest committed step is %d, expected %d",
+                          latest.value_or(-1), trained.last_saved));
+    }
+    ASSIGN_OR_RETURN(restored, RestoreAndCheck(job, *manager, *latest));
+  } else {
+    // The job stops; a lost node takes its local root with it (replicas it
+    // kept for others included); the job restarts and restores.
+    manager.reset();
+    if (job.rank == flags.lose_local) {
+      const std::string lost = absl::StrReplaceAll(
+          flags.local_root, {{"{rank}", absl::StrCat(job.rank)}});
+      std::filesystem::remove_all(lost);
+      std::cerr << absl::StrFormat("hoist demo: rank %d lost %s\n", job.rank,
+                                   lost);
+    }
+    RETURN_IF_ERROR(job.coordinator->Barrier("local tier lost"));
+    ASSIGN_OR_RETURN(manager,
+                     CheckpointManager::Open(job.root, *job.backend,
+                                             *job.coordinator, options));
+    ASSIGN_OR_RETURN(restored, RestoreTiersAndCheck(job, *manager));
   }
-  ASSIGN_OR_RETURN(Restored restored, RestoreAndCheck(job, *manager, *latest));
 
   manager.reset();
   RETURN_IF_ERROR(job.coordinator->Barrier("done"));
@@ -772,7 +932,8 @@ absl::Status RunDemo(const DemoFlags& flags) {
   if (job.lead && job.own_root && !flags.keep_files) {
     std::filesystem::remove_all(job.root);
   }
-  Report(flags, job, trained, restored, predicted, *latest, print);
+  Report(flags, job, trained, restored, predicted, *latest, persist_every,
+         print);
   if (!restored.verified) {
     return absl::DataLossError("restored arrays differ from the saved ones");
   }
@@ -841,6 +1002,26 @@ void AddDemoCommand(CLI::App& app) {
   cmd->add_flag("--json", flags->json,
                 "Print the summary as JSON (predicted_blocked_s and "
                 "predicted_save_s beside blocked_s and save_s)");
+  cmd->add_option("--local-root", flags->local_root,
+                  "Add a local tier: each process's own root ({rank} is "
+                  "replaced by its rank; node-local disk or /dev/shm). Steps "
+                  "that are not durable steps are saved there, each "
+                  "process's part copied to --replicas - 1 peers; the "
+                  "restore then takes the latest step from either tier onto "
+                  "the training mesh (see docs/tiers.md)");
+  cmd->add_option("--replicas", flags->replicas,
+                  "Copies of each process's local part (its own included)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--persist-every", flags->persist_every,
+                  "Only steps divisible by N go to the durable root (0: 2 x "
+                  "--save-every with --local-root, else every save)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--lose-local", flags->lose_local,
+                  "Before the restore, remove rank N's local root, as a lost "
+                  "node would (needs --local-root)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("!--no-predict", flags->predict,
                 "Skip measuring this machine's copy and write rates at "
                 "start-up, and the prediction made from them");
