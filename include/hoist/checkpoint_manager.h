@@ -153,6 +153,9 @@ struct SaveInfo {
   // neither a durable nor a local step (persist_every, local.every).
   bool skipped = false;
   Tier tier = Tier::kDurable;  // where it was saved
+  // A local step: the bytes this process sent its replica holders (its
+  // part, once per holder).
+  int64_t replicated_bytes = 0;
 };
 
 // How far the committed steps trail the saves asked for.

@@ -531,15 +531,18 @@ class CheckpointManager::Impl {
     absl::StatusOr<SaveResult> result =
         SaveCheckpoint(storage_, local ? *alone_ : coordinator_, request,
                        engine_, backend_.devices(), job.sources);
+    int64_t replicated_bytes = 0;
     if (local) {
       // Every rank replicates, or removes its part when a rank failed.
-      absl::Status replicated = local_->Replicate(job.step, result.status());
+      absl::Status replicated =
+          local_->Replicate(job.step, result.status(), &replicated_bytes);
       if (result.ok() && !replicated.ok()) return replicated;
     }
     if (!result.ok()) return result.status();
     SaveInfo info;
     info.step = job.step;
     info.tier = job.tier;
+    info.replicated_bytes = replicated_bytes;
     info.path = result->path;
     info.bytes = result->bytes;
     info.dispatches = result->transfer.dispatches;

@@ -269,8 +269,8 @@ std::vector<int> LocalTier::replica_holders() const {
 }
 
 absl::Status LocalTier::Shift(const std::string& name, int64_t step, int offset,
-                              const std::string& send_dir,
-                              CheckpointRoot* into) {
+                              const std::string& send_dir, CheckpointRoot* into,
+                              int64_t* sent) {
   const int n = coordinator_.size(), rank = coordinator_.rank();
   const int to = (rank + offset) % n, from = (rank - offset + n) % n;
   absl::Status first;  // this rank's first error; the shift goes on
@@ -342,6 +342,7 @@ absl::Status LocalTier::Shift(const std::string& name, int64_t step, int offset,
         first = opened.status();
       }
     }
+    if (sent != nullptr) *sent += static_cast<int64_t>(mapped.bytes().size());
     int64_t at = 0;
     // The receiver never fails the exchange: the sender must not be left
     // mid-send, so a write's error is kept and the rest dropped.
@@ -387,7 +388,8 @@ absl::Status LocalTier::Prune(CheckpointRoot& root) {
   return absl::OkStatus();
 }
 
-absl::Status LocalTier::Replicate(int64_t step, const absl::Status& saved) {
+absl::Status LocalTier::Replicate(int64_t step, const absl::Status& saved,
+                                  int64_t* sent_bytes) {
   ASSIGN_OR_RETURN(
       std::vector<std::string> outcomes,
       coordinator_.AllGather(absl::StrFormat("local step %d saved", step),
@@ -409,8 +411,9 @@ absl::Status LocalTier::Replicate(int64_t step, const absl::Status& saved) {
   const int n = coordinator_.size();
   for (int d : offsets_) {
     const int origin = (coordinator_.rank() - d + n) % n;
-    absl::Status shifted = Shift(absl::StrFormat("local step %d +%d", step, d),
-                                 step, d, dir, kept_.at(origin).get());
+    absl::Status shifted =
+        Shift(absl::StrFormat("local step %d +%d", step, d), step, d, dir,
+              kept_.at(origin).get(), sent_bytes);
     if (first.ok()) first = shifted;
   }
   if (absl::Status pruned = Prune(*own_); first.ok()) first = pruned;

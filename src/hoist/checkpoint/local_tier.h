@@ -69,7 +69,9 @@ class LocalTier {
   // failed, or `saved` on the rank that failed. OK means this rank's part
   // is committed here and sent; a holder that failed to keep it reports
   // its own error.
-  absl::Status Replicate(int64_t step, const absl::Status& saved);
+  // `sent_bytes`, when given, gets the bytes this rank sent.
+  absl::Status Replicate(int64_t step, const absl::Status& saved,
+                         int64_t* sent_bytes = nullptr);
 
   // What Restore decided.
   struct Outcome {
@@ -103,8 +105,10 @@ class LocalTier {
   // Collective shift by `offset`: this rank sends the step directory
   // `send_dir` (empty: nothing) to rank + offset, and commits what rank -
   // offset sends (if anything) as `step` of `into` (replacing it there).
+  // Adds the bytes it sent to `sent` when given.
   absl::Status Shift(const std::string& name, int64_t step, int offset,
-                     const std::string& send_dir, CheckpointRoot* into);
+                     const std::string& send_dir, CheckpointRoot* into,
+                     int64_t* sent = nullptr);
   absl::Status Prune(CheckpointRoot& root);
 
   Coordinator& coordinator_;

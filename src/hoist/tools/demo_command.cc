@@ -177,6 +177,7 @@ struct ModeStats {
   double committed_s = 0;
   int64_t bytes = 0;
   int64_t dispatches = 0;
+  int64_t replicated_bytes = 0;  // the job's, per save
 };
 
 // The training state: per array, per distinct box, the host copy that is
@@ -499,15 +500,16 @@ absl::StatusOr<Trained> Train(const DemoFlags& flags, absl::Duration step_time,
   }
   RETURN_IF_ERROR(manager.WaitUntilFinished());
   progress.reset();  // the status line goes before the table
-  // Each process knows the bytes it wrote; the job's are their sum.
+  // Each process knows the bytes it wrote and sent to its replica holders;
+  // the job's are their sums.
   std::string mine;
   for (SaveHandle& handle : handles) {
     ASSIGN_OR_RETURN(SaveInfo info, handle.WaitCommitted());
-    absl::StrAppend(&mine, info.bytes, ",");
+    absl::StrAppend(&mine, info.bytes, ",", info.replicated_bytes, ",");
   }
   ASSIGN_OR_RETURN(std::vector<std::string> theirs,
                    job.coordinator->AllGather("bytes", mine));
-  std::vector<int64_t> job_bytes(handles.size(), 0);
+  std::vector<int64_t> job_bytes(2 * handles.size(), 0);
   for (const std::string& list : theirs) {
     size_t i = 0;
     for (absl::string_view b : absl::StrSplit(list, ',', absl::SkipEmpty())) {
@@ -518,7 +520,8 @@ absl::StatusOr<Trained> Train(const DemoFlags& flags, absl::Duration step_time,
   }
   for (size_t i = 0; i < handles.size(); ++i) {
     ASSIGN_OR_RETURN(SaveInfo info, handles[i].WaitCommitted());
-    info.bytes = job_bytes[i];
+    info.bytes = job_bytes[2 * i];
+    info.replicated_bytes = job_bytes[2 * i + 1];
     for (ModeStats* m : {&trained.modes[handle_mode[i]],
                          &trained.tiers[static_cast<int>(info.tier)]}) {
       ++m->saves;
@@ -528,6 +531,7 @@ absl::StatusOr<Trained> Train(const DemoFlags& flags, absl::Duration step_time,
       m->committed_s += absl::ToDoubleSeconds(info.committed);
       m->bytes = info.bytes;
       m->dispatches = info.dispatches;
+      m->replicated_bytes = info.replicated_bytes;
     }
     if (print) {
       std::cout << absl::StrFormat(
@@ -699,6 +703,8 @@ void Report(const DemoFlags& flags, const DemoJob& job, const Trained& trained,
   const auto mode_json = [](const ModeStats& m) {
     const double n = std::max(1, m.saves);
     return nlohmann::json{{"saves", m.saves},
+                          {"bytes", m.bytes},
+                          {"replicated_bytes", m.replicated_bytes},
                           {"blocked_s", m.blocked_s / n},
                           {"dispatch_s", m.dispatch_s / n},
                           {"staged_s", m.staged_s / n},
