@@ -20,7 +20,9 @@
 #include "absl/time/clock.h"
 #include "hoist/base/thread_priority.h"
 #include "hoist/checkpoint/extent_writer.h"
+#include "hoist/checkpoint/local_tier.h"
 #include "hoist/checkpoint/restore.h"
+#include "hoist/checkpoint_root.h"
 #include "hoist/format/layout.h"
 #include "hoist/host_backend.h"
 #include "hoist/io/fault_storage.h"
@@ -304,6 +306,98 @@ TEST_F(ManagerTest, TrainingLoopWithASmallPoolKeepsTheLastTwo) {
   EXPECT_TRUE(manager->Verify(6)->ok());
   ExpectHolds(*manager, 5, 5);
   ExpectHolds(*manager, std::nullopt, 6);
+}
+
+// One process with a local tier: steps divisible by persist_every go to
+// the durable root, the others to the local root (every local.every-th),
+// the rest are skipped; a restore takes the newest step of either tier.
+TEST_F(ManagerTest, LocalTierTakesTheStepsBetweenDurableOnes) {
+  CheckpointManagerOptions options;
+  options.persist_every = 4;
+  options.local.root = temp_.path() + "/local/{rank}";
+  options.local.every = 2;
+  options.local.keep_last = 2;
+  auto manager = Open(options);
+  ASSERT_NE(manager, nullptr);
+  std::vector<Tier> tiers;
+  for (int step = 1; step <= 10; ++step) {
+    testing::Refill(model_, shards_, step);
+    absl::StatusOr<SaveHandle> handle = manager->Save(step, Arrays());
+    ASSERT_TRUE(handle.ok()) << handle.status();
+    absl::StatusOr<SaveInfo> info = handle->WaitCommitted();
+    ASSERT_TRUE(info.ok()) << info.status();
+    const bool saved = step % 2 == 0;  // 4 and 8 durable, 2, 6, 10 local
+    EXPECT_EQ(info->skipped, !saved) << step;
+    if (saved) tiers.push_back(info->tier);
+    EXPECT_EQ(info->replicated_bytes, 0);  // one process: no peer
+  }
+  EXPECT_THAT(tiers, ElementsAre(Tier::kLocal, Tier::kDurable, Tier::kLocal,
+                                 Tier::kDurable, Tier::kLocal));
+  EXPECT_THAT(*manager->List(), ElementsAre(4, 8));
+  const std::string local = temp_.path() + "/local/0";
+  EXPECT_TRUE(std::filesystem::exists(local + "/step_00000010/MANIFEST.json"));
+  EXPECT_TRUE(std::filesystem::exists(local + "/step_00000006"));
+  EXPECT_FALSE(std::filesystem::exists(local + "/step_00000002"));  // pruned
+  // The newest step is local; the same sharding restores from it.
+  std::vector<ShardBuffers> buffers;
+  std::vector<RestoreTarget> targets;
+  for (const ArraySpec& spec : model_) {
+    buffers.push_back(*AllocateShards(spec, backend_->devices()));
+    targets.push_back(buffers.back().target);
+  }
+  absl::StatusOr<RestoreStats> stats = manager->Restore(std::nullopt, targets);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->restored_from, Tier::kLocal);
+  EXPECT_EQ(stats->step, 10);
+  for (size_t a = 0; a < model_.size(); ++a) {
+    for (const RestoreDestination& dest : targets[a].destinations) {
+      const std::vector<uint8_t> expected =
+          BoxBytes(model_[a], static_cast<int>(a), dest.box, 10);
+      ASSERT_EQ(std::memcmp(dest.data, expected.data(), expected.size()), 0)
+          << model_[a].name << " " << dest.box.ToString();
+    }
+  }
+  // One process's part holds every byte: another sharding restores from
+  // it too (in a job of several, only the one it was saved with).
+  ExpectHolds(*manager, std::nullopt, 10);
+  // A step the local tier lacks is the durable tier's.
+  ExpectHolds(*manager, 8, 8);
+  // The local part of a step is a step a reader can check: a manifest
+  // marked as process 0's part of 1, whose extents verify.
+  absl::StatusOr<Manifest> part = ReadManifestAt(local + "/step_00000010");
+  ASSERT_TRUE(part.ok()) << part.status();
+  ASSERT_TRUE(part->part.has_value());
+  EXPECT_EQ(part->part->processes, 1);
+}
+
+TEST_F(ManagerTest, LocalTierOptionsAreChecked) {
+  CheckpointManagerOptions options;
+  options.persist_every = 0;
+  EXPECT_EQ(CheckpointManager::Open(root_, *backend_, *coordinator_, options)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  options.persist_every = 2;
+  options.local.root = temp_.path() + "/local";
+  options.local.replicas = 0;
+  EXPECT_EQ(CheckpointManager::Open(root_, *backend_, *coordinator_, options)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ReplicaOffsetsTest, OtherHostsFirstThenOtherProcesses) {
+  // Two hosts of two ranks: +2 lands every rank on the other host.
+  EXPECT_THAT(ReplicaOffsets({"a", "a", "b", "b"}, 2), ElementsAre(2));
+  EXPECT_THAT(ReplicaOffsets({"a", "a", "b", "b"}, 3), ElementsAre(2, 1));
+  // Hosts in turn: +1 and +3 both cross.
+  EXPECT_THAT(ReplicaOffsets({"a", "b", "a", "b"}, 3), ElementsAre(1, 3));
+  // One host: the next processes.
+  EXPECT_THAT(ReplicaOffsets({"a", "a", "a"}, 2), ElementsAre(1));
+  // Never more than the other processes, and none for one copy.
+  EXPECT_THAT(ReplicaOffsets({"a", "b"}, 5), ElementsAre(1));
+  EXPECT_TRUE(ReplicaOffsets({"a", "b"}, 1).empty());
+  EXPECT_TRUE(ReplicaOffsets({"a"}, 2).empty());
 }
 
 TEST_F(ManagerTest, WhenBusySkipGoesOnWhileStorageIsStuckAndLosesNothing) {
