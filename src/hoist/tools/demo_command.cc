@@ -23,6 +23,7 @@
 // common root, restores its own shards, and rank 0 prints the summary.
 #include "hoist/tools/demo_command.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -80,6 +81,7 @@ struct DemoFlags {
   int replicas = 2;
   int64_t persist_every = 0;  // 0: 2 x save_every with a local tier, else 1
   int lose_local = -1;
+  bool cold = false;
 };
 
 int64_t PeakRssBytes() {
@@ -633,6 +635,23 @@ absl::StatusOr<Restored> RestoreAndCheck(DemoJob& job,
   return restored;
 }
 
+// Evicts every file under `dir` from the page cache (posix_fadvise
+// DONTNEED: the files are synced, so their pages are clean and go), as a job
+// restarted on another node finds them. Memory filesystems (/dev/shm) keep
+// theirs: their files are the memory.
+void EvictFromPageCache(const std::string& dir) {
+  std::error_code error;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, error);
+       !error && it != std::filesystem::recursive_directory_iterator();
+       it.increment(error)) {
+    if (!it->is_regular_file(error)) continue;
+    const int fd = ::open(it->path().c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
+}
+
 // 3 with a local tier: the latest step from the tier that holds it, then
 // the newest durable step, each onto this process's shards of the training
 // mesh; the first compared with the training state.
@@ -662,7 +681,13 @@ absl::StatusOr<Restored> RestoreTiersAndCheck(DemoJob& job,
     }
     targets.push_back(std::move(target));
   }
+  // Each restore's time is the job's: from all ranks starting to the last
+  // one done.
+  RETURN_IF_ERROR(job.coordinator->Barrier("restore latest"));
+  absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(restored.tiered, manager.Restore(std::nullopt, targets));
+  RETURN_IF_ERROR(job.coordinator->Barrier("restored latest"));
+  restored.tiered->elapsed = absl::Now() - start;
   std::vector<uint8_t> back;
   for (size_t a = 0; a < job.model.size(); ++a) {
     const int64_t item = ItemSize(job.model[a].dtype);
@@ -680,8 +705,12 @@ absl::StatusOr<Restored> RestoreTiersAndCheck(DemoJob& job,
   if (durable) {
     RestoreOptions durable_only;
     durable_only.local_tier = false;
+    RETURN_IF_ERROR(job.coordinator->Barrier("restore durable"));
+    start = absl::Now();
     ASSIGN_OR_RETURN(restored.durable,
                      manager.Restore(*durable, targets, nullptr, durable_only));
+    RETURN_IF_ERROR(job.coordinator->Barrier("restored durable"));
+    restored.durable->elapsed = absl::Now() - start;
   }
   memory.clear();
   RETURN_IF_ERROR(JobVerdict(job, restored));
@@ -920,7 +949,15 @@ absl::Status RunDemo(const DemoFlags& flags) {
       std::cerr << absl::StrFormat("hoist demo: rank %d lost %s\n", job.rank,
                                    lost);
     }
+    if (flags.cold) {
+      EvictFromPageCache(job.root);
+      EvictFromPageCache(absl::StrReplaceAll(
+          flags.local_root, {{"{rank}", absl::StrCat(job.rank)}}));
+    }
     RETURN_IF_ERROR(job.coordinator->Barrier("local tier lost"));
+    // The restarted job pins its pool before it restores, so that neither
+    // restore timed below pays for it.
+    options.pool_pinning = CheckpointManagerOptions::PoolPinning::kAtOpen;
     ASSIGN_OR_RETURN(manager,
                      CheckpointManager::Open(job.root, *job.backend,
                                              *job.coordinator, options));
@@ -1028,6 +1065,11 @@ void AddDemoCommand(CLI::App& app) {
                   "Before the restore, remove rank N's local root, as a lost "
                   "node would (needs --local-root)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--cold", flags->cold,
+                "With --local-root: before the restores, evict every "
+                "checkpoint file of both tiers from the page cache, as a job "
+                "restarted on another node finds them (files in /dev/shm "
+                "stay: they are memory)");
   cmd->add_flag("!--no-predict", flags->predict,
                 "Skip measuring this machine's copy and write rates at "
                 "start-up, and the prediction made from them");
