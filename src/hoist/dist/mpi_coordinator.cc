@@ -200,8 +200,17 @@ class MpiCoordinator final : public Coordinator {
     // Sends in flight: their requests, and their buffers in pending_.
     std::deque<std::pair<MPI_Request, std::list<std::string>::iterator>>
         sending;
-    auto post = [&](std::string bytes) -> absl::Status {
-      pending_.push_back(std::move(bytes));
+    // Buffers of finished sends, reused: a fresh 64 MiB buffer is faulted
+    // in page by page, which costs as much as the copy into it.
+    std::vector<std::string> spare;
+    auto post = [&](std::string_view bytes) -> absl::Status {
+      std::string buffer_bytes;
+      if (!spare.empty()) {
+        buffer_bytes = std::move(spare.back());
+        spare.pop_back();
+      }
+      buffer_bytes.assign(bytes.data(), bytes.size());
+      pending_.push_back(std::move(buffer_bytes));
       auto buffer = std::prev(pending_.end());
       MPI_Request request;
       HOIST_MPI(MPI_Isend(buffer->data(), static_cast<int>(buffer->size()),
@@ -209,19 +218,20 @@ class MpiCoordinator final : public Coordinator {
       sending.emplace_back(request, buffer);
       return absl::OkStatus();
     };
-    absl::Status status = post(std::move(header));
+    absl::Status status = post(header);
     size_t sent = 0;  // bytes of `data` posted
     bool have_header = false;
     uint64_t expected = 0, received = 0;
     absl::Time deadline = absl::Now() + timeout_;
     absl::Time last_moved = absl::Now();
     absl::Duration pause = absl::Microseconds(20);
+    std::string message;  // each piece received, its buffer reused
     while (status.ok()) {
       bool moved = false;
       while (status.ok() && sending.size() < 3 && sent < data.size()) {
         const size_t n = std::min(kPieceBytes, data.size() - sent);
-        status = post(
-            std::string(reinterpret_cast<const char*>(data.data()) + sent, n));
+        status = post(std::string_view(
+            reinterpret_cast<const char*>(data.data()) + sent, n));
         sent += n;
       }
       while (status.ok() && !sending.empty()) {
@@ -230,11 +240,11 @@ class MpiCoordinator final : public Coordinator {
             MPI_Test(&sending.front().first, &done, MPI_STATUS_IGNORE),
             "MPI_Test");
         if (!status.ok() || !done) break;
+        spare.push_back(std::move(*sending.front().second));
         pending_.erase(sending.front().second);
         sending.pop_front();
         moved = true;
       }
-      std::string message;
       absl::StatusOr<bool> got =
           status.ok() && (!have_header || received < expected)
               ? TryReceive(from, tag, message)
