@@ -560,7 +560,10 @@ absl::StatusOr<LocalTier::Outcome> LocalTier::Restore(
       if (results[r].empty()) continue;
       all_ok = false;
       int code = 0;
-      absl::SimpleAtoi(results[r].substr(0, results[r].find(' ')), &code);
+      if (!absl::SimpleAtoi(results[r].substr(0, results[r].find(' ')),
+                            &code)) {
+        code = static_cast<int>(absl::StatusCode::kUnknown);
+      }
       notes.push_back(absl::StrFormat(
           "rank %d's part from rank %d: %s", r, from[r][cursor[r]],
           results[r].substr(results[r].find(' ') + 1)));

@@ -59,12 +59,13 @@ TEST(ManifestTest, APartRoundTripsAndMayLeaveArraysUncovered) {
   EXPECT_THAT(DecodeManifest(EncodeManifest(m).value()).status().message(),
               HasSubstr("extents cover 12 of its 24 elements"));
 
-  for (const auto& [part, message] :
+  for (const auto& [bad_part, message] :
        std::vector<std::pair<nlohmann::json, std::string>>{
            {{{"process", 4}, {"processes", 4}}, "process 4 of 4"},
            {{{"process", -1}, {"processes", 4}}, "process -1 of 4"},
            {{{"process", 0}}, "processes"},
            {"rank 3", "part"}}) {
+    const nlohmann::json part = bad_part;  // clang 14 captures no bindings
     const absl::Status status = DecodeEdited([&](nlohmann::json& j) {
       j["part"] = part;
       j["arrays"][0]["extents"].erase(1);
