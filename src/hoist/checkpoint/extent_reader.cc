@@ -1,7 +1,5 @@
 #include "hoist/checkpoint/extent_reader.h"
 
-#include <xxhash.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
@@ -10,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "hoist/base/checked_math.h"
 #include "hoist/base/status_macros.h"
+#include "hoist/base/xxh3.h"
 
 namespace hoist {
 

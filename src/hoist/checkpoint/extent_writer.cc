@@ -1,7 +1,5 @@
 #include "hoist/checkpoint/extent_writer.h"
 
-#include <xxhash.h>
-
 #include <cstring>
 
 #include "absl/status/status.h"
@@ -9,6 +7,7 @@
 #include "absl/time/clock.h"
 #include "hoist/base/bytes.h"
 #include "hoist/base/thread_priority.h"
+#include "hoist/base/xxh3.h"
 #include "hoist/checkpoint/io_sizes.h"
 #include "hoist/format/layout.h"
 

@@ -2,7 +2,6 @@
 #include "hoist/predict.h"
 
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <thread>
@@ -15,6 +14,7 @@
 #include "hoist/base/checked_math.h"
 #include "hoist/base/first_error.h"
 #include "hoist/base/status_macros.h"
+#include "hoist/base/xxh3.h"
 
 namespace hoist {
 namespace {

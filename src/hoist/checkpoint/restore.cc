@@ -16,8 +16,6 @@
 //   3. Wait for every copy.
 #include "hoist/checkpoint/restore.h"
 
-#include <xxhash.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -34,6 +32,7 @@
 #include "hoist/base/checked_math.h"
 #include "hoist/base/first_error.h"
 #include "hoist/base/status_macros.h"
+#include "hoist/base/xxh3.h"
 #include "hoist/box.h"
 #include "hoist/checkpoint/extent_reader.h"
 #include "hoist/checkpoint/io_sizes.h"

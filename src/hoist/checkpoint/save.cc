@@ -38,8 +38,6 @@
 // also commits a .tmp directory whose manifest was already in place).
 #include "hoist/checkpoint/save.h"
 
-#include <xxhash.h>
-
 #include <cstring>
 #include <functional>
 #include <vector>
@@ -51,6 +49,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "hoist/base/status_macros.h"
+#include "hoist/base/xxh3.h"
 #include "hoist/checkpoint/extent_writer.h"
 #include "hoist/dist/status_wire.h"
 #include "hoist/format/layout.h"

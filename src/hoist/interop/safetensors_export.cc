@@ -20,7 +20,6 @@
 //      (when there is more than one file), the same way; fsync out_dir.
 // On error the temporary files are removed and no final name was made.
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <cstring>
@@ -40,6 +39,7 @@
 #include "absl/time/clock.h"
 #include "hoist/base/first_error.h"
 #include "hoist/base/status_macros.h"
+#include "hoist/base/xxh3.h"
 #include "hoist/checkpoint/extent_reader.h"
 #include "hoist/checkpoint/io_sizes.h"
 #include "hoist/checkpoint_root.h"
