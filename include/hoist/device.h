@@ -112,6 +112,12 @@ class Device {
   // landed, or with the error (kInvalidArgument for a malformed op, kInternal
   // for a failed copy). An empty `ops` completes at once without a dispatch.
   virtual Future<> CopyToHost(absl::Span<const CopyOp> ops) = 0;
+  // Copies enqueued between HoldCopies() and ReleaseCopies() may wait for
+  // the release to start, so that a dispatcher enqueuing on every device in
+  // turn is not slowed by the first devices' copies (the host backend's,
+  // which run on the CPU the dispatcher needs). Default: nothing is held.
+  virtual void HoldCopies() {}
+  virtual void ReleaseCopies() {}
 
   // The same, host memory -> device memory.
   virtual Future<> CopyFromHost(absl::Span<const CopyOp> ops) = 0;

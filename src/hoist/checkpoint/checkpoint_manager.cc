@@ -66,6 +66,10 @@ struct Job {
   Promise<SaveInfo> committed;
   std::shared_ptr<SaveProgress> progress = std::make_shared<SaveProgress>();
   absl::Duration dispatched_after, staged_after;
+  // The first wave, when Save() dispatched it (DispatchHere), and whether
+  // `dispatched` is already set.
+  std::unique_ptr<BegunSave> begun;
+  bool dispatch_reported = false;
   // Set by Save() once it has returned, and whether it returned an error.
   Notification save_returned;
   bool error_returned = false;
@@ -253,6 +257,12 @@ class CheckpointManager::Impl {
                       job->committed.future(), job->progress);
     job->start = absl::Now();
     job->progress->start = job->start;
+    bool saver_idle;
+    {
+      MutexLock lock(&mu_);
+      saver_idle = in_flight_steps_.empty();
+    }
+    if (saver_idle) DispatchHere(*job);
     {
       MutexLock lock(&mu_);
       in_flight_steps_.insert(step);
@@ -412,6 +422,28 @@ class CheckpointManager::Impl {
     return absl::OkStatus();
   }
 
+  // Dispatches `job`'s first wave on this (the caller's) thread, for the
+  // saver to finish; when that was every copy, the job is dispatched now.
+  // The caller returns without waiting for the saver thread to wake, which
+  // on cores busy with the copies themselves (the host backend) or with
+  // training took milliseconds. Only while the saver is idle (nothing in
+  // flight): the engine and the pool serve one save at a time. A share
+  // Begin refuses is left to the saver, whose staging reports the error.
+  void DispatchHere(Job& job) {
+    SaveRequest ahead;
+    ahead.plan = job.plan.get();
+    absl::StatusOr<std::unique_ptr<BegunSave>> begun =
+        BeginSave(ahead, engine_, backend_.devices(), job.sources,
+                  job.tier == Tier::kLocal ? 0 : coordinator_.rank());
+    if (!begun.ok()) return;
+    job.begun = *std::move(begun);
+    if (job.begun->all_dispatched()) {
+      job.dispatched_after = absl::Now() - job.start;
+      job.dispatch_reported = true;
+      job.dispatched.Set(FenceCopies());
+    }
+  }
+
   // A handle whose every wait returns at once: the save was skipped.
   static SaveHandle SkippedHandle(int64_t step) {
     Promise<CopyFences> dispatched;
@@ -511,6 +543,7 @@ class CheckpointManager::Impl {
     request.progress = job.progress.get();
     request.writer_thread_setup = [this] { LowerPriority(); };
     request.on_dispatched = [this, &job](const absl::Status& status) {
+      if (std::exchange(job.dispatch_reported, true)) return;  // DispatchHere
       job.dispatched_after = absl::Now() - job.start;
       if (status.ok()) {
         job.dispatched.Set(FenceCopies());
@@ -528,9 +561,9 @@ class CheckpointManager::Impl {
       request.overwrite = true;
       request.part = ManifestPart{coordinator_.rank(), coordinator_.size()};
     }
-    absl::StatusOr<SaveResult> result =
-        SaveCheckpoint(storage_, local ? *alone_ : coordinator_, request,
-                       engine_, backend_.devices(), job.sources);
+    absl::StatusOr<SaveResult> result = SaveCheckpoint(
+        storage_, local ? *alone_ : coordinator_, request, engine_,
+        backend_.devices(), job.sources, std::move(job.begun));
     int64_t replicated_bytes = 0;
     if (local) {
       // Every rank replicates, or removes its part when a rank failed.
@@ -587,7 +620,8 @@ class CheckpointManager::Impl {
   // goes through coordinator_.
   const std::unique_ptr<Coordinator> alone_ = MakeSingleProcessCoordinator();
   const std::unique_ptr<StagingPool> pool_;
-  TransferEngine engine_;  // used by the saver thread only
+  // Used by the saver thread, and by Save() while the saver is idle.
+  TransferEngine engine_;
 
   // The last plan of each tier (durable, local), and what it was made from.
   struct Planned {

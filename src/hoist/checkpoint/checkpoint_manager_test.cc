@@ -15,6 +15,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -199,7 +200,18 @@ class FencedDevice final : public Device {
       : device_(device), fails_(fails) {}
   DeviceId id() const override { return device_.id(); }
   Future<> CopyToHost(absl::Span<const CopyOp> ops) override {
+    {
+      MutexLock lock(&mu_);
+      copy_threads_.push_back(std::this_thread::get_id());
+    }
     return device_.CopyToHost(ops);
+  }
+  void HoldCopies() override { device_.HoldCopies(); }
+  void ReleaseCopies() override { device_.ReleaseCopies(); }
+  // The thread of each CopyToHost call, in order.
+  std::vector<std::thread::id> copy_threads() const {
+    MutexLock lock(&mu_);
+    return copy_threads_;
   }
   Future<> CopyFromHost(absl::Span<const CopyOp> ops) override {
     return device_.CopyFromHost(ops);
@@ -218,6 +230,8 @@ class FencedDevice final : public Device {
  private:
   Device& device_;
   const bool fails_;
+  mutable Mutex mu_;
+  std::vector<std::thread::id> copy_threads_ ABSL_GUARDED_BY(mu_);
 };
 
 class FencedBackend final : public Backend {
@@ -232,6 +246,7 @@ class FencedBackend final : public Backend {
     }
   }
   std::string_view name() const override { return "fenced"; }
+  FencedDevice& device(int d) { return *owned_[d]; }
   absl::Span<Device* const> devices() const override { return devices_; }
   absl::StatusOr<MemoryBlock> AllocatePinned(int64_t bytes) override {
     return backend_.AllocatePinned(bytes);
@@ -269,6 +284,49 @@ TEST_F(ManagerTest, WaitStagedOnOrdersTheStreamAfterEachDevicesLastCopy) {
     EXPECT_THAT(fence.streams(), ElementsAre(&stream));
   }
   ExpectHolds(**manager, 1, 0);
+}
+
+// With nothing in flight, Save dispatches on the caller's thread: a save
+// in dispatched mode returns with every copy enqueued without waiting for
+// the saver thread to wake. Later waves (a pool smaller than the save) are
+// the saver's.
+TEST_F(ManagerTest, AnIdleSaverLetsSaveDispatchOnTheCallersThread) {
+  FencedBackend fenced(*backend_);
+  for (const int64_t pool : {int64_t{1} << 20, int64_t{16} << 10}) {
+    const std::string root = root_ + std::to_string(pool);
+    CheckpointManagerOptions options = SmallPool();
+    options.pool_bytes = pool;
+    absl::StatusOr<std::unique_ptr<CheckpointManager>> manager =
+        CheckpointManager::Open(root, fenced, *coordinator_, options);
+    ASSERT_TRUE(manager.ok()) << manager.status();
+    std::vector<size_t> before;
+    for (int d = 0; d < 8; ++d) {
+      before.push_back(fenced.device(d).copy_threads().size());
+    }
+    absl::StatusOr<SaveHandle> handle =
+        (*manager)->Save(1, Arrays(), "{}", ReturnWhen::kDispatched);
+    ASSERT_TRUE(handle.ok()) << handle.status();
+    absl::StatusOr<SaveInfo> info = handle->WaitCommitted();
+    ASSERT_TRUE(info.ok()) << info.status();
+    int here = 0, elsewhere = 0;
+    for (int d = 0; d < 8; ++d) {
+      const std::vector<std::thread::id> threads =
+          fenced.device(d).copy_threads();
+      for (size_t i = before[d]; i < threads.size(); ++i) {
+        (threads[i] == std::this_thread::get_id() ? here : elsewhere)++;
+      }
+    }
+    if (pool == int64_t{1} << 20) {
+      EXPECT_EQ(info->waves, 1);
+      EXPECT_EQ(here, 8);  // one dispatch per device, all from here
+      EXPECT_EQ(elsewhere, 0);
+    } else {
+      EXPECT_GT(info->waves, 1);
+      EXPECT_GT(here, 0) << "the first wave from here";
+      EXPECT_GT(elsewhere, 0) << "later waves on the saver thread";
+    }
+    ExpectHolds(**manager, 1, 0);
+  }
 }
 
 TEST_F(ManagerTest, AFenceThatFailsMakesWaitStagedOnWaitOnTheCpu) {

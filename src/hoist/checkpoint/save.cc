@@ -57,6 +57,53 @@
 #include "hoist/mutex.h"
 
 namespace hoist {
+// Holds staged extents until the writer exists (the first wave's copies
+// are dispatched before the save's directory and files are made), then
+// hands them, and every later one, to it; or, attached to nothing, drops
+// them (their leases return to the pool).
+class DeferredSink final : public StagedExtentSink {
+ public:
+  void OnStaged(StagedExtent extent) override ABSL_LOCKS_EXCLUDED(mu_) {
+    StagedExtentSink* target;
+    {
+      MutexLock lock(&mu_);
+      target = target_;
+      if (target == nullptr) {
+        if (!dropping_) held_.push_back(std::move(extent));
+        return;
+      }
+    }
+    target->OnStaged(std::move(extent));
+  }
+
+  // Once: `target` (null: drop them) receives the extents held so far and
+  // every later one.
+  void Attach(StagedExtentSink* target) ABSL_LOCKS_EXCLUDED(mu_) {
+    std::vector<StagedExtent> held;
+    {
+      MutexLock lock(&mu_);
+      target_ = target;
+      dropping_ = target == nullptr;
+      held.swap(held_);
+    }
+    if (target == nullptr) return;  // `held` goes, and its leases with it
+    for (StagedExtent& extent : held) target->OnStaged(std::move(extent));
+  }
+
+ private:
+  Mutex mu_;
+  StagedExtentSink* target_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool dropping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<StagedExtent> held_ ABSL_GUARDED_BY(mu_);
+};
+
+struct BegunSave::State {
+  DeferredSink sink;  // before `run`, whose copies deliver into it
+  TransferEngine* engine = nullptr;
+  std::unique_ptr<StagingRun> run;  // null once finished
+  bool all_dispatched = false;
+};
+
 namespace {
 
 // (slice, hash) pairs of this process, as bytes for the all-gather.
@@ -167,46 +214,6 @@ absl::Status Commit(Storage& storage, const SaveRequest& request,
   return absl::OkStatus();
 }
 
-// Holds staged extents until the writer exists (the first wave's copies
-// are dispatched before the save's directory and files are made), then
-// hands them, and every later one, to it; or, attached to nothing, drops
-// them (their leases return to the pool).
-class DeferredSink final : public StagedExtentSink {
- public:
-  void OnStaged(StagedExtent extent) override ABSL_LOCKS_EXCLUDED(mu_) {
-    StagedExtentSink* target;
-    {
-      MutexLock lock(&mu_);
-      target = target_;
-      if (target == nullptr) {
-        if (!dropping_) held_.push_back(std::move(extent));
-        return;
-      }
-    }
-    target->OnStaged(std::move(extent));
-  }
-
-  // Once: `target` (null: drop them) receives the extents held so far and
-  // every later one.
-  void Attach(StagedExtentSink* target) ABSL_LOCKS_EXCLUDED(mu_) {
-    std::vector<StagedExtent> held;
-    {
-      MutexLock lock(&mu_);
-      target_ = target;
-      dropping_ = target == nullptr;
-      held.swap(held_);
-    }
-    if (target == nullptr) return;  // `held` goes, and its leases with it
-    for (StagedExtent& extent : held) target->OnStaged(std::move(extent));
-  }
-
- private:
-  Mutex mu_;
-  StagedExtentSink* target_ ABSL_GUARDED_BY(mu_) = nullptr;
-  bool dropping_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<StagedExtent> held_ ABSL_GUARDED_BY(mu_);
-};
-
 // Steps 1 and 2, decided by rank 0 for everyone: the directory to write
 // into (made), or why there is none (the same error on every rank).
 absl::StatusOr<std::string> DecideTmpDir(Storage& storage,
@@ -256,7 +263,8 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
                                      TransferEngine& engine,
                                      absl::Span<Device* const> devices,
                                      const ShardSources& sources,
-                                     absl::Time start, std::string& tmp) {
+                                     absl::Time start, std::string& tmp,
+                                     BegunSave::State* begun) {
   const SavePlan& plan = *request.plan;
   const int process = coordinator.rank();
   SaveResult result;
@@ -267,7 +275,8 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
   absl::Status decided;  // steps 1 and 2
   absl::Status local;    // this process's: the writer's, staging's
   std::vector<uint64_t> hashes;
-  DeferredSink sink;
+  DeferredSink own_sink;  // unless the begun save brought its own
+  DeferredSink& sink = begun != nullptr ? begun->sink : own_sink;
   std::unique_ptr<ExtentWriter> writer;  // destroyed before `sink`
   bool prepared = false;
   const auto prepare = [&]() -> absl::Status {
@@ -292,13 +301,15 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
     return absl::OkStatus();
   };
   bool dispatched = false;
-  absl::StatusOr<TransferStats> staged = engine.Stage(
-      plan, process, devices, sources, sink,
-      [&] {
-        dispatched = true;
-        if (request.on_dispatched) request.on_dispatched(absl::OkStatus());
-      },
-      prepare);
+  const auto on_dispatched = [&] {
+    dispatched = true;
+    if (request.on_dispatched) request.on_dispatched(absl::OkStatus());
+  };
+  absl::StatusOr<TransferStats> staged =
+      begun != nullptr && begun->run != nullptr
+          ? engine.Finish(std::move(begun->run), on_dispatched, prepare)
+          : engine.Stage(plan, process, devices, sources, sink, on_dispatched,
+                         prepare);
   // Every rank takes part in step 2's broadcast, whether or not staging
   // got to its first wave.
   if (!prepared) {
@@ -394,7 +405,7 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
 static absl::StatusOr<SaveResult> SaveCheckpointImpl(
     Storage& storage, Coordinator& coordinator, const SaveRequest& request,
     TransferEngine& engine, absl::Span<Device* const> devices,
-    const ShardSources& sources) {
+    const ShardSources& sources, BegunSave::State* begun) {
   const absl::Time start = absl::Now();
   if (request.plan == nullptr || request.step < 0 ||
       request.arrays.size() != request.plan->arrays.size()) {
@@ -402,20 +413,54 @@ static absl::StatusOr<SaveResult> SaveCheckpointImpl(
         "save request needs a step >= 0 and the plan of its arrays");
   }
   std::string tmp;  // once steps 1 and 2 made it
-  absl::StatusOr<SaveResult> result = SaveSteps(
-      storage, coordinator, request, engine, devices, sources, start, tmp);
+  absl::StatusOr<SaveResult> result =
+      SaveSteps(storage, coordinator, request, engine, devices, sources, start,
+                tmp, begun);
   if (!result.ok() && !tmp.empty() && coordinator.rank() == 0) {
     storage.RemoveAll(tmp).IgnoreError();  // best effort; GC finishes it
   }
   return result;
 }
 
-absl::StatusOr<SaveResult> SaveCheckpoint(Storage& storage,
-                                          Coordinator& coordinator,
-                                          const SaveRequest& request,
-                                          TransferEngine& engine,
-                                          absl::Span<Device* const> devices,
-                                          const ShardSources& sources) {
+BegunSave::BegunSave(std::unique_ptr<State> state) : state_(std::move(state)) {}
+
+BegunSave::~BegunSave() {
+  // A run nobody finished (the save stopped before staging): its copies
+  // use the sink, so they end first; their extents are dropped.
+  if (state_->run != nullptr) {
+    state_->sink.Attach(nullptr);
+    state_->engine->Finish(std::move(state_->run)).IgnoreError();
+  }
+}
+
+bool BegunSave::all_dispatched() const { return state_->all_dispatched; }
+
+absl::StatusOr<std::unique_ptr<BegunSave>> BeginSave(
+    const SaveRequest& request, TransferEngine& engine,
+    absl::Span<Device* const> devices, const ShardSources& sources,
+    int process) {
+  if (request.plan == nullptr) {
+    return absl::InvalidArgumentError("save request without a plan");
+  }
+  auto state = std::make_unique<BegunSave::State>();
+  state->engine = &engine;
+  ASSIGN_OR_RETURN(state->run, engine.Begin(*request.plan, process, devices,
+                                            sources, state->sink));
+  state->all_dispatched = AllDispatched(*state->run);
+  return std::unique_ptr<BegunSave>(new BegunSave(std::move(state)));
+}
+
+// For SaveCheckpoint: the state inside a begun save.
+struct BegunSaveAccess {
+  static BegunSave::State* Of(BegunSave* begun) {
+    return begun != nullptr ? begun->state_.get() : nullptr;
+  }
+};
+
+absl::StatusOr<SaveResult> SaveCheckpoint(
+    Storage& storage, Coordinator& coordinator, const SaveRequest& request,
+    TransferEngine& engine, absl::Span<Device* const> devices,
+    const ShardSources& sources, std::unique_ptr<BegunSave> begun) {
   // Each callback runs exactly once: where staging reports it, or here with
   // the error that stopped the save before staging did.
   struct Once {
@@ -434,8 +479,9 @@ absl::StatusOr<SaveResult> SaveCheckpoint(Storage& storage,
     (*dispatched)(s);
   };
   wrapped.on_staged = [staged](const absl::Status& s) { (*staged)(s); };
-  absl::StatusOr<SaveResult> result = SaveCheckpointImpl(
-      storage, coordinator, wrapped, engine, devices, sources);
+  absl::StatusOr<SaveResult> result =
+      SaveCheckpointImpl(storage, coordinator, wrapped, engine, devices,
+                         sources, BegunSaveAccess::Of(begun.get()));
   const absl::Status status =
       result.ok() ? absl::InternalError("staging never reported")
                   : result.status();

@@ -5,6 +5,7 @@
 #define HOIST_CHECKPOINT_SAVE_H_
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -55,6 +56,39 @@ struct SaveResult {
   absl::Duration committed;  // until the step was durable and visible
 };
 
+// A save whose first wave of copies was dispatched ahead (BeginSave), on
+// another thread than SaveCheckpoint's: the CheckpointManager dispatches on
+// the caller's thread, so that a save in dispatched mode returns without
+// waiting for its saver thread to be scheduled.
+class BegunSave {
+ public:
+  ~BegunSave();
+  // Every copy is enqueued (the share fit in one wave).
+  bool all_dispatched() const;
+
+ private:
+  friend absl::StatusOr<std::unique_ptr<BegunSave>> BeginSave(
+      const SaveRequest&, TransferEngine&, absl::Span<Device* const>,
+      const ShardSources&, int);
+  friend struct BegunSaveAccess;
+
+ public:
+  struct State;  // save.cc's
+
+ private:
+  explicit BegunSave(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+// Begins staging this process's (`process`'s) share of `request.plan`
+// (TransferEngine::Begin), for SaveCheckpoint to finish; `sources` must
+// outlive that. Errors: Begin's (nothing was dispatched; SaveCheckpoint
+// without a begun save reports them).
+absl::StatusOr<std::unique_ptr<BegunSave>> BeginSave(
+    const SaveRequest& request, TransferEngine& engine,
+    absl::Span<Device* const> devices, const ShardSources& sources,
+    int process);
+
 // Saves this process's share of `request.plan` and, together with the other
 // ranks of `coordinator`, commits the step. On error nothing is visible under
 // the step's name (a partial save leaves at most a .tmp directory, removed
@@ -64,12 +98,12 @@ struct SaveResult {
 // kInvalidArgument for a bad request (metadata that EncodeManifest refuses
 // is found at commit; the CheckpointManager refuses it before it accepts
 // the step); staging and storage errors as is.
-absl::StatusOr<SaveResult> SaveCheckpoint(Storage& storage,
-                                          Coordinator& coordinator,
-                                          const SaveRequest& request,
-                                          TransferEngine& engine,
-                                          absl::Span<Device* const> devices,
-                                          const ShardSources& sources);
+// `begun`, when given, is this request's BeginSave: staging goes on from
+// its first wave (on_dispatched runs at once when it was the only one).
+absl::StatusOr<SaveResult> SaveCheckpoint(
+    Storage& storage, Coordinator& coordinator, const SaveRequest& request,
+    TransferEngine& engine, absl::Span<Device* const> devices,
+    const ShardSources& sources, std::unique_ptr<BegunSave> begun = nullptr);
 
 }  // namespace hoist
 

@@ -66,17 +66,38 @@ std::vector<std::vector<int>> CutWaves(
 
 }  // namespace
 
+bool AllDispatched(const StagingRun& run) {
+  return run.first_dispatched && run.waves.size() == 1;
+}
+
 absl::StatusOr<TransferStats> TransferEngine::Stage(
     const SavePlan& plan, int process, absl::Span<Device* const> devices,
     const ShardSources& sources, StagedExtentSink& sink,
     const std::function<void()>& on_dispatched,
     const std::function<absl::Status()>& after_first_wave) {
-  const absl::Time start = absl::Now();
+  absl::StatusOr<std::unique_ptr<StagingRun>> run =
+      Begin(plan, process, devices, sources, sink);
+  if (!run.ok()) {
+    if (on_dispatched) on_dispatched();  // staging stopped early
+    return run.status();
+  }
+  return Finish(*std::move(run), on_dispatched, after_first_wave);
+}
+
+absl::StatusOr<std::unique_ptr<StagingRun>> TransferEngine::Begin(
+    const SavePlan& plan, int process, absl::Span<Device* const> devices,
+    const ShardSources& sources, StagedExtentSink& sink) {
+  auto run = std::make_unique<StagingRun>();
+  run->plan = &plan;
+  run->devices = devices;
+  run->sources = &sources;
+  run->sink = &sink;
+  run->start = absl::Now();
   pool_.ResetPeak();
-  TransferStats stats;
+  TransferStats& stats = run->stats;
 
   // 1. Check the share and group it by device.
-  absl::flat_hash_map<DeviceId, int> local;  // device id -> index in devices
+  absl::flat_hash_map<DeviceId, int>& local = run->local;
   for (int i = 0; i < static_cast<int>(devices.size()); ++i) {
     local[devices[i]->id()] = i;
   }
@@ -115,96 +136,121 @@ absl::StatusOr<TransferStats> TransferEngine::Stage(
   const int64_t budget = share_bytes <= pool_.capacity_bytes()
                              ? pool_.capacity_bytes()
                              : pool_.capacity_bytes() / 2;
-  const std::vector<std::vector<int>> waves =
-      CutWaves(plan, per_device, budget);
+  run->waves = CutWaves(plan, per_device, budget);
 
-  // 3. Dispatch wave after wave.
+  // 3, for the first wave.
+  run->first_dispatched = !run->waves.empty() && DispatchWave(*run, 0);
+  return run;
+}
+
+absl::StatusOr<TransferStats> TransferEngine::Finish(
+    std::unique_ptr<StagingRun> run, const std::function<void()>& on_dispatched,
+    const std::function<absl::Status()>& after_first_wave) {
+  TransferStats& stats = run->stats;
   bool announced = false;
   const auto announce_dispatched = [&] {
     if (std::exchange(announced, true)) return;
-    stats.time_to_dispatched = absl::Now() - start;
+    stats.time_to_dispatched = absl::Now() - run->start;
     if (on_dispatched) on_dispatched();
   };
-  auto first_error = std::make_shared<FirstError>();
-  std::vector<Future<>> delivered;
-  std::vector<int64_t> sizes;
-  for (const std::vector<int>& wave : waves) {
-    if (!first_error->Get().ok()) break;
-    sizes.clear();
-    for (int s : wave) sizes.push_back(plan.slices[s].length_bytes);
-    absl::StatusOr<std::vector<Lease>> leases = pool_.AcquireAll(sizes);
-    if (!leases.ok()) {
-      first_error->Record(leases.status());
-      break;
-    }
-    ++stats.waves;
-
-    // Batches: one per device (batched) or one per slice.
-    std::vector<Batch> batches;
-    std::vector<int> batch_of_device(devices.size(), -1);
-    for (size_t i = 0; i < wave.size(); ++i) {
-      const PlannedSlice& slice = plan.slices[wave[i]];
-      const int d = local.at(slice.device);  // checked above
-      int b = batch_of_device[d];
-      if (b < 0 || options_.dispatch == DispatchMode::kPerSlice) {
-        b = static_cast<int>(batches.size());
-        batches.push_back({devices[d], {}, {}});
-        batch_of_device[d] = b;
-      }
-      const auto* base =
-          static_cast<const uint8_t*>(sources.Find(slice.array, slice.device));
-      Lease& lease = (*leases)[i];
-      batches[b].ops.push_back({base + slice.copy.src_offset_bytes,
-                                slice.copy.src_pitch_bytes, lease.data(),
-                                slice.copy.width_bytes, slice.copy.width_bytes,
-                                slice.copy.rows});
-      batches[b].extents.push_back({wave[i], std::move(lease)});
-    }
-    for (Batch& batch : batches) {
-      const absl::Time dispatched_at = absl::Now();
-      Future<> copied = batch.device->CopyToHost(batch.ops);
-      ++stats.dispatches;
-      Promise<> done;
-      delivered.push_back(done.future());
-      std::string span;
-      if (options_.tracer != nullptr) {
-        int64_t bytes = 0;
-        for (const CopyOp& op : batch.ops) bytes += op.bytes();
-        span = absl::StrFormat("copy %d slices, %s", batch.ops.size(),
-                               FormatBytes(static_cast<double>(bytes)));
-      }
-      copied.OnReady([extents = std::move(batch.extents), &sink, first_error,
-                      done = std::move(done), tracer = options_.tracer,
-                      device = batch.device->id(), span = std::move(span),
-                      dispatched_at](const absl::Status& status) mutable {
-        if (tracer != nullptr) {
-          tracer->Span(absl::StrFormat("device %d", device), span,
-                       dispatched_at, absl::Now());
-        }
-        if (status.ok()) {
-          for (StagedExtent& extent : extents) sink.OnStaged(std::move(extent));
-        } else {
-          first_error->Record(status);
-          extents.clear();  // the copy is over: the leases can go back
-        }
-        done.Set(status);
-      });
-      if (options_.wait == WaitMode::kSequential) delivered.back().Wait();
-    }
+  // 3. Dispatch wave after wave (Begin dispatched the first), stopping at
+  // the first error.
+  for (size_t wave = 0; wave < run->waves.size(); ++wave) {
+    if (wave == 0 ? !run->first_dispatched : !DispatchWave(*run, wave)) break;
     // The last wave is announced before the first wave's work begins.
-    if (stats.waves == static_cast<int>(waves.size())) announce_dispatched();
-    if (stats.waves == 1 && after_first_wave) {
-      first_error->Record(after_first_wave());
+    if (wave + 1 == run->waves.size()) announce_dispatched();
+    if (wave == 0 && after_first_wave) {
+      run->first_error->Record(after_first_wave());
     }
   }
   announce_dispatched();  // staging stopped early, or nothing to stage
 
   // 4. Wait for everything in flight.
-  WhenAll(delivered).Wait();
-  stats.time_to_staged = absl::Now() - start;
+  WhenAll(run->delivered).Wait();
+  stats.time_to_staged = absl::Now() - run->start;
   stats.peak_pool_bytes = pool_.stats().peak_bytes;
-  if (absl::Status status = first_error->Get(); !status.ok()) return status;
+  if (absl::Status status = run->first_error->Get(); !status.ok()) {
+    return status;
+  }
   return stats;
+}
+
+bool TransferEngine::DispatchWave(StagingRun& run, size_t w) {
+  if (!run.first_error->Get().ok()) return false;
+  const SavePlan& plan = *run.plan;
+  const std::vector<int>& wave = run.waves[w];
+  std::vector<int64_t> sizes;
+  sizes.reserve(wave.size());
+  for (int s : wave) sizes.push_back(plan.slices[s].length_bytes);
+  absl::StatusOr<std::vector<Lease>> leases = pool_.AcquireAll(sizes);
+  if (!leases.ok()) {
+    run.first_error->Record(leases.status());
+    return false;
+  }
+  TransferStats& stats = run.stats;
+  ++stats.waves;
+
+  // Batches: one per device (batched) or one per slice.
+  std::vector<Batch> batches;
+  std::vector<int> batch_of_device(run.devices.size(), -1);
+  for (size_t i = 0; i < wave.size(); ++i) {
+    const PlannedSlice& slice = plan.slices[wave[i]];
+    const int d = run.local.at(slice.device);  // checked in Begin
+    int b = batch_of_device[d];
+    if (b < 0 || options_.dispatch == DispatchMode::kPerSlice) {
+      b = static_cast<int>(batches.size());
+      batches.push_back({run.devices[d], {}, {}});
+      batch_of_device[d] = b;
+    }
+    const auto* base = static_cast<const uint8_t*>(
+        run.sources->Find(slice.array, slice.device));
+    Lease& lease = (*leases)[i];
+    batches[b].ops.push_back({base + slice.copy.src_offset_bytes,
+                              slice.copy.src_pitch_bytes, lease.data(),
+                              slice.copy.width_bytes, slice.copy.width_bytes,
+                              slice.copy.rows});
+    batches[b].extents.push_back({wave[i], std::move(lease)});
+  }
+  // Every device's copies are enqueued before any starts: on the host
+  // backend the first devices' copies would take the cores from this loop.
+  for (Batch& batch : batches) batch.device->HoldCopies();
+  for (Batch& batch : batches) {
+    const absl::Time dispatched_at = absl::Now();
+    Future<> copied = batch.device->CopyToHost(batch.ops);
+    ++stats.dispatches;
+    Promise<> done;
+    run.delivered.push_back(done.future());
+    std::string span;
+    if (options_.tracer != nullptr) {
+      int64_t bytes = 0;
+      for (const CopyOp& op : batch.ops) bytes += op.bytes();
+      span = absl::StrFormat("copy %d slices, %s", batch.ops.size(),
+                             FormatBytes(static_cast<double>(bytes)));
+    }
+    copied.OnReady([extents = std::move(batch.extents), sink = run.sink,
+                    first_error = run.first_error, done = std::move(done),
+                    tracer = options_.tracer, device = batch.device->id(),
+                    span = std::move(span),
+                    dispatched_at](const absl::Status& status) mutable {
+      if (tracer != nullptr) {
+        tracer->Span(absl::StrFormat("device %d", device), span, dispatched_at,
+                     absl::Now());
+      }
+      if (status.ok()) {
+        for (StagedExtent& extent : extents) sink->OnStaged(std::move(extent));
+      } else {
+        first_error->Record(status);
+        extents.clear();  // the copy is over: the leases can go back
+      }
+      done.Set(status);
+    });
+    if (options_.wait == WaitMode::kSequential) {
+      batch.device->ReleaseCopies();
+      run.delivered.back().Wait();
+    }
+  }
+  for (Batch& batch : batches) batch.device->ReleaseCopies();
+  return true;
 }
 
 }  // namespace hoist

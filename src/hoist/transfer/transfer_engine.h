@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -25,7 +26,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "hoist/base/first_error.h"
 #include "hoist/device.h"
+#include "hoist/future.h"
 #include "hoist/save_plan.h"
 #include "hoist/trace.h"
 #include "hoist/transfer/staging_pool.h"
@@ -103,8 +106,29 @@ struct TransferStats {
   absl::Duration time_to_staged;      // until every slice reached the sink
 };
 
-// Stages one share at a time per pool. Thread-compatible: one Stage call at a
-// time per engine (and per pool).
+// A staging begun by TransferEngine::Begin, its first wave dispatched:
+// everything it carries from one wave to the next. Only the engine reads it.
+class StagingRun {
+ public:
+  const SavePlan* plan = nullptr;
+  absl::Span<Device* const> devices;
+  const ShardSources* sources = nullptr;
+  StagedExtentSink* sink = nullptr;
+  absl::Time start;
+  TransferStats stats;
+  absl::flat_hash_map<DeviceId, int> local;  // device id -> index in devices
+  std::vector<std::vector<int>> waves;
+  bool first_dispatched = false;  // Begin dispatched wave 0
+  std::shared_ptr<FirstError> first_error = std::make_shared<FirstError>();
+  std::vector<Future<>> delivered;
+};
+
+// True when Begin dispatched every copy of `run` (the share fit in one
+// wave): staging's on_dispatched moment has passed.
+bool AllDispatched(const StagingRun& run);
+
+// Stages one share at a time per pool. Thread-compatible: one Stage call
+// (or Begin ... Finish) at a time per engine (and per pool).
 class TransferEngine {
  public:
   // `pool` must outlive the engine and every lease handed to a sink.
@@ -133,7 +157,27 @@ class TransferEngine {
       const std::function<void()>& on_dispatched = nullptr,
       const std::function<absl::Status()>& after_first_wave = nullptr);
 
+  // Stage in two halves, which may run on two threads one after the other
+  // (the CheckpointManager dispatches on the caller's thread, then its
+  // saver finishes): Begin checks the share, cuts the waves and dispatches
+  // the first wave (its errors are Stage's checks'; nothing is dispatched
+  // then); Finish dispatches the rest and waits, as Stage does after its
+  // first wave (on_dispatched runs at once in it when the first wave was
+  // the last). A run must be finished: its copies use `sources` and `sink`,
+  // which must outlive Finish.
+  absl::StatusOr<std::unique_ptr<StagingRun>> Begin(
+      const SavePlan& plan, int process, absl::Span<Device* const> devices,
+      const ShardSources& sources, StagedExtentSink& sink);
+  absl::StatusOr<TransferStats> Finish(
+      std::unique_ptr<StagingRun> run,
+      const std::function<void()>& on_dispatched = nullptr,
+      const std::function<absl::Status()>& after_first_wave = nullptr);
+
  private:
+  // Dispatches wave `wave` of `run`; false when it did not (an earlier
+  // error, or its leases': the run's first error says which).
+  bool DispatchWave(StagingRun& run, size_t wave);
+
   StagingPool& pool_;
   const TransferOptions options_;
 };

@@ -113,6 +113,7 @@ class Harness {
   }
 
   const SavePlan& plan() const { return plan_; }
+  const ShardSources& sources() const { return shards_.sources; }
   Backend& backend() { return *backend_; }
   std::unique_ptr<StagingPool> Pool(int64_t capacity) {
     return *StagingPool::Create(*backend_, capacity);
@@ -274,6 +275,78 @@ TEST(TransferEngineTest, PoolSmallerThanOneDeviceShareStagesInWaves) {
   EXPECT_LE(stats->peak_pool_bytes, 64 * 1024);
   EXPECT_LE(stats->dispatches, stats->waves * 8);
   EXPECT_EQ(pool->stats().in_use_bytes, 0);
+}
+
+// Begin on one thread dispatches the first wave; Finish on another does
+// the rest; together they stage what Stage does.
+TEST(TransferEngineTest, BeginOnOneThreadFinishOnAnother) {
+  std::vector<ArraySpec> model;
+  for (int i = 0; i < 16; ++i) {
+    model.push_back(Named("w" + std::to_string(i), DType::kFloat32, {512, 64},
+                          {{"data", "model"}}));
+  }
+  Harness harness(model, Topology::Uniform(1, 8), 0);
+  for (const int64_t capacity : {int64_t{4} << 20, int64_t{64} << 10}) {
+    auto pool = harness.Pool(capacity);
+    TransferEngine engine(*pool);
+    CopyingSink sink;
+    const auto dispatches = [&] {
+      int64_t n = 0;
+      for (Device* device : harness.backend().devices()) {
+        n += device->counters().dispatches;
+      }
+      return n;
+    };
+    const int64_t before = dispatches();
+    absl::StatusOr<std::unique_ptr<StagingRun>> run =
+        engine.Begin(harness.plan(), 0, harness.backend().devices(),
+                     harness.sources(), sink);
+    ASSERT_TRUE(run.ok()) << run.status();
+    const bool all = AllDispatched(**run);
+    EXPECT_EQ(all, capacity == int64_t{4} << 20);  // one wave, or several
+    // The first wave is out before Finish.
+    const int64_t in_begin = dispatches() - before;
+    EXPECT_GT(in_begin, 0);
+    int64_t dispatched_in_finish = -1;
+    absl::StatusOr<TransferStats> stats;
+    std::thread finisher([&] {
+      stats = engine.Finish(*std::move(run), [&] {
+        dispatched_in_finish = dispatches() - before - in_begin;
+      });
+    });
+    finisher.join();
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    harness.ExpectExact(sink.Take());
+    EXPECT_EQ(stats->dispatches, in_begin + dispatched_in_finish);
+    if (all) {
+      EXPECT_EQ(dispatched_in_finish, 0);
+      EXPECT_EQ(stats->waves, 1);
+    } else {
+      EXPECT_GT(dispatched_in_finish, 0);
+    }
+    EXPECT_EQ(pool->stats().in_use_bytes, 0);
+  }
+}
+
+// The host backend's held copies start only at the release.
+TEST(TransferEngineTest, HeldHostCopiesStartAtTheRelease) {
+  std::unique_ptr<Backend> backend = *MakeHostBackend({.num_devices = 1});
+  Device& device = *backend->devices()[0];
+  std::vector<uint8_t> from(1 << 20, 7), to(1 << 20, 0);
+  const CopyOp op{from.data(),
+                  static_cast<int64_t>(from.size()),
+                  to.data(),
+                  static_cast<int64_t>(to.size()),
+                  static_cast<int64_t>(to.size()),
+                  1};
+  device.HoldCopies();
+  Future<> copied = device.CopyToHost({&op, 1});
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_FALSE(copied.ready());
+  EXPECT_EQ(to[0], 0);
+  device.ReleaseCopies();
+  ASSERT_TRUE(copied.Wait().ok());
+  EXPECT_EQ(to, from);
 }
 
 TEST(TransferEngineTest, ManySmallSlicesInWavesKeepDispatchesPerWave) {

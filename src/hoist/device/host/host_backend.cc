@@ -88,6 +88,15 @@ class HostDevice final : public Device {
 
   DeviceId id() const override { return id_; }
 
+  void HoldCopies() override {
+    MutexLock lock(&mu_);
+    held_ = true;
+  }
+  void ReleaseCopies() override {
+    MutexLock lock(&mu_);
+    held_ = false;
+  }
+
   Future<> CopyToHost(absl::Span<const CopyOp> ops) override {
     return Enqueue(ops);
   }
@@ -178,7 +187,7 @@ class HostDevice final : public Device {
   }
 
   bool HasWorkOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return stopping_ || !queue_.empty();
+    return stopping_ || (!queue_.empty() && !held_);
   }
 
   void EngineLoop() {
@@ -214,6 +223,7 @@ class HostDevice final : public Device {
   const int64_t chunk_bytes_;
   Mutex mu_;
   std::deque<std::shared_ptr<Dispatch>> queue_ ABSL_GUARDED_BY(mu_);
+  bool held_ ABSL_GUARDED_BY(mu_) = false;  // HoldCopies
   // Claim cursor into queue_.front().
   size_t next_op_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t next_piece_ ABSL_GUARDED_BY(mu_) = 0;
