@@ -444,6 +444,40 @@ TEST_F(ManagerTest, LocalTierOptionsAreChecked) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// Rank 0 of two whose rank 1 answers every all-gather as rank 0 does, but
+// has its own local root; it cannot move bulk data (Exchange's default),
+// as the Python coordinators.
+class TwoRanksWithoutExchange final : public Coordinator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  absl::Status Barrier(std::string_view) override { return absl::OkStatus(); }
+  absl::StatusOr<std::vector<std::string>> AllGather(
+      std::string_view name, std::string bytes) override {
+    // Where each rank keeps its local root: rank 1's is its own.
+    if (name == "local tier hosts") return {{bytes, bytes + "-rank1"}};
+    return std::vector<std::string>{bytes, bytes};
+  }
+  absl::StatusOr<std::string> Broadcast(std::string_view, std::string bytes,
+                                        int) override {
+    return bytes;
+  }
+};
+
+TEST(LocalTierTest, ReplicasWithoutExchangeAreRefusedAtOpen) {
+  testing::TempDir temp;
+  TwoRanksWithoutExchange two;
+  std::unique_ptr<Storage> storage = MakePosixStorage();
+  absl::StatusOr<std::unique_ptr<LocalTier>> tier =
+      LocalTier::Open(temp.path() + "/{rank}", 2, 2, two, *storage);
+  EXPECT_EQ(tier.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(tier.status().message(), HasSubstr("use replicas 1"));
+  // One copy needs no exchange.
+  tier = LocalTier::Open(temp.path() + "/{rank}", 1, 2, two, *storage);
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  EXPECT_TRUE((*tier)->replica_holders().empty());
+}
+
 TEST(ReplicaOffsetsTest, OtherHostsFirstThenOtherProcesses) {
   // Two hosts of two ranks: +2 lands every rank on the other host.
   EXPECT_THAT(ReplicaOffsets({"a", "a", "b", "b"}, 2), ElementsAre(2));

@@ -215,6 +215,23 @@ absl::StatusOr<std::unique_ptr<LocalTier>> LocalTier::Open(
     }
   }
   const std::vector<int> offsets = ReplicaOffsets(hosts, replicas);
+  // Replication moves parts through Exchange: a coordinator without it
+  // (the Python ones today) is refused now, not at the first local save.
+  if (!offsets.empty()) {
+    const int d = offsets.front();
+    absl::Status probe = coordinator.Exchange(
+        "local tier probe", {}, (rank + d) % n, (rank - d + n) % n,
+        [](absl::Span<const uint8_t>) { return absl::OkStatus(); });
+    if (probe.code() == absl::StatusCode::kUnimplemented) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "local tier: replicas %d copies each process's part to other "
+          "processes through Coordinator::Exchange, which this job's "
+          "coordinator lacks (%s); use replicas 1 (no copy: a lost node's "
+          "steps come from the durable tier) or the MPI coordinator",
+          replicas, probe.message()));
+    }
+    RETURN_IF_ERROR(probe);
+  }
   // Every rank opens its roots, then learns whether all could.
   std::unique_ptr<CheckpointRoot> own;
   std::map<int, std::unique_ptr<CheckpointRoot>> kept;
