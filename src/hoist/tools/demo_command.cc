@@ -550,6 +550,25 @@ absl::StatusOr<Trained> Train(const DemoFlags& flags, absl::Duration step_time,
   return trained;
 }
 
+// A restore target for `spec`: this process's devices' shards of it, each
+// in device memory allocated for it (kept in `memory`).
+absl::StatusOr<RestoreTarget> DeviceTarget(const DemoJob& job,
+                                           const ArraySpec& spec,
+                                           std::vector<MemoryBlock>& memory) {
+  ASSIGN_OR_RETURN(ShardLayout layout, spec.sharding.Layout(spec.shape));
+  RestoreTarget target{spec.name, spec.dtype, spec.shape, {}};
+  for (const DeviceShard& shard : layout.shards) {
+    if (!job.device_of.contains(shard.device)) continue;  // another's
+    Device* device = job.device_of.at(shard.device);
+    ASSIGN_OR_RETURN(
+        MemoryBlock block,
+        device->Allocate(shard.box.num_elements() * ItemSize(spec.dtype)));
+    target.destinations.push_back({shard.box, device, block.data()});
+    memory.push_back(std::move(block));
+  }
+  return target;
+}
+
 // The job's verdict (every process's) and its largest peak memory.
 absl::Status JobVerdict(DemoJob& job, Restored& restored) {
   ASSIGN_OR_RETURN(std::vector<std::string> outcomes,
@@ -601,17 +620,7 @@ absl::StatusOr<Restored> RestoreAndCheck(DemoJob& job,
   for (size_t a = 0; a < job.model.size(); ++a) {
     ArraySpec spec = job.model[a];
     spec.sharding = NamedSharding{other, spec.sharding.named()->spec};
-    ASSIGN_OR_RETURN(ShardLayout layout, spec.sharding.Layout(spec.shape));
-    RestoreTarget target{spec.name, spec.dtype, spec.shape, {}};
-    for (const DeviceShard& shard : layout.shards) {
-      if (!job.device_of.contains(shard.device)) continue;  // another's
-      Device* device = job.device_of.at(shard.device);
-      ASSIGN_OR_RETURN(
-          MemoryBlock block,
-          device->Allocate(shard.box.num_elements() * ItemSize(spec.dtype)));
-      target.destinations.push_back({shard.box, device, block.data()});
-      memory[a].push_back(std::move(block));
-    }
+    ASSIGN_OR_RETURN(RestoreTarget target, DeviceTarget(job, spec, memory[a]));
     targets.push_back(std::move(target));
   }
   ASSIGN_OR_RETURN(restored.mesh, manager.Restore(latest, targets));
@@ -662,20 +671,12 @@ absl::StatusOr<Restored> RestoreTiersAndCheck(DemoJob& job,
   std::vector<RestoreTarget> targets;
   std::vector<std::vector<const Part*>> part_of(job.model.size());
   for (size_t a = 0; a < job.model.size(); ++a) {
-    const ArraySpec& spec = job.model[a];
-    ASSIGN_OR_RETURN(ShardLayout layout, spec.sharding.Layout(spec.shape));
-    RestoreTarget target{spec.name, spec.dtype, spec.shape, {}};
-    for (const DeviceShard& shard : layout.shards) {
-      if (!job.device_of.contains(shard.device)) continue;  // another's
-      Device* device = job.device_of.at(shard.device);
-      ASSIGN_OR_RETURN(
-          MemoryBlock block,
-          device->Allocate(shard.box.num_elements() * ItemSize(spec.dtype)));
-      target.destinations.push_back({shard.box, device, block.data()});
-      memory[a].push_back(std::move(block));
+    ASSIGN_OR_RETURN(RestoreTarget target,
+                     DeviceTarget(job, job.model[a], memory[a]));
+    for (const RestoreDestination& dest : target.destinations) {
       const Part* part = nullptr;
       for (const Part& p : job.parts[a]) {
-        if (p.box == shard.box) part = &p;
+        if (p.box == dest.box) part = &p;
       }
       part_of[a].push_back(part);
     }

@@ -126,6 +126,13 @@ class Harness {
   testing::DeviceShards shards_;
 };
 
+// Every dispatch the backend's devices have made.
+int64_t Dispatches(Backend& backend) {
+  int64_t n = 0;
+  for (Device* device : backend.devices()) n += device->counters().dispatches;
+  return n;
+}
+
 Mesh Mesh2x4() { return *Mesh::Create({"data", "model"}, {2, 4}); }
 
 ArraySpec Named(std::string name, DType dtype, std::vector<int64_t> shape,
@@ -290,13 +297,7 @@ TEST(TransferEngineTest, BeginOnOneThreadFinishOnAnother) {
     auto pool = harness.Pool(capacity);
     TransferEngine engine(*pool);
     CopyingSink sink;
-    const auto dispatches = [&] {
-      int64_t n = 0;
-      for (Device* device : harness.backend().devices()) {
-        n += device->counters().dispatches;
-      }
-      return n;
-    };
+    const auto dispatches = [&] { return Dispatches(harness.backend()); };
     const int64_t before = dispatches();
     absl::StatusOr<std::unique_ptr<StagingRun>> run =
         engine.Begin(harness.plan(), 0, harness.backend().devices(),
@@ -437,13 +438,7 @@ TEST(TransferEngineTest, AfterTheFirstWaveRunsOnceWhileItsCopiesProceed) {
   {
     auto pool = harness.Pool(64 * 1024);
     CopyingSink sink;
-    const auto dispatches = [&] {
-      int64_t n = 0;
-      for (Device* device : harness.backend().devices()) {
-        n += device->counters().dispatches;
-      }
-      return n;
-    };
+    const auto dispatches = [&] { return Dispatches(harness.backend()); };
     const int64_t before = dispatches();
     int calls = 0;
     int64_t first_wave = 0;
