@@ -411,8 +411,7 @@ class CheckpointManager::Impl {
       planned.plan = std::make_shared<const SavePlan>(std::move(plan));
       planned.specs = std::move(specs);
       planned.bytes = 0;
-      for (int s :
-           planned.plan->SlicesOfProcess(part ? 0 : coordinator_.rank())) {
+      for (int s : planned.plan->SlicesOfProcess(PlanProcess(job.tier))) {
         planned.bytes += planned.plan->slices[s].length_bytes;
       }
     }
@@ -420,6 +419,12 @@ class CheckpointManager::Impl {
     job.plan = planned.plan;
     job.progress->total_bytes = planned.bytes;
     return absl::OkStatus();
+  }
+
+  // This process's index in a plan of `tier`: its rank, or 0 in a local
+  // part's plan (PartTopology).
+  int PlanProcess(Tier tier) const {
+    return tier == Tier::kLocal ? 0 : coordinator_.rank();
   }
 
   // Dispatches `job`'s first wave on this (the caller's) thread, for the
@@ -430,11 +435,9 @@ class CheckpointManager::Impl {
   // flight): the engine and the pool serve one save at a time. A share
   // Begin refuses is left to the saver, whose staging reports the error.
   void DispatchHere(Job& job) {
-    SaveRequest ahead;
-    ahead.plan = job.plan.get();
     absl::StatusOr<std::unique_ptr<BegunSave>> begun =
-        BeginSave(ahead, engine_, backend_.devices(), job.sources,
-                  job.tier == Tier::kLocal ? 0 : coordinator_.rank());
+        BeginSave(*job.plan, PlanProcess(job.tier), engine_, backend_.devices(),
+                  job.sources);
     if (!begun.ok()) return;
     job.begun = *std::move(begun);
     if (job.begun->all_dispatched()) {

@@ -329,6 +329,30 @@ TEST_F(ManagerTest, AnIdleSaverLetsSaveDispatchOnTheCallersThread) {
   }
 }
 
+// A share staging refuses before any copy (a slice larger than the pool)
+// is Save's error in either mode: nothing was dispatched.
+TEST_F(ManagerTest, AShareStagingRefusesIsSavesErrorInEitherMode) {
+  CheckpointManagerOptions options = SmallPool();
+  options.pool_bytes = 4096;
+  options.plan.min_slice_bytes = int64_t{1} << 20;  // saved whole: 16 KiB
+  auto manager = Open(options);
+  ASSERT_NE(manager, nullptr);
+  const std::vector<ArraySpec> big = {
+      {"big",
+       DType::kFloat32,
+       {64, 64},
+       Sharding::Replicated(*Mesh::Create({"data", "model"}, {2, 4}))}};
+  testing::DeviceShards shards = testing::FillShards(big, backend_->devices());
+  for (ReturnWhen when : {ReturnWhen::kStaged, ReturnWhen::kDispatched}) {
+    absl::StatusOr<SaveHandle> handle =
+        manager->Save(1, testing::SaveArraysOf(big, shards), "{}", when);
+    EXPECT_EQ(handle.status().code(), absl::StatusCode::kResourceExhausted)
+        << handle.status();
+    manager->WaitUntilFinished().IgnoreError();
+  }
+  EXPECT_TRUE(manager->List()->empty());
+}
+
 TEST_F(ManagerTest, AFenceThatFailsMakesWaitStagedOnWaitOnTheCpu) {
   FencedBackend fenced(*backend_, /*failing=*/3);
   absl::StatusOr<std::unique_ptr<CheckpointManager>> manager =

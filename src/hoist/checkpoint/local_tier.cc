@@ -23,6 +23,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "hoist/base/status_macros.h"
+#include "hoist/checkpoint/save.h"
 #include "hoist/format/layout.h"
 #include "hoist/manifest.h"
 
@@ -388,11 +389,9 @@ absl::Status LocalTier::Shift(const std::string& name, int64_t step, int offset,
   if (tmp.empty()) return first;
   if (first.ok()) first = storage_.SyncDir(JoinPath(tmp, kDataDirName));
   if (first.ok()) first = storage_.SyncDir(tmp);
-  if (first.ok() && into->StepDir(step).ok()) first = into->Delete(step);
   if (first.ok()) {
-    first = storage_.Rename(tmp, JoinPath(into->path(), StepDirName(step)));
+    first = PublishStep(storage_, into->path(), step, tmp, /*overwrite=*/true);
   }
-  if (first.ok()) first = storage_.SyncDir(into->path());
   if (!first.ok()) storage_.RemoveAll(tmp).IgnoreError();
   return first;
 }

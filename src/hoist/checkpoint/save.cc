@@ -57,53 +57,6 @@
 #include "hoist/mutex.h"
 
 namespace hoist {
-// Holds staged extents until the writer exists (the first wave's copies
-// are dispatched before the save's directory and files are made), then
-// hands them, and every later one, to it; or, attached to nothing, drops
-// them (their leases return to the pool).
-class DeferredSink final : public StagedExtentSink {
- public:
-  void OnStaged(StagedExtent extent) override ABSL_LOCKS_EXCLUDED(mu_) {
-    StagedExtentSink* target;
-    {
-      MutexLock lock(&mu_);
-      target = target_;
-      if (target == nullptr) {
-        if (!dropping_) held_.push_back(std::move(extent));
-        return;
-      }
-    }
-    target->OnStaged(std::move(extent));
-  }
-
-  // Once: `target` (null: drop them) receives the extents held so far and
-  // every later one.
-  void Attach(StagedExtentSink* target) ABSL_LOCKS_EXCLUDED(mu_) {
-    std::vector<StagedExtent> held;
-    {
-      MutexLock lock(&mu_);
-      target_ = target;
-      dropping_ = target == nullptr;
-      held.swap(held_);
-    }
-    if (target == nullptr) return;  // `held` goes, and its leases with it
-    for (StagedExtent& extent : held) target->OnStaged(std::move(extent));
-  }
-
- private:
-  Mutex mu_;
-  StagedExtentSink* target_ ABSL_GUARDED_BY(mu_) = nullptr;
-  bool dropping_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<StagedExtent> held_ ABSL_GUARDED_BY(mu_);
-};
-
-struct BegunSave::State {
-  DeferredSink sink;  // before `run`, whose copies deliver into it
-  TransferEngine* engine = nullptr;
-  std::unique_ptr<StagingRun> run;  // null once finished
-  bool all_dispatched = false;
-};
-
 namespace {
 
 // (slice, hash) pairs of this process, as bytes for the all-gather.
@@ -182,34 +135,10 @@ Manifest BuildManifest(const SaveRequest& request,
 absl::Status Commit(Storage& storage, const SaveRequest& request,
                     const std::string& tmp, const Manifest& manifest,
                     const std::function<void(const char*)>& traced) {
-  const std::string final_dir =
-      JoinPath(request.root, StepDirName(request.step));
   RETURN_IF_ERROR(WriteManifestFile(storage, tmp, manifest));
   traced("manifest (write, fsync, rename, fsync dirs)");
-  ASSIGN_OR_RETURN(bool exists, storage.Exists(final_dir));
-  std::string aside;
-  if (exists) {
-    if (!request.overwrite) {
-      return absl::AlreadyExistsError(
-          absl::StrFormat("%s: step %d was committed while this save ran",
-                          final_dir, request.step));
-    }
-    aside = JoinPath(request.root,
-                     absl::StrCat(TmpStepDirName(request.step), kAsideSuffix));
-    RETURN_IF_ERROR(storage.Rename(final_dir, aside));
-  }
-  if (absl::Status renamed = storage.Rename(tmp, final_dir); !renamed.ok()) {
-    if (!aside.empty()) storage.Rename(aside, final_dir).IgnoreError();
-    return renamed;
-  }
-  if (absl::Status synced = storage.SyncDir(request.root); !synced.ok()) {
-    // The rename may not be durable: take it back, so that what is visible
-    // agrees with the error (the old step returns from aside).
-    storage.Rename(final_dir, tmp).IgnoreError();
-    if (!aside.empty()) storage.Rename(aside, final_dir).IgnoreError();
-    return synced;
-  }
-  if (!aside.empty()) RETURN_IF_ERROR(storage.RemoveAll(aside));
+  RETURN_IF_ERROR(
+      PublishStep(storage, request.root, request.step, tmp, request.overwrite));
   traced("publish (rename, fsync root)");
   return absl::OkStatus();
 }
@@ -264,7 +193,7 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
                                      absl::Span<Device* const> devices,
                                      const ShardSources& sources,
                                      absl::Time start, std::string& tmp,
-                                     BegunSave::State* begun) {
+                                     BegunSave* begun) {
   const SavePlan& plan = *request.plan;
   const int process = coordinator.rank();
   SaveResult result;
@@ -405,7 +334,7 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
 static absl::StatusOr<SaveResult> SaveCheckpointImpl(
     Storage& storage, Coordinator& coordinator, const SaveRequest& request,
     TransferEngine& engine, absl::Span<Device* const> devices,
-    const ShardSources& sources, BegunSave::State* begun) {
+    const ShardSources& sources, BegunSave* begun) {
   const absl::Time start = absl::Now();
   if (request.plan == nullptr || request.step < 0 ||
       request.arrays.size() != request.plan->arrays.size()) {
@@ -422,40 +351,56 @@ static absl::StatusOr<SaveResult> SaveCheckpointImpl(
   return result;
 }
 
-BegunSave::BegunSave(std::unique_ptr<State> state) : state_(std::move(state)) {}
+absl::Status PublishStep(Storage& storage, const std::string& root,
+                         int64_t step, const std::string& tmp, bool overwrite) {
+  const std::string final_dir = JoinPath(root, StepDirName(step));
+  ASSIGN_OR_RETURN(bool exists, storage.Exists(final_dir));
+  std::string aside;
+  if (exists) {
+    if (!overwrite) {
+      return absl::AlreadyExistsError(absl::StrFormat(
+          "%s: step %d was committed while this save ran", final_dir, step));
+    }
+    aside = JoinPath(root, absl::StrCat(TmpStepDirName(step), kAsideSuffix));
+    RETURN_IF_ERROR(storage.Rename(final_dir, aside));
+  }
+  if (absl::Status renamed = storage.Rename(tmp, final_dir); !renamed.ok()) {
+    if (!aside.empty()) storage.Rename(aside, final_dir).IgnoreError();
+    return renamed;
+  }
+  if (absl::Status synced = storage.SyncDir(root); !synced.ok()) {
+    // The rename may not be durable: take it back, so that what is visible
+    // agrees with the error (the old step returns from aside).
+    storage.Rename(final_dir, tmp).IgnoreError();
+    if (!aside.empty()) storage.Rename(aside, final_dir).IgnoreError();
+    return synced;
+  }
+  if (!aside.empty()) RETURN_IF_ERROR(storage.RemoveAll(aside));
+  return absl::OkStatus();
+}
 
 BegunSave::~BegunSave() {
   // A run nobody finished (the save stopped before staging): its copies
   // use the sink, so they end first; their extents are dropped.
-  if (state_->run != nullptr) {
-    state_->sink.Attach(nullptr);
-    state_->engine->Finish(std::move(state_->run)).IgnoreError();
+  if (run != nullptr) {
+    sink.Attach(nullptr);
+    engine->Finish(std::move(run)).IgnoreError();
   }
 }
 
-bool BegunSave::all_dispatched() const { return state_->all_dispatched; }
+bool BegunSave::all_dispatched() const {
+  return run != nullptr && AllDispatched(*run);
+}
 
 absl::StatusOr<std::unique_ptr<BegunSave>> BeginSave(
-    const SaveRequest& request, TransferEngine& engine,
-    absl::Span<Device* const> devices, const ShardSources& sources,
-    int process) {
-  if (request.plan == nullptr) {
-    return absl::InvalidArgumentError("save request without a plan");
-  }
-  auto state = std::make_unique<BegunSave::State>();
-  state->engine = &engine;
-  ASSIGN_OR_RETURN(state->run, engine.Begin(*request.plan, process, devices,
-                                            sources, state->sink));
-  state->all_dispatched = AllDispatched(*state->run);
-  return std::unique_ptr<BegunSave>(new BegunSave(std::move(state)));
+    const SavePlan& plan, int process, TransferEngine& engine,
+    absl::Span<Device* const> devices, const ShardSources& sources) {
+  auto begun = std::make_unique<BegunSave>();
+  begun->engine = &engine;
+  ASSIGN_OR_RETURN(begun->run,
+                   engine.Begin(plan, process, devices, sources, begun->sink));
+  return begun;
 }
-
-// For SaveCheckpoint: the state inside a begun save.
-struct BegunSaveAccess {
-  static BegunSave::State* Of(BegunSave* begun) {
-    return begun != nullptr ? begun->state_.get() : nullptr;
-  }
-};
 
 absl::StatusOr<SaveResult> SaveCheckpoint(
     Storage& storage, Coordinator& coordinator, const SaveRequest& request,
@@ -479,9 +424,8 @@ absl::StatusOr<SaveResult> SaveCheckpoint(
     (*dispatched)(s);
   };
   wrapped.on_staged = [staged](const absl::Status& s) { (*staged)(s); };
-  absl::StatusOr<SaveResult> result =
-      SaveCheckpointImpl(storage, coordinator, wrapped, engine, devices,
-                         sources, BegunSaveAccess::Of(begun.get()));
+  absl::StatusOr<SaveResult> result = SaveCheckpointImpl(
+      storage, coordinator, wrapped, engine, devices, sources, begun.get());
   const absl::Status status =
       result.ok() ? absl::InternalError("staging never reported")
                   : result.status();

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -16,6 +17,7 @@
 #include "hoist/checkpoint_types.h"
 #include "hoist/coordinator.h"
 #include "hoist/manifest.h"
+#include "hoist/mutex.h"
 #include "hoist/save_plan.h"
 #include "hoist/storage.h"
 #include "hoist/trace.h"
@@ -56,38 +58,80 @@ struct SaveResult {
   absl::Duration committed;  // until the step was durable and visible
 };
 
+// Holds staged extents until the writer exists (the first wave's copies
+// are dispatched before the save's directory and files are made), then
+// hands them, and every later one, to it; or, attached to nothing, drops
+// them (their leases return to the pool).
+class DeferredSink final : public StagedExtentSink {
+ public:
+  void OnStaged(StagedExtent extent) override ABSL_LOCKS_EXCLUDED(mu_) {
+    StagedExtentSink* target;
+    {
+      MutexLock lock(&mu_);
+      target = target_;
+      if (target == nullptr) {
+        if (!dropping_) held_.push_back(std::move(extent));
+        return;
+      }
+    }
+    target->OnStaged(std::move(extent));
+  }
+
+  // Once: `target` (null: drop them) receives the extents held so far and
+  // every later one.
+  void Attach(StagedExtentSink* target) ABSL_LOCKS_EXCLUDED(mu_) {
+    std::vector<StagedExtent> held;
+    {
+      MutexLock lock(&mu_);
+      target_ = target;
+      dropping_ = target == nullptr;
+      held.swap(held_);
+    }
+    if (target == nullptr) return;  // `held` goes, and its leases with it
+    for (StagedExtent& extent : held) target->OnStaged(std::move(extent));
+  }
+
+ private:
+  Mutex mu_;
+  StagedExtentSink* target_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool dropping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<StagedExtent> held_ ABSL_GUARDED_BY(mu_);
+};
+
+// Step 6 of the protocol (save.cc) for a step directory `tmp` under `root`
+// whose files and manifest are durable: renames it to step `step` and
+// fsyncs `root`. With `overwrite`, a committed step of that number is first
+// renamed aside and removed once the new one is durable (a crash between
+// leaves it for CheckpointRoot's recovery to bring back). kAlreadyExists
+// when the step exists and `overwrite` is off; on any error what is visible
+// is the old state.
+absl::Status PublishStep(Storage& storage, const std::string& root,
+                         int64_t step, const std::string& tmp, bool overwrite);
+
 // A save whose first wave of copies was dispatched ahead (BeginSave), on
 // another thread than SaveCheckpoint's: the CheckpointManager dispatches on
 // the caller's thread, so that a save in dispatched mode returns without
 // waiting for its saver thread to be scheduled.
-class BegunSave {
- public:
+struct BegunSave {
+  // Finishes (waits for) a run SaveCheckpoint never took, dropping its
+  // extents.
   ~BegunSave();
-  // Every copy is enqueued (the share fit in one wave).
+  // Every copy is enqueued (the share fit in one wave); false once
+  // SaveCheckpoint took the run.
   bool all_dispatched() const;
 
- private:
-  friend absl::StatusOr<std::unique_ptr<BegunSave>> BeginSave(
-      const SaveRequest&, TransferEngine&, absl::Span<Device* const>,
-      const ShardSources&, int);
-  friend struct BegunSaveAccess;
-
- public:
-  struct State;  // save.cc's
-
- private:
-  explicit BegunSave(std::unique_ptr<State> state);
-  std::unique_ptr<State> state_;
+  DeferredSink sink;  // before `run`, whose copies deliver into it
+  TransferEngine* engine = nullptr;
+  std::unique_ptr<StagingRun> run;  // null once SaveCheckpoint took it
 };
 
-// Begins staging this process's (`process`'s) share of `request.plan`
-// (TransferEngine::Begin), for SaveCheckpoint to finish; `sources` must
-// outlive that. Errors: Begin's (nothing was dispatched; SaveCheckpoint
-// without a begun save reports them).
+// Begins staging `process`'s share of `plan` (TransferEngine::Begin), for
+// SaveCheckpoint to finish; `plan` and `sources` must outlive that.
+// Errors: Begin's (nothing was dispatched; SaveCheckpoint without a begun
+// save reports them).
 absl::StatusOr<std::unique_ptr<BegunSave>> BeginSave(
-    const SaveRequest& request, TransferEngine& engine,
-    absl::Span<Device* const> devices, const ShardSources& sources,
-    int process);
+    const SavePlan& plan, int process, TransferEngine& engine,
+    absl::Span<Device* const> devices, const ShardSources& sources);
 
 // Saves this process's share of `request.plan` and, together with the other
 // ranks of `coordinator`, commits the step. On error nothing is visible under

@@ -24,6 +24,7 @@
 #include "hoist/base/bytes.h"
 #include "hoist/base/checked_math.h"
 #include "hoist/base/first_error.h"
+#include "hoist/base/status_macros.h"
 
 namespace hoist {
 namespace {
@@ -75,13 +76,9 @@ absl::StatusOr<TransferStats> TransferEngine::Stage(
     const ShardSources& sources, StagedExtentSink& sink,
     const std::function<void()>& on_dispatched,
     const std::function<absl::Status()>& after_first_wave) {
-  absl::StatusOr<std::unique_ptr<StagingRun>> run =
-      Begin(plan, process, devices, sources, sink);
-  if (!run.ok()) {
-    if (on_dispatched) on_dispatched();  // staging stopped early
-    return run.status();
-  }
-  return Finish(*std::move(run), on_dispatched, after_first_wave);
+  ASSIGN_OR_RETURN(std::unique_ptr<StagingRun> run,
+                   Begin(plan, process, devices, sources, sink));
+  return Finish(std::move(run), on_dispatched, after_first_wave);
 }
 
 absl::StatusOr<std::unique_ptr<StagingRun>> TransferEngine::Begin(
