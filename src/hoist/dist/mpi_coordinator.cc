@@ -18,7 +18,7 @@
 // tag: a header (u64 total bytes | name), then the data in pieces of at
 // most 64 MiB, each sent from a copy this coordinator owns (so that a send
 // abandoned at a timeout never reads the caller's memory after it
-// returned), two in flight at a time.
+// returned), at most three sends in flight.
 #include <mpi.h>
 
 #include <algorithm>
