@@ -26,6 +26,20 @@ struct HostBackendOptions {
   // Ops larger than this are split into pieces that the device's engines
   // copy in parallel (default 4 MiB), >= 4096.
   int64_t copy_chunk_bytes = int64_t{4} << 20;
+  // The copy engines' scheduling. kNormal (the default): they compete for
+  // the cores like any thread, so on a machine with fewer cores than
+  // engines, the copies a Save dispatches can take the caller's core
+  // before Save returns (measured on 2 cores: 2-6 ms more on about half
+  // of the dispatched-mode saves of `hoist demo`). kIdle: SCHED_IDLE, as
+  // an accelerator's copy engine takes no cycles from the host's threads:
+  // the copies never preempt another thread and run on cycles no other
+  // thread wants. Where the host's cores stay busy (a CPU training loop,
+  // data loader processes) the copies then wait for them, so staging and
+  // restores slow down; the restore onto the demo's mesh measured 10-35%
+  // slower on 2 cores. Unprivileged processes cannot leave SCHED_IDLE,
+  // so the engines keep it for the backend's life.
+  enum class CopyPriority { kNormal, kIdle };
+  CopyPriority copy_priority = CopyPriority::kNormal;
 };
 
 // Starts the devices' copy engines. kInvalidArgument for bad options. The

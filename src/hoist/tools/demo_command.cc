@@ -68,6 +68,7 @@ struct DemoFlags {
   int writers = 2;
   int keep = 2;
   std::string io = "posix";
+  std::string host_copies = "normal";
   std::string step_time = "250ms";
   int64_t vocab = 50257;
   std::string trace;
@@ -294,9 +295,13 @@ absl::StatusOr<DemoJob> SetUp(const DemoFlags& flags, int64_t size) {
   } else {
     ASSIGN_OR_RETURN(
         job.backend,
-        MakeHostBackend({.num_devices = static_cast<int>(local_devices),
-                         .first_device_id =
-                             static_cast<DeviceId>(job.rank * local_devices)}));
+        MakeHostBackend(
+            {.num_devices = static_cast<int>(local_devices),
+             .first_device_id = static_cast<DeviceId>(job.rank * local_devices),
+             .copy_priority =
+                 flags.host_copies == "idle"
+                     ? HostBackendOptions::CopyPriority::kIdle
+                     : HostBackendOptions::CopyPriority::kNormal}));
   }
   if (job.processes == 1 &&
       static_cast<int64_t>(job.backend->devices().size()) < job.mesh_devices) {
@@ -1030,6 +1035,15 @@ void AddDemoCommand(CLI::App& app) {
   cmd->add_option("--io", flags->io, "I/O engine: posix or io_uring")
       ->capture_default_str()
       ->check(CLI::IsMember({"posix", "io_uring"}));
+  cmd->add_option(
+         "--host-copies", flags->host_copies,
+         "host backend: how its devices' copy threads are scheduled. normal: "
+         "like any thread; idle: SCHED_IDLE, taking only cycles no other "
+         "thread wants, as a GPU's copy engine takes none of the CPU's (on "
+         "fewer cores than devices, a dispatched-mode save then returns "
+         "without its copies taking the core; a busy host starves them)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"normal", "idle"}));
   cmd->add_option("--step-time", flags->step_time,
                   "Device compute per training step, during which the host "
                   "waits (e.g. 250ms, 1s)")

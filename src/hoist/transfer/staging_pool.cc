@@ -87,7 +87,24 @@ StagingPool::~StagingPool() {
 }
 
 std::optional<std::vector<int64_t>> StagingPool::TryPlace(
-    absl::Span<const int64_t> reserved) {
+    absl::Span<const int64_t> reserved, int64_t total) {
+  // A free block that holds them all takes them one after the other: one
+  // change to the free list however many leases (a save's first wave on the
+  // caller's thread asks for thousands at once, usually of an empty pool).
+  for (auto it = free_.begin(); it != free_.end(); ++it) {
+    if (it->second < total) continue;
+    std::vector<int64_t> offsets(reserved.size());
+    int64_t at = it->first;
+    for (size_t i = 0; i < reserved.size(); ++i) {
+      offsets[i] = at;
+      at += reserved[i];
+    }
+    const int64_t rest = it->second - total;
+    free_.erase(it);
+    if (rest > 0) free_.emplace(at, rest);
+    return offsets;
+  }
+  // Else largest first, each into the first block it fits.
   std::vector<size_t> order(reserved.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
@@ -145,11 +162,11 @@ absl::StatusOr<std::vector<Lease>> StagingPool::AcquireAll(
     }
     RETURN_IF_ERROR(memory_status_);
     base = static_cast<uint8_t*>(memory_.data());
-    offsets = TryPlace(reserved);
+    offsets = TryPlace(reserved, total);
     if (!offsets) ++stats_.waits;
     while (!offsets) {
       const bool timed_out = freed_.WaitWithDeadline(&mu_, deadline);
-      offsets = TryPlace(reserved);
+      offsets = TryPlace(reserved, total);
       if (!offsets && timed_out) {
         return absl::DeadlineExceededError(absl::StrFormat(
             "no room for %s in the staging pool after %s (%s in use)",

@@ -113,10 +113,13 @@ class StagingPool {
  private:
   explicit StagingPool(int64_t capacity_bytes);
 
-  // Places every size in the free list (first fit, largest first) and
-  // returns their offsets, or nullopt if they do not all fit now.
+  // Places every size (they sum to `total`) in the free list and returns
+  // their offsets, or nullopt if they do not all fit now: one after the
+  // other in the first block that holds them all, else first fit, largest
+  // first.
   std::optional<std::vector<int64_t>> TryPlace(
-      absl::Span<const int64_t> reserved) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      absl::Span<const int64_t> reserved, int64_t total)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Free(int64_t offset, int64_t reserved) ABSL_LOCKS_EXCLUDED(mu_);
 
   friend class Lease;

@@ -109,6 +109,30 @@ TEST_F(StagingPoolTest, FreedNeighboursCoalesceForALargeLease) {
   EXPECT_EQ(middle->data(), leases[0].data() + 4096);
 }
 
+TEST_F(StagingPoolTest, ABatchFillsOneFreeBlockInOrderOrSpreadsOverSeveral) {
+  auto pool = MakePool(8 * 4096);
+  // An empty pool: the batch lies one lease after the other, as asked.
+  {
+    std::vector<Lease> batch = *pool->AcquireAll({4096, 3 * 4096, 100});
+    EXPECT_EQ(batch[1].data(), batch[0].data() + 4096);
+    EXPECT_EQ(batch[2].data(), batch[0].data() + 4 * 4096);
+    EXPECT_EQ(pool->stats().in_use_bytes, 5 * 4096);
+  }
+  // Free 4 KiB, 8 KiB and 12 KiB blocks, none of which holds all of a 20
+  // KiB batch: each lease, largest first, takes the first block it fits.
+  std::vector<Lease> all =
+      *pool->AcquireAll({4096, 4096, 2 * 4096, 4096, 3 * 4096});
+  uint8_t* const base = all[0].data();
+  all[0].Release();  // [0, 4 KiB)
+  all[2].Release();  // [8, 16 KiB)
+  all[4].Release();  // [20, 32 KiB)
+  std::vector<Lease> spread = *pool->AcquireAll({4096, 3 * 4096, 2 * 4096});
+  EXPECT_EQ(spread[1].data(), base + 5 * 4096);
+  EXPECT_EQ(spread[2].data(), base + 2 * 4096);
+  EXPECT_EQ(spread[0].data(), base);
+  EXPECT_EQ(pool->stats().in_use_bytes, 8 * 4096);
+}
+
 TEST_F(StagingPoolTest, AllOrNothingNeverHoldsPartOfABatchWhileWaiting) {
   auto pool = MakePool(3 * 4096);
   Lease held = *pool->Acquire(2 * 4096);

@@ -20,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "hoist/base/checked_math.h"
+#include "hoist/base/thread_priority.h"
 #include "hoist/device/copy_op.h"
 #include "hoist/mutex.h"
 
@@ -71,10 +72,17 @@ struct Dispatch {
 
 class HostDevice final : public Device {
  public:
-  HostDevice(DeviceId id, int engines, int64_t chunk_bytes)
-      : id_(id), chunk_bytes_(chunk_bytes) {
-    for (int i = 0; i < engines; ++i) {
-      engines_.emplace_back([this] { EngineLoop(); });
+  HostDevice(DeviceId id, const HostBackendOptions& options)
+      : id_(id), chunk_bytes_(options.copy_chunk_bytes) {
+    const bool idle =
+        options.copy_priority == HostBackendOptions::CopyPriority::kIdle;
+    for (int i = 0; i < options.copy_engines; ++i) {
+      engines_.emplace_back([this, idle, i] {
+        NameThisThread(absl::StrFormat("hoist-copy%d.%d", id_, i));
+        // Advice: a system that refuses leaves the engine as it was.
+        if (idle) LowerThisThreadPriority(0, /*idle=*/true).IgnoreError();
+        EngineLoop();
+      });
     }
   }
 
@@ -236,9 +244,8 @@ class HostBackend final : public Backend {
  public:
   explicit HostBackend(const HostBackendOptions& options) {
     for (int i = 0; i < options.num_devices; ++i) {
-      owned_.push_back(std::make_unique<HostDevice>(options.first_device_id + i,
-                                                    options.copy_engines,
-                                                    options.copy_chunk_bytes));
+      owned_.push_back(
+          std::make_unique<HostDevice>(options.first_device_id + i, options));
       devices_.push_back(owned_.back().get());
     }
   }

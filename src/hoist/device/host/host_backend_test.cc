@@ -2,8 +2,16 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <numeric>
+#include <sstream>
+#include <string>
+
+#include "absl/time/clock.h"
 
 namespace hoist {
 namespace {
@@ -150,6 +158,64 @@ TEST(HostBackendTest, DeviceAllocateGivesUsableMemory) {
   std::memset(block->data(), 1, 100);
   MemoryBlock moved = *std::move(block);
   EXPECT_NE(moved.data(), nullptr);
+}
+
+// The scheduling policy of each of this process's threads named `prefix`...
+// (field 41 of /proc/self/task/TID/stat; 0 SCHED_OTHER, 5 SCHED_IDLE).
+std::vector<int> PoliciesOfThreadsNamed(const std::string& prefix) {
+  std::vector<int> policies;
+  for (const auto& task :
+       std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    if (name.rfind(prefix, 0) != 0) continue;
+    std::ifstream stat_file(task.path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(stat_file)),
+                     std::istreambuf_iterator<char>());
+    // Fields after the name, which ends at the last ')': state is field 3.
+    std::istringstream fields(stat.substr(stat.rfind(')') + 2));
+    std::string field;
+    for (int f = 3; f <= 41 && fields >> field; ++f) {
+    }
+    policies.push_back(std::stoi(field));
+  }
+  return policies;
+}
+
+TEST(HostBackendTest, IdleCopyEnginesRunUnderSchedIdleAndStillCopy) {
+  for (const auto priority : {HostBackendOptions::CopyPriority::kNormal,
+                              HostBackendOptions::CopyPriority::kIdle}) {
+    HostBackendOptions options;
+    options.num_devices = 2;
+    options.copy_engines = 2;
+    options.first_device_id = 40;  // names no other test's engines share
+    options.copy_priority = priority;
+    std::unique_ptr<Backend> backend = *MakeHostBackend(options);
+    const int want =
+        priority == HostBackendOptions::CopyPriority::kIdle ? SCHED_IDLE : 0;
+    // The engines name and lower themselves as they start.
+    std::vector<int> policies;
+    for (int tries = 0; tries < 1000; ++tries) {
+      policies = PoliciesOfThreadsNamed("hoist-copy4");
+      if (policies.size() == 4 &&
+          std::count(policies.begin(), policies.end(), want) == 4) {
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    EXPECT_THAT(policies, ::testing::ElementsAre(want, want, want, want));
+    const std::vector<uint8_t> src = Iota(1 << 20);
+    std::vector<uint8_t> dst(src.size());
+    const CopyOp op{src.data(),
+                    static_cast<int64_t>(src.size()),
+                    dst.data(),
+                    static_cast<int64_t>(src.size()),
+                    static_cast<int64_t>(src.size()),
+                    1};
+    ASSERT_TRUE(backend->devices()[1]->CopyToHost({&op, 1}).Wait().ok());
+    EXPECT_EQ(dst, src);
+  }
 }
 
 TEST(HostBackendTest, BadOptionsAreRejected) {
