@@ -23,7 +23,6 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -76,11 +75,8 @@ class ShardSources {
 
  private:
   // Per array, its shards' (device, base), in the order added (a process
-  // drives a few devices: a scan beats hashing). Inline up to 8, a host's
-  // accelerators: Save fills this on the caller's thread, where a heap
-  // allocation per array cost more than the rest of the loop.
-  std::vector<absl::InlinedVector<std::pair<DeviceId, const void*>, 8>>
-      by_array_;
+  // drives a few devices: a scan beats hashing).
+  std::vector<std::vector<std::pair<DeviceId, const void*>>> by_array_;
 };
 
 // One slice, staged: plan.slices[slice] says its array, box, file, offset and
