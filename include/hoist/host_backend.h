@@ -35,7 +35,7 @@ struct HostBackendOptions {
   // the copies never preempt another thread and run on cycles no other
   // thread wants. Where the host's cores stay busy (a CPU training loop,
   // data loader processes) the copies then wait for them, so staging and
-  // restores slow down; the restore onto the demo's mesh measured 10-35%
+  // restores slow down; the restore onto the demo's mesh measured 0-35%
   // slower on 2 cores. Unprivileged processes cannot leave SCHED_IDLE,
   // so the engines keep it for the backend's life.
   enum class CopyPriority { kNormal, kIdle };

@@ -10,8 +10,10 @@
 #include <numeric>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "absl/time/clock.h"
+#include "hoist/base/thread_priority.h"
 
 namespace hoist {
 namespace {
@@ -160,8 +162,9 @@ TEST(HostBackendTest, DeviceAllocateGivesUsableMemory) {
   EXPECT_NE(moved.data(), nullptr);
 }
 
-// The scheduling policy of each of this process's threads named `prefix`...
-// (field 41 of /proc/self/task/TID/stat; 0 SCHED_OTHER, 5 SCHED_IDLE).
+// The scheduling policy of each of this process's threads whose name starts
+// with `prefix` (field 41 of /proc/self/task/TID/stat; 0 SCHED_OTHER, 5
+// SCHED_IDLE).
 std::vector<int> PoliciesOfThreadsNamed(const std::string& prefix) {
   std::vector<int> policies;
   for (const auto& task :
@@ -176,14 +179,18 @@ std::vector<int> PoliciesOfThreadsNamed(const std::string& prefix) {
     // Fields after the name, which ends at the last ')': state is field 3.
     std::istringstream fields(stat.substr(stat.rfind(')') + 2));
     std::string field;
-    for (int f = 3; f <= 41 && fields >> field; ++f) {
-    }
+    for (int f = 3; f <= 41; ++f) fields >> field;
     policies.push_back(std::stoi(field));
   }
   return policies;
 }
 
 TEST(HostBackendTest, IdleCopyEnginesRunUnderSchedIdleAndStillCopy) {
+  absl::Status allowed;
+  std::thread([&] {
+    allowed = LowerThisThreadPriority(0, /*idle=*/true);
+  }).join();
+  if (!allowed.ok()) GTEST_SKIP() << "SCHED_IDLE refused here: " << allowed;
   for (const auto priority : {HostBackendOptions::CopyPriority::kNormal,
                               HostBackendOptions::CopyPriority::kIdle}) {
     HostBackendOptions options;
