@@ -69,15 +69,18 @@ python_requirements() {
   log "installing Python packages ($requirements)"
   # Through uv (from PyPI, pinned): it downloads in parallel and unpacks
   # the test requirements' 6 GB in a fifth of pip's CPU time, which on two
-  # cores the C++ build beside it gets back. pip where uv cannot be had.
+  # cores the C++ build beside it gets back. It trusts the system's
+  # certificates and pip's --find-links as pip does; pip takes over where
+  # uv cannot be had or fails.
   if "$HOIST_VENV/bin/pip" install -q --disable-pip-version-check \
-    "uv==$HOIST_UV_VERSION"; then
-    "$HOIST_VENV/bin/uv" pip install -q --python "$HOIST_VENV/bin/python" \
-      -r "$HOIST_ROOT/$requirements"
-  else
-    "$HOIST_VENV/bin/pip" install -q --disable-pip-version-check \
-      -r "$HOIST_ROOT/$requirements"
+    "uv==$HOIST_UV_VERSION" &&
+    "$HOIST_VENV/bin/uv" pip install -q --native-tls \
+      ${PIP_FIND_LINKS:+--find-links "$PIP_FIND_LINKS"} \
+      --python "$HOIST_VENV/bin/python" -r "$HOIST_ROOT/$requirements"; then
+    return
   fi
+  "$HOIST_VENV/bin/pip" install -q --disable-pip-version-check \
+    -r "$HOIST_ROOT/$requirements"
 }
 
 # python_hoist: the hoist package, built from this tree into the virtualenv.
