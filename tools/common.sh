@@ -70,11 +70,13 @@ python_requirements() {
   # Through uv (from PyPI, pinned): it downloads in parallel and unpacks
   # the test requirements' 6 GB in a fifth of pip's CPU time, which on two
   # cores the C++ build beside it gets back. It trusts the system's
-  # certificates and pip's --find-links as pip does; pip takes over where
-  # uv cannot be had or fails.
+  # certificates and pip's --find-links as pip does, and compiles the
+  # bytecode now as pip does (else the tests' first imports of torch and jax
+  # compile it, on the critical path: pytest took 100 s longer); pip takes
+  # over where uv cannot be had or fails.
   if "$HOIST_VENV/bin/pip" install -q --disable-pip-version-check \
     "uv==$HOIST_UV_VERSION" &&
-    "$HOIST_VENV/bin/uv" pip install -q --native-tls \
+    "$HOIST_VENV/bin/uv" pip install -q --native-tls --compile-bytecode \
       ${PIP_FIND_LINKS:+--find-links "$PIP_FIND_LINKS"} \
       --python "$HOIST_VENV/bin/python" -r "$HOIST_ROOT/$requirements"; then
     return
