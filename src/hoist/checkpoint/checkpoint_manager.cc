@@ -242,6 +242,9 @@ class CheckpointManager::Impl {
     }
     RETURN_IF_ERROR(PlanFor(arrays, *job));
     // Wait for room, then refuse a step that exists or is being saved.
+    // Only this thread adds steps (one Save at a time), so a saver idle
+    // now stays idle until this job is queued.
+    bool saver_idle;
     {
       MutexLock lock(&mu_);
       mu_.Await(Condition(this, &Impl::HasRoom));
@@ -249,6 +252,7 @@ class CheckpointManager::Impl {
         return absl::AlreadyExistsError(
             absl::StrFormat("step %d is already being saved", step));
       }
+      saver_idle = in_flight_steps_.empty();
     }
     // A local step's part is replaced instead: a part of the same number
     // is left from before a restart (its step never completed, or the job
@@ -265,11 +269,6 @@ class CheckpointManager::Impl {
                       job->committed.future(), job->progress);
     job->start = absl::Now();
     job->progress->start = job->start;
-    bool saver_idle;
-    {
-      MutexLock lock(&mu_);
-      saver_idle = in_flight_steps_.empty();
-    }
     if (saver_idle) DispatchHere(*job);
     {
       MutexLock lock(&mu_);

@@ -126,7 +126,8 @@ struct BegunSave {
 };
 
 // Begins staging `process`'s share of `plan` (TransferEngine::Begin), for
-// SaveCheckpoint to finish; `plan` and `sources` must outlive that.
+// SaveCheckpoint to finish; `plan` and the arrays `sources` points to must
+// outlive that.
 // Errors: Begin's (nothing was dispatched; SaveCheckpoint without a begun
 // save reports them).
 absl::StatusOr<std::unique_ptr<BegunSave>> BeginSave(

@@ -37,22 +37,21 @@ struct Batch {
 };
 
 // Round-robin over devices, cut where the next slice would exceed `budget`.
-std::vector<std::vector<int>> CutWaves(
-    const SavePlan& plan, const std::vector<std::deque<int>>& per_device,
+std::vector<std::vector<StagingRun::Slice>> CutWaves(
+    const SavePlan& plan, std::vector<std::deque<StagingRun::Slice>> queues,
     int64_t budget) {
-  std::vector<std::deque<int>> queues = per_device;
-  std::vector<std::vector<int>> waves(1);
+  std::vector<std::vector<StagingRun::Slice>> waves(1);
   int64_t wave_bytes = 0;
   bool left = true;
   while (left) {
     left = false;
-    for (std::deque<int>& queue : queues) {
+    for (std::deque<StagingRun::Slice>& queue : queues) {
       if (queue.empty()) continue;
       left = true;
-      const int slice = queue.front();
+      const StagingRun::Slice slice = queue.front();
       queue.pop_front();
-      const int64_t bytes =
-          AlignUp(plan.slices[slice].length_bytes, StagingPool::kAlignment);
+      const int64_t bytes = AlignUp(plan.slices[slice.slice].length_bytes,
+                                    StagingPool::kAlignment);
       if (!waves.back().empty() && wave_bytes + bytes > budget) {
         waves.emplace_back();
         wave_bytes = 0;
@@ -68,7 +67,7 @@ std::vector<std::vector<int>> CutWaves(
 }  // namespace
 
 bool AllDispatched(const StagingRun& run) {
-  return run.first_dispatched && run.waves.size() == 1;
+  return run.waves.size() == 1 && run.stats.waves == 1;
 }
 
 absl::StatusOr<TransferStats> TransferEngine::Stage(
@@ -87,18 +86,17 @@ absl::StatusOr<std::unique_ptr<StagingRun>> TransferEngine::Begin(
   auto run = std::make_unique<StagingRun>();
   run->plan = &plan;
   run->devices = devices;
-  run->sources = &sources;
   run->sink = &sink;
   run->start = absl::Now();
   pool_.ResetPeak();
   TransferStats& stats = run->stats;
 
   // 1. Check the share and group it by device.
-  absl::flat_hash_map<DeviceId, int>& local = run->local;
+  absl::flat_hash_map<DeviceId, int> local;  // device id -> index in devices
   for (int i = 0; i < static_cast<int>(devices.size()); ++i) {
     local[devices[i]->id()] = i;
   }
-  std::vector<std::deque<int>> per_device(devices.size());
+  std::vector<std::deque<StagingRun::Slice>> per_device(devices.size());
   int64_t share_bytes = 0;
   for (int s : plan.SlicesOfProcess(process)) {
     const PlannedSlice& slice = plan.slices[s];
@@ -110,7 +108,8 @@ absl::StatusOr<std::unique_ptr<StagingRun>> TransferEngine::Begin(
           "does not drive",
           name, slice.box.ToString(), slice.device, process));
     }
-    if (sources.Find(slice.array, slice.device) == nullptr) {
+    const void* source = sources.Find(slice.array, slice.device);
+    if (source == nullptr) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "array '%s': no source buffer for its shard on device %d", name,
           slice.device));
@@ -123,7 +122,8 @@ absl::StatusOr<std::unique_ptr<StagingRun>> TransferEngine::Begin(
           name, slice.box.ToString(), FormatBytes(bytes),
           FormatBytes(pool_.capacity_bytes())));
     }
-    per_device[it->second].push_back(s);
+    per_device[it->second].push_back(
+        {s, it->second, static_cast<const uint8_t*>(source)});
     share_bytes += bytes;
     ++stats.slices;
     stats.bytes += slice.length_bytes;
@@ -133,10 +133,10 @@ absl::StatusOr<std::unique_ptr<StagingRun>> TransferEngine::Begin(
   const int64_t budget = share_bytes <= pool_.capacity_bytes()
                              ? pool_.capacity_bytes()
                              : pool_.capacity_bytes() / 2;
-  run->waves = CutWaves(plan, per_device, budget);
+  run->waves = CutWaves(plan, std::move(per_device), budget);
 
   // 3, for the first wave.
-  run->first_dispatched = !run->waves.empty() && DispatchWave(*run, 0);
+  if (!run->waves.empty()) DispatchWave(*run, 0);
   return run;
 }
 
@@ -153,7 +153,7 @@ absl::StatusOr<TransferStats> TransferEngine::Finish(
   // 3. Dispatch wave after wave (Begin dispatched the first), stopping at
   // the first error.
   for (size_t wave = 0; wave < run->waves.size(); ++wave) {
-    if (wave == 0 ? !run->first_dispatched : !DispatchWave(*run, wave)) break;
+    if (wave == 0 ? run->stats.waves == 0 : !DispatchWave(*run, wave)) break;
     // The last wave is announced before the first wave's work begins.
     if (wave + 1 == run->waves.size()) announce_dispatched();
     if (wave == 0 && after_first_wave) {
@@ -175,10 +175,12 @@ absl::StatusOr<TransferStats> TransferEngine::Finish(
 bool TransferEngine::DispatchWave(StagingRun& run, size_t w) {
   if (!run.first_error->Get().ok()) return false;
   const SavePlan& plan = *run.plan;
-  const std::vector<int>& wave = run.waves[w];
+  const std::vector<StagingRun::Slice>& wave = run.waves[w];
   std::vector<int64_t> sizes;
   sizes.reserve(wave.size());
-  for (int s : wave) sizes.push_back(plan.slices[s].length_bytes);
+  for (const StagingRun::Slice& s : wave) {
+    sizes.push_back(plan.slices[s.slice].length_bytes);
+  }
   absl::StatusOr<std::vector<Lease>> leases = pool_.AcquireAll(sizes);
   if (!leases.ok()) {
     run.first_error->Record(leases.status());
@@ -191,22 +193,20 @@ bool TransferEngine::DispatchWave(StagingRun& run, size_t w) {
   std::vector<Batch> batches;
   std::vector<int> batch_of_device(run.devices.size(), -1);
   for (size_t i = 0; i < wave.size(); ++i) {
-    const PlannedSlice& slice = plan.slices[wave[i]];
-    const int d = run.local.at(slice.device);  // checked in Begin
+    const PlannedSlice& slice = plan.slices[wave[i].slice];
+    const int d = wave[i].device;
     int b = batch_of_device[d];
     if (b < 0 || options_.dispatch == DispatchMode::kPerSlice) {
       b = static_cast<int>(batches.size());
       batches.push_back({run.devices[d], {}, {}});
       batch_of_device[d] = b;
     }
-    const auto* base = static_cast<const uint8_t*>(
-        run.sources->Find(slice.array, slice.device));
     Lease& lease = (*leases)[i];
-    batches[b].ops.push_back({base + slice.copy.src_offset_bytes,
+    batches[b].ops.push_back({wave[i].source + slice.copy.src_offset_bytes,
                               slice.copy.src_pitch_bytes, lease.data(),
                               slice.copy.width_bytes, slice.copy.width_bytes,
                               slice.copy.rows});
-    batches[b].extents.push_back({wave[i], std::move(lease)});
+    batches[b].extents.push_back({wave[i].slice, std::move(lease)});
   }
   // Every device's copies are enqueued before any starts: on the host
   // backend the first devices' copies would take the cores from this loop.

@@ -108,17 +108,19 @@ struct TransferStats {
 
 // A staging begun by TransferEngine::Begin, its first wave dispatched:
 // everything it carries from one wave to the next. Only the engine reads it.
-class StagingRun {
- public:
+struct StagingRun {
+  // A slice of a wave, with what Begin looked up for it once.
+  struct Slice {
+    int slice;              // in plan.slices
+    int device;             // index in `devices`
+    const uint8_t* source;  // its shard's base address (ShardSources)
+  };
   const SavePlan* plan = nullptr;
   absl::Span<Device* const> devices;
-  const ShardSources* sources = nullptr;
   StagedExtentSink* sink = nullptr;
   absl::Time start;
-  TransferStats stats;
-  absl::flat_hash_map<DeviceId, int> local;  // device id -> index in devices
-  std::vector<std::vector<int>> waves;
-  bool first_dispatched = false;  // Begin dispatched wave 0
+  TransferStats stats;  // stats.waves: the waves dispatched so far
+  std::vector<std::vector<Slice>> waves;
   std::shared_ptr<FirstError> first_error = std::make_shared<FirstError>();
   std::vector<Future<>> delivered;
 };
@@ -163,8 +165,10 @@ class TransferEngine {
   // the first wave (its errors are Stage's checks'; nothing is dispatched
   // then); Finish dispatches the rest and waits, as Stage does after its
   // first wave (on_dispatched runs at once in it when the first wave was
-  // the last). A run must be finished: its copies use `sources` and `sink`,
-  // which must outlive Finish.
+  // the last). Begin looks every slice's source up in `sources`, which it
+  // then no longer needs. A run must be finished: its copies read the
+  // arrays `sources` pointed to and deliver into `sink`, which must outlive
+  // Finish.
   absl::StatusOr<std::unique_ptr<StagingRun>> Begin(
       const SavePlan& plan, int process, absl::Span<Device* const> devices,
       const ShardSources& sources, StagedExtentSink& sink);
