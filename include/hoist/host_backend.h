@@ -26,20 +26,25 @@ struct HostBackendOptions {
   // Ops larger than this are split into pieces that the device's engines
   // copy in parallel (default 4 MiB), >= 4096.
   int64_t copy_chunk_bytes = int64_t{4} << 20;
-  // The copy engines' scheduling. kNormal (the default): they compete for
-  // the cores like any thread, so on a machine with fewer cores than
-  // engines, the copies a Save dispatches can take the caller's core
-  // before Save returns (measured on 2 cores: 2-6 ms more on about half
-  // of the dispatched-mode saves of `hoist demo`). kIdle: SCHED_IDLE, as
-  // an accelerator's copy engine takes no cycles from the host's threads:
-  // the copies never preempt another thread and run on cycles no other
-  // thread wants. Where the host's cores stay busy (a CPU training loop,
-  // data loader processes) the copies then wait for them, so staging and
-  // restores slow down; the restore onto the demo's mesh measured 0-35%
-  // slower on 2 cores. Unprivileged processes cannot leave SCHED_IDLE,
-  // so the engines keep it for the backend's life.
-  enum class CopyPriority { kNormal, kIdle };
-  CopyPriority copy_priority = CopyPriority::kNormal;
+  // The copy engines' scheduling, which matters where the host has fewer
+  // cores than engines (the CPU copies stand in for an accelerator's copy
+  // engine, which takes no cycles from the host's threads):
+  // - kBatch (the default): SCHED_BATCH. The engines get the same share of
+  //   the cores as any thread, but a dispatch waking them never preempts
+  //   the thread running on a core, so Save returns before its copies take
+  //   the caller's core (measured on 2 cores, `hoist demo`: a
+  //   dispatched-mode dispatch 0.24-0.39 ms against 0.29-3.3 ms with
+  //   kNormal).
+  // - kNormal: like any thread; the copies a dispatch wakes can take the
+  //   caller's core for a time slice before Save returns.
+  // - kIdle: SCHED_IDLE, only cycles no other thread wants. Where the
+  //   host's cores stay busy (a CPU training loop, data loader processes,
+  //   the save's own writers) the copies wait for them, so staging and
+  //   restores slow down (the restore onto the demo's mesh measured 0-35%
+  //   slower on 2 cores). Unprivileged processes cannot leave SCHED_IDLE,
+  //   so the engines keep it for the backend's life.
+  enum class CopyPriority { kNormal, kBatch, kIdle };
+  CopyPriority copy_priority = CopyPriority::kBatch;
 };
 
 // Starts the devices' copy engines. kInvalidArgument for bad options. The

@@ -43,6 +43,17 @@ absl::Status LowerThisThreadPriority(int nice, bool idle) {
   return absl::OkStatus();
 }
 
+absl::Status MakeThisThreadBatch() {
+  const pid_t tid = static_cast<pid_t>(syscall(SYS_gettid));
+  sched_param param{};
+  param.sched_priority = 0;
+  if (sched_setscheduler(tid, SCHED_BATCH, &param) != 0) {
+    return absl::InternalError(absl::StrFormat(
+        "sched_setscheduler(SCHED_BATCH): %s", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
 void NameThisThread(const std::string& name) {
   pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
 }

@@ -18,6 +18,13 @@ namespace hoist {
 // call's error as kInternal (callers may treat it as advice and go on).
 absl::Status LowerThisThreadPriority(int nice, bool idle);
 
+// Puts the calling thread under SCHED_BATCH: a CPU-bound thread with the
+// same share of the cores as before, but whose wake-ups never preempt the
+// thread running on a core (it waits for that thread's slice to end). Any
+// thread may set it, and leave it, without privilege. Errors: the system
+// call's, as kInternal (callers may treat it as advice and go on).
+absl::Status MakeThisThreadBatch();
+
 // Names the calling thread (at most 15 bytes are kept) for `top -H`, gdb
 // and /proc/self/task/*/comm. Best effort.
 void NameThisThread(const std::string& name);

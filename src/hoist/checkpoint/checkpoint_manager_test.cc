@@ -1000,12 +1000,14 @@ std::optional<std::pair<int, int>> ThreadNiceAndPolicy(
 TEST_F(ManagerTest, SaverKeepsThePriorityAndWritersRunBelowIt) {
   const int own_nice = getpriority(PRIO_PROCESS, 0);
   // The saver dispatches the device copies, on the training loop's clock:
-  // it keeps the process's priority.
+  // it keeps the process's priority, under SCHED_BATCH (its wake-ups do not
+  // preempt the loop's thread).
   std::unique_ptr<CheckpointManager> manager = Open();
   ASSERT_TRUE((*manager->Save(1, Arrays())).WaitCommitted().ok());
   const auto saver = ThreadNiceAndPolicy("hoist-saver");
   ASSERT_TRUE(saver.has_value());
   EXPECT_EQ(saver->first, own_nice);
+  EXPECT_EQ(saver->second, SCHED_BATCH);
   // Writer threads run the setup the manager hands them (its lowering) as
   // they start, before they write or hash anything.
   const SavePlan plan = *MakeSavePlan(model_, Topology::Uniform(1, 8), {});

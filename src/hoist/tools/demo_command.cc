@@ -68,7 +68,7 @@ struct DemoFlags {
   int writers = 2;
   int keep = 2;
   std::string io = "posix";
-  std::string host_copies = "normal";
+  std::string host_copies = "batch";
   std::string step_time = "250ms";
   int64_t vocab = 50257;
   std::string trace;
@@ -181,7 +181,19 @@ struct ModeStats {
   int64_t bytes = 0;
   int64_t dispatches = 0;
   int64_t replicated_bytes = 0;  // the job's, per save
+  std::vector<double> blocked;   // each save's, in order
 };
+
+// The median of `values` (0 when there are none).
+double Median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  const size_t mid = values.size() / 2;
+  std::nth_element(values.begin(), values.begin() + mid, values.end());
+  if (values.size() % 2 == 1) return values[mid];
+  return (values[mid] +
+          *std::max_element(values.begin(), values.begin() + mid)) /
+         2;
+}
 
 // The training state: per array, per distinct box, the host copy that is
 // the truth, and the device memory of every replica holding it. Devices are
@@ -298,10 +310,11 @@ absl::StatusOr<DemoJob> SetUp(const DemoFlags& flags, int64_t size) {
         MakeHostBackend(
             {.num_devices = static_cast<int>(local_devices),
              .first_device_id = static_cast<DeviceId>(job.rank * local_devices),
-             .copy_priority =
-                 flags.host_copies == "idle"
-                     ? HostBackendOptions::CopyPriority::kIdle
-                     : HostBackendOptions::CopyPriority::kNormal}));
+             .copy_priority = flags.host_copies == "idle"
+                                  ? HostBackendOptions::CopyPriority::kIdle
+                              : flags.host_copies == "normal"
+                                  ? HostBackendOptions::CopyPriority::kNormal
+                                  : HostBackendOptions::CopyPriority::kBatch}));
   }
   if (job.processes == 1 &&
       static_cast<int64_t>(job.backend->devices().size()) < job.mesh_devices) {
@@ -533,6 +546,7 @@ absl::StatusOr<Trained> Train(const DemoFlags& flags, absl::Duration step_time,
                          &trained.tiers[static_cast<int>(info.tier)]}) {
       ++m->saves;
       m->blocked_s += handle_blocked[i];
+      m->blocked.push_back(handle_blocked[i]);
       m->dispatch_s += absl::ToDoubleSeconds(info.dispatched);
       m->staged_s += absl::ToDoubleSeconds(info.staged);
       m->committed_s += absl::ToDoubleSeconds(info.committed);
@@ -737,13 +751,19 @@ void Report(const DemoFlags& flags, const DemoJob& job, const Trained& trained,
   }
   const auto mode_json = [](const ModeStats& m) {
     const double n = std::max(1, m.saves);
-    return nlohmann::json{{"saves", m.saves},
-                          {"bytes", m.bytes},
-                          {"replicated_bytes", m.replicated_bytes},
-                          {"blocked_s", m.blocked_s / n},
-                          {"dispatch_s", m.dispatch_s / n},
-                          {"staged_s", m.staged_s / n},
-                          {"save_s", m.committed_s / n}};
+    return nlohmann::json{
+        {"saves", m.saves},
+        {"bytes", m.bytes},
+        {"replicated_bytes", m.replicated_bytes},
+        {"blocked_s", m.blocked_s / n},
+        {"blocked_median_s", Median(m.blocked)},
+        {"blocked_max_s",
+         m.blocked.empty()
+             ? 0.0
+             : *std::max_element(m.blocked.begin(), m.blocked.end())},
+        {"dispatch_s", m.dispatch_s / n},
+        {"staged_s", m.staged_s / n},
+        {"save_s", m.committed_s / n}};
   };
   const double n = std::max(1, all.saves);
   if (job.lead && flags.json) {
@@ -1037,13 +1057,15 @@ void AddDemoCommand(CLI::App& app) {
       ->check(CLI::IsMember({"posix", "io_uring"}));
   cmd->add_option(
          "--host-copies", flags->host_copies,
-         "host backend: how its devices' copy threads are scheduled. normal: "
-         "like any thread; idle: SCHED_IDLE, taking only cycles no other "
-         "thread wants, as a GPU's copy engine takes none of the CPU's (on "
-         "fewer cores than devices, a dispatched-mode save then returns "
-         "without its copies taking the core; a busy host starves them)")
+         "host backend: how its devices' copy threads are scheduled (on "
+         "fewer cores than devices, their CPU copies compete with the "
+         "loop). batch: SCHED_BATCH, a fair share of the cores, but a save "
+         "waking them never preempts the loop's thread, so a "
+         "dispatched-mode save returns before its copies take the core; "
+         "normal: like any thread; idle: SCHED_IDLE, only cycles no other "
+         "thread wants (a busy host starves them)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"normal", "idle"}));
+      ->check(CLI::IsMember({"batch", "normal", "idle"}));
   cmd->add_option("--step-time", flags->step_time,
                   "Device compute per training step, during which the host "
                   "waits (e.g. 250ms, 1s)")

@@ -74,13 +74,21 @@ class HostDevice final : public Device {
  public:
   HostDevice(DeviceId id, const HostBackendOptions& options)
       : id_(id), chunk_bytes_(options.copy_chunk_bytes) {
-    const bool idle =
-        options.copy_priority == HostBackendOptions::CopyPriority::kIdle;
+    const HostBackendOptions::CopyPriority priority = options.copy_priority;
     for (int i = 0; i < options.copy_engines; ++i) {
-      engines_.emplace_back([this, idle, i] {
+      engines_.emplace_back([this, priority, i] {
         NameThisThread(absl::StrFormat("hoist-copy%d.%d", id_, i));
         // Advice: a system that refuses leaves the engine as it was.
-        if (idle) LowerThisThreadPriority(0, /*idle=*/true).IgnoreError();
+        switch (priority) {
+          case HostBackendOptions::CopyPriority::kNormal:
+            break;
+          case HostBackendOptions::CopyPriority::kBatch:
+            MakeThisThreadBatch().IgnoreError();
+            break;
+          case HostBackendOptions::CopyPriority::kIdle:
+            LowerThisThreadPriority(0, /*idle=*/true).IgnoreError();
+            break;
+        }
         EngineLoop();
       });
     }

@@ -7,10 +7,12 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <numeric>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/time/clock.h"
 #include "hoist/base/thread_priority.h"
@@ -185,22 +187,32 @@ std::vector<int> PoliciesOfThreadsNamed(const std::string& prefix) {
   return policies;
 }
 
-TEST(HostBackendTest, IdleCopyEnginesRunUnderSchedIdleAndStillCopy) {
-  absl::Status allowed;
-  std::thread([&] {
-    allowed = LowerThisThreadPriority(0, /*idle=*/true);
-  }).join();
-  if (!allowed.ok()) GTEST_SKIP() << "SCHED_IDLE refused here: " << allowed;
-  for (const auto priority : {HostBackendOptions::CopyPriority::kNormal,
-                              HostBackendOptions::CopyPriority::kIdle}) {
+TEST(HostBackendTest, CopyEnginesRunUnderTheirPolicyAndStillCopy) {
+  using Priority = HostBackendOptions::CopyPriority;
+  // The default is kBatch: wake-ups that do not preempt the caller.
+  EXPECT_EQ(HostBackendOptions().copy_priority, Priority::kBatch);
+  for (const auto& [priority, want] :
+       {std::pair{Priority::kNormal, SCHED_OTHER},
+        std::pair{Priority::kBatch, SCHED_BATCH},
+        std::pair{Priority::kIdle, SCHED_IDLE}}) {
+    absl::Status allowed;
+    std::thread([&, policy = want] {
+      if (policy == SCHED_IDLE) {
+        allowed = LowerThisThreadPriority(0, /*idle=*/true);
+      } else if (policy == SCHED_BATCH) {
+        allowed = MakeThisThreadBatch();
+      }
+    }).join();
+    if (!allowed.ok()) {
+      std::cerr << "policy " << want << " refused here: " << allowed << "\n";
+      continue;
+    }
     HostBackendOptions options;
     options.num_devices = 2;
     options.copy_engines = 2;
     options.first_device_id = 40;  // names no other test's engines share
     options.copy_priority = priority;
     std::unique_ptr<Backend> backend = *MakeHostBackend(options);
-    const int want =
-        priority == HostBackendOptions::CopyPriority::kIdle ? SCHED_IDLE : 0;
     // The engines name and lower themselves as they start.
     std::vector<int> policies;
     for (int tries = 0; tries < 1000; ++tries) {
