@@ -74,7 +74,8 @@ struct CheckpointManagerOptions {
   // writer threads, which write and hash; the pool's pinner), so that a
   // training loop's threads take the cores first. The saver thread (which
   // dispatches the device copies, on the training loop's clock) and the
-  // host backend's copy engines (staging) keep the process's priority.
+  // host backend's copy engines (staging) keep the process's priority,
+  // under SCHED_BATCH (their wake-ups never preempt the training loop).
   enum class BackgroundPriority {
     kNormal,  // the process's own
     kLow,     // default: nice + 10

@@ -52,9 +52,17 @@ absl::Status SaveHandle::WaitStagedOn(void* stream) const {
 namespace {
 
 // Save walks the caller's arrays on the caller's thread, each array's shard
-// list a separate allocation that the training step has likely evicted from
-// the caches: fetching the list this many arrays ahead overlaps the misses.
+// list and spec separate allocations that the training step has likely
+// evicted from the caches, and compares the specs with the cached plan's
+// (as cold): fetching them this many arrays ahead overlaps the misses.
 constexpr size_t kPrefetchArrays = 8;
+
+// Asks for the heap blocks an ArraySpec comparison reads (its name, unless
+// stored inline, and its shape).
+void PrefetchSpec(const ArraySpec& spec) {
+  __builtin_prefetch(spec.name.data());
+  __builtin_prefetch(spec.shape.data());
+}
 
 struct Job {
   int64_t step = 0;
@@ -234,6 +242,7 @@ class CheckpointManager::Impl {
     for (size_t a = 0; a < arrays.size(); ++a) {
       if (a + kPrefetchArrays < arrays.size()) {
         __builtin_prefetch(arrays[a + kPrefetchArrays].shards.data());
+        PrefetchSpec(arrays[a + kPrefetchArrays].spec);
       }
       for (const SaveArray::Shard& shard : arrays[a].shards) {
         if (!local_devices_.contains(shard.device) || shard.data == nullptr) {
@@ -409,6 +418,9 @@ class CheckpointManager::Impl {
     bool same =
         planned.plan != nullptr && planned.specs->size() == arrays.size();
     for (size_t a = 0; same && a < arrays.size(); ++a) {
+      if (a + kPrefetchArrays < arrays.size()) {
+        PrefetchSpec((*planned.specs)[a + kPrefetchArrays]);  // Save did theirs
+      }
       same = (*planned.specs)[a] == arrays[a].spec;
     }
     if (!same) {
