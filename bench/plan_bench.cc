@@ -83,6 +83,41 @@ BENCHMARK(BM_PlanGrowthBalanced)
     ->Unit(benchmark::kMillisecond)
     ->Iterations(1);
 
+// Finding one process's share of a plan (SavePlan::SlicesOfProcess), a pass
+// over every slice of the job: what TransferEngine::Begin did on the
+// training thread at every save until the CheckpointManager kept the share
+// with its cached plan. The plan's slices are first evicted from the caches
+// (as a training step between saves does), by a 64 MiB pass.
+void BM_ShareOfProcess(benchmark::State& state) {
+  GptConfig config;
+  config.layers = static_cast<int>(state.range(0));
+  config.d_model = 1024;
+  const int64_t data = state.range(1);
+  const Mesh mesh = *Mesh::Create({"data", "model"}, {data, 8});
+  const std::vector<ArraySpec> model = *GptModel(config, mesh);
+  const Topology topology = Topology::Uniform(static_cast<int>(data), 8);
+  SavePlanOptions options;
+  options.replica_rule = ReplicaRule::kBalanced;
+  const SavePlan plan = *MakeSavePlan(model, topology, options);
+  std::vector<uint8_t> evict(size_t{64} << 20, 1);
+  int64_t share = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    for (size_t i = 0; i < evict.size(); i += 64) ++evict[i];
+    benchmark::ClobberMemory();
+    state.ResumeTiming();
+    const std::vector<int> slices = plan.SlicesOfProcess(0);
+    share = static_cast<int64_t>(slices.size());
+    benchmark::DoNotOptimize(slices);
+  }
+  state.counters["slices"] = static_cast<double>(plan.slices.size());
+  state.counters["share"] = static_cast<double>(share);
+}
+BENCHMARK(BM_ShareOfProcess)
+    ->Args({28, 16})
+    ->Args({2800, 128})
+    ->Unit(benchmark::kMillisecond);
+
 }  // namespace
 }  // namespace hoist
 

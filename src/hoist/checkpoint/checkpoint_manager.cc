@@ -67,10 +67,11 @@ void PrefetchSpec(const ArraySpec& spec) {
 struct Job {
   int64_t step = 0;
   Tier tier = Tier::kDurable;
-  // What `plan` was made from; both shared with later saves of the same
-  // specs.
+  // What `plan` was made from, and this process's slices of it; all shared
+  // with later saves of the same specs.
   std::shared_ptr<const std::vector<ArraySpec>> specs;
   std::shared_ptr<const SavePlan> plan;
+  std::shared_ptr<const std::vector<int>> share;
   ShardSources sources;
   std::string metadata_json;
   absl::Time start;
@@ -406,8 +407,8 @@ class CheckpointManager::Impl {
     return restore(dir);
   }
 
-  // Sets job.specs and job.plan for `arrays` and the job's tier (a local
-  // step saves this process's part): the previous save's of that tier if
+  // Sets job.specs, job.plan and job.share for `arrays` and the job's tier (a
+  // local step saves this process's part): the previous save's of that tier if
   // the specs are the same (compared in place, nothing copied), else new
   // ones.
   absl::Status PlanFor(absl::Span<const SaveArray> arrays, Job& job)
@@ -434,13 +435,16 @@ class CheckpointManager::Impl {
                                     plan_options));
       planned.plan = std::make_shared<const SavePlan>(std::move(plan));
       planned.specs = std::move(specs);
+      auto share = std::make_shared<const std::vector<int>>(
+          planned.plan->SlicesOfProcess(PlanProcess(job.tier)));
       planned.bytes = 0;
-      for (int s : planned.plan->SlicesOfProcess(PlanProcess(job.tier))) {
+      for (int s : *share)
         planned.bytes += planned.plan->slices[s].length_bytes;
-      }
+      planned.share = std::move(share);
     }
     job.specs = planned.specs;
     job.plan = planned.plan;
+    job.share = planned.share;
     job.progress->total_bytes = planned.bytes;
     return absl::OkStatus();
   }
@@ -460,8 +464,8 @@ class CheckpointManager::Impl {
   // Begin refuses is left to the saver, whose staging reports the error.
   void DispatchHere(Job& job) {
     absl::StatusOr<std::unique_ptr<BegunSave>> begun =
-        BeginSave(*job.plan, PlanProcess(job.tier), engine_, backend_.devices(),
-                  job.sources);
+        BeginSave(*job.plan, PlanProcess(job.tier), *job.share, engine_,
+                  backend_.devices(), job.sources);
     if (!begun.ok()) return;
     job.begun = *std::move(begun);
     if (job.begun->all_dispatched()) {
@@ -654,8 +658,10 @@ class CheckpointManager::Impl {
   struct Planned {
     std::shared_ptr<const std::vector<ArraySpec>> specs;
     std::shared_ptr<const SavePlan> plan;
-    // The bytes of `plan` this process saves (once per plan, not per save:
-    // at 100,000 arrays a pass over the plan's slices costs).
+    // This process's slices of `plan`, and their bytes (once per plan, not
+    // per save: a pass over the job's slices costs, more so at many
+    // processes and 100,000 arrays).
+    std::shared_ptr<const std::vector<int>> share;
     int64_t bytes = 0;
   };
   Mutex plan_mu_;

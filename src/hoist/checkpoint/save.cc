@@ -393,12 +393,13 @@ bool BegunSave::all_dispatched() const {
 }
 
 absl::StatusOr<std::unique_ptr<BegunSave>> BeginSave(
-    const SavePlan& plan, int process, TransferEngine& engine,
-    absl::Span<Device* const> devices, const ShardSources& sources) {
+    const SavePlan& plan, int process, absl::Span<const int> share,
+    TransferEngine& engine, absl::Span<Device* const> devices,
+    const ShardSources& sources) {
   auto begun = std::make_unique<BegunSave>();
   begun->engine = &engine;
-  ASSIGN_OR_RETURN(begun->run,
-                   engine.Begin(plan, process, devices, sources, begun->sink));
+  ASSIGN_OR_RETURN(begun->run, engine.Begin(plan, process, devices, sources,
+                                            begun->sink, share));
   return begun;
 }
 

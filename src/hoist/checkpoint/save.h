@@ -130,9 +130,11 @@ struct BegunSave {
 // outlive that.
 // Errors: Begin's (nothing was dispatched; SaveCheckpoint without a begun
 // save reports them).
+// `share` is plan.SlicesOfProcess(process) (TransferEngine::Begin).
 absl::StatusOr<std::unique_ptr<BegunSave>> BeginSave(
-    const SavePlan& plan, int process, TransferEngine& engine,
-    absl::Span<Device* const> devices, const ShardSources& sources);
+    const SavePlan& plan, int process, absl::Span<const int> share,
+    TransferEngine& engine, absl::Span<Device* const> devices,
+    const ShardSources& sources);
 
 // Saves this process's share of `request.plan` and, together with the other
 // ranks of `coordinator`, commits the step. On error nothing is visible under

@@ -82,7 +82,8 @@ absl::StatusOr<TransferStats> TransferEngine::Stage(
 
 absl::StatusOr<std::unique_ptr<StagingRun>> TransferEngine::Begin(
     const SavePlan& plan, int process, absl::Span<Device* const> devices,
-    const ShardSources& sources, StagedExtentSink& sink) {
+    const ShardSources& sources, StagedExtentSink& sink,
+    std::optional<absl::Span<const int>> share) {
   auto run = std::make_unique<StagingRun>();
   run->plan = &plan;
   run->devices = devices;
@@ -98,7 +99,12 @@ absl::StatusOr<std::unique_ptr<StagingRun>> TransferEngine::Begin(
   }
   std::vector<std::deque<StagingRun::Slice>> per_device(devices.size());
   int64_t share_bytes = 0;
-  for (int s : plan.SlicesOfProcess(process)) {
+  std::vector<int> found;
+  if (!share.has_value()) {
+    found = plan.SlicesOfProcess(process);
+    share = found;
+  }
+  for (int s : *share) {
     const PlannedSlice& slice = plan.slices[s];
     const std::string& name = plan.arrays[slice.array].name;
     auto it = local.find(slice.device);

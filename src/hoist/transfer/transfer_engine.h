@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -168,10 +169,13 @@ class TransferEngine {
   // the last). Begin looks every slice's source up in `sources`, which it
   // then no longer needs. A run must be finished: its copies read the
   // arrays `sources` pointed to and deliver into `sink`, which must outlive
-  // Finish.
+  // Finish. `share`, when given, is plan.SlicesOfProcess(process), kept by
+  // a caller that saves the same plan again: finding it is a pass over
+  // every slice of the job (of every process).
   absl::StatusOr<std::unique_ptr<StagingRun>> Begin(
       const SavePlan& plan, int process, absl::Span<Device* const> devices,
-      const ShardSources& sources, StagedExtentSink& sink);
+      const ShardSources& sources, StagedExtentSink& sink,
+      std::optional<absl::Span<const int>> share = std::nullopt);
   absl::StatusOr<TransferStats> Finish(
       std::unique_ptr<StagingRun> run,
       const std::function<void()>& on_dispatched = nullptr,
