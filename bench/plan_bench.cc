@@ -47,16 +47,29 @@ BENCHMARK(BM_PlanGpt1000Arrays16x8)
 // process per DATA row) at ~10,000 arrays, up to the case of
 // 100,813 arrays on 1,024 devices. Near-linear growth in the arrays shows
 // as a steady "per_array" (seconds per array).
-void BM_PlanGrowthBalanced(benchmark::State& state) {
-  GptConfig config;
-  config.layers = static_cast<int>(state.range(0));
-  config.d_model = 1024;
-  const int64_t data = state.range(1);
-  const Mesh mesh = *Mesh::Create({"data", "model"}, {data, 8});
-  const std::vector<ArraySpec> model = *GptModel(config, mesh);
-  const Topology topology = Topology::Uniform(static_cast<int>(data), 8);
+// A GPT-style model of `layers` layers (d_model 1024) on DATA x 8 devices,
+// one process per DATA row, planned by the balanced rule.
+struct BalancedCase {
+  std::vector<ArraySpec> model;
+  Topology topology;
   SavePlanOptions options;
-  options.replica_rule = ReplicaRule::kBalanced;
+};
+BalancedCase MakeBalancedCase(int layers, int64_t data) {
+  GptConfig config;
+  config.layers = layers;
+  config.d_model = 1024;
+  const Mesh mesh = *Mesh::Create({"data", "model"}, {data, 8});
+  BalancedCase out{*GptModel(config, mesh),
+                   Topology::Uniform(static_cast<int>(data), 8),
+                   {}};
+  out.options.replica_rule = ReplicaRule::kBalanced;
+  return out;
+}
+
+void BM_PlanGrowthBalanced(benchmark::State& state) {
+  const int64_t data = state.range(1);
+  const auto [model, topology, options] =
+      MakeBalancedCase(static_cast<int>(state.range(0)), data);
   for (auto _ : state) {
     absl::StatusOr<SavePlan> plan = MakeSavePlan(model, topology, options);
     if (!plan.ok()) {
@@ -89,16 +102,9 @@ BENCHMARK(BM_PlanGrowthBalanced)
 // with its cached plan. The plan's slices are first evicted from the caches
 // (as a training step between saves does), by a 64 MiB pass.
 void BM_ShareOfProcess(benchmark::State& state) {
-  GptConfig config;
-  config.layers = static_cast<int>(state.range(0));
-  config.d_model = 1024;
-  const int64_t data = state.range(1);
-  const Mesh mesh = *Mesh::Create({"data", "model"}, {data, 8});
-  const std::vector<ArraySpec> model = *GptModel(config, mesh);
-  const Topology topology = Topology::Uniform(static_cast<int>(data), 8);
-  SavePlanOptions options;
-  options.replica_rule = ReplicaRule::kBalanced;
-  const SavePlan plan = *MakeSavePlan(model, topology, options);
+  const BalancedCase c =
+      MakeBalancedCase(static_cast<int>(state.range(0)), state.range(1));
+  const SavePlan plan = *MakeSavePlan(c.model, c.topology, c.options);
   std::vector<uint8_t> evict(size_t{64} << 20, 1);
   int64_t share = 0;
   for (auto _ : state) {

@@ -438,8 +438,9 @@ class CheckpointManager::Impl {
       auto share = std::make_shared<const std::vector<int>>(
           planned.plan->SlicesOfProcess(PlanProcess(job.tier)));
       planned.bytes = 0;
-      for (int s : *share)
+      for (int s : *share) {
         planned.bytes += planned.plan->slices[s].length_bytes;
+      }
       planned.share = std::move(share);
     }
     job.specs = planned.specs;
