@@ -33,6 +33,7 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <optional>
 #include <thread>
 
@@ -174,14 +175,17 @@ class ProgressLine {
 
 struct ModeStats {
   int saves = 0;
-  double blocked_s = 0;
   double dispatch_s = 0;  // until the saver had enqueued every copy
   double staged_s = 0;
   double committed_s = 0;
   int64_t bytes = 0;
   int64_t dispatches = 0;
   int64_t replicated_bytes = 0;  // the job's, per save
-  std::vector<double> blocked;   // each save's, in order
+  std::vector<double> blocked;   // each save's blocked time, in order
+
+  double blocked_sum() const {
+    return std::accumulate(blocked.begin(), blocked.end(), 0.0);
+  }
 };
 
 // The median of `values` (0 when there are none).
@@ -545,7 +549,6 @@ absl::StatusOr<Trained> Train(const DemoFlags& flags, absl::Duration step_time,
     for (ModeStats* m : {&trained.modes[handle_mode[i]],
                          &trained.tiers[static_cast<int>(info.tier)]}) {
       ++m->saves;
-      m->blocked_s += handle_blocked[i];
       m->blocked.push_back(handle_blocked[i]);
       m->dispatch_s += absl::ToDoubleSeconds(info.dispatched);
       m->staged_s += absl::ToDoubleSeconds(info.staged);
@@ -744,7 +747,7 @@ void Report(const DemoFlags& flags, const DemoJob& job, const Trained& trained,
   ModeStats all;
   for (const ModeStats& m : trained.modes) {
     all.saves += m.saves;
-    all.blocked_s += m.blocked_s;
+    all.blocked.insert(all.blocked.end(), m.blocked.begin(), m.blocked.end());
     all.committed_s += m.committed_s;
     all.bytes = std::max(all.bytes, m.bytes);
     all.dispatches = std::max(all.dispatches, m.dispatches);
@@ -755,7 +758,7 @@ void Report(const DemoFlags& flags, const DemoJob& job, const Trained& trained,
         {"saves", m.saves},
         {"bytes", m.bytes},
         {"replicated_bytes", m.replicated_bytes},
-        {"blocked_s", m.blocked_s / n},
+        {"blocked_s", m.blocked_sum() / n},
         {"blocked_median_s", Median(m.blocked)},
         {"blocked_max_s",
          m.blocked.empty()
@@ -788,7 +791,7 @@ void Report(const DemoFlags& flags, const DemoJob& job, const Trained& trained,
         {"backend", std::string(job.backend->name())},
         {"processes", job.processes},
         {"bytes", all.bytes},
-        {"blocked_s", all.blocked_s / n},
+        {"blocked_s", all.blocked_sum() / n},
         {"save_s", all.committed_s / n},
         {"predicted_blocked_s", maybe(predicted.blocked_s)},
         {"predicted_save_s", maybe(predicted.save_s)},
@@ -842,8 +845,8 @@ void Report(const DemoFlags& flags, const DemoJob& job, const Trained& trained,
     if (st.saves == 0) continue;
     std::cout << absl::StrFormat(
         "%-11s %6d %14.3fs %14.3fs %8.1f%%\n", m == 0 ? "staged" : "dispatched",
-        st.saves, st.blocked_s / st.saves, st.committed_s / st.saves,
-        100.0 * st.blocked_s / st.committed_s);
+        st.saves, st.blocked_sum() / st.saves, st.committed_s / st.saves,
+        100.0 * st.blocked_sum() / st.committed_s);
   }
   if (predicted.on) {
     std::cout << absl::StrFormat(
