@@ -788,6 +788,12 @@ def main():
                         "C++ (medians; default 3)")
     parser.add_argument("--scaling-writers", default="1,2,4",
                         help="writer streams for the scaling figures")
+    parser.add_argument("--published-bytes", default="1GiB",
+                        help="model size of the published experiments' (b) "
+                        "(bench/transfer_bench --model-bytes; default 1GiB)")
+    parser.add_argument("--published-repeats", type=int, default=5,
+                        help="timed runs per published figure (median; "
+                        "default 5)")
     parser.add_argument("--dir", default=None,
                         help="scratch directory on the disk to measure "
                         "(default: a new one here, removed after)")
@@ -815,7 +821,9 @@ def main():
                   "machine": f"{os.cpu_count()} cores, "
                   f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / GIB:.0f} GiB RAM"}
         log("== machine limits and the published experiments")
-        published = cpp_json([TRANSFER_BENCH, "--json"])
+        published = cpp_json([TRANSFER_BENCH, "--json", "--model-bytes",
+                              args.published_bytes, "--repeats",
+                              str(args.published_repeats)])
         report["published"] = published
         report["memcpy_gbps"] = published["memcpy_gbps"]
         # Raw write/read and hoist C++ in alternating rounds (medians).
@@ -847,7 +855,7 @@ def main():
             report["systems"][system] = r
         log("== scaling")
         report["scaling_size"] = []
-        for size in args.scaling_sizes.split(","):
+        for size in filter(None, args.scaling_sizes.split(",")):
             b = parse_bytes(size)
             try:
                 s = save_bench(b, args.dir, args.writers,
@@ -860,7 +868,7 @@ def main():
                  "save_s": s["save_s"], "save_gbps": s["save_gbps"],
                  "raw_write_gbps": s["raw_write_gbps"]})
         report["scaling_writers"] = []
-        for writers in (int(w) for w in args.scaling_writers.split(",")):
+        for writers in (int(w) for w in args.scaling_writers.split(",") if w):
             s = save_bench(args.size, args.dir, writers,
                            pool=int(args.size * 1.07) + (64 << 20))
             report["scaling_writers"].append(

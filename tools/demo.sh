@@ -4,7 +4,7 @@
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 install_debs
-build_dir release -DCMAKE_BUILD_TYPE=RelWithDebInfo
+build_dir release "${HOIST_RELEASE[@]}"
 python_package python/requirements.txt  # `import hoist` in .venv
 log "hoist demo $*"
 build/release/hoist demo "$@"

@@ -12,6 +12,7 @@
 #include "hoist/base/status_macros.h"
 #include "hoist/checkpoint_root.h"
 #include "hoist/manifest.h"
+#include "hoist/tools/command_error.h"
 
 namespace hoist {
 namespace {
@@ -182,11 +183,6 @@ absl::Status Rm(const std::string& path, const std::vector<int64_t>& steps) {
   return absl::OkStatus();
 }
 
-[[noreturn]] void Fail(const char* command, const absl::Status& status) {
-  std::cerr << "hoist " << command << ": " << status.message() << "\n";
-  throw CLI::RuntimeError(1);
-}
-
 }  // namespace
 
 void AddInspectCommands(CLI::App& app) {
@@ -202,7 +198,8 @@ void AddInspectCommands(CLI::App& app) {
   ls->add_option("ROOT", flags->path, "Checkpoint root")->required();
   ls->add_flag("--json", flags->json, "Print JSON");
   ls->callback([flags] {
-    if (absl::Status s = Ls(flags->path, flags->json); !s.ok()) Fail("ls", s);
+    if (absl::Status s = Ls(flags->path, flags->json); !s.ok())
+      FailCommand("ls", s);
   });
 
   CLI::App* inspect = app.add_subcommand(
@@ -215,7 +212,7 @@ void AddInspectCommands(CLI::App& app) {
   inspect->add_flag("--json", flags->json, "Print JSON");
   inspect->callback([flags] {
     if (absl::Status s = Inspect(flags->path, flags->json); !s.ok()) {
-      Fail("inspect", s);
+      FailCommand("inspect", s);
     }
   });
 
@@ -235,7 +232,8 @@ void AddInspectCommands(CLI::App& app) {
   rm->add_option("ROOT", flags->path, "Checkpoint root")->required();
   rm->add_option("STEP", flags->steps, "Steps to delete")->required();
   rm->callback([flags] {
-    if (absl::Status s = Rm(flags->path, flags->steps); !s.ok()) Fail("rm", s);
+    if (absl::Status s = Rm(flags->path, flags->steps); !s.ok())
+      FailCommand("rm", s);
   });
 }
 

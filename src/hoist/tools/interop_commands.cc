@@ -9,15 +9,11 @@
 #include "absl/time/time.h"
 #include "hoist/base/bytes.h"
 #include "hoist/interop.h"
+#include "hoist/tools/command_error.h"
 
 namespace hoist {
 
 namespace {
-
-[[noreturn]] void Fail(const char* command, const absl::Status& status) {
-  std::cerr << "hoist " << command << ": " << status.message() << "\n";
-  throw CLI::RuntimeError(1);
-}
 
 void AddImportCommand(CLI::App& app) {
   struct Flags {
@@ -47,10 +43,10 @@ void AddImportCommand(CLI::App& app) {
   command->add_flag("--json", flags->json, "Print the figures as JSON");
   command->callback([flags] {
     absl::StatusOr<int64_t> pool = ParseBytes(flags->pool);
-    if (!pool.ok()) Fail("import", pool.status());
+    if (!pool.ok()) FailCommand("import", pool.status());
     absl::StatusOr<ImportStats> stats =
         ImportSafetensors(flags->src, flags->root, flags->step, *pool);
-    if (!stats.ok()) Fail("import", stats.status());
+    if (!stats.ok()) FailCommand("import", stats.status());
     const double seconds = absl::ToDoubleSeconds(stats->elapsed);
     if (flags->json) {
       std::cout << nlohmann::json({{"step", stats->step},
@@ -111,14 +107,14 @@ void AddExportCommand(CLI::App& app) {
       if (text->empty()) continue;  // the library's default
       absl::StatusOr<int64_t> bytes = ParseBytes(*text);
       if (!bytes.ok()) {
-        Fail("export", absl::InvalidArgumentError(
-                           absl::StrCat(what, ": ", bytes.status().message())));
+        FailCommand("export", absl::InvalidArgumentError(absl::StrCat(
+                                  what, ": ", bytes.status().message())));
       }
       *out = *bytes;
     }
     absl::StatusOr<ExportStats> stats =
         ExportSafetensors(flags->step_dir, flags->out_dir, options);
-    if (!stats.ok()) Fail("export", stats.status());
+    if (!stats.ok()) FailCommand("export", stats.status());
     const double seconds = absl::ToDoubleSeconds(stats->elapsed);
     if (flags->json) {
       nlohmann::json out = {{"tensors", stats->tensors},
