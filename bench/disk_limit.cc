@@ -1,6 +1,7 @@
 #include "bench/disk_limit.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -41,8 +42,20 @@ absl::Status RunJob(const std::string& path, bool write, int64_t base,
         absl::StrFormat("io_uring_queue_init: %s", std::strerror(-rc)));
   }
   const int64_t block = options.block_bytes;
-  auto* buffers = static_cast<uint8_t*>(
-      std::aligned_alloc(4096, block * static_cast<int64_t>(options.depth)));
+  // Whole 2 MiB pages, asked for as huge pages (DiskLimitOptions::huge_pages).
+  const int64_t buffer_bytes =
+      (block * options.depth + (int64_t{2} << 20) - 1) / (int64_t{2} << 20) *
+      (int64_t{2} << 20);
+  void* mapped = mmap(nullptr, buffer_bytes, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mapped == MAP_FAILED) {
+    io_uring_queue_exit(&ring);
+    close(fd);
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "mmap of %d bytes: %s", buffer_bytes, std::strerror(errno)));
+  }
+  if (options.huge_pages) madvise(mapped, buffer_bytes, MADV_HUGEPAGE);
+  auto* buffers = static_cast<uint8_t*>(mapped);
   // Random bytes, as fio writes by default (a disk that compresses or
   // deduplicates would make constant bytes look faster than data).
   uint64_t state = 0x9e3779b97f4a7c15ull ^ static_cast<uint64_t>(fd);
@@ -98,7 +111,7 @@ absl::Status RunJob(const std::string& path, bool write, int64_t base,
         absl::StrFormat("fsync %s: %s", path, std::strerror(errno)));
   }
   io_uring_queue_exit(&ring);
-  std::free(buffers);
+  munmap(mapped, buffer_bytes);
   close(fd);
   return status;
 }

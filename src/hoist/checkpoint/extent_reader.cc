@@ -1,5 +1,7 @@
 #include "hoist/checkpoint/extent_reader.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
@@ -16,14 +18,26 @@ ReadBuffer::ReadBuffer(ReadBuffer&& other) noexcept
     : data_(std::exchange(other.data_, nullptr)),
       capacity_(std::exchange(other.capacity_, 0)) {}
 
-ReadBuffer::~ReadBuffer() { std::free(data_); }
+ReadBuffer::~ReadBuffer() {
+  if (data_ != nullptr) munmap(data_, capacity_);
+}
 
 uint8_t* ReadBuffer::Get(int64_t bytes) {
+  constexpr int64_t kHugePageBytes = int64_t{2} << 20;
   if (bytes > capacity_) {
-    std::free(data_);
-    capacity_ = AlignUp(std::max<int64_t>(bytes, 4096), 4096);
-    data_ = static_cast<uint8_t*>(std::aligned_alloc(4096, capacity_));
-    if (data_ == nullptr) std::abort();  // as operator new would
+    if (data_ != nullptr) munmap(data_, capacity_);
+    // Whole huge pages for a buffer of 2 MiB or more, asked for as such: a
+    // direct read or write of it then pins (and the device sees) a few
+    // large pages, not thousands of 4 KiB ones. mmap aligns a mapping of
+    // whole huge pages to them.
+    capacity_ = bytes >= kHugePageBytes
+                    ? AlignUp(bytes, kHugePageBytes)
+                    : AlignUp(std::max<int64_t>(bytes, 1), int64_t{4096});
+    void* data = mmap(nullptr, capacity_, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (data == MAP_FAILED) std::abort();  // as operator new would
+    if (capacity_ >= kHugePageBytes) madvise(data, capacity_, MADV_HUGEPAGE);
+    data_ = static_cast<uint8_t*>(data);
   }
   return data_;
 }
