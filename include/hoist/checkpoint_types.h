@@ -3,8 +3,6 @@
 #ifndef HOIST_CHECKPOINT_TYPES_H_
 #define HOIST_CHECKPOINT_TYPES_H_
 
-#include <sys/mman.h>
-
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -64,46 +62,24 @@ struct RestoreTarget {
 
 // Allocates 4 KiB-aligned memory: a restore reads extents straight into a
 // destination whose bytes start so aligned (O_DIRECT), and copies them from
-// a buffer into any other. An allocation of 2 MiB or more is its own
-// mapping of whole huge pages, asked for as such (MADV_HUGEPAGE): direct
-// reads into huge pages ran 1.3-1.7x faster than into 4 KiB pages on the
-// virtual machine hoist is benchmarked on (bench/README.md).
+// a buffer into any other.
 template <typename T>
 struct PageAlignedAllocator {
   using value_type = T;
   static constexpr size_t kAlignment = 4096;
-  static constexpr size_t kHugePageBytes = size_t{2} << 20;
   PageAlignedAllocator() = default;
   template <typename U>
   PageAlignedAllocator(const PageAlignedAllocator<U>&) {}
   T* allocate(size_t n) {
-    const size_t bytes = n * sizeof(T);
-    if (bytes < kHugePageBytes) {
-      return static_cast<T*>(
-          ::operator new(bytes, std::align_val_t(kAlignment)));
-    }
-    void* data = mmap(nullptr, MappedBytes(bytes), PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (data == MAP_FAILED) throw std::bad_alloc();
-    madvise(data, MappedBytes(bytes), MADV_HUGEPAGE);
-    return static_cast<T*>(data);
+    return static_cast<T*>(
+        ::operator new(n * sizeof(T), std::align_val_t(kAlignment)));
   }
-  void deallocate(T* p, size_t n) {
-    const size_t bytes = n * sizeof(T);
-    if (bytes < kHugePageBytes) {
-      ::operator delete(p, std::align_val_t(kAlignment));
-    } else {
-      munmap(p, MappedBytes(bytes));
-    }
+  void deallocate(T* p, size_t) {
+    ::operator delete(p, std::align_val_t(kAlignment));
   }
   template <typename U>
   bool operator==(const PageAlignedAllocator<U>&) const {
     return true;
-  }
-
- private:
-  static size_t MappedBytes(size_t bytes) {
-    return (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
   }
 };
 using AlignedBytes = std::vector<uint8_t, PageAlignedAllocator<uint8_t>>;

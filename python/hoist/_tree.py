@@ -21,7 +21,6 @@ import contextlib
 import functools
 import gc
 import math
-import mmap
 import sys
 
 import ml_dtypes
@@ -67,7 +66,6 @@ def _torch_dtype_name(dtype):
 _DIRECT_ALIGNMENT = 4096
 _DIRECT_MIN_BYTES = 64 << 10  # smaller arrays: 64-byte alignment, no waste
 _ZERO_COPY_ALIGNMENT = 64
-_HUGE_PAGE_BYTES = 2 << 20
 
 
 # JAX CPU devices: restore shards in host memory and adopt them (True), or
@@ -78,16 +76,7 @@ _JAX_IN_HOST = True
 
 def _aligned_bytes(nbytes):
     """A new uint8 array of `nbytes` whose data is aligned for direct
-    reads (4 KiB; 64 bytes for small arrays). From 2 MiB up it is a mapping
-    of its own, asked for in huge pages (MADV_HUGEPAGE), as the C++
-    PageAlignedAllocator does: direct reads into huge pages ran 1.3-1.7x
-    faster than into 4 KiB pages on the machine hoist is benchmarked on."""
-    if nbytes >= _HUGE_PAGE_BYTES:
-        size = -(-nbytes // _HUGE_PAGE_BYTES) * _HUGE_PAGE_BYTES
-        mapped = mmap.mmap(-1, size)
-        if hasattr(mmap, "MADV_HUGEPAGE"):
-            mapped.madvise(mmap.MADV_HUGEPAGE)
-        return np.frombuffer(mapped, np.uint8, count=nbytes)
+    reads (4 KiB; 64 bytes for small arrays)."""
     align = (_DIRECT_ALIGNMENT if nbytes >= _DIRECT_MIN_BYTES else
              _ZERO_COPY_ALIGNMENT)
     raw = np.empty(nbytes + align, np.uint8)

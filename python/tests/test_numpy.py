@@ -40,9 +40,9 @@ def test_every_dtype_round_trips_bit_exact(root, dtype):
 
 
 def test_large_restored_arrays_are_aligned_writable_and_their_own(root):
-    """From 2 MiB a restored array is a mapping of its own (huge pages):
-    still 4 KiB-aligned, bit-exact, writable, and independent of the
-    others and of the checkpoint."""
+    """A restored array hoist allocated (read straight into, O_DIRECT) is
+    4 KiB-aligned, bit-exact, writable, and independent of the others and
+    of the checkpoint."""
     state = {"big": random_array(np.float32, (768, 1024), 4),      # 3 MiB
              "edge": random_array(np.uint8, (2 << 20,), 5),        # 2 MiB
              "small": random_array(np.float32, (16, 16), 6)}

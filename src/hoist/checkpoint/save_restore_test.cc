@@ -135,26 +135,6 @@ TEST_F(CheckpointTest, RestoresWholeArraysIntoHostMemory) {
   }
 }
 
-// Below 2 MiB from operator new, from 2 MiB a mapping of its own (huge
-// pages where the kernel gives them): either way 4 KiB-aligned, holding
-// what is written, and given back whole when the vector grows or goes.
-TEST(PageAlignedAllocatorTest, SmallAndHugeBuffersAreAlignedAndKeepTheirBytes) {
-  for (size_t bytes : {size_t{100}, size_t{64} << 10, (size_t{2} << 20) - 1,
-                       size_t{2} << 20, (size_t{5} << 20) + 123}) {
-    AlignedBytes buffer(bytes);
-    EXPECT_EQ(reinterpret_cast<uintptr_t>(buffer.data()) % 4096, 0u) << bytes;
-    for (size_t i = 0; i < bytes; i += 4093) {
-      buffer[i] = static_cast<uint8_t>(i * 7 + 1);
-    }
-    buffer.back() = 0xab;
-    const AlignedBytes copy = buffer;
-    EXPECT_EQ(copy, buffer) << bytes;
-    buffer.resize(bytes * 3);  // across the 2 MiB mark for the smaller ones
-    EXPECT_EQ(reinterpret_cast<uintptr_t>(buffer.data()) % 4096, 0u) << bytes;
-    EXPECT_TRUE(std::equal(copy.begin(), copy.end(), buffer.begin())) << bytes;
-  }
-}
-
 TEST_F(CheckpointTest, OrbaxRuleAndSingleReplicaRoundTripToo) {
   const std::vector<ArraySpec> model = Model(MeshOf(2, 4));
   SavePlanOptions orbax;
