@@ -71,7 +71,9 @@ struct Job {
   // with later saves of the same specs.
   std::shared_ptr<const std::vector<ArraySpec>> specs;
   std::shared_ptr<const SavePlan> plan;
-  std::shared_ptr<const std::vector<int>> share;
+  // Null when the engine refused the share (the saver's staging reports
+  // why).
+  std::shared_ptr<const StagingLayout> layout;
   ShardSources sources;
   std::string metadata_json;
   absl::Time start;
@@ -407,7 +409,7 @@ class CheckpointManager::Impl {
     return restore(dir);
   }
 
-  // Sets job.specs, job.plan and job.share for `arrays` and the job's tier (a
+  // Sets job.specs, job.plan and job.layout for `arrays` and the job's tier (a
   // local step saves this process's part): the previous save's of that tier if
   // the specs are the same (compared in place, nothing copied), else new
   // ones.
@@ -435,17 +437,19 @@ class CheckpointManager::Impl {
                                     plan_options));
       planned.plan = std::make_shared<const SavePlan>(std::move(plan));
       planned.specs = std::move(specs);
-      auto share = std::make_shared<const std::vector<int>>(
-          planned.plan->SlicesOfProcess(PlanProcess(job.tier)));
+      const std::vector<int> share =
+          planned.plan->SlicesOfProcess(PlanProcess(job.tier));
       planned.bytes = 0;
-      for (int s : *share) {
+      for (int s : share) {
         planned.bytes += planned.plan->slices[s].length_bytes;
       }
-      planned.share = std::move(share);
+      absl::StatusOr<std::shared_ptr<const StagingLayout>> layout = engine_.Lay(
+          *planned.plan, PlanProcess(job.tier), backend_.devices(), share);
+      planned.layout = layout.ok() ? *std::move(layout) : nullptr;
     }
     job.specs = planned.specs;
     job.plan = planned.plan;
-    job.share = planned.share;
+    job.layout = planned.layout;
     job.progress->total_bytes = planned.bytes;
     return absl::OkStatus();
   }
@@ -464,9 +468,9 @@ class CheckpointManager::Impl {
   // flight): the engine and the pool serve one save at a time. A share
   // Begin refuses is left to the saver, whose staging reports the error.
   void DispatchHere(Job& job) {
-    absl::StatusOr<std::unique_ptr<BegunSave>> begun =
-        BeginSave(*job.plan, PlanProcess(job.tier), *job.share, engine_,
-                  backend_.devices(), job.sources);
+    if (job.layout == nullptr) return;
+    absl::StatusOr<std::unique_ptr<BegunSave>> begun = BeginSave(
+        *job.plan, job.layout, engine_, backend_.devices(), job.sources);
     if (!begun.ok()) return;
     job.begun = *std::move(begun);
     if (job.begun->all_dispatched()) {
@@ -659,10 +663,11 @@ class CheckpointManager::Impl {
   struct Planned {
     std::shared_ptr<const std::vector<ArraySpec>> specs;
     std::shared_ptr<const SavePlan> plan;
-    // This process's slices of `plan`, and their bytes (once per plan, not
-    // per save: a pass over the job's slices costs, more so at many
-    // processes and 100,000 arrays).
-    std::shared_ptr<const std::vector<int>> share;
+    // This process's share of `plan` laid out for staging, and its bytes
+    // (once per plan, not per save: a pass over the job's slices costs,
+    // more so at many processes and 100,000 arrays; null when the engine
+    // refused the share).
+    std::shared_ptr<const StagingLayout> layout;
     int64_t bytes = 0;
   };
   Mutex plan_mu_;

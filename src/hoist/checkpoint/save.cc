@@ -393,13 +393,13 @@ bool BegunSave::all_dispatched() const {
 }
 
 absl::StatusOr<std::unique_ptr<BegunSave>> BeginSave(
-    const SavePlan& plan, int process, absl::Span<const int> share,
+    const SavePlan& plan, std::shared_ptr<const StagingLayout> layout,
     TransferEngine& engine, absl::Span<Device* const> devices,
     const ShardSources& sources) {
   auto begun = std::make_unique<BegunSave>();
   begun->engine = &engine;
-  ASSIGN_OR_RETURN(begun->run, engine.Begin(plan, process, devices, sources,
-                                            begun->sink, share));
+  ASSIGN_OR_RETURN(begun->run, engine.Begin(plan, std::move(layout), devices,
+                                            sources, begun->sink));
   return begun;
 }
 

@@ -125,14 +125,13 @@ struct BegunSave {
   std::unique_ptr<StagingRun> run;  // null once SaveCheckpoint took it
 };
 
-// Begins staging `process`'s share of `plan` (TransferEngine::Begin), for
-// SaveCheckpoint to finish; `plan` and the arrays `sources` points to must
-// outlive that.
+// Begins staging a process's share of `plan`, laid out by `engine`
+// (TransferEngine::Lay, on `devices`), for SaveCheckpoint to finish; `plan`
+// and the arrays `sources` points to must outlive that.
 // Errors: Begin's (nothing was dispatched; SaveCheckpoint without a begun
 // save reports them).
-// `share` is plan.SlicesOfProcess(process) (TransferEngine::Begin).
 absl::StatusOr<std::unique_ptr<BegunSave>> BeginSave(
-    const SavePlan& plan, int process, absl::Span<const int> share,
+    const SavePlan& plan, std::shared_ptr<const StagingLayout> layout,
     TransferEngine& engine, absl::Span<Device* const> devices,
     const ShardSources& sources);
 

@@ -1,10 +1,12 @@
-// Staging, step by step:
-//   1. Check the share: every slice's device is local, every shard has a
-//      source, every slice fits in the pool.
+// Staging, step by step (1 and 2 are the layout, Lay, which a caller
+// saving the same plan again makes once):
+//   1. Check the share: every slice's device is local, every slice fits in
+//      the pool.
 //   2. Cut the share into waves: all of it when it fits in the pool, else
 //      waves of at most half the pool (one wave copies while the previous
 //      one drains), taking slices round-robin across devices so that every
-//      wave keeps every device busy.
+//      wave keeps every device busy. Then (Begin) every shard's source is
+//      looked up.
 //   3. Per wave: acquire every lease of the wave at once (backpressure), then
 //      dispatch: one CopyToHost per device (batched) or per slice, all before
 //      waiting (parallel) or each awaited in turn (sequential). A dispatch's
@@ -36,38 +38,47 @@ struct Batch {
   std::vector<StagedExtent> extents;
 };
 
-// Round-robin over devices, cut where the next slice would exceed `budget`.
-std::vector<std::vector<StagingRun::Slice>> CutWaves(
-    const SavePlan& plan, std::vector<std::deque<StagingRun::Slice>> queues,
-    int64_t budget) {
-  std::vector<std::vector<StagingRun::Slice>> waves(1);
+// A slice of the share waiting for its wave, with its length.
+struct Queued {
+  StagingLayout::Slice slice;
+  int64_t length;
+};
+
+// Round-robin over devices, cut where the next slice would exceed `budget`:
+// fills layout.slices, lengths and wave_ends.
+void CutWaves(std::vector<std::deque<Queued>> queues, int64_t budget,
+              StagingLayout& layout) {
   int64_t wave_bytes = 0;
   bool left = true;
   while (left) {
     left = false;
-    for (std::deque<StagingRun::Slice>& queue : queues) {
+    for (std::deque<Queued>& queue : queues) {
       if (queue.empty()) continue;
       left = true;
-      const StagingRun::Slice slice = queue.front();
+      const Queued next = queue.front();
       queue.pop_front();
-      const int64_t bytes = AlignUp(plan.slices[slice.slice].length_bytes,
-                                    StagingPool::kAlignment);
-      if (!waves.back().empty() && wave_bytes + bytes > budget) {
-        waves.emplace_back();
+      const int64_t bytes = AlignUp(next.length, StagingPool::kAlignment);
+      if (!layout.slices.empty() && wave_bytes + bytes > budget) {
+        layout.wave_ends.push_back(layout.slices.size());
         wave_bytes = 0;
       }
-      waves.back().push_back(slice);
+      layout.slices.push_back(next.slice);
+      layout.lengths.push_back(next.length);
       wave_bytes += bytes;
     }
   }
-  if (waves.back().empty()) waves.pop_back();
-  return waves;
+  if (!layout.slices.empty()) layout.wave_ends.push_back(layout.slices.size());
+}
+
+// Wave w's [begin, end) in the layout's slices.
+std::pair<size_t, size_t> WaveRange(const StagingLayout& layout, size_t w) {
+  return {w == 0 ? 0 : layout.wave_ends[w - 1], layout.wave_ends[w]};
 }
 
 }  // namespace
 
 bool AllDispatched(const StagingRun& run) {
-  return run.waves.size() == 1 && run.stats.waves == 1;
+  return run.layout->wave_ends.size() == 1 && run.stats.waves == 1;
 }
 
 absl::StatusOr<TransferStats> TransferEngine::Stage(
@@ -84,21 +95,22 @@ absl::StatusOr<std::unique_ptr<StagingRun>> TransferEngine::Begin(
     const SavePlan& plan, int process, absl::Span<Device* const> devices,
     const ShardSources& sources, StagedExtentSink& sink,
     std::optional<absl::Span<const int>> share) {
-  auto run = std::make_unique<StagingRun>();
-  run->plan = &plan;
-  run->devices = devices;
-  run->sink = &sink;
-  run->start = absl::Now();
-  pool_.ResetPeak();
-  TransferStats& stats = run->stats;
+  ASSIGN_OR_RETURN(std::shared_ptr<const StagingLayout> layout,
+                   Lay(plan, process, devices, share));
+  return Begin(plan, std::move(layout), devices, sources, sink);
+}
 
+absl::StatusOr<std::shared_ptr<const StagingLayout>> TransferEngine::Lay(
+    const SavePlan& plan, int process, absl::Span<Device* const> devices,
+    std::optional<absl::Span<const int>> share) const {
   // 1. Check the share and group it by device.
   absl::flat_hash_map<DeviceId, int> local;  // device id -> index in devices
   for (int i = 0; i < static_cast<int>(devices.size()); ++i) {
     local[devices[i]->id()] = i;
   }
-  std::vector<std::deque<StagingRun::Slice>> per_device(devices.size());
+  std::vector<std::deque<Queued>> per_device(devices.size());
   int64_t share_bytes = 0;
+  auto layout = std::make_shared<StagingLayout>();
   std::vector<int> found;
   if (!share.has_value()) {
     found = plan.SlicesOfProcess(process);
@@ -114,12 +126,6 @@ absl::StatusOr<std::unique_ptr<StagingRun>> TransferEngine::Begin(
           "does not drive",
           name, slice.box.ToString(), slice.device, process));
     }
-    const void* source = sources.Find(slice.array, slice.device);
-    if (source == nullptr) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "array '%s': no source buffer for its shard on device %d", name,
-          slice.device));
-    }
     const int64_t bytes = AlignUp(slice.length_bytes, StagingPool::kAlignment);
     if (bytes > pool_.capacity_bytes()) {
       return absl::ResourceExhaustedError(absl::StrFormat(
@@ -129,20 +135,49 @@ absl::StatusOr<std::unique_ptr<StagingRun>> TransferEngine::Begin(
           FormatBytes(pool_.capacity_bytes())));
     }
     per_device[it->second].push_back(
-        {s, it->second, static_cast<const uint8_t*>(source)});
+        {{s, slice.array, slice.device, it->second, slice.copy},
+         slice.length_bytes});
     share_bytes += bytes;
-    ++stats.slices;
-    stats.bytes += slice.length_bytes;
+    layout->bytes += slice.length_bytes;
   }
 
   // 2. Waves.
   const int64_t budget = share_bytes <= pool_.capacity_bytes()
                              ? pool_.capacity_bytes()
                              : pool_.capacity_bytes() / 2;
-  run->waves = CutWaves(plan, std::move(per_device), budget);
+  layout->slices.reserve(share->size());
+  layout->lengths.reserve(share->size());
+  CutWaves(std::move(per_device), budget, *layout);
+  return layout;
+}
+
+absl::StatusOr<std::unique_ptr<StagingRun>> TransferEngine::Begin(
+    const SavePlan& plan, std::shared_ptr<const StagingLayout> layout,
+    absl::Span<Device* const> devices, const ShardSources& sources,
+    StagedExtentSink& sink) {
+  auto run = std::make_unique<StagingRun>();
+  run->devices = devices;
+  run->sink = &sink;
+  run->start = absl::Now();
+  pool_.ResetPeak();
+  // Every slice's source, looked up once.
+  run->sources.resize(layout->slices.size());
+  for (size_t i = 0; i < layout->slices.size(); ++i) {
+    const StagingLayout::Slice& slice = layout->slices[i];
+    const void* source = sources.Find(slice.array, slice.device_id);
+    if (source == nullptr) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "array '%s': no source buffer for its shard on device %d",
+          plan.arrays[slice.array].name, slice.device_id));
+    }
+    run->sources[i] = static_cast<const uint8_t*>(source);
+  }
+  run->stats.slices = static_cast<int64_t>(layout->slices.size());
+  run->stats.bytes = layout->bytes;
+  run->layout = std::move(layout);
 
   // 3, for the first wave.
-  if (!run->waves.empty()) DispatchWave(*run, 0);
+  if (!run->layout->wave_ends.empty()) DispatchWave(*run, 0);
   return run;
 }
 
@@ -158,10 +193,11 @@ absl::StatusOr<TransferStats> TransferEngine::Finish(
   };
   // 3. Dispatch wave after wave (Begin dispatched the first), stopping at
   // the first error.
-  for (size_t wave = 0; wave < run->waves.size(); ++wave) {
+  const size_t waves = run->layout->wave_ends.size();
+  for (size_t wave = 0; wave < waves; ++wave) {
     if (wave == 0 ? run->stats.waves == 0 : !DispatchWave(*run, wave)) break;
     // The last wave is announced before the first wave's work begins.
-    if (wave + 1 == run->waves.size()) announce_dispatched();
+    if (wave + 1 == waves) announce_dispatched();
     if (wave == 0 && after_first_wave) {
       run->first_error->Record(after_first_wave());
     }
@@ -180,14 +216,10 @@ absl::StatusOr<TransferStats> TransferEngine::Finish(
 
 bool TransferEngine::DispatchWave(StagingRun& run, size_t w) {
   if (!run.first_error->Get().ok()) return false;
-  const SavePlan& plan = *run.plan;
-  const std::vector<StagingRun::Slice>& wave = run.waves[w];
-  std::vector<int64_t> sizes;
-  sizes.reserve(wave.size());
-  for (const StagingRun::Slice& s : wave) {
-    sizes.push_back(plan.slices[s.slice].length_bytes);
-  }
-  absl::StatusOr<std::vector<Lease>> leases = pool_.AcquireAll(sizes);
+  const StagingLayout& layout = *run.layout;
+  const auto [begin, end] = WaveRange(layout, w);
+  absl::StatusOr<std::vector<Lease>> leases = pool_.AcquireAll(
+      absl::MakeConstSpan(layout.lengths).subspan(begin, end - begin));
   if (!leases.ok()) {
     run.first_error->Record(leases.status());
     return false;
@@ -198,21 +230,21 @@ bool TransferEngine::DispatchWave(StagingRun& run, size_t w) {
   // Batches: one per device (batched) or one per slice.
   std::vector<Batch> batches;
   std::vector<int> batch_of_device(run.devices.size(), -1);
-  for (size_t i = 0; i < wave.size(); ++i) {
-    const PlannedSlice& slice = plan.slices[wave[i].slice];
-    const int d = wave[i].device;
+  for (size_t i = begin; i < end; ++i) {
+    const StagingLayout::Slice& slice = layout.slices[i];
+    const int d = slice.device;
     int b = batch_of_device[d];
     if (b < 0 || options_.dispatch == DispatchMode::kPerSlice) {
       b = static_cast<int>(batches.size());
       batches.push_back({run.devices[d], {}, {}});
       batch_of_device[d] = b;
     }
-    Lease& lease = (*leases)[i];
-    batches[b].ops.push_back({wave[i].source + slice.copy.src_offset_bytes,
+    Lease& lease = (*leases)[i - begin];
+    batches[b].ops.push_back({run.sources[i] + slice.copy.src_offset_bytes,
                               slice.copy.src_pitch_bytes, lease.data(),
                               slice.copy.width_bytes, slice.copy.width_bytes,
                               slice.copy.rows});
-    batches[b].extents.push_back({wave[i].slice, std::move(lease)});
+    batches[b].extents.push_back({slice.slice, std::move(lease)});
   }
   // Every device's copies are enqueued before any starts: on the host
   // backend the first devices' copies would take the cores from this loop.

@@ -107,21 +107,36 @@ struct TransferStats {
   absl::Duration time_to_staged;      // until every slice reached the sink
 };
 
+// What staging one process's share of a plan needs that no save changes:
+// the share checked against the devices and the pool, each slice's copy
+// beside it (so that staging reads this, contiguous, not the plan's
+// slices), grouped into waves. TransferEngine::Lay makes it; a caller that
+// saves the same plan again keeps it, and each Begin then only looks up
+// the sources and dispatches.
+struct StagingLayout {
+  struct Slice {
+    int slice = 0;  // in plan.slices
+    int array = 0;  // plan.slices[slice].array
+    DeviceId device_id = 0;
+    int device = 0;  // index in the devices Lay was given
+    SliceCopy copy;
+  };
+  std::vector<Slice> slices;      // wave after wave
+  std::vector<int64_t> lengths;   // each slice's length_bytes, same order
+  std::vector<size_t> wave_ends;  // wave w: [wave_ends[w - 1], wave_ends[w])
+  int64_t bytes = 0;              // the share's length_bytes, summed
+};
+
 // A staging begun by TransferEngine::Begin, its first wave dispatched:
 // everything it carries from one wave to the next. Only the engine reads it.
 struct StagingRun {
-  // A slice of a wave, with what Begin looked up for it once.
-  struct Slice {
-    int slice;              // in plan.slices
-    int device;             // index in `devices`
-    const uint8_t* source;  // its shard's base address (ShardSources)
-  };
-  const SavePlan* plan = nullptr;
+  std::shared_ptr<const StagingLayout> layout;
+  // Each layout slice's shard base address (ShardSources), same order.
+  std::vector<const uint8_t*> sources;
   absl::Span<Device* const> devices;
   StagedExtentSink* sink = nullptr;
   absl::Time start;
   TransferStats stats;  // stats.waves: the waves dispatched so far
-  std::vector<std::vector<Slice>> waves;
   std::shared_ptr<FirstError> first_error = std::make_shared<FirstError>();
   std::vector<Future<>> delivered;
 };
@@ -176,6 +191,19 @@ class TransferEngine {
       const SavePlan& plan, int process, absl::Span<Device* const> devices,
       const ShardSources& sources, StagedExtentSink& sink,
       std::optional<absl::Span<const int>> share = std::nullopt);
+  // Begin with a layout this engine made (Lay) for `plan` and `devices`:
+  // only the sources are looked up. Errors: kInvalidArgument when a shard
+  // has no source.
+  absl::StatusOr<std::unique_ptr<StagingRun>> Begin(
+      const SavePlan& plan, std::shared_ptr<const StagingLayout> layout,
+      absl::Span<Device* const> devices, const ShardSources& sources,
+      StagedExtentSink& sink);
+  // The layout of `process`'s share of `plan` on `devices` through this
+  // engine's pool (`share` as for Begin). Errors: Stage's
+  // kFailedPrecondition and kResourceExhausted.
+  absl::StatusOr<std::shared_ptr<const StagingLayout>> Lay(
+      const SavePlan& plan, int process, absl::Span<Device* const> devices,
+      std::optional<absl::Span<const int>> share = std::nullopt) const;
   absl::StatusOr<TransferStats> Finish(
       std::unique_ptr<StagingRun> run,
       const std::function<void()>& on_dispatched = nullptr,

@@ -329,6 +329,52 @@ TEST(TransferEngineTest, BeginOnOneThreadFinishOnAnother) {
   }
 }
 
+// One layout, made once, stages save after save: each Begin reads the
+// sources it is given (here a second copy of the shards, then the first
+// again), in one wave or in several, and a source missing from them is
+// refused before anything is dispatched.
+TEST(TransferEngineTest, OneLayoutStagesSaveAfterSaveFromTheirOwnSources) {
+  std::vector<ArraySpec> model;
+  for (int i = 0; i < 16; ++i) {
+    model.push_back(Named("w" + std::to_string(i), DType::kFloat32, {512, 64},
+                          {{"data", "model"}}));
+  }
+  Harness harness(model, Topology::Uniform(1, 8), 0);
+  // The same bytes in other buffers: a later save's arrays.
+  const testing::DeviceShards copy =
+      testing::FillShards(model, harness.backend().devices());
+  for (const int64_t capacity : {int64_t{4} << 20, int64_t{64} << 10}) {
+    auto pool = harness.Pool(capacity);
+    TransferEngine engine(*pool);
+    absl::StatusOr<std::shared_ptr<const StagingLayout>> layout =
+        engine.Lay(harness.plan(), 0, harness.backend().devices());
+    ASSERT_TRUE(layout.ok()) << layout.status();
+    EXPECT_EQ((*layout)->slices.size(), harness.plan().slices.size());
+    EXPECT_EQ((*layout)->wave_ends.size() > 1, capacity == int64_t{64} << 10);
+    for (const ShardSources* sources :
+         {&copy.sources, &harness.sources(), &copy.sources}) {
+      CopyingSink sink;
+      absl::StatusOr<std::unique_ptr<StagingRun>> run = engine.Begin(
+          harness.plan(), *layout, harness.backend().devices(), *sources, sink);
+      ASSERT_TRUE(run.ok()) << run.status();
+      absl::StatusOr<TransferStats> stats = engine.Finish(*std::move(run));
+      ASSERT_TRUE(stats.ok()) << stats.status();
+      harness.ExpectExact(sink.Take());
+      EXPECT_EQ(stats->waves,
+                static_cast<int64_t>((*layout)->wave_ends.size()));
+      EXPECT_EQ(pool->stats().in_use_bytes, 0);
+    }
+    const int64_t before = Dispatches(harness.backend());
+    CopyingSink sink;
+    absl::StatusOr<std::unique_ptr<StagingRun>> run =
+        engine.Begin(harness.plan(), *layout, harness.backend().devices(),
+                     ShardSources{}, sink);
+    EXPECT_EQ(run.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(run.status().message(), HasSubstr("no source buffer"));
+    EXPECT_EQ(Dispatches(harness.backend()), before);
+  }
+}
+
 // The host backend's held copies start only at the release.
 TEST(TransferEngineTest, HeldHostCopiesStartAtTheRelease) {
   std::unique_ptr<Backend> backend = *MakeHostBackend({.num_devices = 1});
