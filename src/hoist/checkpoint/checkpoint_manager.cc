@@ -574,6 +574,7 @@ class CheckpointManager::Impl {
     request.step = job.step;
     request.arrays = *job.specs;
     request.plan = job.plan.get();
+    request.layout = job.layout;
     request.metadata_json = job.metadata_json;
     request.tracer = options_.tracer;
     request.progress = job.progress.get();

@@ -329,6 +329,35 @@ TEST_F(ManagerTest, AnIdleSaverLetsSaveDispatchOnTheCallersThread) {
   }
 }
 
+// With room for two saves in flight, a save asked for while the saver is
+// busy is staged by the saver from the layout kept with the plan, from the
+// arrays as they were when it was asked for, in one wave and in several.
+TEST_F(ManagerTest, ASaveQueuedBehindAnotherIsStagedByTheSaverExactly) {
+  for (const int64_t pool : {int64_t{1} << 20, int64_t{16} << 10}) {
+    CheckpointManagerOptions options = SmallPool();
+    options.pool_bytes = pool;
+    options.max_in_flight = 2;
+    auto manager = Open(options);
+    ASSERT_NE(manager, nullptr);
+    std::vector<SaveHandle> handles;
+    for (int64_t step = 1; step <= 3; ++step) {
+      testing::Refill(model_, shards_, static_cast<uint64_t>(step));
+      absl::StatusOr<SaveHandle> handle = manager->Save(step, Arrays());
+      ASSERT_TRUE(handle.ok()) << handle.status();
+      handles.push_back(*std::move(handle));
+    }
+    for (SaveHandle& handle : handles) {
+      ASSERT_TRUE(handle.WaitCommitted().ok()) << handle.status();
+    }
+    for (int64_t step = 1; step <= 3; ++step) {
+      ExpectHolds(*manager, step, static_cast<uint64_t>(step));
+    }
+    manager.reset();
+    std::filesystem::remove_all(root_);
+    std::filesystem::create_directories(root_);
+  }
+}
+
 // A share staging refuses before any copy (a slice larger than the pool)
 // is Save's error in either mode: nothing was dispatched.
 TEST_F(ManagerTest, AShareStagingRefusesIsSavesErrorInEitherMode) {

@@ -234,11 +234,24 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
     dispatched = true;
     if (request.on_dispatched) request.on_dispatched(absl::OkStatus());
   };
-  absl::StatusOr<TransferStats> staged =
-      begun != nullptr && begun->run != nullptr
-          ? engine.Finish(std::move(begun->run), on_dispatched, prepare)
-          : engine.Stage(plan, process, devices, sources, sink, on_dispatched,
-                         prepare);
+  std::unique_ptr<StagingRun> run =
+      begun != nullptr ? std::move(begun->run) : nullptr;
+  absl::StatusOr<TransferStats> staged;
+  if (run == nullptr && request.layout != nullptr) {
+    absl::StatusOr<std::unique_ptr<StagingRun>> started =
+        engine.Begin(plan, request.layout, devices, sources, sink);
+    if (started.ok()) {
+      run = *std::move(started);
+    } else {
+      staged = started.status();
+    }
+  }
+  if (run != nullptr) {
+    staged = engine.Finish(std::move(run), on_dispatched, prepare);
+  } else if (request.layout == nullptr) {
+    staged = engine.Stage(plan, process, devices, sources, sink, on_dispatched,
+                          prepare);
+  }
   // Every rank takes part in step 2's broadcast, whether or not staging
   // got to its first wave.
   if (!prepared) {

@@ -48,6 +48,10 @@ struct SaveRequest {
   // Set when the plan is one process's part (SavePlanOptions::
   // part_of_process), saved alone: the manifest says so (manifest.h).
   std::optional<ManifestPart> part;
+  // This process's share of `plan` laid out by the engine SaveCheckpoint is
+  // given (TransferEngine::Lay), kept by a caller that saves the same plan
+  // again; staging lays it out itself when null. Optional.
+  std::shared_ptr<const StagingLayout> layout;
 };
 
 struct SaveResult {

@@ -56,10 +56,13 @@ class CheckpointTest : public ::testing::Test {
     testing::DeviceShards shards =
         testing::FillShards(model, backend_->devices(), version);
     TransferEngine engine(*pool_);
-    SaveRequest request{
-        root_,     step,    model,   &*plan,  R"({"note":"test"})",
-        overwrite, nullptr, nullptr, nullptr, nullptr,
-        nullptr,   {}};
+    SaveRequest request;
+    request.root = root_;
+    request.step = step;
+    request.arrays = model;
+    request.plan = &*plan;
+    request.metadata_json = R"({"note":"test"})";
+    request.overwrite = overwrite;
     return SaveCheckpoint(storage, *coordinator_, request, engine,
                           backend_->devices(), shards.sources);
   }
