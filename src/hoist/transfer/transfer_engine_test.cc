@@ -161,6 +161,17 @@ std::vector<ArraySpec> EveryDTypeModel() {
   return model;
 }
 
+// 16 arrays of 512 x 64 float32 sharded over both axes of the 2 x 4 mesh:
+// on 8 devices, 16 slices of 16 KiB each.
+std::vector<ArraySpec> SixteenShardedArrays() {
+  std::vector<ArraySpec> model;
+  for (int i = 0; i < 16; ++i) {
+    model.push_back(Named("w" + std::to_string(i), DType::kFloat32, {512, 64},
+                          {{"data", "model"}}));
+  }
+  return model;
+}
+
 TransferOptions Mode(DispatchMode dispatch, WaitMode wait) {
   return {.dispatch = dispatch, .wait = wait};
 }
@@ -267,11 +278,7 @@ TEST(TransferEngineTest,
 
 TEST(TransferEngineTest, PoolSmallerThanOneDeviceShareStagesInWaves) {
   // 8 devices x 16 slices of 16 KiB each, through a 64 KiB pool.
-  std::vector<ArraySpec> model;
-  for (int i = 0; i < 16; ++i) {
-    model.push_back(Named("w" + std::to_string(i), DType::kFloat32, {512, 64},
-                          {{"data", "model"}}));
-  }
+  const std::vector<ArraySpec> model = SixteenShardedArrays();
   Harness harness(model, Topology::Uniform(1, 8), 0);
   auto pool = harness.Pool(64 * 1024);
   CopyingSink sink;
@@ -287,11 +294,7 @@ TEST(TransferEngineTest, PoolSmallerThanOneDeviceShareStagesInWaves) {
 // Begin on one thread dispatches the first wave; Finish on another does
 // the rest; together they stage what Stage does.
 TEST(TransferEngineTest, BeginOnOneThreadFinishOnAnother) {
-  std::vector<ArraySpec> model;
-  for (int i = 0; i < 16; ++i) {
-    model.push_back(Named("w" + std::to_string(i), DType::kFloat32, {512, 64},
-                          {{"data", "model"}}));
-  }
+  const std::vector<ArraySpec> model = SixteenShardedArrays();
   Harness harness(model, Topology::Uniform(1, 8), 0);
   for (const int64_t capacity : {int64_t{4} << 20, int64_t{64} << 10}) {
     auto pool = harness.Pool(capacity);
@@ -334,11 +337,7 @@ TEST(TransferEngineTest, BeginOnOneThreadFinishOnAnother) {
 // again), in one wave or in several, and a source missing from them is
 // refused before anything is dispatched.
 TEST(TransferEngineTest, OneLayoutStagesSaveAfterSaveFromTheirOwnSources) {
-  std::vector<ArraySpec> model;
-  for (int i = 0; i < 16; ++i) {
-    model.push_back(Named("w" + std::to_string(i), DType::kFloat32, {512, 64},
-                          {{"data", "model"}}));
-  }
+  const std::vector<ArraySpec> model = SixteenShardedArrays();
   Harness harness(model, Topology::Uniform(1, 8), 0);
   // The same bytes in other buffers: a later save's arrays.
   const testing::DeviceShards copy =
@@ -430,11 +429,7 @@ TEST(TransferEngineTest, SliceLargerThanThePoolFailsBeforeAnyCopy) {
 }
 
 TEST(TransferEngineTest, FailingCopySurfacesItsErrorAndEveryLeaseComesBack) {
-  std::vector<ArraySpec> model;
-  for (int i = 0; i < 16; ++i) {
-    model.push_back(Named("w" + std::to_string(i), DType::kFloat32, {512, 64},
-                          {{"data", "model"}}));
-  }
+  const std::vector<ArraySpec> model = SixteenShardedArrays();
   for (int fail_at : {0, 2}) {
     Harness harness(model, Topology::Uniform(1, 8), 0);
     auto pool = harness.Pool(64 * 1024);  // waves: the failure stops them
@@ -453,11 +448,7 @@ TEST(TransferEngineTest, FailingCopySurfacesItsErrorAndEveryLeaseComesBack) {
 }
 
 TEST(TransferEngineTest, AfterTheFirstWaveRunsOnceWhileItsCopiesProceed) {
-  std::vector<ArraySpec> model;
-  for (int i = 0; i < 16; ++i) {
-    model.push_back(Named("w" + std::to_string(i), DType::kFloat32, {512, 64},
-                          {{"data", "model"}}));
-  }
+  const std::vector<ArraySpec> model = SixteenShardedArrays();
   Harness harness(model, Topology::Uniform(1, 8), 0);
   // One wave (the pool holds the share): the save's dispatched signal comes
   // before the first wave's work, which runs once copies were enqueued.
