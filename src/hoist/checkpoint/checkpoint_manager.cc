@@ -657,7 +657,9 @@ class CheckpointManager::Impl {
   // goes through coordinator_.
   const std::unique_ptr<Coordinator> alone_ = MakeSingleProcessCoordinator();
   const std::unique_ptr<StagingPool> pool_;
-  // Used by the saver thread, and by Save() while the saver is idle.
+  // Stages on the saver thread, and in Save() while the saver is idle;
+  // Lay (const: it reads only the pool's fixed capacity) runs in Save() at
+  // any time.
   TransferEngine engine_;
 
   // The last plan of each tier (durable, local), and what it was made from.

@@ -146,7 +146,8 @@ struct StagingRun {
 bool AllDispatched(const StagingRun& run);
 
 // Stages one share at a time per pool. Thread-compatible: one Stage call
-// (or Begin ... Finish) at a time per engine (and per pool).
+// (or Begin ... Finish) at a time per engine (and per pool); Lay, which
+// reads only the plan and the pool's fixed capacity, may run beside them.
 class TransferEngine {
  public:
   // `pool` must outlive the engine and every lease handed to a sink.
