@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "hoist/base/checked_math.h"
 
 #if HOIST_BENCH_HAVE_URING
 #include <liburing.h>
@@ -43,9 +44,7 @@ absl::Status RunJob(const std::string& path, bool write, int64_t base,
   }
   const int64_t block = options.block_bytes;
   // Whole 2 MiB pages, asked for as huge pages (DiskLimitOptions::huge_pages).
-  const int64_t buffer_bytes =
-      (block * options.depth + (int64_t{2} << 20) - 1) / (int64_t{2} << 20) *
-      (int64_t{2} << 20);
+  const int64_t buffer_bytes = AlignUp(block * options.depth, int64_t{2} << 20);
   void* mapped = mmap(nullptr, buffer_bytes, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mapped == MAP_FAILED) {

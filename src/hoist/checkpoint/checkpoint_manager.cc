@@ -67,8 +67,8 @@ void PrefetchSpec(const ArraySpec& spec) {
 struct Job {
   int64_t step = 0;
   Tier tier = Tier::kDurable;
-  // What `plan` was made from, and this process's slices of it; all shared
-  // with later saves of the same specs.
+  // What `plan` was made from, and its layout; all shared with later saves
+  // of the same specs.
   std::shared_ptr<const std::vector<ArraySpec>> specs;
   std::shared_ptr<const SavePlan> plan;
   // Null when the engine refused the share (the saver's staging reports
@@ -437,20 +437,15 @@ class CheckpointManager::Impl {
                                     plan_options));
       planned.plan = std::make_shared<const SavePlan>(std::move(plan));
       planned.specs = std::move(specs);
-      const std::vector<int> share =
-          planned.plan->SlicesOfProcess(PlanProcess(job.tier));
-      planned.bytes = 0;
-      for (int s : share) {
-        planned.bytes += planned.plan->slices[s].length_bytes;
-      }
-      absl::StatusOr<std::shared_ptr<const StagingLayout>> layout = engine_.Lay(
-          *planned.plan, PlanProcess(job.tier), backend_.devices(), share);
+      absl::StatusOr<std::shared_ptr<const StagingLayout>> layout =
+          engine_.Lay(*planned.plan, PlanProcess(job.tier), backend_.devices());
       planned.layout = layout.ok() ? *std::move(layout) : nullptr;
     }
     job.specs = planned.specs;
     job.plan = planned.plan;
     job.layout = planned.layout;
-    job.progress->total_bytes = planned.bytes;
+    // A refused share's save fails in staging, having staged nothing.
+    job.progress->total_bytes = job.layout != nullptr ? job.layout->bytes : 0;
     return absl::OkStatus();
   }
 
@@ -666,12 +661,11 @@ class CheckpointManager::Impl {
   struct Planned {
     std::shared_ptr<const std::vector<ArraySpec>> specs;
     std::shared_ptr<const SavePlan> plan;
-    // This process's share of `plan` laid out for staging, and its bytes
-    // (once per plan, not per save: a pass over the job's slices costs,
-    // more so at many processes and 100,000 arrays; null when the engine
-    // refused the share).
+    // This process's share of `plan` laid out for staging (once per plan,
+    // not per save: a pass over the job's slices costs, more so at many
+    // processes and 100,000 arrays; null when the engine refused the
+    // share).
     std::shared_ptr<const StagingLayout> layout;
-    int64_t bytes = 0;
   };
   Mutex plan_mu_;
   Planned planned_[2] ABSL_GUARDED_BY(plan_mu_);

@@ -234,24 +234,19 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
     dispatched = true;
     if (request.on_dispatched) request.on_dispatched(absl::OkStatus());
   };
-  std::unique_ptr<StagingRun> run =
-      begun != nullptr ? std::move(begun->run) : nullptr;
-  absl::StatusOr<TransferStats> staged;
-  if (run == nullptr && request.layout != nullptr) {
-    absl::StatusOr<std::unique_ptr<StagingRun>> started =
-        engine.Begin(plan, request.layout, devices, sources, sink);
-    if (started.ok()) {
-      run = *std::move(started);
-    } else {
-      staged = started.status();
-    }
+  // The run begun ahead, else one begun here (from the kept layout when
+  // there is one); Stage is Begin then Finish.
+  absl::StatusOr<std::unique_ptr<StagingRun>> run;
+  if (begun != nullptr && begun->run != nullptr) {
+    run = std::move(begun->run);
+  } else if (request.layout != nullptr) {
+    run = engine.Begin(plan, request.layout, devices, sources, sink);
+  } else {
+    run = engine.Begin(plan, process, devices, sources, sink);
   }
-  if (run != nullptr) {
-    staged = engine.Finish(std::move(run), on_dispatched, prepare);
-  } else if (request.layout == nullptr) {
-    staged = engine.Stage(plan, process, devices, sources, sink, on_dispatched,
-                          prepare);
-  }
+  absl::StatusOr<TransferStats> staged =
+      run.ok() ? engine.Finish(*std::move(run), on_dispatched, prepare)
+               : absl::StatusOr<TransferStats>(run.status());
   // Every rank takes part in step 2's broadcast, whether or not staging
   // got to its first wave.
   if (!prepared) {

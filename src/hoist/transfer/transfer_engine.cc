@@ -20,6 +20,7 @@
 #include <memory>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -93,16 +94,15 @@ absl::StatusOr<TransferStats> TransferEngine::Stage(
 
 absl::StatusOr<std::unique_ptr<StagingRun>> TransferEngine::Begin(
     const SavePlan& plan, int process, absl::Span<Device* const> devices,
-    const ShardSources& sources, StagedExtentSink& sink,
-    std::optional<absl::Span<const int>> share) {
+    const ShardSources& sources, StagedExtentSink& sink) {
   ASSIGN_OR_RETURN(std::shared_ptr<const StagingLayout> layout,
-                   Lay(plan, process, devices, share));
+                   Lay(plan, process, devices));
   return Begin(plan, std::move(layout), devices, sources, sink);
 }
 
 absl::StatusOr<std::shared_ptr<const StagingLayout>> TransferEngine::Lay(
-    const SavePlan& plan, int process, absl::Span<Device* const> devices,
-    std::optional<absl::Span<const int>> share) const {
+    const SavePlan& plan, int process,
+    absl::Span<Device* const> devices) const {
   // 1. Check the share and group it by device.
   absl::flat_hash_map<DeviceId, int> local;  // device id -> index in devices
   for (int i = 0; i < static_cast<int>(devices.size()); ++i) {
@@ -111,12 +111,8 @@ absl::StatusOr<std::shared_ptr<const StagingLayout>> TransferEngine::Lay(
   std::vector<std::deque<Queued>> per_device(devices.size());
   int64_t share_bytes = 0;
   auto layout = std::make_shared<StagingLayout>();
-  std::vector<int> found;
-  if (!share.has_value()) {
-    found = plan.SlicesOfProcess(process);
-    share = found;
-  }
-  for (int s : *share) {
+  const std::vector<int> share = plan.SlicesOfProcess(process);
+  for (int s : share) {
     const PlannedSlice& slice = plan.slices[s];
     const std::string& name = plan.arrays[slice.array].name;
     auto it = local.find(slice.device);
@@ -145,8 +141,8 @@ absl::StatusOr<std::shared_ptr<const StagingLayout>> TransferEngine::Lay(
   const int64_t budget = share_bytes <= pool_.capacity_bytes()
                              ? pool_.capacity_bytes()
                              : pool_.capacity_bytes() / 2;
-  layout->slices.reserve(share->size());
-  layout->lengths.reserve(share->size());
+  layout->slices.reserve(share.size());
+  layout->lengths.reserve(share.size());
   CutWaves(std::move(per_device), budget, *layout);
   return layout;
 }

@@ -19,11 +19,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -185,13 +183,10 @@ class TransferEngine {
   // the last). Begin looks every slice's source up in `sources`, which it
   // then no longer needs. A run must be finished: its copies read the
   // arrays `sources` pointed to and deliver into `sink`, which must outlive
-  // Finish. `share`, when given, is plan.SlicesOfProcess(process), kept by
-  // a caller that saves the same plan again: finding it is a pass over
-  // every slice of the job (of every process).
+  // Finish.
   absl::StatusOr<std::unique_ptr<StagingRun>> Begin(
       const SavePlan& plan, int process, absl::Span<Device* const> devices,
-      const ShardSources& sources, StagedExtentSink& sink,
-      std::optional<absl::Span<const int>> share = std::nullopt);
+      const ShardSources& sources, StagedExtentSink& sink);
   // Begin with a layout this engine made (Lay) for `plan` and `devices`:
   // only the sources are looked up. Errors: kInvalidArgument when a shard
   // has no source.
@@ -200,11 +195,12 @@ class TransferEngine {
       absl::Span<Device* const> devices, const ShardSources& sources,
       StagedExtentSink& sink);
   // The layout of `process`'s share of `plan` on `devices` through this
-  // engine's pool (`share` as for Begin). Errors: Stage's
+  // engine's pool: a pass over every slice of the job (of every process),
+  // which a caller saving the same plan again makes once. Errors: Stage's
   // kFailedPrecondition and kResourceExhausted.
   absl::StatusOr<std::shared_ptr<const StagingLayout>> Lay(
-      const SavePlan& plan, int process, absl::Span<Device* const> devices,
-      std::optional<absl::Span<const int>> share = std::nullopt) const;
+      const SavePlan& plan, int process,
+      absl::Span<Device* const> devices) const;
   absl::StatusOr<TransferStats> Finish(
       std::unique_ptr<StagingRun> run,
       const std::function<void()>& on_dispatched = nullptr,
