@@ -888,6 +888,45 @@ TEST_F(ManagerTest, ExistingStepDeleteAndEmptyRoot) {
   EXPECT_EQ(manager->Delete(3).code(), absl::StatusCode::kNotFound);
 }
 
+// Save refuses a committed step: one the root held at Open, and one this
+// manager saved. One put in the root behind its back, above every step it
+// knew (Save no longer asks storage about those on the caller's thread), is
+// refused by the saver before it writes, and left as it was.
+TEST_F(ManagerTest, ACommittedStepIsNeverSavedOver) {
+  {
+    auto manager = Open();
+    ASSERT_TRUE(manager->Save(5, Arrays()).ok());
+    ASSERT_TRUE(manager->WaitUntilFinished().ok());
+  }
+  auto manager = Open();
+  EXPECT_EQ(manager->Save(5, Arrays()).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  testing::Refill(model_, shards_, 7);
+  ASSERT_TRUE(manager->Save(7, Arrays()).ok());
+  ASSERT_TRUE(manager->WaitUntilFinished().ok());
+  EXPECT_EQ(manager->Save(7, Arrays()).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  ASSERT_TRUE(manager->Save(3, Arrays()).ok());  // below them, and free
+  ASSERT_TRUE(manager->WaitUntilFinished().ok());
+
+  std::filesystem::copy(root_ + "/" + StepDirName(7),
+                        root_ + "/" + StepDirName(9),
+                        std::filesystem::copy_options::recursive);
+  testing::Refill(model_, shards_, 9);
+  const absl::Status status = manager->Save(9, Arrays()).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(status.message(), HasSubstr("step 9 is already committed"));
+  EXPECT_TRUE(manager->WaitUntilFinished().ok());  // reported once, above
+  EXPECT_THAT(*manager->List(), ElementsAre(3, 5, 7, 9));
+  const auto manifest = [&](int64_t step) {
+    std::ifstream in(root_ + "/" + StepDirName(step) + "/MANIFEST.json");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_EQ(manifest(9), manifest(7));  // the copy, untouched
+  ExpectHolds(*manager, 7, 7);
+  ExpectHolds(*manager, 5, 0);
+}
+
 TEST_F(ManagerTest, TraceHasATrackPerDevicePerWriterAndTheCommit) {
   Tracer tracer;
   CheckpointManagerOptions options;

@@ -27,8 +27,12 @@ class AtomicDeviceCounters {
   void AddDispatch(absl::Span<const CopyOp> ops) {
     int64_t bytes = 0;
     for (const CopyOp& op : ops) bytes += op.bytes();
+    AddDispatch(static_cast<int64_t>(ops.size()), bytes);
+  }
+  // The same, from a caller that has counted the ops' bytes.
+  void AddDispatch(int64_t ops, int64_t bytes) {
     dispatches_.fetch_add(1, std::memory_order_relaxed);
-    ops_.fetch_add(static_cast<int64_t>(ops.size()), std::memory_order_relaxed);
+    ops_.fetch_add(ops, std::memory_order_relaxed);
     bytes_.fetch_add(bytes, std::memory_order_relaxed);
   }
   void AddBusy(absl::Duration busy) {

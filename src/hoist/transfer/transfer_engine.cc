@@ -19,6 +19,7 @@
 #include <deque>
 #include <memory>
 
+#include "absl/algorithm/container.h"
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -32,11 +33,12 @@
 namespace hoist {
 namespace {
 
-// One dispatch's worth of work: its ops and the extents they fill.
+// One dispatch's worth of work: its slices (indices into the layout's
+// slices) and their ops, in the same order.
 struct Batch {
   Device* device = nullptr;
+  absl::Span<const size_t> slices;
   std::vector<CopyOp> ops;
-  std::vector<StagedExtent> extents;
 };
 
 // A slice of the share waiting for its wave, with its length.
@@ -76,7 +78,34 @@ std::pair<size_t, size_t> WaveRange(const StagingLayout& layout, size_t w) {
   return {w == 0 ? 0 : layout.wave_ends[w - 1], layout.wave_ends[w]};
 }
 
+// Fills layout.by_device and by_device_ends from its slices and waves.
+void GroupByDevice(int devices, StagingLayout& layout) {
+  layout.by_device.reserve(layout.slices.size());
+  std::vector<std::vector<size_t>> groups(devices);
+  for (size_t w = 0; w < layout.wave_ends.size(); ++w) {
+    const auto [begin, end] = WaveRange(layout, w);
+    for (size_t i = begin; i < end; ++i) {
+      groups[layout.slices[i].device].push_back(i);
+    }
+    for (std::vector<size_t>& group : groups) {
+      layout.by_device.insert(layout.by_device.end(), group.begin(),
+                              group.end());
+      layout.by_device_ends.push_back(layout.by_device.size());
+      group.clear();
+    }
+  }
+}
+
 }  // namespace
+
+absl::Span<const size_t> StagingLayout::DeviceSlices(size_t wave,
+                                                     int device) const {
+  const size_t devices = by_device_ends.size() / wave_ends.size();
+  const size_t group = wave * devices + device;
+  const size_t begin = group == 0 ? 0 : by_device_ends[group - 1];
+  return absl::MakeConstSpan(by_device).subspan(begin,
+                                                by_device_ends[group] - begin);
+}
 
 bool AllDispatched(const StagingRun& run) {
   return run.layout->wave_ends.size() == 1 && run.stats.waves == 1;
@@ -144,6 +173,7 @@ absl::StatusOr<std::shared_ptr<const StagingLayout>> TransferEngine::Lay(
   layout->slices.reserve(share.size());
   layout->lengths.reserve(share.size());
   CutWaves(std::move(per_device), budget, *layout);
+  GroupByDevice(static_cast<int>(devices.size()), *layout);
   return layout;
 }
 
@@ -156,11 +186,18 @@ absl::StatusOr<std::unique_ptr<StagingRun>> TransferEngine::Begin(
   run->sink = &sink;
   run->start = absl::Now();
   pool_.ResetPeak();
-  // Every slice's source, looked up once.
+  // Every slice's source, looked up once: by the layout's device index
+  // when the sources list the same devices in the same order (the
+  // CheckpointManager's do), else by device id.
+  const bool same_devices = absl::c_equal(
+      sources.devices(), devices,
+      [](DeviceId id, const Device* device) { return id == device->id(); });
   run->sources.resize(layout->slices.size());
   for (size_t i = 0; i < layout->slices.size(); ++i) {
     const StagingLayout::Slice& slice = layout->slices[i];
-    const void* source = sources.Find(slice.array, slice.device_id);
+    const void* source = same_devices
+                             ? sources.FindAt(slice.array, slice.device)
+                             : sources.Find(slice.array, slice.device_id);
     if (source == nullptr) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "array '%s': no source buffer for its shard on device %d",
@@ -220,27 +257,33 @@ bool TransferEngine::DispatchWave(StagingRun& run, size_t w) {
     run.first_error->Record(leases.status());
     return false;
   }
+  // The wave's leases, shared by its dispatches: each hands its own
+  // slices' leases to the sink from the thread its copy completes on, so
+  // that this (the caller's) thread only builds the ops.
+  auto wave_leases = std::make_shared<std::vector<Lease>>(*std::move(leases));
   TransferStats& stats = run.stats;
   ++stats.waves;
 
-  // Batches: one per device (batched) or one per slice.
+  // Batches: each device's slices of the wave (batched), or one per slice.
   std::vector<Batch> batches;
-  std::vector<int> batch_of_device(run.devices.size(), -1);
-  for (size_t i = begin; i < end; ++i) {
-    const StagingLayout::Slice& slice = layout.slices[i];
-    const int d = slice.device;
-    int b = batch_of_device[d];
-    if (b < 0 || options_.dispatch == DispatchMode::kPerSlice) {
-      b = static_cast<int>(batches.size());
-      batches.push_back({run.devices[d], {}, {}});
-      batch_of_device[d] = b;
+  const bool per_slice = options_.dispatch == DispatchMode::kPerSlice;
+  batches.reserve(per_slice ? end - begin : run.devices.size());
+  for (int d = 0; d < static_cast<int>(run.devices.size()); ++d) {
+    const absl::Span<const size_t> slices = layout.DeviceSlices(w, d);
+    for (size_t first = 0; first < slices.size();
+         first += per_slice ? 1 : slices.size()) {
+      Batch& batch = batches.emplace_back();
+      batch.device = run.devices[d];
+      batch.slices = slices.subspan(first, per_slice ? 1 : slices.size());
+      batch.ops.reserve(batch.slices.size());
+      for (size_t i : batch.slices) {
+        const SliceCopy& copy = layout.slices[i].copy;
+        void* dst = (*wave_leases)[i - begin].data();
+        batch.ops.push_back({run.sources[i] + copy.src_offset_bytes,
+                             copy.src_pitch_bytes, dst, copy.width_bytes,
+                             copy.width_bytes, copy.rows});
+      }
     }
-    Lease& lease = (*leases)[i - begin];
-    batches[b].ops.push_back({run.sources[i] + slice.copy.src_offset_bytes,
-                              slice.copy.src_pitch_bytes, lease.data(),
-                              slice.copy.width_bytes, slice.copy.width_bytes,
-                              slice.copy.rows});
-    batches[b].extents.push_back({slice.slice, std::move(lease)});
   }
   // Every device's copies are enqueued before any starts: on the host
   // backend the first devices' copies would take the cores from this loop.
@@ -258,20 +301,24 @@ bool TransferEngine::DispatchWave(StagingRun& run, size_t w) {
       span = absl::StrFormat("copy %d slices, %s", batch.ops.size(),
                              FormatBytes(static_cast<double>(bytes)));
     }
-    copied.OnReady([extents = std::move(batch.extents), sink = run.sink,
-                    first_error = run.first_error, done = std::move(done),
-                    tracer = options_.tracer, device = batch.device->id(),
-                    span = std::move(span),
+    // The layout (kept alive here) holds the batch's slices.
+    copied.OnReady([layout = run.layout, slices = batch.slices, begin,
+                    wave_leases, sink = run.sink, first_error = run.first_error,
+                    done = std::move(done), tracer = options_.tracer,
+                    device = batch.device->id(), span = std::move(span),
                     dispatched_at](const absl::Status& status) mutable {
       if (tracer != nullptr) {
         tracer->Span(absl::StrFormat("device %d", device), span, dispatched_at,
                      absl::Now());
       }
-      if (status.ok()) {
-        for (StagedExtent& extent : extents) sink->OnStaged(std::move(extent));
-      } else {
-        first_error->Record(status);
-        extents.clear();  // the copy is over: the leases can go back
+      if (!status.ok()) first_error->Record(status);
+      for (size_t i : slices) {
+        Lease& lease = (*wave_leases)[i - begin];
+        if (status.ok()) {
+          sink->OnStaged({layout->slices[i].slice, std::move(lease)});
+        } else {
+          lease.Release();  // the copy is over: the lease can go back
+        }
       }
       done.Set(status);
     });

@@ -16,6 +16,7 @@
 #ifndef HOIST_TRANSFER_TRANSFER_ENGINE_H_
 #define HOIST_TRANSFER_TRANSFER_ENGINE_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -49,33 +50,68 @@ struct TransferOptions {
 // Where this process's shards live: for (array index in the plan, device),
 // the base of the dense row-major buffer holding that device's shard of the
 // array (in device memory). Not thread-safe to mutate while staging.
+//
+// A table of one column per device, indexed by array: a save fills it on
+// the training thread for every shard of every array (11,600 at 3 GiB), so
+// an Add is a store, not an allocation, and a lookup is a scan of the few
+// devices a process drives and an index.
 class ShardSources {
  public:
+  // Devices are learned as shards are added.
+  ShardSources() = default;
+  // Only these devices: Add refuses a shard on any other.
+  explicit ShardSources(absl::Span<const DeviceId> devices)
+      : devices_(devices.begin(), devices.end()),
+        columns_(devices.size()),
+        fixed_devices_(true) {}
+
   // Room for arrays 0 .. arrays - 1 (Add grows it as needed).
-  void Reserve(int arrays) { by_array_.reserve(arrays); }
-  // A later Add of the same (array, device) replaces the earlier.
-  void Add(int array, DeviceId device, const void* base) {
-    if (array >= static_cast<int>(by_array_.size())) {
-      by_array_.resize(array + 1);
+  void Reserve(int arrays) { arrays_ = std::max(arrays_, arrays); }
+  // A later Add of the same (array, device) replaces the earlier. False,
+  // adding nothing, when `device` is not one of the devices this was made
+  // with.
+  bool Add(int array, DeviceId device, const void* base) {
+    int d = IndexOf(device);
+    if (d < 0) {
+      if (fixed_devices_) return false;
+      d = static_cast<int>(devices_.size());
+      devices_.push_back(device);
+      columns_.emplace_back();
     }
-    by_array_[array].push_back({device, base});
+    std::vector<const void*>& column = columns_[d];
+    if (array >= static_cast<int>(column.size())) {
+      column.resize(std::max(array + 1, arrays_), nullptr);
+    }
+    column[array] = base;
+    return true;
   }
   // Null if absent.
   const void* Find(int array, DeviceId device) const {
-    if (array < 0 || array >= static_cast<int>(by_array_.size())) {
-      return nullptr;
-    }
-    const auto& shards = by_array_[array];
-    for (auto it = shards.rbegin(); it != shards.rend(); ++it) {
-      if (it->first == device) return it->second;
-    }
-    return nullptr;
+    const int d = IndexOf(device);
+    return d < 0 ? nullptr : FindAt(array, d);
+  }
+  // The devices, in the order they were given or first added.
+  absl::Span<const DeviceId> devices() const { return devices_; }
+  // Find for devices()[d].
+  const void* FindAt(int array, int d) const {
+    const std::vector<const void*>& column = columns_[d];
+    return array >= 0 && array < static_cast<int>(column.size()) ? column[array]
+                                                                 : nullptr;
   }
 
  private:
-  // Per array, its shards' (device, base), in the order added (a process
-  // drives a few devices: a scan beats hashing).
-  std::vector<std::vector<std::pair<DeviceId, const void*>>> by_array_;
+  int IndexOf(DeviceId device) const {
+    for (size_t d = 0; d < devices_.size(); ++d) {
+      if (devices_[d] == device) return static_cast<int>(d);
+    }
+    return -1;
+  }
+
+  std::vector<DeviceId> devices_;
+  // Per device (same order), each array's shard base, null where none.
+  std::vector<std::vector<const void*>> columns_;
+  int arrays_ = 0;  // Reserve's: a column's length once it has a shard
+  bool fixed_devices_ = false;
 };
 
 // One slice, staged: plan.slices[slice] says its array, box, file, offset and
@@ -123,6 +159,13 @@ struct StagingLayout {
   std::vector<int64_t> lengths;   // each slice's length_bytes, same order
   std::vector<size_t> wave_ends;  // wave w: [wave_ends[w - 1], wave_ends[w])
   int64_t bytes = 0;              // the share's length_bytes, summed
+  // Each wave's slices grouped by device (a dispatch's batch): indices
+  // into `slices`, wave by wave, device by device (in the devices Lay was
+  // given); DeviceSlices(w, d) is one group.
+  std::vector<size_t> by_device;
+  std::vector<size_t> by_device_ends;  // per (wave, device), as wave_ends
+
+  absl::Span<const size_t> DeviceSlices(size_t wave, int device) const;
 };
 
 // A staging begun by TransferEngine::Begin, its first wave dispatched:

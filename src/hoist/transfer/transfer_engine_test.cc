@@ -17,6 +17,7 @@
 namespace hoist {
 namespace {
 
+using ::testing::Each;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -350,8 +351,33 @@ TEST(TransferEngineTest, OneLayoutStagesSaveAfterSaveFromTheirOwnSources) {
     ASSERT_TRUE(layout.ok()) << layout.status();
     EXPECT_EQ((*layout)->slices.size(), harness.plan().slices.size());
     EXPECT_EQ((*layout)->wave_ends.size() > 1, capacity == int64_t{64} << 10);
+    // Each slice is in one device group of its own wave, that of its device.
+    std::vector<int> grouped((*layout)->slices.size(), 0);
+    for (size_t w = 0; w < (*layout)->wave_ends.size(); ++w) {
+      const size_t begin = w == 0 ? 0 : (*layout)->wave_ends[w - 1];
+      for (int d = 0; d < 8; ++d) {
+        for (size_t i : (*layout)->DeviceSlices(w, d)) {
+          EXPECT_EQ((*layout)->slices[i].device, d);
+          EXPECT_GE(i, begin);
+          EXPECT_LT(i, (*layout)->wave_ends[w]);
+          ++grouped[i];
+        }
+      }
+    }
+    EXPECT_THAT(grouped, Each(1));
+    // The copy's sources again, their devices in the reverse order of the
+    // layout's: found by device id, not by the layout's device index.
+    ShardSources reversed;
+    for (size_t a = 0; a < copy.placed.size(); ++a) {
+      for (auto p = copy.placed[a].rbegin(); p != copy.placed[a].rend(); ++p) {
+        reversed.Add(static_cast<int>(a), p->device, p->data);
+      }
+    }
+    ASSERT_NE(reversed.devices().front(),
+              harness.backend().devices().front()->id());
     for (const ShardSources* sources :
-         {&copy.sources, &harness.sources(), &copy.sources}) {
+         {&copy.sources, &harness.sources(),
+          static_cast<const ShardSources*>(&reversed), &copy.sources}) {
       CopyingSink sink;
       absl::StatusOr<std::unique_ptr<StagingRun>> run = engine.Begin(
           harness.plan(), *layout, harness.backend().devices(), *sources, sink);
@@ -372,6 +398,36 @@ TEST(TransferEngineTest, OneLayoutStagesSaveAfterSaveFromTheirOwnSources) {
     EXPECT_THAT(run.status().message(), HasSubstr("no source buffer"));
     EXPECT_EQ(Dispatches(harness.backend()), before);
   }
+}
+
+TEST(ShardSourcesTest, FindsTheLastAddOfEachArrayAndDevice) {
+  int a = 0, b = 0, c = 0;
+  ShardSources learned;
+  EXPECT_TRUE(learned.Add(2, 9, &a));
+  EXPECT_TRUE(learned.Add(0, 4, &b));
+  EXPECT_TRUE(learned.Add(2, 9, &c));  // replaces &a
+  EXPECT_THAT(learned.devices(), ElementsAre(9, 4));
+  EXPECT_EQ(learned.Find(2, 9), &c);
+  EXPECT_EQ(learned.FindAt(2, 0), &c);
+  EXPECT_EQ(learned.Find(0, 4), &b);
+  EXPECT_EQ(learned.Find(0, 9), nullptr);   // array 0 has no shard on 9
+  EXPECT_EQ(learned.Find(2, 4), nullptr);   // past device 4's arrays
+  EXPECT_EQ(learned.Find(2, 7), nullptr);   // an unknown device
+  EXPECT_EQ(learned.Find(-1, 9), nullptr);  // no such array
+}
+
+TEST(ShardSourcesTest, MadeForDevicesRefusesAShardOnAnyOther) {
+  int a = 0;
+  ShardSources sources(std::vector<DeviceId>{3, 5});
+  sources.Reserve(4);
+  EXPECT_FALSE(sources.Add(1, 7, &a));
+  EXPECT_EQ(sources.Find(1, 7), nullptr);
+  EXPECT_THAT(sources.devices(), ElementsAre(3, 5));
+  EXPECT_TRUE(sources.Add(1, 5, &a));
+  EXPECT_EQ(sources.FindAt(1, 1), &a);
+  EXPECT_EQ(sources.Find(1, 3), nullptr);
+  EXPECT_EQ(sources.Find(3, 5), nullptr);  // reserved, never added
+  EXPECT_EQ(sources.Find(4, 5), nullptr);  // past the reserved arrays
 }
 
 // The host backend's held copies start only at the release.

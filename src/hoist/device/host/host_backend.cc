@@ -157,16 +157,18 @@ class HostDevice final : public Device {
     if (normalized->empty()) return Future<>::Ready(absl::OkStatus());
     auto dispatch = std::make_shared<Dispatch>();
     dispatch->ops = *std::move(normalized);
-    int64_t total_pieces = 0;
-    dispatch->pieces.reserve(dispatch->ops.size());
-    for (const CopyOp& op : dispatch->ops) {
-      const int64_t pieces = PiecesOf(op);
-      dispatch->pieces.push_back(pieces);
-      total_pieces += pieces;
+    // One pass: each op's pieces, and the bytes for the counters.
+    int64_t total_pieces = 0, bytes = 0;
+    dispatch->pieces.resize(dispatch->ops.size());
+    for (size_t i = 0; i < dispatch->ops.size(); ++i) {
+      const CopyOp& op = dispatch->ops[i];
+      dispatch->pieces[i] = PiecesOf(op);
+      total_pieces += dispatch->pieces[i];
+      bytes += op.bytes();
     }
     dispatch->remaining.store(total_pieces, std::memory_order_relaxed);
     Future<> future = dispatch->promise.future();
-    counters_.AddDispatch(dispatch->ops);
+    counters_.AddDispatch(static_cast<int64_t>(dispatch->ops.size()), bytes);
     {
       MutexLock lock(&mu_);
       queue_.push_back(std::move(dispatch));
@@ -179,7 +181,11 @@ class HostDevice final : public Device {
     return std::max<int64_t>(1, chunk_bytes_ / op.width_bytes);
   }
   int64_t PiecesOf(const CopyOp& op) const {
-    if (op.rows == 1) return (op.width_bytes + chunk_bytes_ - 1) / chunk_bytes_;
+    if (op.rows == 1) {
+      // Most ops of a save are one piece: no division for them.
+      if (op.width_bytes <= chunk_bytes_) return 1;
+      return (op.width_bytes + chunk_bytes_ - 1) / chunk_bytes_;
+    }
     const int64_t rows = RowsPerPiece(op);
     return (op.rows + rows - 1) / rows;
   }
