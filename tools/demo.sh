@@ -3,8 +3,11 @@
 # package (into .venv), and runs the main job, `hoist demo`. Extra arguments go to `hoist demo` (see `hoist demo --help`).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-install_debs
-build_dir release "${HOIST_RELEASE[@]}"
-python_package python/requirements.txt  # `import hoist` in .venv
+# The set-up reports to stderr: stdout is hoist demo's own (--json).
+{
+  install_debs
+  build_dir release "${HOIST_RELEASE[@]}"
+  python_package python/requirements.txt  # `import hoist` in .venv
+} >&2
 log "hoist demo $*"
 build/release/hoist demo "$@"
