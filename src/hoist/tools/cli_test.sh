@@ -185,6 +185,11 @@ if "$hoist" plan --predict --disk-gbps 0 2>/dev/null; then fail "--disk-gbps 0";
 
 # Bad flags and bad input exit non-zero with a message.
 if "$hoist" demo --steps 0 --root "$dir/x" 2>/dev/null; then fail "--steps 0"; fi
+# A model this host cannot hold is refused before anything is allocated
+# (not killed by the OOM killer at the restore), and no root is made.
+expect_exit1 "of host memory at its peak" \
+  "$hoist" demo --size 1TiB --no-predict --root "$dir/huge"
+[ -e "$dir/huge" ] && fail "the refused demo made its root"
 if "$hoist" plan --mesh 3x 2>/dev/null; then fail "--mesh 3x"; fi
 if "$hoist" nonsense 2>/dev/null; then fail "unknown command"; fi
 

@@ -274,6 +274,99 @@ struct Restored {
 
 // 1. The job: flags checked, the coordinator, the backend, the model, and
 // this process's shards on its devices.
+// The mesh the demo restores onto: the training mesh transposed.
+absl::StatusOr<Mesh> OtherMesh(const DemoJob& job) {
+  return Mesh::Create({"data", "model"},
+                      {job.mesh_shape.second, job.mesh_shape.first});
+}
+
+// The staging pool: --pool, or "auto": room for a whole save (plus the 4
+// KiB rounding of each slice), so staging never waits for storage.
+absl::StatusOr<int64_t> PoolBytes(const DemoFlags& flags, int64_t model_bytes) {
+  if (flags.pool != "auto") return ParseBytes(flags.pool);
+  return model_bytes + model_bytes / 64 + (int64_t{16} << 20);
+}
+
+// /proc/meminfo's MemAvailable, or -1.
+int64_t AvailableMemoryBytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string line;
+  while (std::getline(meminfo, line)) {
+    if (line.rfind("MemAvailable:", 0) == 0) {
+      return std::stoll(line.substr(13)) * 1024;
+    }
+  }
+  return -1;
+}
+
+// Refuses, before anything is allocated, a job whose processes on this
+// host would need more memory at their peak than the host has available
+// (the kernel's OOM killer would end the job midway, at the restore).
+// A process peaks at the larger of two moments: the restore into host
+// memory beside the training state (its devices' arrays on the training
+// mesh, whose host copies the steps mutate, the staging pool, every array
+// whole in host memory), and the restore onto the other mesh, once the
+// training state is freed (that mesh's device arrays, the pool, the host
+// arrays). With the host backend the devices' arrays are host memory too.
+absl::Status CheckMemory(const DemoFlags& flags, const DemoJob& job,
+                         const Mesh& other) {
+  int64_t whole = 0, training = 0, parts = 0, restored = 0;
+  for (const ArraySpec& spec : job.model) {
+    const int64_t item = ItemSize(spec.dtype);
+    whole += Box::FromShape(spec.shape).num_elements() * item;
+    ASSIGN_OR_RETURN(ShardLayout layout, spec.sharding.Layout(spec.shape));
+    for (const UniqueBox& unique : layout.unique_boxes) {
+      int64_t here = 0;
+      for (DeviceId id : unique.devices) here += job.device_of.contains(id);
+      if (here > 0) parts += unique.box.num_elements() * item;
+      training += here * unique.box.num_elements() * item;
+    }
+    ArraySpec moved = spec;
+    moved.sharding = NamedSharding{other, spec.sharding.named()->spec};
+    ASSIGN_OR_RETURN(ShardLayout other_layout,
+                     moved.sharding.Layout(moved.shape));
+    for (const DeviceShard& shard : other_layout.shards) {
+      if (job.device_of.contains(shard.device)) {
+        restored += shard.box.num_elements() * item;
+      }
+    }
+  }
+  if (flags.backend != "host") training = restored = 0;  // device memory
+  ASSIGN_OR_RETURN(const int64_t pool, PoolBytes(flags, whole));
+  const int64_t mine =
+      std::max(training + parts + pool + whole, restored + pool + whole);
+  // This host's processes: those whose host name is this one's.
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  ASSIGN_OR_RETURN(
+      std::vector<std::string> all,
+      job.coordinator->AllGather("memory", absl::StrCat(mine, " ", name)));
+  int64_t need = 0;
+  int here = 0;
+  for (const std::string& entry : all) {
+    std::pair<std::string, std::string> fields =
+        absl::StrSplit(entry, absl::MaxSplits(' ', 1));
+    int64_t bytes = 0;
+    if (fields.second == name && absl::SimpleAtoi(fields.first, &bytes)) {
+      need += bytes;
+      ++here;
+    }
+  }
+  const int64_t available = AvailableMemoryBytes();
+  if (available < 0 || need <= available) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "a %s model needs about %s of host memory at its peak (%d process%s "
+      "here; per process the larger of: the host devices' arrays %s, their "
+      "host copies %s, the staging pool %s and the model restored whole into "
+      "host memory %s; or, restored onto the %s mesh, its arrays %s, the "
+      "pool and the host copy), but this host has %s available; use a "
+      "smaller --size%s",
+      FormatBytes(whole), FormatBytes(need), here, here == 1 ? "" : "es",
+      FormatBytes(training), FormatBytes(parts), FormatBytes(pool),
+      FormatBytes(whole), other.ToString(), FormatBytes(restored),
+      FormatBytes(available), flags.pool == "auto" ? "" : " or --pool"));
+}
+
 absl::StatusOr<DemoJob> SetUp(const DemoFlags& flags, int64_t size) {
   DemoJob job;
   ASSIGN_OR_RETURN(job.mesh_shape, ParseMeshFlag(flags.mesh));
@@ -338,6 +431,8 @@ absl::StatusOr<DemoJob> SetUp(const DemoFlags& flags, int64_t size) {
                                 {job.mesh_shape.first, job.mesh_shape.second}));
   job.mesh_name = mesh.ToString();
   ASSIGN_OR_RETURN(job.model, GptModel(job.config, mesh));
+  ASSIGN_OR_RETURN(Mesh other, OtherMesh(job));
+  RETURN_IF_ERROR(CheckMemory(flags, job, other));
   job.parts.resize(job.model.size());
   for (size_t a = 0; a < job.model.size(); ++a) {
     const ArraySpec& spec = job.model[a];
@@ -633,9 +728,7 @@ absl::StatusOr<Restored> RestoreAndCheck(DemoJob& job,
   // Training is over: its arrays can go before the other mesh's come.
   job.arrays.clear();
   job.parts.clear();
-  ASSIGN_OR_RETURN(Mesh other,
-                   Mesh::Create({"data", "model"},
-                                {job.mesh_shape.second, job.mesh_shape.first}));
+  ASSIGN_OR_RETURN(Mesh other, OtherMesh(job));
   restored.other_mesh = other.ToString();
   std::vector<std::vector<MemoryBlock>> memory(job.model.size());
   std::vector<RestoreTarget> targets;
@@ -918,12 +1011,7 @@ absl::Status RunDemo(const DemoFlags& flags) {
                         flags.lose_local, job.processes - 1));
   }
 
-  // "auto": room for a whole save (plus the 4 KiB rounding of each slice),
-  // so staging never waits for storage.
-  int64_t pool = job.model_bytes + job.model_bytes / 64 + (int64_t{16} << 20);
-  if (flags.pool != "auto") {
-    ASSIGN_OR_RETURN(pool, ParseBytes(flags.pool));
-  }
+  ASSIGN_OR_RETURN(const int64_t pool, PoolBytes(flags, job.model_bytes));
   CheckpointManagerOptions options;
   options.pool_bytes = pool;
   options.plan.writer_streams = flags.writers;
