@@ -108,8 +108,10 @@ class TorchCoordinator:
             missing = re.search(r"Ranks? ([\d, ]+) failed to pass", text)
             if missing:
                 who = f"rank {missing.group(1).strip()}"
-            else:  # only rank 0 sees the others; the others see rank 0
-                who = "rank 0" if self.rank != 0 else "a rank"
+            elif self.rank != 0:  # the others see rank 0 only
+                who = "rank 0"
+            else:  # gloo may say only that a connection closed
+                who = "rank 1" if self.size == 2 else "a rank"
             limit = self._timeout.total_seconds()
             if waited < 0.9 * limit:
                 raise RuntimeError(
