@@ -302,7 +302,7 @@ bool TransferEngine::DispatchWave(StagingRun& run, size_t w) {
                              FormatBytes(static_cast<double>(bytes)));
     }
     // The layout (kept alive here) holds the batch's slices.
-    copied.OnReady([layout = run.layout, slices = batch.slices, begin,
+    copied.OnReady([layout = run.layout, slices = batch.slices, wave = begin,
                     wave_leases, sink = run.sink, first_error = run.first_error,
                     done = std::move(done), tracer = options_.tracer,
                     device = batch.device->id(), span = std::move(span),
@@ -313,7 +313,7 @@ bool TransferEngine::DispatchWave(StagingRun& run, size_t w) {
       }
       if (!status.ok()) first_error->Record(status);
       for (size_t i : slices) {
-        Lease& lease = (*wave_leases)[i - begin];
+        Lease& lease = (*wave_leases)[i - wave];
         if (status.ok()) {
           sink->OnStaged({layout->slices[i].slice, std::move(lease)});
         } else {
