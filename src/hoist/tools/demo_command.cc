@@ -272,8 +272,6 @@ struct Restored {
   int64_t peak_rss = 0;  // the largest process's
 };
 
-// 1. The job: flags checked, the coordinator, the backend, the model, and
-// this process's shards on its devices.
 // The mesh the demo restores onto: the training mesh transposed.
 absl::StatusOr<Mesh> OtherMesh(const DemoJob& job) {
   return Mesh::Create({"data", "model"},
@@ -367,6 +365,8 @@ absl::Status CheckMemory(const DemoFlags& flags, const DemoJob& job,
       FormatBytes(available), flags.pool == "auto" ? "" : " or --pool"));
 }
 
+// 1. The job: flags checked, the coordinator, the backend, the model, and
+// this process's shards on its devices.
 absl::StatusOr<DemoJob> SetUp(const DemoFlags& flags, int64_t size) {
   DemoJob job;
   ASSIGN_OR_RETURN(job.mesh_shape, ParseMeshFlag(flags.mesh));
