@@ -700,7 +700,8 @@ class CheckpointManager::Impl {
   // listed). Save asks storage whether a step exists only at or below it:
   // a training run's steps grow, and the stat cost each save 40 µs on the
   // training thread. A step made above it behind this manager's back (the
-  // root's lock forbids it) would still be refused, by PublishStep.
+  // root's lock forbids it) is still refused, by the saver before it writes
+  // (SaveCheckpoint checks the step too), and at the commit (PublishStep).
   int64_t highest_step_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status deferred_error_ ABSL_GUARDED_BY(mu_);
   int64_t skipped_saves_ ABSL_GUARDED_BY(mu_) = 0;

@@ -35,6 +35,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <optional>
+#include <string_view>
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
@@ -86,14 +87,20 @@ struct DemoFlags {
   bool cold = false;
 };
 
-int64_t PeakRssBytes() {
-  std::ifstream status("/proc/self/status");
+// The "KEY: N kB" line of a /proc file, in bytes, or -1.
+int64_t ProcBytes(const char* path, std::string_view key) {
+  std::ifstream in(path);
   std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  while (std::getline(in, line)) {
+    if (line.rfind(key, 0) == 0 && line.size() > key.size() &&
+        line[key.size()] == ':') {
+      return std::stoll(line.substr(key.size() + 1)) * 1024;
+    }
   }
   return -1;
 }
+
+int64_t PeakRssBytes() { return ProcBytes("/proc/self/status", "VmHWM"); }
 
 // A training step's change: one word in every 64 bytes.
 void Mutate(uint8_t* data, int64_t bytes, uint64_t seed, int step) {
@@ -285,18 +292,6 @@ absl::StatusOr<int64_t> PoolBytes(const DemoFlags& flags, int64_t model_bytes) {
   return model_bytes + model_bytes / 64 + (int64_t{16} << 20);
 }
 
-// /proc/meminfo's MemAvailable, or -1.
-int64_t AvailableMemoryBytes() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string line;
-  while (std::getline(meminfo, line)) {
-    if (line.rfind("MemAvailable:", 0) == 0) {
-      return std::stoll(line.substr(13)) * 1024;
-    }
-  }
-  return -1;
-}
-
 // Refuses, before anything is allocated, a job whose processes on this
 // host would need more memory at their peak than the host has available
 // (the kernel's OOM killer would end the job midway, at the restore).
@@ -308,12 +303,15 @@ int64_t AvailableMemoryBytes() {
 // arrays). With the host backend the devices' arrays are host memory too.
 absl::Status CheckMemory(const DemoFlags& flags, const DemoJob& job,
                          const Mesh& other) {
-  int64_t whole = 0, training = 0, parts = 0, restored = 0;
+  const int64_t whole = job.model_bytes;
+  int64_t training = 0, parts = 0, restored = 0;
   for (const ArraySpec& spec : job.model) {
     const int64_t item = ItemSize(spec.dtype);
-    whole += Box::FromShape(spec.shape).num_elements() * item;
-    ASSIGN_OR_RETURN(ShardLayout layout, spec.sharding.Layout(spec.shape));
-    for (const UniqueBox& unique : layout.unique_boxes) {
+    // An array that does not fit a mesh is reported where the demo uses
+    // that mesh (SetUp's loop, the restore), naming it; every rank alike.
+    absl::StatusOr<ShardLayout> layout = spec.sharding.Layout(spec.shape);
+    if (!layout.ok()) return absl::OkStatus();
+    for (const UniqueBox& unique : layout->unique_boxes) {
       int64_t here = 0;
       for (DeviceId id : unique.devices) here += job.device_of.contains(id);
       if (here > 0) parts += unique.box.num_elements() * item;
@@ -321,9 +319,10 @@ absl::Status CheckMemory(const DemoFlags& flags, const DemoJob& job,
     }
     ArraySpec moved = spec;
     moved.sharding = NamedSharding{other, spec.sharding.named()->spec};
-    ASSIGN_OR_RETURN(ShardLayout other_layout,
-                     moved.sharding.Layout(moved.shape));
-    for (const DeviceShard& shard : other_layout.shards) {
+    absl::StatusOr<ShardLayout> other_layout =
+        moved.sharding.Layout(moved.shape);
+    if (!other_layout.ok()) return absl::OkStatus();
+    for (const DeviceShard& shard : other_layout->shards) {
       if (job.device_of.contains(shard.device)) {
         restored += shard.box.num_elements() * item;
       }
@@ -350,7 +349,7 @@ absl::Status CheckMemory(const DemoFlags& flags, const DemoJob& job,
       ++here;
     }
   }
-  const int64_t available = AvailableMemoryBytes();
+  const int64_t available = ProcBytes("/proc/meminfo", "MemAvailable");
   if (available < 0 || need <= available) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrFormat(
       "a %s model needs about %s of host memory at its peak (%d process%s "
@@ -431,6 +430,10 @@ absl::StatusOr<DemoJob> SetUp(const DemoFlags& flags, int64_t size) {
                                 {job.mesh_shape.first, job.mesh_shape.second}));
   job.mesh_name = mesh.ToString();
   ASSIGN_OR_RETURN(job.model, GptModel(job.config, mesh));
+  for (const ArraySpec& spec : job.model) {
+    job.model_bytes +=
+        Box::FromShape(spec.shape).num_elements() * ItemSize(spec.dtype);
+  }
   ASSIGN_OR_RETURN(Mesh other, OtherMesh(job));
   RETURN_IF_ERROR(CheckMemory(flags, job, other));
   job.parts.resize(job.model.size());
@@ -444,7 +447,6 @@ absl::StatusOr<DemoJob> SetUp(const DemoFlags& flags, int64_t size) {
                           layout.status().message()));
     }
     const int64_t item = ItemSize(spec.dtype);
-    job.model_bytes += Box::FromShape(spec.shape).num_elements() * item;
     SaveArray array{spec, {}};
     for (const UniqueBox& unique : layout->unique_boxes) {
       const bool here =

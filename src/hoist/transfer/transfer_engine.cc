@@ -19,7 +19,6 @@
 #include <deque>
 #include <memory>
 
-#include "absl/algorithm/container.h"
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -160,8 +159,7 @@ absl::StatusOr<std::shared_ptr<const StagingLayout>> TransferEngine::Lay(
           FormatBytes(pool_.capacity_bytes())));
     }
     per_device[it->second].push_back(
-        {{s, slice.array, slice.device, it->second, slice.copy},
-         slice.length_bytes});
+        {{s, slice.array, it->second, slice.copy}, slice.length_bytes});
     share_bytes += bytes;
     layout->bytes += slice.length_bytes;
   }
@@ -186,22 +184,19 @@ absl::StatusOr<std::unique_ptr<StagingRun>> TransferEngine::Begin(
   run->sink = &sink;
   run->start = absl::Now();
   pool_.ResetPeak();
-  // Every slice's source, looked up once: by the layout's device index
-  // when the sources list the same devices in the same order (the
-  // CheckpointManager's do), else by device id.
-  const bool same_devices = absl::c_equal(
-      sources.devices(), devices,
-      [](DeviceId id, const Device* device) { return id == device->id(); });
+  // Every slice's source, looked up once, each device's column found once.
+  std::vector<int> column(devices.size());
+  for (size_t d = 0; d < devices.size(); ++d) {
+    column[d] = sources.IndexOf(devices[d]->id());
+  }
   run->sources.resize(layout->slices.size());
   for (size_t i = 0; i < layout->slices.size(); ++i) {
     const StagingLayout::Slice& slice = layout->slices[i];
-    const void* source = same_devices
-                             ? sources.FindAt(slice.array, slice.device)
-                             : sources.Find(slice.array, slice.device_id);
+    const void* source = sources.FindAt(slice.array, column[slice.device]);
     if (source == nullptr) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "array '%s': no source buffer for its shard on device %d",
-          plan.arrays[slice.array].name, slice.device_id));
+          plan.arrays[slice.array].name, devices[slice.device]->id()));
     }
     run->sources[i] = static_cast<const uint8_t*>(source);
   }

@@ -87,26 +87,25 @@ class ShardSources {
   }
   // Null if absent.
   const void* Find(int array, DeviceId device) const {
-    const int d = IndexOf(device);
-    return d < 0 ? nullptr : FindAt(array, d);
+    return FindAt(array, IndexOf(device));
   }
-  // The devices, in the order they were given or first added.
-  absl::Span<const DeviceId> devices() const { return devices_; }
-  // Find for devices()[d].
-  const void* FindAt(int array, int d) const {
-    const std::vector<const void*>& column = columns_[d];
-    return array >= 0 && array < static_cast<int>(column.size()) ? column[array]
-                                                                 : nullptr;
-  }
-
- private:
+  // `device`'s column, -1 if it has none: a caller looking up many shards
+  // finds each device's column once, then uses FindAt.
   int IndexOf(DeviceId device) const {
     for (size_t d = 0; d < devices_.size(); ++d) {
       if (devices_[d] == device) return static_cast<int>(d);
     }
     return -1;
   }
+  // Find in column `d` (IndexOf); null for d = -1.
+  const void* FindAt(int array, int d) const {
+    if (d < 0) return nullptr;
+    const std::vector<const void*>& column = columns_[d];
+    return array >= 0 && array < static_cast<int>(column.size()) ? column[array]
+                                                                 : nullptr;
+  }
 
+ private:
   std::vector<DeviceId> devices_;
   // Per device (same order), each array's shard base, null where none.
   std::vector<std::vector<const void*>> columns_;
@@ -149,9 +148,8 @@ struct TransferStats {
 // the sources and dispatches.
 struct StagingLayout {
   struct Slice {
-    int slice = 0;  // in plan.slices
-    int array = 0;  // plan.slices[slice].array
-    DeviceId device_id = 0;
+    int slice = 0;   // in plan.slices
+    int array = 0;   // plan.slices[slice].array
     int device = 0;  // index in the devices Lay was given
     SliceCopy copy;
   };
