@@ -131,6 +131,22 @@ struct SaveArray {
   std::vector<Shard> shards;
 };
 
+// Arrays registered with a manager (CheckpointManager::Register), to be
+// saved again and again from where they are. Copyable; every copy names
+// the same registration. It may outlive its manager, but is saved only
+// through it.
+class RegisteredArrays {
+ public:
+  RegisteredArrays() = default;  // none: Save refuses it
+  class State;
+
+ private:
+  friend class CheckpointManager;
+  explicit RegisteredArrays(std::shared_ptr<State> state)
+      : state_(std::move(state)) {}
+  std::shared_ptr<State> state_;
+};
+
 // When Save returns.
 enum class ReturnWhen {
   // Once every byte is in host memory: the caller may change the arrays.
@@ -257,6 +273,27 @@ class CheckpointManager {
   // skipped handle (after the checks above) and the arrays are not read.
   absl::StatusOr<SaveHandle> Save(int64_t step,
                                   absl::Span<const SaveArray> arrays,
+                                  std::string metadata_json = "{}",
+                                  ReturnWhen return_when = ReturnWhen::kStaged);
+
+  // Registers `arrays`, whose shards stay where they are from save to
+  // save (PyTorch updates parameters and optimizer state in place), for
+  // Save(step, registered): their specs are planned and their shards
+  // looked up once, here, and each of those saves reads none of them and
+  // dispatches the copies it prepared the first time (one dispatch per
+  // device, at a cost that does not grow with the arrays). The shards
+  // must stay valid, at these addresses, for every save of the
+  // registration, and unchanged during each as Save says. Arrays that
+  // move (JAX makes new buffers every step) are saved with Save(step,
+  // arrays). Errors, before anything is registered: kInvalidArgument for
+  // a shard with no data or not on this process's devices; the plan's;
+  // kResourceExhausted for a slice larger than the pool.
+  absl::StatusOr<RegisteredArrays> Register(absl::Span<const SaveArray> arrays);
+
+  // Save(step, arrays, ...) of registered arrays as they are now.
+  // kInvalidArgument for an empty registration or another manager's.
+  absl::StatusOr<SaveHandle> Save(int64_t step,
+                                  const RegisteredArrays& registered,
                                   std::string metadata_json = "{}",
                                   ReturnWhen return_when = ReturnWhen::kStaged);
 

@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -38,6 +39,14 @@ struct CopyOp {
   int64_t rows = 1;
 
   int64_t bytes() const { return width_bytes * rows; }
+};
+
+// Copies a device checked and arranged once (Device::PrepareCopiesToHost),
+// to dispatch again and again: a save of arrays that stay where they are
+// copies the same bytes into the same staging memory save after save.
+class PreparedCopies {
+ public:
+  virtual ~PreparedCopies() = default;
 };
 
 // Cumulative per-device counters since the device was created.
@@ -112,6 +121,21 @@ class Device {
   // landed, or with the error (kInvalidArgument for a malformed op, kInternal
   // for a failed copy). An empty `ops` completes at once without a dispatch.
   virtual Future<> CopyToHost(absl::Span<const CopyOp> ops) = 0;
+  // Checks `ops` (device memory -> host memory) and arranges them for
+  // CopyPreparedToHost, which dispatches them as CopyToHost(ops) would, at
+  // a cost that does not grow with the ops. Their memory must be valid at
+  // each dispatch, not now. kInvalidArgument for a malformed op (as
+  // CopyToHost's). Default: keeps the ops for CopyToHost.
+  virtual absl::StatusOr<std::shared_ptr<const PreparedCopies>>
+  PrepareCopiesToHost(absl::Span<const CopyOp> ops) {
+    return std::make_shared<const KeptOps>(ops);
+  }
+  // Dispatches copies this device prepared, as CopyToHost does (the
+  // device may keep `copies` until they are done).
+  virtual Future<> CopyPreparedToHost(
+      std::shared_ptr<const PreparedCopies> copies) {
+    return CopyToHost(static_cast<const KeptOps&>(*copies).ops);
+  }
   // Copies enqueued between HoldCopies() and ReleaseCopies() may wait for
   // the release to start, so that a dispatcher enqueuing on every device in
   // turn is not slowed by the first devices' copies (the host backend's,
@@ -134,6 +158,14 @@ class Device {
   virtual absl::StatusOr<std::shared_ptr<const CopyFence>> FenceCopiesToHost() {
     return nullptr;
   }
+
+ private:
+  // The default PreparedCopies: the ops as given.
+  struct KeptOps final : PreparedCopies {
+    explicit KeptOps(absl::Span<const CopyOp> given)
+        : ops(given.begin(), given.end()) {}
+    std::vector<CopyOp> ops;
+  };
 };
 
 // A process's devices and its pinned host memory. Thread-safe.

@@ -14,6 +14,7 @@
 
 #include "absl/algorithm/container.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -80,7 +81,10 @@ struct Job {
   // Null when the engine refused the share (the saver's staging reports
   // why).
   std::shared_ptr<const StagingLayout> layout;
-  ShardSources sources;
+  std::shared_ptr<const ShardSources> sources;
+  // Registered arrays': their sources resolved for `layout`, and the
+  // copies prepared from them (null for Save(step, arrays)).
+  std::shared_ptr<StableSources> stable;
   std::string metadata_json;
   absl::Time start;
   Promise<CopyFences> dispatched;
@@ -137,6 +141,23 @@ absl::StatusOr<Topology> PartTopology(const Topology& topology, int rank) {
 }
 
 }  // namespace
+
+// A registration: the arrays' specs and shards, and per tier (durable,
+// local) the plan, its layout and the stable sources, made at the first
+// save of the tier (the durable tier's at Register).
+class RegisteredArrays::State {
+ public:
+  const void* owner = nullptr;  // the manager's Impl
+  std::shared_ptr<const std::vector<ArraySpec>> specs;
+  std::shared_ptr<const ShardSources> sources;
+  struct Tier {
+    std::shared_ptr<const SavePlan> plan;
+    std::shared_ptr<const StagingLayout> layout;
+    std::shared_ptr<StableSources> stable;
+  };
+  Mutex mu;
+  Tier tiers[2] ABSL_GUARDED_BY(mu);
+};
 
 class CheckpointManager::Impl {
  public:
@@ -225,6 +246,52 @@ class CheckpointManager::Impl {
                                   absl::Span<const SaveArray> arrays,
                                   std::string metadata_json,
                                   ReturnWhen return_when) {
+    return SaveWith(step, std::move(metadata_json), return_when,
+                    [&](Job& job) { return PlanFor(arrays, job); });
+  }
+
+  absl::StatusOr<SaveHandle> Save(int64_t step,
+                                  const RegisteredArrays& registered,
+                                  std::string metadata_json,
+                                  ReturnWhen return_when) {
+    if (registered.state_ == nullptr || registered.state_->owner != this) {
+      return absl::InvalidArgumentError(
+          registered.state_ == nullptr
+              ? "save of an empty registration: register the arrays with "
+                "this manager's Register first"
+              : "these arrays were registered with another checkpoint "
+                "manager");
+    }
+    return SaveWith(step, std::move(metadata_json), return_when,
+                    [&](Job& job) {
+                      return PlanRegistered(*registered.state_, job);
+                    });
+  }
+
+  absl::StatusOr<RegisteredArrays> Register(
+      absl::Span<const SaveArray> arrays) {
+    auto state = std::make_shared<RegisteredArrays::State>();
+    state->owner = this;
+    auto sources = std::make_shared<ShardSources>(local_devices_);
+    sources->Reserve(static_cast<int>(arrays.size()));
+    auto specs = std::make_shared<std::vector<ArraySpec>>();
+    specs->reserve(arrays.size());
+    for (size_t a = 0; a < arrays.size(); ++a) {
+      RETURN_IF_ERROR(AddShards(arrays[a], static_cast<int>(a), *sources));
+      specs->push_back(arrays[a].spec);
+    }
+    state->specs = std::move(specs);
+    state->sources = std::move(sources);
+    // The durable tier's plan now, so that its errors are Register's.
+    MutexLock lock(&state->mu);
+    RETURN_IF_ERROR(PlanTierOf(*state, Tier::kDurable).status());
+    return RegisteredArrays(std::move(state));
+  }
+
+  // Save, with `plan` setting the job's plan, layout and sources.
+  absl::StatusOr<SaveHandle> SaveWith(
+      int64_t step, std::string metadata_json, ReturnWhen return_when,
+      absl::FunctionRef<absl::Status(Job&)> plan) {
     RETURN_IF_ERROR(TakeDeferredError());
     StartPinning();  // if a restore has not started it
     if (step < 0) {
@@ -254,7 +321,7 @@ class CheckpointManager::Impl {
     job->step = step;
     job->tier = tier;
     job->metadata_json = std::move(metadata_json);
-    RETURN_IF_ERROR(PlanFor(arrays, *job));
+    RETURN_IF_ERROR(plan(*job));
     // Wait for room, then refuse a step that exists or is being saved.
     // Only this thread adds steps (one Save at a time), so a saver idle
     // now stays idle until this job is queued.
@@ -408,65 +475,122 @@ class CheckpointManager::Impl {
     return restore(dir);
   }
 
-  // Sets job.sources from `arrays`' shards (kInvalidArgument for a shard
-  // with no data or not on this process's devices), and job.specs, job.plan
-  // and job.layout for `arrays` and the job's tier (a local step saves this
-  // process's part): the previous save's of that tier if the specs are the
-  // same (compared in place, nothing copied), else new ones. One pass over
-  // the arrays does both: after a training step the caller's arrays and
-  // the cached specs are both cold (at 3 GiB, 1,453 of each), and their
-  // misses overlap, fetched kPrefetchArrays ahead.
+  // Adds `array`'s shards to `sources` as array `a`; kInvalidArgument for
+  // a shard with no data or not on this process's devices.
+  static absl::Status AddShards(const SaveArray& array, int a,
+                                ShardSources& sources) {
+    for (const SaveArray::Shard& shard : array.shards) {
+      if (shard.data == nullptr || !sources.Add(a, shard.device, shard.data)) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "array '%s': shard on device %d is not on this process's "
+            "devices or has no data",
+            array.spec.name, shard.device));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // The plan of `specs` for `tier` (a local step saves this process's
+  // part), and its layout: null, with the engine's reason, when the engine
+  // refuses the share.
+  struct Laid {
+    SavePlan plan;
+    std::shared_ptr<const StagingLayout> layout;
+    absl::Status refused;
+  };
+  absl::StatusOr<Laid> PlanTier(const std::vector<ArraySpec>& specs,
+                                Tier tier) const {
+    const bool part = tier == Tier::kLocal;
+    SavePlanOptions plan_options = options_.plan;
+    if (part) plan_options.part_of_process = 0;  // see PartTopology
+    Laid laid;
+    ASSIGN_OR_RETURN(laid.plan,
+                     MakeSavePlan(specs, part ? part_topology_ : topology_,
+                                  plan_options));
+    absl::StatusOr<std::shared_ptr<const StagingLayout>> layout =
+        engine_.Lay(laid.plan, PlanProcess(tier), backend_.devices());
+    if (layout.ok()) {
+      laid.layout = *std::move(layout);
+    } else {
+      laid.refused = layout.status();
+    }
+    return laid;
+  }
+
+  // Sets job.sources from `arrays`' shards (AddShards' errors), and
+  // job.specs, job.plan and job.layout for `arrays` and the job's tier:
+  // the previous save's of that tier if the specs are the same (compared
+  // in place, nothing copied), else new ones. One pass over the arrays
+  // does both: after a training step the caller's arrays and the cached
+  // specs are both cold (at 3 GiB, 1,453 of each), and their misses
+  // overlap, fetched kPrefetchArrays ahead.
   absl::Status PlanFor(absl::Span<const SaveArray> arrays, Job& job)
       ABSL_LOCKS_EXCLUDED(plan_mu_) {
     MutexLock lock(&plan_mu_);
-    const bool part = job.tier == Tier::kLocal;
-    Planned& planned = planned_[part ? 1 : 0];
+    Planned& planned = planned_[job.tier == Tier::kLocal ? 1 : 0];
     const std::vector<ArraySpec>* cached =
         planned.plan != nullptr && planned.specs->size() == arrays.size()
             ? planned.specs.get()
             : nullptr;
-    job.sources = ShardSources(local_devices_);
-    job.sources.Reserve(static_cast<int>(arrays.size()));
+    auto sources = std::make_shared<ShardSources>(local_devices_);
+    sources->Reserve(static_cast<int>(arrays.size()));
     for (size_t a = 0; a < arrays.size(); ++a) {
       if (a + kPrefetchArrays < arrays.size()) {
         __builtin_prefetch(arrays[a + kPrefetchArrays].shards.data());
         PrefetchSpec(arrays[a + kPrefetchArrays].spec);
         if (cached != nullptr) PrefetchSpec((*cached)[a + kPrefetchArrays]);
       }
-      for (const SaveArray::Shard& shard : arrays[a].shards) {
-        if (shard.data == nullptr ||
-            !job.sources.Add(static_cast<int>(a), shard.device, shard.data)) {
-          return absl::InvalidArgumentError(absl::StrFormat(
-              "array '%s': shard on device %d is not on this process's "
-              "devices or has no data",
-              arrays[a].spec.name, shard.device));
-        }
-      }
+      RETURN_IF_ERROR(AddShards(arrays[a], static_cast<int>(a), *sources));
       if (cached != nullptr && !((*cached)[a] == arrays[a].spec)) {
         cached = nullptr;
       }
     }
-    const bool same = cached != nullptr;
-    if (!same) {
+    if (cached == nullptr) {
       auto specs = std::make_shared<std::vector<ArraySpec>>();
       specs->reserve(arrays.size());
       for (const SaveArray& array : arrays) specs->push_back(array.spec);
-      SavePlanOptions plan_options = options_.plan;
-      if (part) plan_options.part_of_process = 0;  // see PartTopology
-      ASSIGN_OR_RETURN(SavePlan plan,
-                       MakeSavePlan(*specs, part ? part_topology_ : topology_,
-                                    plan_options));
-      planned.plan = std::make_shared<const SavePlan>(std::move(plan));
+      ASSIGN_OR_RETURN(Laid laid, PlanTier(*specs, job.tier));
+      planned.plan = std::make_shared<const SavePlan>(std::move(laid.plan));
       planned.specs = std::move(specs);
-      absl::StatusOr<std::shared_ptr<const StagingLayout>> layout =
-          engine_.Lay(*planned.plan, PlanProcess(job.tier), backend_.devices());
-      planned.layout = layout.ok() ? *std::move(layout) : nullptr;
+      planned.layout = std::move(laid.layout);
     }
     job.specs = planned.specs;
     job.plan = planned.plan;
     job.layout = planned.layout;
+    job.sources = std::move(sources);
     // A refused share's save fails in staging, having staged nothing.
     job.progress->total_bytes = job.layout != nullptr ? job.layout->bytes : 0;
+    return absl::OkStatus();
+  }
+
+  // `state`'s tier of `tier`, planned at its first use; the engine's
+  // refusal of the share is its error.
+  absl::StatusOr<const RegisteredArrays::State::Tier*> PlanTierOf(
+      RegisteredArrays::State& state, Tier tier) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state.mu) {
+    RegisteredArrays::State::Tier& planned =
+        state.tiers[tier == Tier::kLocal ? 1 : 0];
+    if (planned.plan == nullptr) {
+      ASSIGN_OR_RETURN(Laid laid, PlanTier(*state.specs, tier));
+      RETURN_IF_ERROR(laid.refused);
+      planned.plan = std::make_shared<const SavePlan>(std::move(laid.plan));
+      planned.layout = std::move(laid.layout);
+      planned.stable = std::make_shared<StableSources>();
+    }
+    return &planned;
+  }
+
+  // PlanFor for registered arrays: nothing is read per array.
+  absl::Status PlanRegistered(RegisteredArrays::State& state, Job& job) const {
+    MutexLock lock(&state.mu);
+    ASSIGN_OR_RETURN(const RegisteredArrays::State::Tier* planned,
+                     PlanTierOf(state, job.tier));
+    job.specs = state.specs;
+    job.sources = state.sources;
+    job.plan = planned->plan;
+    job.layout = planned->layout;
+    job.stable = planned->stable;
+    job.progress->total_bytes = job.layout->bytes;
     return absl::OkStatus();
   }
 
@@ -485,8 +609,9 @@ class CheckpointManager::Impl {
   // Begin refuses is left to the saver, whose staging reports the error.
   void DispatchHere(Job& job) {
     if (job.layout == nullptr) return;
-    absl::StatusOr<std::unique_ptr<BegunSave>> begun = BeginSave(
-        *job.plan, job.layout, engine_, backend_.devices(), job.sources);
+    absl::StatusOr<std::unique_ptr<BegunSave>> begun =
+        BeginSave(*job.plan, job.layout, engine_, backend_.devices(),
+                  *job.sources, job.stable);
     if (!begun.ok()) return;
     job.begun = *std::move(begun);
     if (job.begun->all_dispatched()) {
@@ -591,6 +716,7 @@ class CheckpointManager::Impl {
     request.arrays = *job.specs;
     request.plan = job.plan.get();
     request.layout = job.layout;
+    request.stable = job.stable;
     request.metadata_json = job.metadata_json;
     request.tracer = options_.tracer;
     request.progress = job.progress.get();
@@ -616,7 +742,7 @@ class CheckpointManager::Impl {
     }
     absl::StatusOr<SaveResult> result = SaveCheckpoint(
         storage_, local ? *alone_ : coordinator_, request, engine_,
-        backend_.devices(), job.sources, std::move(job.begun));
+        backend_.devices(), *job.sources, std::move(job.begun));
     int64_t replicated_bytes = 0;
     if (local) {
       // Every rank replicates, or removes its part when a rank failed.
@@ -811,6 +937,15 @@ absl::StatusOr<SaveHandle> CheckpointManager::Save(
     int64_t step, absl::Span<const SaveArray> arrays, std::string metadata_json,
     ReturnWhen return_when) {
   return impl_->Save(step, arrays, std::move(metadata_json), return_when);
+}
+absl::StatusOr<RegisteredArrays> CheckpointManager::Register(
+    absl::Span<const SaveArray> arrays) {
+  return impl_->Register(arrays);
+}
+absl::StatusOr<SaveHandle> CheckpointManager::Save(
+    int64_t step, const RegisteredArrays& registered, std::string metadata_json,
+    ReturnWhen return_when) {
+  return impl_->Save(step, registered, std::move(metadata_json), return_when);
 }
 absl::Status CheckpointManager::WaitUntilFinished() {
   return impl_->WaitUntilFinished();

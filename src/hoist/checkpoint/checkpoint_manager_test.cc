@@ -970,6 +970,107 @@ TEST_F(ManagerTest, ChangedArraysArePlannedAgain) {
   ExpectHolds(*manager, 3, 0);
 }
 
+// Registered arrays are saved as they are at each save: the copies
+// prepared at a registration's first save read the arrays again at every
+// later one, in one wave and in several, in either mode, with a save
+// queued behind another (staged by the saver), and to the local tier
+// (whose part is planned at its first save) as to the durable root.
+TEST_F(ManagerTest, RegisteredArraysAreSavedAsTheyAreAtEachSave) {
+  struct Case {
+    int64_t pool;
+    int max_in_flight;
+    bool local;
+  };
+  for (const Case c : {Case{int64_t{1} << 20, 1, false},
+                       Case{int64_t{16} << 10, 1, false},
+                       Case{int64_t{1} << 20, 2, false},
+                       Case{int64_t{16} << 10, 2, false},
+                       Case{int64_t{1} << 20, 1, true}}) {
+    SCOPED_TRACE(absl::StrFormat("pool %d, in flight %d, local %d", c.pool,
+                                 c.max_in_flight, c.local));
+    CheckpointManagerOptions options = SmallPool();
+    options.pool_bytes = c.pool;
+    options.max_in_flight = c.max_in_flight;
+    if (c.local) {
+      options.persist_every = 2;  // 2 and 4 durable, 1 and 3 local
+      options.local.root = temp_.path() + "/local/{rank}";
+    }
+    auto manager = Open(options);
+    ASSERT_NE(manager, nullptr);
+    absl::StatusOr<RegisteredArrays> registered = manager->Register(Arrays());
+    ASSERT_TRUE(registered.ok()) << registered.status();
+    std::vector<SaveHandle> handles;
+    for (int64_t step = 1; step <= 4; ++step) {
+      testing::Refill(model_, shards_, static_cast<uint64_t>(step));
+      const ReturnWhen when =
+          step % 2 == 1 ? ReturnWhen::kDispatched : ReturnWhen::kStaged;
+      absl::StatusOr<SaveHandle> handle =
+          manager->Save(step, *registered, "{}", when);
+      ASSERT_TRUE(handle.ok()) << handle.status();
+      ASSERT_TRUE(handle->WaitStaged().ok());  // before the next Refill
+      handles.push_back(*std::move(handle));
+    }
+    for (SaveHandle& handle : handles) {
+      absl::StatusOr<SaveInfo> info = handle.WaitCommitted();
+      ASSERT_TRUE(info.ok()) << info.status();
+      if (c.pool == int64_t{1} << 20) {
+        EXPECT_EQ(info->dispatches, 8) << "one per device";
+      }
+      EXPECT_EQ(info->tier, c.local && handle.step() % 2 == 1 ? Tier::kLocal
+                                                              : Tier::kDurable);
+    }
+    for (int64_t step = 1; step <= 4; ++step) {
+      ExpectHolds(*manager, step, static_cast<uint64_t>(step));
+    }
+    const std::vector<int64_t> durable =
+        c.local ? std::vector<int64_t>{2, 4} : std::vector<int64_t>{1, 2, 3, 4};
+    EXPECT_EQ(*manager->List(), durable);
+    manager.reset();
+    std::filesystem::remove_all(root_);
+    std::filesystem::remove_all(temp_.path() + "/local");
+  }
+}
+
+// A registration is checked when it is made, and saved only by the
+// manager that made it; a refused save commits nothing.
+TEST_F(ManagerTest, ARegistrationIsCheckedWhenMadeAndSavedOnlyByItsManager) {
+  auto manager = Open();
+  ASSERT_NE(manager, nullptr);
+  std::vector<SaveArray> foreign = Arrays();
+  foreign[0].shards[0].device = 99;
+  absl::StatusOr<RegisteredArrays> refused = manager->Register(foreign);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("params/w"));
+  EXPECT_THAT(manager->Save(1, RegisteredArrays()).status().message(),
+              HasSubstr("empty registration"));
+
+  CheckpointManagerOptions tiny = SmallPool();
+  tiny.pool_bytes = 4096;
+  tiny.plan.min_slice_bytes = int64_t{1} << 20;  // saved whole: 16 KiB
+  const std::string other_root = temp_.path() + "/other";
+  absl::StatusOr<std::unique_ptr<CheckpointManager>> other =
+      CheckpointManager::Open(other_root, *backend_, *coordinator_, tiny);
+  ASSERT_TRUE(other.ok()) << other.status();
+  const std::vector<ArraySpec> big = {
+      {"big",
+       DType::kFloat32,
+       {64, 64},
+       Sharding::Replicated(*Mesh::Create({"data", "model"}, {2, 4}))}};
+  testing::DeviceShards shards = testing::FillShards(big, backend_->devices());
+  EXPECT_EQ((*other)->Register(testing::SaveArraysOf(big, shards))
+                .status()
+                .code(),
+            absl::StatusCode::kResourceExhausted);
+
+  absl::StatusOr<RegisteredArrays> theirs = (*other)->Register({});
+  ASSERT_TRUE(theirs.ok()) << theirs.status();
+  absl::StatusOr<SaveHandle> handle = manager->Save(1, *theirs);
+  EXPECT_EQ(handle.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(handle.status().message(), HasSubstr("another checkpoint"));
+  ASSERT_TRUE(manager->WaitUntilFinished().ok());
+  EXPECT_TRUE(manager->List()->empty());
+}
+
 TEST_F(ManagerTest, ShardOnAForeignDeviceIsInvalid) {
   auto manager = Open();
   std::vector<SaveArray> arrays = Arrays();

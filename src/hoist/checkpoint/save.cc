@@ -240,7 +240,8 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
   if (begun != nullptr && begun->run != nullptr) {
     run = std::move(begun->run);
   } else if (request.layout != nullptr) {
-    run = engine.Begin(plan, request.layout, devices, sources, sink);
+    run = engine.Begin(plan, request.layout, devices, sources, sink,
+                       request.stable);
   } else {
     run = engine.Begin(plan, process, devices, sources, sink);
   }
@@ -403,11 +404,12 @@ bool BegunSave::all_dispatched() const {
 absl::StatusOr<std::unique_ptr<BegunSave>> BeginSave(
     const SavePlan& plan, std::shared_ptr<const StagingLayout> layout,
     TransferEngine& engine, absl::Span<Device* const> devices,
-    const ShardSources& sources) {
+    const ShardSources& sources, std::shared_ptr<StableSources> stable) {
   auto begun = std::make_unique<BegunSave>();
   begun->engine = &engine;
-  ASSIGN_OR_RETURN(begun->run, engine.Begin(plan, std::move(layout), devices,
-                                            sources, begun->sink));
+  ASSIGN_OR_RETURN(begun->run,
+                   engine.Begin(plan, std::move(layout), devices, sources,
+                                begun->sink, std::move(stable)));
   return begun;
 }
 

@@ -52,6 +52,10 @@ struct SaveRequest {
   // given (TransferEngine::Lay), kept by a caller that saves the same plan
   // again; staging lays it out itself when null. Optional.
   std::shared_ptr<const StagingLayout> layout;
+  // With `layout`: the sources of arrays that have not moved since the
+  // last save given it, and the copies prepared from them
+  // (TransferEngine::Begin). Optional.
+  std::shared_ptr<StableSources> stable;
 };
 
 struct SaveResult {
@@ -131,13 +135,15 @@ struct BegunSave {
 
 // Begins staging a process's share of `plan`, laid out by `engine`
 // (TransferEngine::Lay, on `devices`), for SaveCheckpoint to finish; `plan`
-// and the arrays `sources` points to must outlive that.
+// and the arrays `sources` points to must outlive that. `stable`: as
+// SaveRequest's.
 // Errors: Begin's (nothing was dispatched; SaveCheckpoint without a begun
 // save reports them).
 absl::StatusOr<std::unique_ptr<BegunSave>> BeginSave(
     const SavePlan& plan, std::shared_ptr<const StagingLayout> layout,
     TransferEngine& engine, absl::Span<Device* const> devices,
-    const ShardSources& sources);
+    const ShardSources& sources,
+    std::shared_ptr<StableSources> stable = nullptr);
 
 // Saves this process's share of `request.plan` and, together with the other
 // ranks of `coordinator`, commits the step. On error nothing is visible under

@@ -32,6 +32,27 @@ void Lease::Release() {
   size_bytes_ = 0;
 }
 
+Lease Lease::TakeFront(int64_t size_bytes) {
+  const int64_t reserved =
+      std::min(AlignUp(size_bytes, StagingPool::kAlignment), reserved_bytes_);
+  assert(pool_ != nullptr && size_bytes > 0);
+  Lease front;
+  front.pool_ = pool_;
+  front.data_ = data_;
+  front.offset_ = offset_;
+  front.reserved_bytes_ = reserved;
+  front.size_bytes_ = std::min(size_bytes, reserved);
+  data_ += reserved;
+  offset_ += reserved;
+  reserved_bytes_ -= reserved;
+  size_bytes_ = reserved_bytes_;
+  if (reserved_bytes_ == 0) {
+    pool_ = nullptr;
+    data_ = nullptr;
+  }
+  return front;
+}
+
 absl::StatusOr<std::unique_ptr<StagingPool>> StagingPool::Create(
     Backend& backend, int64_t capacity_bytes) {
   if (capacity_bytes <= 0) {

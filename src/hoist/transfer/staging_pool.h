@@ -46,6 +46,13 @@ class Lease {
   // Returns the range to the pool now. Idempotent.
   void Release();
 
+  // Splits off the first `size_bytes` (> 0), rounded up to 4 KiB and at
+  // most reserved_bytes(), as a lease of their own, returned to the pool
+  // when it is; this lease keeps the rest (all of it usable: size_bytes()
+  // == reserved_bytes()), and is empty once nothing is left. One lease for
+  // many ranges is acquired in one step and handed on range by range.
+  Lease TakeFront(int64_t size_bytes);
+
  private:
   friend class StagingPool;
   StagingPool* pool_ = nullptr;

@@ -46,6 +46,33 @@ TEST_F(StagingPoolTest, LeasesAreAlignedDisjointAndReturnThemselves) {
   EXPECT_EQ(pool->stats().leases, 3);
 }
 
+TEST_F(StagingPoolTest, TakeFrontSplitsALeaseIntoRangesReturnedOneByOne) {
+  auto pool = MakePool(5 * 4096);
+  Lease block = *pool->Acquire(4 * 4096);
+  uint8_t* const base = block.data();
+  Lease first = block.TakeFront(100);  // 4 KiB reserved
+  Lease second = block.TakeFront(4096 + 1);
+  EXPECT_EQ(first.data(), base);
+  EXPECT_EQ(first.size_bytes(), 100);
+  EXPECT_EQ(first.reserved_bytes(), 4096);
+  EXPECT_EQ(second.data(), base + 4096);
+  EXPECT_EQ(second.reserved_bytes(), 2 * 4096);
+  EXPECT_EQ(block.data(), base + 3 * 4096);
+  EXPECT_EQ(block.size_bytes(), 4096);
+  // Each range goes back on its own: the middle one frees 8 KiB, which
+  // with the pool's spare 4 KiB is not yet 3 contiguous pages.
+  second.Release();
+  EXPECT_EQ(pool->stats().in_use_bytes, 2 * 4096);
+  EXPECT_FALSE(pool->Acquire(3 * 4096, absl::Milliseconds(1)).ok());
+  Lease last = block.TakeFront(4096);
+  EXPECT_FALSE(block);  // nothing left
+  EXPECT_EQ(last.data(), base + 3 * 4096);
+  first.Release();
+  last.Release();
+  EXPECT_EQ(pool->stats().in_use_bytes, 0);
+  EXPECT_TRUE(pool->Acquire(5 * 4096).ok());
+}
+
 TEST_F(StagingPoolTest, MovedLeaseReleasesOnce) {
   auto pool = MakePool(8192);
   Lease a = *pool->Acquire(8192);

@@ -21,6 +21,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -31,14 +32,6 @@
 
 namespace hoist {
 namespace {
-
-// One dispatch's worth of work: its slices (indices into the layout's
-// slices) and their ops, in the same order.
-struct Batch {
-  Device* device = nullptr;
-  absl::Span<const size_t> slices;
-  std::vector<CopyOp> ops;
-};
 
 // A slice of the share waiting for its wave, with its length.
 struct Queued {
@@ -77,9 +70,16 @@ std::pair<size_t, size_t> WaveRange(const StagingLayout& layout, size_t w) {
   return {w == 0 ? 0 : layout.wave_ends[w - 1], layout.wave_ends[w]};
 }
 
-// Fills layout.by_device and by_device_ends from its slices and waves.
+// Group g's [begin, end) in the layout's by_device.
+std::pair<size_t, size_t> GroupRange(const StagingLayout& layout, size_t g) {
+  return {g == 0 ? 0 : layout.by_device_ends[g - 1], layout.by_device_ends[g]};
+}
+
+// Fills layout.by_device, by_device_ends, group_offsets and group_bytes
+// from its slices and waves.
 void GroupByDevice(int devices, StagingLayout& layout) {
   layout.by_device.reserve(layout.slices.size());
+  layout.group_offsets.reserve(layout.slices.size());
   std::vector<std::vector<size_t>> groups(devices);
   for (size_t w = 0; w < layout.wave_ends.size(); ++w) {
     const auto [begin, end] = WaveRange(layout, w);
@@ -87,12 +87,29 @@ void GroupByDevice(int devices, StagingLayout& layout) {
       groups[layout.slices[i].device].push_back(i);
     }
     for (std::vector<size_t>& group : groups) {
-      layout.by_device.insert(layout.by_device.end(), group.begin(),
-                              group.end());
+      int64_t offset = 0;
+      for (size_t i : group) {
+        layout.by_device.push_back(i);
+        layout.group_offsets.push_back(offset);
+        offset += AlignUp(layout.lengths[i], StagingPool::kAlignment);
+      }
       layout.by_device_ends.push_back(layout.by_device.size());
+      layout.group_bytes.push_back(offset);
       group.clear();
     }
   }
+}
+
+// The copy of layout slice `i` from `sources` into `dst`.
+CopyOp CopyOf(const StagingLayout& layout, const StableSources& sources,
+              size_t i, uint8_t* dst) {
+  const SliceCopy& copy = layout.slices[i].copy;
+  return {sources.by_slice[i] + copy.src_offset_bytes,
+          copy.src_pitch_bytes,
+          dst,
+          copy.width_bytes,
+          copy.width_bytes,
+          copy.rows};
 }
 
 }  // namespace
@@ -100,10 +117,8 @@ void GroupByDevice(int devices, StagingLayout& layout) {
 absl::Span<const size_t> StagingLayout::DeviceSlices(size_t wave,
                                                      int device) const {
   const size_t devices = by_device_ends.size() / wave_ends.size();
-  const size_t group = wave * devices + device;
-  const size_t begin = group == 0 ? 0 : by_device_ends[group - 1];
-  return absl::MakeConstSpan(by_device).subspan(begin,
-                                                by_device_ends[group] - begin);
+  const auto [begin, end] = GroupRange(*this, wave * devices + device);
+  return absl::MakeConstSpan(by_device).subspan(begin, end - begin);
 }
 
 bool AllDispatched(const StagingRun& run) {
@@ -178,27 +193,35 @@ absl::StatusOr<std::shared_ptr<const StagingLayout>> TransferEngine::Lay(
 absl::StatusOr<std::unique_ptr<StagingRun>> TransferEngine::Begin(
     const SavePlan& plan, std::shared_ptr<const StagingLayout> layout,
     absl::Span<Device* const> devices, const ShardSources& sources,
-    StagedExtentSink& sink) {
+    StagedExtentSink& sink, std::shared_ptr<StableSources> stable) {
   auto run = std::make_unique<StagingRun>();
   run->devices = devices;
   run->sink = &sink;
   run->start = absl::Now();
+  run->stable = stable != nullptr;
+  run->sources =
+      run->stable ? std::move(stable) : std::make_shared<StableSources>();
   pool_.ResetPeak();
-  // Every slice's source, looked up once, each device's column found once.
-  std::vector<int> column(devices.size());
-  for (size_t d = 0; d < devices.size(); ++d) {
-    column[d] = sources.IndexOf(devices[d]->id());
-  }
-  run->sources.resize(layout->slices.size());
-  for (size_t i = 0; i < layout->slices.size(); ++i) {
-    const StagingLayout::Slice& slice = layout->slices[i];
-    const void* source = sources.FindAt(slice.array, column[slice.device]);
-    if (source == nullptr) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "array '%s': no source buffer for its shard on device %d",
-          plan.arrays[slice.array].name, devices[slice.device]->id()));
+  StableSources& resolved = *run->sources;
+  if (!resolved.resolved) {
+    // Every slice's source, looked up once, each device's column found once.
+    std::vector<int> column(devices.size());
+    for (size_t d = 0; d < devices.size(); ++d) {
+      column[d] = sources.IndexOf(devices[d]->id());
     }
-    run->sources[i] = static_cast<const uint8_t*>(source);
+    resolved.by_slice.resize(layout->slices.size());
+    for (size_t i = 0; i < layout->slices.size(); ++i) {
+      const StagingLayout::Slice& slice = layout->slices[i];
+      const void* source = sources.FindAt(slice.array, column[slice.device]);
+      if (source == nullptr) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "array '%s': no source buffer for its shard on device %d",
+            plan.arrays[slice.array].name, devices[slice.device]->id()));
+      }
+      resolved.by_slice[i] = static_cast<const uint8_t*>(source);
+    }
+    resolved.resolved = true;
+    resolved.prepared.assign(run->stable ? layout->group_bytes.size() : 0, {});
   }
   run->stats.slices = static_cast<int64_t>(layout->slices.size());
   run->stats.bytes = layout->bytes;
@@ -245,84 +268,124 @@ absl::StatusOr<TransferStats> TransferEngine::Finish(
 bool TransferEngine::DispatchWave(StagingRun& run, size_t w) {
   if (!run.first_error->Get().ok()) return false;
   const StagingLayout& layout = *run.layout;
-  const auto [begin, end] = WaveRange(layout, w);
-  absl::StatusOr<std::vector<Lease>> leases = pool_.AcquireAll(
-      absl::MakeConstSpan(layout.lengths).subspan(begin, end - begin));
+  const size_t devices = run.devices.size();
+  // One lease per device with slices in the wave, its slices one after
+  // the other (group_offsets), all acquired at once: the caller's thread
+  // acquires as many leases as there are devices, not slices.
+  absl::InlinedVector<int64_t, 16> sizes;
+  for (size_t d = 0; d < devices; ++d) {
+    if (const int64_t bytes = layout.group_bytes[w * devices + d]; bytes > 0) {
+      sizes.push_back(bytes);
+    }
+  }
+  absl::StatusOr<std::vector<Lease>> leases = pool_.AcquireAll(sizes);
   if (!leases.ok()) {
     run.first_error->Record(leases.status());
     return false;
   }
-  // The wave's leases, shared by its dispatches: each hands its own
-  // slices' leases to the sink from the thread its copy completes on, so
-  // that this (the caller's) thread only builds the ops.
-  auto wave_leases = std::make_shared<std::vector<Lease>>(*std::move(leases));
   TransferStats& stats = run.stats;
   ++stats.waves;
-
-  // Batches: each device's slices of the wave (batched), or one per slice.
-  std::vector<Batch> batches;
   const bool per_slice = options_.dispatch == DispatchMode::kPerSlice;
-  batches.reserve(per_slice ? end - begin : run.devices.size());
-  for (int d = 0; d < static_cast<int>(run.devices.size()); ++d) {
-    const absl::Span<const size_t> slices = layout.DeviceSlices(w, d);
-    for (size_t first = 0; first < slices.size();
-         first += per_slice ? 1 : slices.size()) {
-      Batch& batch = batches.emplace_back();
-      batch.device = run.devices[d];
-      batch.slices = slices.subspan(first, per_slice ? 1 : slices.size());
-      batch.ops.reserve(batch.slices.size());
-      for (size_t i : batch.slices) {
-        const SliceCopy& copy = layout.slices[i].copy;
-        void* dst = (*wave_leases)[i - begin].data();
-        batch.ops.push_back({run.sources[i] + copy.src_offset_bytes,
-                             copy.src_pitch_bytes, dst, copy.width_bytes,
-                             copy.width_bytes, copy.rows});
-      }
-    }
-  }
-  // Every device's copies are enqueued before any starts: on the host
-  // backend the first devices' copies would take the cores from this loop.
-  for (Batch& batch : batches) batch.device->HoldCopies();
-  for (Batch& batch : batches) {
-    const absl::Time dispatched_at = absl::Now();
-    Future<> copied = batch.device->CopyToHost(batch.ops);
+
+  // Dispatches `slices` (of group `group`, on device d) staged into
+  // `lease`, whose copies `copied` makes; the completion hands each slice
+  // its range of the lease, on the thread the copy completes on.
+  const auto dispatched = [&](size_t d, absl::Span<const size_t> slices,
+                              Lease lease, Future<> copied,
+                              absl::Time dispatched_at) {
     ++stats.dispatches;
     Promise<> done;
     run.delivered.push_back(done.future());
     std::string span;
     if (options_.tracer != nullptr) {
       int64_t bytes = 0;
-      for (const CopyOp& op : batch.ops) bytes += op.bytes();
-      span = absl::StrFormat("copy %d slices, %s", batch.ops.size(),
+      for (size_t i : slices) bytes += layout.lengths[i];
+      span = absl::StrFormat("copy %d slices, %s", slices.size(),
                              FormatBytes(static_cast<double>(bytes)));
     }
-    // The layout (kept alive here) holds the batch's slices.
-    copied.OnReady([layout = run.layout, slices = batch.slices, wave = begin,
-                    wave_leases, sink = run.sink, first_error = run.first_error,
+    // The layout (kept alive here) holds the slices.
+    copied.OnReady([layout = run.layout, slices, lease = std::move(lease),
+                    sink = run.sink, first_error = run.first_error,
                     done = std::move(done), tracer = options_.tracer,
-                    device = batch.device->id(), span = std::move(span),
+                    device = run.devices[d]->id(), span = std::move(span),
                     dispatched_at](const absl::Status& status) mutable {
       if (tracer != nullptr) {
         tracer->Span(absl::StrFormat("device %d", device), span, dispatched_at,
                      absl::Now());
       }
-      if (!status.ok()) first_error->Record(status);
-      for (size_t i : slices) {
-        Lease& lease = (*wave_leases)[i - wave];
-        if (status.ok()) {
-          sink->OnStaged({layout->slices[i].slice, std::move(lease)});
-        } else {
-          lease.Release();  // the copy is over: the lease can go back
+      if (status.ok()) {
+        for (size_t i : slices) {
+          sink->OnStaged(
+              {layout->slices[i].slice, lease.TakeFront(layout->lengths[i])});
         }
+      } else {
+        first_error->Record(status);
+        lease.Release();  // the copy is over: the lease can go back
       }
       done.Set(status);
     });
     if (options_.wait == WaitMode::kSequential) {
-      batch.device->ReleaseCopies();
+      run.devices[d]->ReleaseCopies();
       run.delivered.back().Wait();
     }
+  };
+
+  // Every device's copies are enqueued before any starts: on the host
+  // backend the first devices' copies would take the cores from this loop.
+  for (Device* device : run.devices) device->HoldCopies();
+  size_t next_lease = 0;
+  std::vector<CopyOp> ops;
+  for (size_t d = 0; d < devices; ++d) {
+    Device& device = *run.devices[d];
+    const size_t group = w * devices + d;
+    const auto [begin, end] = GroupRange(layout, group);
+    if (begin == end) continue;
+    const absl::Span<const size_t> slices =
+        absl::MakeConstSpan(layout.by_device).subspan(begin, end - begin);
+    Lease lease = std::move((*leases)[next_lease++]);
+    uint8_t* const base = lease.data();
+    const auto build_ops = [&] {
+      ops.clear();
+      for (size_t k = begin; k < end; ++k) {
+        ops.push_back(CopyOf(layout, *run.sources, layout.by_device[k],
+                             base + layout.group_offsets[k]));
+      }
+    };
+    const absl::Time dispatched_at = absl::Now();
+    if (per_slice) {
+      for (size_t k = 0; k < slices.size(); ++k) {
+        Lease own = lease.TakeFront(layout.lengths[slices[k]]);
+        const CopyOp op = CopyOf(layout, *run.sources, slices[k], own.data());
+        dispatched(d, slices.subspan(k, 1), std::move(own),
+                   device.CopyToHost({&op, 1}), absl::Now());
+      }
+    } else if (run.stable) {
+      // Prepared once for where this group's lease lands; an empty pool
+      // places a wave where it placed the last one.
+      StableSources::Prepared& kept = run.sources->prepared[group];
+      absl::Status prepared;
+      if (kept.copies == nullptr || kept.base != base) {
+        build_ops();
+        absl::StatusOr<std::shared_ptr<const PreparedCopies>> copies =
+            device.PrepareCopiesToHost(ops);
+        kept = {};
+        if (copies.ok()) {
+          kept = {base, *std::move(copies)};
+        } else {
+          prepared = copies.status();
+        }
+      }
+      dispatched(d, slices, std::move(lease),
+                 prepared.ok() ? device.CopyPreparedToHost(kept.copies)
+                               : Future<>::Ready(prepared),
+                 dispatched_at);
+    } else {
+      build_ops();
+      dispatched(d, slices, std::move(lease), device.CopyToHost(ops),
+                 dispatched_at);
+    }
   }
-  for (Batch& batch : batches) batch.device->ReleaseCopies();
+  for (Device* device : run.devices) device->ReleaseCopies();
   return true;
 }
 

@@ -162,16 +162,42 @@ struct StagingLayout {
   // given); DeviceSlices(w, d) is one group.
   std::vector<size_t> by_device;
   std::vector<size_t> by_device_ends;  // per (wave, device), as wave_ends
+  // A group is staged into one lease, its slices one after the other,
+  // each 4 KiB-aligned: each by_device entry's offset in its group's
+  // lease, and each group's bytes (0 for a device with none in a wave).
+  std::vector<int64_t> group_offsets;
+  std::vector<int64_t> group_bytes;
 
   absl::Span<const size_t> DeviceSlices(size_t wave, int device) const;
+};
+
+// Every slice's source for one layout, and, for arrays that stay where
+// they are from save to save (CheckpointManager::Register), the copies
+// prepared from them: a group whose lease lands in the pool where it did
+// the last time dispatches its prepared copies again, and the thread
+// dispatching builds and checks nothing per slice. A caller saving such
+// arrays keeps one per layout and hands it to every Begin; the engine
+// fills it and reads it, one staging at a time.
+struct StableSources {
+  bool resolved = false;                 // by_slice is filled
+  std::vector<const uint8_t*> by_slice;  // the layout's slices' order
+  // Per group (StagingLayout::group_bytes): its lease's first byte and the
+  // copies prepared into it; empty until a wave prepares them.
+  struct Prepared {
+    const uint8_t* base = nullptr;
+    std::shared_ptr<const PreparedCopies> copies;
+  };
+  std::vector<Prepared> prepared;
 };
 
 // A staging begun by TransferEngine::Begin, its first wave dispatched:
 // everything it carries from one wave to the next. Only the engine reads it.
 struct StagingRun {
   std::shared_ptr<const StagingLayout> layout;
-  // Each layout slice's shard base address (ShardSources), same order.
-  std::vector<const uint8_t*> sources;
+  // Each layout slice's shard base address (ShardSources); kept from save
+  // to save, with the copies prepared from them, when `stable`.
+  std::shared_ptr<StableSources> sources;
+  bool stable = false;
   absl::Span<Device* const> devices;
   StagedExtentSink* sink = nullptr;
   absl::Time start;
@@ -230,11 +256,14 @@ class TransferEngine {
       const ShardSources& sources, StagedExtentSink& sink);
   // Begin with a layout this engine made (Lay) for `plan` and `devices`:
   // only the sources are looked up. Errors: kInvalidArgument when a shard
-  // has no source.
+  // has no source. With `stable` (the arrays have not moved since the
+  // last Begin given it, for this layout), they are looked up once, into
+  // it, and the copies are prepared once (see StableSources).
   absl::StatusOr<std::unique_ptr<StagingRun>> Begin(
       const SavePlan& plan, std::shared_ptr<const StagingLayout> layout,
       absl::Span<Device* const> devices, const ShardSources& sources,
-      StagedExtentSink& sink);
+      StagedExtentSink& sink,
+      std::shared_ptr<StableSources> stable = nullptr);
   // The layout of `process`'s share of `plan` on `devices` through this
   // engine's pool: a pass over every slice of the job (of every process),
   // which a caller saving the same plan again makes once. Errors: Stage's

@@ -399,6 +399,45 @@ TEST(TransferEngineTest, OneLayoutStagesSaveAfterSaveFromTheirOwnSources) {
   }
 }
 
+// Stable sources: each device group's copies are prepared once and
+// dispatched again while the group's lease lands where it did; a lease
+// placed elsewhere (part of the pool held) gets copies prepared for it.
+// Every staging is exact.
+TEST(TransferEngineTest, StableSourcesPrepareEachGroupsCopiesOnce) {
+  Harness harness(SixteenShardedArrays(), Topology::Uniform(1, 8), 0);
+  auto pool = harness.Pool(int64_t{4} << 20);
+  TransferEngine engine(*pool);
+  absl::StatusOr<std::shared_ptr<const StagingLayout>> layout =
+      engine.Lay(harness.plan(), 0, harness.backend().devices());
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  ASSERT_EQ((*layout)->wave_ends.size(), 1u);
+  auto stable = std::make_shared<StableSources>();
+  std::vector<const PreparedCopies*> prepared[3];
+  for (int round = 0; round < 3; ++round) {
+    Lease held;
+    if (round == 2) held = *pool->Acquire(4096);  // every lease moves
+    CopyingSink sink;
+    absl::StatusOr<std::unique_ptr<StagingRun>> run =
+        engine.Begin(harness.plan(), *layout, harness.backend().devices(),
+                     harness.sources(), sink, stable);
+    ASSERT_TRUE(run.ok()) << run.status();
+    absl::StatusOr<TransferStats> stats = engine.Finish(*std::move(run));
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    harness.ExpectExact(sink.Take());
+    EXPECT_EQ(stats->dispatches, 8);
+    ASSERT_EQ(stable->prepared.size(), 8u);  // one wave of 8 groups
+    for (const StableSources::Prepared& group : stable->prepared) {
+      EXPECT_NE(group.copies, nullptr);
+      prepared[round].push_back(group.copies.get());
+    }
+  }
+  EXPECT_EQ(prepared[1], prepared[0]) << "dispatched again, not prepared";
+  for (size_t g = 0; g < 8; ++g) {
+    EXPECT_NE(prepared[2][g], prepared[1][g]) << "group " << g;
+  }
+  EXPECT_EQ(pool->stats().in_use_bytes, 0);
+}
+
 TEST(ShardSourcesTest, FindsTheLastAddOfEachArrayAndDevice) {
   int a = 0, b = 0, c = 0;
   ShardSources learned;

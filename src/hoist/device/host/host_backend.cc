@@ -63,9 +63,17 @@ bool Lock(void* data, int64_t size) {
   return true;
 }
 
-struct Dispatch {
+// Ops checked and cut into pieces, ready to dispatch (once, or again and
+// again when prepared).
+struct HostCopies final : PreparedCopies {
   std::vector<CopyOp> ops;
   std::vector<int64_t> pieces;  // per op
+  int64_t total_pieces = 0;
+  int64_t bytes = 0;
+};
+
+struct Dispatch {
+  std::shared_ptr<const HostCopies> copies;
   Promise<> promise;
   std::atomic<int64_t> remaining{0};  // pieces not yet copied
 };
@@ -120,6 +128,15 @@ class HostDevice final : public Device {
     return Enqueue(ops);
   }
 
+  absl::StatusOr<std::shared_ptr<const PreparedCopies>> PrepareCopiesToHost(
+      absl::Span<const CopyOp> ops) override {
+    return Prepare(ops);
+  }
+  Future<> CopyPreparedToHost(
+      std::shared_ptr<const PreparedCopies> copies) override {
+    return Enqueue(std::static_pointer_cast<const HostCopies>(copies));
+  }
+
   absl::StatusOr<MemoryBlock> Allocate(int64_t bytes) override {
     if (bytes < 0) {
       return absl::InvalidArgumentError(
@@ -146,29 +163,41 @@ class HostDevice final : public Device {
   DeviceCounters counters() const override { return counters_.Snapshot(); }
 
  private:
-  Future<> Enqueue(absl::Span<const CopyOp> ops) {
+  absl::StatusOr<std::shared_ptr<const HostCopies>> Prepare(
+      absl::Span<const CopyOp> ops) const {
     absl::StatusOr<std::vector<CopyOp>> normalized = NormalizeCopyOps(ops);
     if (!normalized.ok()) {
-      return Future<>::Ready(
-          absl::Status(normalized.status().code(),
-                       absl::StrFormat("device %d: %s", id_,
-                                       normalized.status().message())));
+      return absl::Status(normalized.status().code(),
+                          absl::StrFormat("device %d: %s", id_,
+                                          normalized.status().message()));
     }
-    if (normalized->empty()) return Future<>::Ready(absl::OkStatus());
-    auto dispatch = std::make_shared<Dispatch>();
-    dispatch->ops = *std::move(normalized);
+    auto copies = std::make_shared<HostCopies>();
+    copies->ops = *std::move(normalized);
     // One pass: each op's pieces, and the bytes for the counters.
-    int64_t total_pieces = 0, bytes = 0;
-    dispatch->pieces.resize(dispatch->ops.size());
-    for (size_t i = 0; i < dispatch->ops.size(); ++i) {
-      const CopyOp& op = dispatch->ops[i];
-      dispatch->pieces[i] = PiecesOf(op);
-      total_pieces += dispatch->pieces[i];
-      bytes += op.bytes();
+    copies->pieces.resize(copies->ops.size());
+    for (size_t i = 0; i < copies->ops.size(); ++i) {
+      const CopyOp& op = copies->ops[i];
+      copies->pieces[i] = PiecesOf(op);
+      copies->total_pieces += copies->pieces[i];
+      copies->bytes += op.bytes();
     }
-    dispatch->remaining.store(total_pieces, std::memory_order_relaxed);
+    return copies;
+  }
+
+  Future<> Enqueue(absl::Span<const CopyOp> ops) {
+    absl::StatusOr<std::shared_ptr<const HostCopies>> copies = Prepare(ops);
+    if (!copies.ok()) return Future<>::Ready(copies.status());
+    return Enqueue(*std::move(copies));
+  }
+
+  Future<> Enqueue(std::shared_ptr<const HostCopies> copies) {
+    if (copies->ops.empty()) return Future<>::Ready(absl::OkStatus());
+    auto dispatch = std::make_shared<Dispatch>();
+    dispatch->remaining.store(copies->total_pieces, std::memory_order_relaxed);
+    counters_.AddDispatch(static_cast<int64_t>(copies->ops.size()),
+                          copies->bytes);
+    dispatch->copies = std::move(copies);
     Future<> future = dispatch->promise.future();
-    counters_.AddDispatch(static_cast<int64_t>(dispatch->ops.size()), bytes);
     {
       MutexLock lock(&mu_);
       queue_.push_back(std::move(dispatch));
@@ -224,16 +253,16 @@ class HostDevice final : public Device {
         dispatch = queue_.front();
         op = next_op_;
         piece = next_piece_;
-        if (++next_piece_ == dispatch->pieces[next_op_]) {
+        if (++next_piece_ == dispatch->copies->pieces[next_op_]) {
           next_piece_ = 0;
-          if (++next_op_ == dispatch->ops.size()) {
+          if (++next_op_ == dispatch->copies->ops.size()) {
             next_op_ = 0;
             queue_.pop_front();
           }
         }
       }
       const absl::Time start = absl::Now();
-      CopyPiece(dispatch->ops[op], piece);
+      CopyPiece(dispatch->copies->ops[op], piece);
       counters_.AddBusy(absl::Now() - start);
       if (dispatch->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) {
         dispatch->promise.Set(absl::OkStatus());
