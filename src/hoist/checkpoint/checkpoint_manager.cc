@@ -262,10 +262,9 @@ class CheckpointManager::Impl {
               : "these arrays were registered with another checkpoint "
                 "manager");
     }
-    return SaveWith(step, std::move(metadata_json), return_when,
-                    [&](Job& job) {
-                      return PlanRegistered(*registered.state_, job);
-                    });
+    return SaveWith(step, std::move(metadata_json), return_when, [&](Job& job) {
+      return PlanRegistered(*registered.state_, job);
+    });
   }
 
   absl::StatusOr<RegisteredArrays> Register(
@@ -504,9 +503,9 @@ class CheckpointManager::Impl {
     SavePlanOptions plan_options = options_.plan;
     if (part) plan_options.part_of_process = 0;  // see PartTopology
     Laid laid;
-    ASSIGN_OR_RETURN(laid.plan,
-                     MakeSavePlan(specs, part ? part_topology_ : topology_,
-                                  plan_options));
+    ASSIGN_OR_RETURN(
+        laid.plan,
+        MakeSavePlan(specs, part ? part_topology_ : topology_, plan_options));
     absl::StatusOr<std::shared_ptr<const StagingLayout>> layout =
         engine_.Lay(laid.plan, PlanProcess(tier), backend_.devices());
     if (layout.ok()) {

@@ -981,11 +981,10 @@ TEST_F(ManagerTest, RegisteredArraysAreSavedAsTheyAreAtEachSave) {
     int max_in_flight;
     bool local;
   };
-  for (const Case c : {Case{int64_t{1} << 20, 1, false},
-                       Case{int64_t{16} << 10, 1, false},
-                       Case{int64_t{1} << 20, 2, false},
-                       Case{int64_t{16} << 10, 2, false},
-                       Case{int64_t{1} << 20, 1, true}}) {
+  for (const Case c :
+       {Case{int64_t{1} << 20, 1, false}, Case{int64_t{16} << 10, 1, false},
+        Case{int64_t{1} << 20, 2, false}, Case{int64_t{16} << 10, 2, false},
+        Case{int64_t{1} << 20, 1, true}}) {
     SCOPED_TRACE(absl::StrFormat("pool %d, in flight %d, local %d", c.pool,
                                  c.max_in_flight, c.local));
     CheckpointManagerOptions options = SmallPool();
@@ -1057,10 +1056,9 @@ TEST_F(ManagerTest, ARegistrationIsCheckedWhenMadeAndSavedOnlyByItsManager) {
        {64, 64},
        Sharding::Replicated(*Mesh::Create({"data", "model"}, {2, 4}))}};
   testing::DeviceShards shards = testing::FillShards(big, backend_->devices());
-  EXPECT_EQ((*other)->Register(testing::SaveArraysOf(big, shards))
-                .status()
-                .code(),
-            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(
+      (*other)->Register(testing::SaveArraysOf(big, shards)).status().code(),
+      absl::StatusCode::kResourceExhausted);
 
   absl::StatusOr<RegisteredArrays> theirs = (*other)->Register({});
   ASSERT_TRUE(theirs.ok()) << theirs.status();

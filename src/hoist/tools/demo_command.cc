@@ -71,6 +71,7 @@ struct DemoFlags {
   int keep = 2;
   std::string io = "posix";
   std::string host_copies = "batch";
+  std::string arrays = "registered";
   std::string step_time = "250ms";
   int64_t vocab = 50257;
   std::string trace;
@@ -574,6 +575,13 @@ absl::StatusOr<Trained> Train(const DemoFlags& flags, absl::Duration step_time,
     Notification never;
     (void)never.WaitForNotificationWithTimeout(step_time);
   };
+  // The device buffers stay where SetUp allocated them: registered once,
+  // each save reads none of them (--arrays given: every save is handed
+  // every array, as a job whose arrays move must).
+  std::optional<RegisteredArrays> registered;
+  if (flags.arrays == "registered") {
+    ASSIGN_OR_RETURN(registered, manager.Register(job.arrays));
+  }
   Trained trained;
   std::optional<ProgressLine> progress;
   progress.emplace(print && isatty(STDOUT_FILENO) != 0);
@@ -598,11 +606,13 @@ absl::StatusOr<Trained> Train(const DemoFlags& flags, absl::Duration step_time,
     const absl::Time start = absl::Now();
     trained.mode.push_back(mode);
     trained.requested_at.push_back(absl::ToDoubleSeconds(start - began));
+    const ReturnWhen when =
+        mode == 0 ? ReturnWhen::kStaged : ReturnWhen::kDispatched;
+    std::string metadata = absl::StrFormat(R"({"step": %d})", step);
     ASSIGN_OR_RETURN(
         SaveHandle handle,
-        manager.Save(
-            step, job.arrays, absl::StrFormat(R"({"step": %d})", step),
-            mode == 0 ? ReturnWhen::kStaged : ReturnWhen::kDispatched));
+        registered ? manager.Save(step, *registered, std::move(metadata), when)
+                   : manager.Save(step, job.arrays, std::move(metadata), when));
     double blocked = absl::ToDoubleSeconds(absl::Now() - start);
     // Forward and backward run while the copies proceed (dispatched mode)
     // or after them (staged mode)...
@@ -884,6 +894,7 @@ void Report(const DemoFlags& flags, const DemoJob& job, const Trained& trained,
     };
     nlohmann::json json = {
         {"backend", std::string(job.backend->name())},
+        {"arrays", flags.arrays},
         {"processes", job.processes},
         {"bytes", all.bytes},
         {"blocked_s", all.blocked_sum() / n},
@@ -1159,6 +1170,16 @@ void AddDemoCommand(CLI::App& app) {
          "thread wants (a busy host starves them)")
       ->capture_default_str()
       ->check(CLI::IsMember({"batch", "normal", "idle"}));
+  cmd->add_option(
+         "--arrays", flags->arrays,
+         "How saves are given the model. registered: once, before the "
+         "first (CheckpointManager::Register; the demo's device buffers "
+         "stay put, as a PyTorch job's do), so a save reads no array and "
+         "dispatches copies prepared at the first; given: every save is "
+         "handed every array (Save(step, arrays)), as a job whose arrays "
+         "move (JAX) must")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"registered", "given"}));
   cmd->add_option("--step-time", flags->step_time,
                   "Device compute per training step, during which the host "
                   "waits (e.g. 250ms, 1s)")

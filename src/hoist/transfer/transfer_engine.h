@@ -262,8 +262,7 @@ class TransferEngine {
   absl::StatusOr<std::unique_ptr<StagingRun>> Begin(
       const SavePlan& plan, std::shared_ptr<const StagingLayout> layout,
       absl::Span<Device* const> devices, const ShardSources& sources,
-      StagedExtentSink& sink,
-      std::shared_ptr<StableSources> stable = nullptr);
+      StagedExtentSink& sink, std::shared_ptr<StableSources> stable = nullptr);
   // The layout of `process`'s share of `plan` on `devices` through this
   // engine's pool: a pass over every slice of the job (of every process),
   // which a caller saving the same plan again makes once. Errors: Stage's

@@ -167,9 +167,9 @@ class HostDevice final : public Device {
       absl::Span<const CopyOp> ops) const {
     absl::StatusOr<std::vector<CopyOp>> normalized = NormalizeCopyOps(ops);
     if (!normalized.ok()) {
-      return absl::Status(normalized.status().code(),
-                          absl::StrFormat("device %d: %s", id_,
-                                          normalized.status().message()));
+      return absl::Status(
+          normalized.status().code(),
+          absl::StrFormat("device %d: %s", id_, normalized.status().message()));
     }
     auto copies = std::make_shared<HostCopies>();
     copies->ops = *std::move(normalized);
