@@ -7,11 +7,13 @@
 //      one drains), taking slices round-robin across devices so that every
 //      wave keeps every device busy. Then (Begin) every shard's source is
 //      looked up.
-//   3. Per wave: acquire every lease of the wave at once (backpressure), then
-//      dispatch: one CopyToHost per device (batched) or per slice, all before
-//      waiting (parallel) or each awaited in turn (sequential). A dispatch's
-//      completion callback hands its extents to the sink, or drops their
-//      leases if the copy failed.
+//   3. Per wave: acquire every lease of the wave at once (backpressure; one
+//      per device, its slices one after the other), then dispatch: one
+//      CopyToHost per device (batched; copies prepared once when the
+//      sources are stable) or per slice, all before waiting (parallel) or
+//      each awaited in turn (sequential). A dispatch's completion callback
+//      splits its lease and hands each slice's extent to the sink, or drops
+//      the lease if the copy failed.
 //   4. Wait for every dispatch; stop cutting new waves after the first error.
 #include "hoist/transfer/transfer_engine.h"
 
@@ -22,6 +24,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -287,12 +290,13 @@ bool TransferEngine::DispatchWave(StagingRun& run, size_t w) {
   ++stats.waves;
   const bool per_slice = options_.dispatch == DispatchMode::kPerSlice;
 
-  // Dispatches `slices` (of group `group`, on device d) staged into
-  // `lease`, whose copies `copied` makes; the completion hands each slice
-  // its range of the lease, on the thread the copy completes on.
-  const auto dispatched = [&](size_t d, absl::Span<const size_t> slices,
-                              Lease lease, Future<> copied,
-                              absl::Time dispatched_at) {
+  // Dispatches `slices` (on device d) into `lease` through `copy`; the
+  // completion hands each slice its range of the lease, on the thread the
+  // copy completes on.
+  const auto dispatch = [&](size_t d, absl::Span<const size_t> slices,
+                            Lease lease, absl::FunctionRef<Future<>()> copy) {
+    const absl::Time dispatched_at = absl::Now();
+    Future<> copied = copy();
     ++stats.dispatches;
     Promise<> done;
     run.delivered.push_back(done.future());
@@ -338,7 +342,9 @@ bool TransferEngine::DispatchWave(StagingRun& run, size_t w) {
   for (size_t d = 0; d < devices; ++d) {
     Device& device = *run.devices[d];
     const size_t group = w * devices + d;
-    const auto [begin, end] = GroupRange(layout, group);
+    // Not a structured binding: clang 14 cannot capture one (build_ops).
+    const std::pair<size_t, size_t> range = GroupRange(layout, group);
+    const size_t begin = range.first, end = range.second;
     if (begin == end) continue;
     const absl::Span<const size_t> slices =
         absl::MakeConstSpan(layout.by_device).subspan(begin, end - begin);
@@ -351,13 +357,13 @@ bool TransferEngine::DispatchWave(StagingRun& run, size_t w) {
                              base + layout.group_offsets[k]));
       }
     };
-    const absl::Time dispatched_at = absl::Now();
     if (per_slice) {
       for (size_t k = 0; k < slices.size(); ++k) {
         Lease own = lease.TakeFront(layout.lengths[slices[k]]);
         const CopyOp op = CopyOf(layout, *run.sources, slices[k], own.data());
-        dispatched(d, slices.subspan(k, 1), std::move(own),
-                   device.CopyToHost({&op, 1}), absl::Now());
+        dispatch(d, slices.subspan(k, 1), std::move(own), [&] {
+          return device.CopyToHost({&op, 1});
+        });
       }
     } else if (run.stable) {
       // Prepared once for where this group's lease lands; an empty pool
@@ -375,14 +381,14 @@ bool TransferEngine::DispatchWave(StagingRun& run, size_t w) {
           prepared = copies.status();
         }
       }
-      dispatched(d, slices, std::move(lease),
-                 prepared.ok() ? device.CopyPreparedToHost(kept.copies)
-                               : Future<>::Ready(prepared),
-                 dispatched_at);
+      dispatch(d, slices, std::move(lease), [&] {
+        return prepared.ok() ? device.CopyPreparedToHost(kept.copies)
+                             : Future<>::Ready(prepared);
+      });
     } else {
       build_ops();
-      dispatched(d, slices, std::move(lease), device.CopyToHost(ops),
-                 dispatched_at);
+      dispatch(d, slices, std::move(lease),
+               [&] { return device.CopyToHost(ops); });
     }
   }
   for (Device* device : run.devices) device->ReleaseCopies();
