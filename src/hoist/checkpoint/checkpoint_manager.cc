@@ -8,6 +8,7 @@
 #include "hoist/checkpoint_manager.h"
 
 #include <algorithm>
+#include <atomic>
 #include <deque>
 #include <limits>
 #include <thread>
@@ -147,7 +148,7 @@ absl::StatusOr<Topology> PartTopology(const Topology& topology, int rank) {
 // save of the tier (the durable tier's at Register).
 class RegisteredArrays::State {
  public:
-  const void* owner = nullptr;  // the manager's Impl
+  uint64_t owner = 0;  // the registering manager's id
   std::shared_ptr<const std::vector<ArraySpec>> specs;
   std::shared_ptr<const ShardSources> sources;
   struct Tier {
@@ -254,7 +255,7 @@ class CheckpointManager::Impl {
                                   const RegisteredArrays& registered,
                                   std::string metadata_json,
                                   ReturnWhen return_when) {
-    if (registered.state_ == nullptr || registered.state_->owner != this) {
+    if (registered.state_ == nullptr || registered.state_->owner != id_) {
       return absl::InvalidArgumentError(
           registered.state_ == nullptr
               ? "save of an empty registration: register the arrays with "
@@ -270,7 +271,7 @@ class CheckpointManager::Impl {
   absl::StatusOr<RegisteredArrays> Register(
       absl::Span<const SaveArray> arrays) {
     auto state = std::make_shared<RegisteredArrays::State>();
-    state->owner = this;
+    state->owner = id_;
     auto sources = std::make_shared<ShardSources>(local_devices_);
     sources->Reserve(static_cast<int>(arrays.size()));
     auto specs = std::make_shared<std::vector<ArraySpec>>();
@@ -779,6 +780,12 @@ class CheckpointManager::Impl {
     return fences;
   }
 
+  // Unique in the process (an address may be reused by a later manager):
+  // a registration is saved only by the manager that made it.
+  const uint64_t id_ = [] {
+    static std::atomic<uint64_t> managers{0};
+    return ++managers;
+  }();
   const std::unique_ptr<Storage> owned_storage_;  // before the root using it
   const std::unique_ptr<CheckpointRoot> root_;
   Storage& storage_;

@@ -57,6 +57,15 @@ std::vector<ArraySpec> Model() {
   };
 }
 
+// One 16 KiB array, replicated: larger than a 4 KiB pool when saved
+// whole (min_slice_bytes above it).
+std::vector<ArraySpec> BigReplicatedArray() {
+  return {{"big",
+           DType::kFloat32,
+           {64, 64},
+           Sharding::Replicated(*Mesh::Create({"data", "model"}, {2, 4}))}};
+}
+
 CheckpointManagerOptions SmallPool(int keep_last = 0) {
   CheckpointManagerOptions options;
   options.pool_bytes = 64 * 1024;
@@ -366,11 +375,7 @@ TEST_F(ManagerTest, AShareStagingRefusesIsSavesErrorInEitherMode) {
   options.plan.min_slice_bytes = int64_t{1} << 20;  // saved whole: 16 KiB
   auto manager = Open(options);
   ASSERT_NE(manager, nullptr);
-  const std::vector<ArraySpec> big = {
-      {"big",
-       DType::kFloat32,
-       {64, 64},
-       Sharding::Replicated(*Mesh::Create({"data", "model"}, {2, 4}))}};
+  const std::vector<ArraySpec> big = BigReplicatedArray();
   testing::DeviceShards shards = testing::FillShards(big, backend_->devices());
   for (ReturnWhen when : {ReturnWhen::kStaged, ReturnWhen::kDispatched}) {
     absl::StatusOr<SaveHandle> handle =
@@ -1050,11 +1055,7 @@ TEST_F(ManagerTest, ARegistrationIsCheckedWhenMadeAndSavedOnlyByItsManager) {
   absl::StatusOr<std::unique_ptr<CheckpointManager>> other =
       CheckpointManager::Open(other_root, *backend_, *coordinator_, tiny);
   ASSERT_TRUE(other.ok()) << other.status();
-  const std::vector<ArraySpec> big = {
-      {"big",
-       DType::kFloat32,
-       {64, 64},
-       Sharding::Replicated(*Mesh::Create({"data", "model"}, {2, 4}))}};
+  const std::vector<ArraySpec> big = BigReplicatedArray();
   testing::DeviceShards shards = testing::FillShards(big, backend_->devices());
   EXPECT_EQ(
       (*other)->Register(testing::SaveArraysOf(big, shards)).status().code(),
