@@ -61,6 +61,19 @@ int main(int argc, char** argv) {
     return 1;
   }
   // ... training goes on; writing and committing happen in the background.
+
+  // Arrays that stay where they are (updated in place, as PyTorch's are)
+  // can be registered once: each later save reads none of them.
+  absl::StatusOr<hoist::RegisteredArrays> state = manager->Register({array});
+  if (!state.ok()) {
+    std::fprintf(stderr, "register: %s\n", state.status().ToString().c_str());
+    return 1;
+  }
+  handle = manager->Save(/*step=*/101, *state);
+  if (!handle.ok()) {
+    std::fprintf(stderr, "save: %s\n", handle.status().ToString().c_str());
+    return 1;
+  }
   if (absl::Status s = manager->WaitUntilFinished(); !s.ok()) {
     std::fprintf(stderr, "save: %s\n", s.ToString().c_str());
     return 1;
@@ -85,8 +98,10 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  std::printf("saved step 100 to %s and restored it: %zu elements verified\n",
-              root.c_str(), whole.size());
+  std::printf(
+      "saved steps 100 and 101 to %s and restored step %lld: %zu elements "
+      "verified\n",
+      root.c_str(), static_cast<long long>(restored->step), whole.size());
   manager.reset();
   std::filesystem::remove_all(root);
   return 0;

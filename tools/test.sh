@@ -7,8 +7,7 @@
 #   4. a clang build with ThreadSanitizer, and its tests;
 #   5. the libFuzzer targets (manifest decoding, restore, safetensors headers)
 #      side by side for a bounded time.
-# The Python packages download while the release build compiles, and the
-# hoist package builds while the release tests run.
+# The Python packages download while the release build compiles.
 # Exits non-zero on the first failure.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
@@ -29,6 +28,8 @@ fi
 
 jobs=$(nproc)
 build_dir release "${HOIST_RELEASE[@]}"
+log "testing build/release"
+ctest --test-dir build/release --output-on-failure -j "$jobs"
 
 if ! wait "$pip_pid"; then
   cat "$pip_log" >&2
@@ -37,21 +38,7 @@ if ! wait "$pip_pid"; then
 fi
 cat "$pip_log"
 rm -f "$pip_log"
-# The Python package compiles beside the release tests, which spend much
-# of their time waiting on fsync and on mpirun's processes; its log is
-# shown if it fails.
-python_log=$(mktemp)
-python_hoist >"$python_log" 2>&1 &
-python_pid=$!
-log "testing build/release"
-ctest --test-dir build/release --output-on-failure -j "$jobs"
-if ! wait "$python_pid"; then
-  cat "$python_log" >&2
-  echo "building the hoist Python package failed" >&2
-  exit 1
-fi
-cat "$python_log"
-rm -f "$python_log"
+python_hoist
 log "testing the Python package (pytest)"
 "$HOIST_VENV/bin/python" -m pytest -q -rs python/tests
 
