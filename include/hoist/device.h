@@ -125,7 +125,8 @@ class Device {
   // CopyPreparedToHost, which dispatches them as CopyToHost(ops) would, at
   // a cost that does not grow with the ops. Their memory must be valid at
   // each dispatch, not now. kInvalidArgument for a malformed op (as
-  // CopyToHost's). Default: keeps the ops for CopyToHost.
+  // CopyToHost's). Default: keeps the ops for CopyToHost. A backend
+  // overrides both calls or neither.
   virtual absl::StatusOr<std::shared_ptr<const PreparedCopies>>
   PrepareCopiesToHost(absl::Span<const CopyOp> ops) {
     return std::make_shared<const KeptOps>(ops);
