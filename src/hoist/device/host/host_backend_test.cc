@@ -127,6 +127,66 @@ TEST(HostBackendTest, EmptyAndZeroSizeOpsNeedNoDispatch) {
   EXPECT_EQ(device.counters().dispatches, 0);
 }
 
+// A device that implements only what it must: the prepared-copy calls
+// are Device's defaults.
+class OnlyCopies final : public Device {
+ public:
+  explicit OnlyCopies(Device& device) : device_(device) {}
+  DeviceId id() const override { return device_.id(); }
+  Future<> CopyToHost(absl::Span<const CopyOp> ops) override {
+    return device_.CopyToHost(ops);
+  }
+  Future<> CopyFromHost(absl::Span<const CopyOp> ops) override {
+    return device_.CopyFromHost(ops);
+  }
+  absl::StatusOr<MemoryBlock> Allocate(int64_t bytes) override {
+    return device_.Allocate(bytes);
+  }
+  DeviceCounters counters() const override { return device_.counters(); }
+
+ private:
+  Device& device_;
+};
+
+// Prepared copies are checked once and dispatched again and again, each
+// dispatch reading the sources as they are then (an op cut into pieces
+// too), on the host backend and through Device's defaults; a malformed op
+// is refused when it is prepared.
+TEST(HostBackendTest, PreparedCopiesDispatchAgainReadingTheSourcesThen) {
+  std::unique_ptr<Backend> backend = Make(1, /*engines=*/2, /*chunk=*/4096);
+  OnlyCopies defaults(*backend->devices()[0]);
+  for (Device* device :
+       {backend->devices()[0], static_cast<Device*>(&defaults)}) {
+    const int64_t dispatches = device->counters().dispatches;
+    std::vector<uint8_t> src = Iota(3 * 4096 + 100);  // 4 pieces
+    std::vector<uint8_t> whole(src.size()), strided(8 * 16);
+    const CopyOp ops[] = {
+        {src.data(), 0, whole.data(), 0, static_cast<int64_t>(src.size()), 1},
+        {src.data() + 7, 64, strided.data(), 16, 16, 8}};
+    absl::StatusOr<std::shared_ptr<const PreparedCopies>> prepared =
+        device->PrepareCopiesToHost(ops);
+    ASSERT_TRUE(prepared.ok()) << prepared.status();
+    for (int round = 0; round < 3; ++round) {
+      for (uint8_t& b : src) b += 1;  // the training step
+      ASSERT_TRUE(device->CopyPreparedToHost(*prepared).Wait().ok());
+      EXPECT_EQ(whole, src) << "round " << round;
+      for (int r = 0; r < 8; ++r) {
+        EXPECT_TRUE(std::equal(strided.begin() + r * 16,
+                               strided.begin() + (r + 1) * 16,
+                               src.begin() + 7 + r * 64))
+            << "round " << round << ", row " << r;
+      }
+    }
+    EXPECT_EQ(device->counters().dispatches - dispatches, 3);
+  }
+  std::vector<uint8_t> buf(64);
+  const CopyOp null_src{nullptr, 8, buf.data(), 8, 8, 1};
+  absl::StatusOr<std::shared_ptr<const PreparedCopies>> refused =
+      backend->devices()[0]->PrepareCopiesToHost({&null_src, 1});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("device 0: copy op 0"));
+}
+
 TEST(HostBackendTest, MalformedOpsFailWithoutCopying) {
   std::unique_ptr<Backend> backend = Make(1);
   Device& device = *backend->devices()[0];
