@@ -148,21 +148,31 @@ absl::StatusOr<Topology> PartTopology(const Topology& topology, int rank) {
 // save of the tier (the durable tier's at Register).
 class RegisteredArrays::State {
  public:
+  // A plan of a tier (the manager keeps the last one of each too), and
+  // what it was made from.
+  struct Planned {
+    std::shared_ptr<const std::vector<ArraySpec>> specs;
+    std::shared_ptr<const SavePlan> plan;
+    // This process's share of `plan` laid out for staging (once per plan,
+    // not per save: a pass over the job's slices costs, more so at many
+    // processes and 100,000 arrays); null when the engine refused the
+    // share, and `refused` says why.
+    std::shared_ptr<const StagingLayout> layout;
+    absl::Status refused;
+  };
+
   uint64_t owner = 0;  // the registering manager's id
   std::shared_ptr<const std::vector<ArraySpec>> specs;
   std::shared_ptr<const ShardSources> sources;
-  struct Tier {
-    std::shared_ptr<const SavePlan> plan;
-    std::shared_ptr<const StagingLayout> layout;
-    std::shared_ptr<StableSources> stable;
-  };
   Mutex mu;
-  Tier tiers[2] ABSL_GUARDED_BY(mu);
+  Planned tiers[2] ABSL_GUARDED_BY(mu);
+  std::shared_ptr<StableSources> stable[2] ABSL_GUARDED_BY(mu);
 };
 
 class CheckpointManager::Impl {
  public:
   using PoolPinning = CheckpointManagerOptions::PoolPinning;
+  using Planned = RegisteredArrays::State::Planned;
 
   Impl(std::unique_ptr<CheckpointRoot> root, Backend& backend,
        Coordinator& coordinator, CheckpointManagerOptions options,
@@ -284,7 +294,7 @@ class CheckpointManager::Impl {
     state->sources = std::move(sources);
     // The durable tier's plan now, so that its errors are Register's.
     MutexLock lock(&state->mu);
-    RETURN_IF_ERROR(PlanTierOf(*state, Tier::kDurable).status());
+    RETURN_IF_ERROR(PlanTierOf(*state, Tier::kDurable));
     return RegisteredArrays(std::move(state));
   }
 
@@ -491,30 +501,26 @@ class CheckpointManager::Impl {
   }
 
   // The plan of `specs` for `tier` (a local step saves this process's
-  // part), and its layout: null, with the engine's reason, when the engine
-  // refuses the share.
-  struct Laid {
-    SavePlan plan;
-    std::shared_ptr<const StagingLayout> layout;
-    absl::Status refused;
-  };
-  absl::StatusOr<Laid> PlanTier(const std::vector<ArraySpec>& specs,
-                                Tier tier) const {
+  // part), and its layout.
+  absl::StatusOr<Planned> PlanTier(
+      std::shared_ptr<const std::vector<ArraySpec>> specs, Tier tier) const {
     const bool part = tier == Tier::kLocal;
     SavePlanOptions plan_options = options_.plan;
     if (part) plan_options.part_of_process = 0;  // see PartTopology
-    Laid laid;
+    Planned planned;
     ASSIGN_OR_RETURN(
-        laid.plan,
-        MakeSavePlan(specs, part ? part_topology_ : topology_, plan_options));
+        SavePlan plan,
+        MakeSavePlan(*specs, part ? part_topology_ : topology_, plan_options));
+    planned.plan = std::make_shared<const SavePlan>(std::move(plan));
+    planned.specs = std::move(specs);
     absl::StatusOr<std::shared_ptr<const StagingLayout>> layout =
-        engine_.Lay(laid.plan, PlanProcess(tier), backend_.devices());
+        engine_.Lay(*planned.plan, PlanProcess(tier), backend_.devices());
     if (layout.ok()) {
-      laid.layout = *std::move(layout);
+      planned.layout = *std::move(layout);
     } else {
-      laid.refused = layout.status();
+      planned.refused = layout.status();
     }
-    return laid;
+    return planned;
   }
 
   // Sets job.sources from `arrays`' shards (AddShards' errors), and
@@ -549,10 +555,7 @@ class CheckpointManager::Impl {
       auto specs = std::make_shared<std::vector<ArraySpec>>();
       specs->reserve(arrays.size());
       for (const SaveArray& array : arrays) specs->push_back(array.spec);
-      ASSIGN_OR_RETURN(Laid laid, PlanTier(*specs, job.tier));
-      planned.plan = std::make_shared<const SavePlan>(std::move(laid.plan));
-      planned.specs = std::move(specs);
-      planned.layout = std::move(laid.layout);
+      ASSIGN_OR_RETURN(planned, PlanTier(std::move(specs), job.tier));
     }
     job.specs = planned.specs;
     job.plan = planned.plan;
@@ -563,33 +566,29 @@ class CheckpointManager::Impl {
     return absl::OkStatus();
   }
 
-  // `state`'s tier of `tier`, planned at its first use; the engine's
-  // refusal of the share is its error.
-  absl::StatusOr<const RegisteredArrays::State::Tier*> PlanTierOf(
-      RegisteredArrays::State& state, Tier tier) const
+  // `state`'s plan of `tier`, made at its first use; the engine's refusal
+  // of the share is its error.
+  absl::Status PlanTierOf(RegisteredArrays::State& state, Tier tier) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state.mu) {
-    RegisteredArrays::State::Tier& planned =
-        state.tiers[tier == Tier::kLocal ? 1 : 0];
-    if (planned.plan == nullptr) {
-      ASSIGN_OR_RETURN(Laid laid, PlanTier(*state.specs, tier));
-      RETURN_IF_ERROR(laid.refused);
-      planned.plan = std::make_shared<const SavePlan>(std::move(laid.plan));
-      planned.layout = std::move(laid.layout);
-      planned.stable = std::make_shared<StableSources>();
-    }
-    return &planned;
+    const int t = tier == Tier::kLocal ? 1 : 0;
+    if (state.tiers[t].plan != nullptr) return absl::OkStatus();
+    ASSIGN_OR_RETURN(Planned planned, PlanTier(state.specs, tier));
+    RETURN_IF_ERROR(planned.refused);
+    state.tiers[t] = std::move(planned);
+    state.stable[t] = std::make_shared<StableSources>();
+    return absl::OkStatus();
   }
 
   // PlanFor for registered arrays: nothing is read per array.
   absl::Status PlanRegistered(RegisteredArrays::State& state, Job& job) const {
     MutexLock lock(&state.mu);
-    ASSIGN_OR_RETURN(const RegisteredArrays::State::Tier* planned,
-                     PlanTierOf(state, job.tier));
+    RETURN_IF_ERROR(PlanTierOf(state, job.tier));
+    const int t = job.tier == Tier::kLocal ? 1 : 0;
     job.specs = state.specs;
     job.sources = state.sources;
-    job.plan = planned->plan;
-    job.layout = planned->layout;
-    job.stable = planned->stable;
+    job.plan = state.tiers[t].plan;
+    job.layout = state.tiers[t].layout;
+    job.stable = state.stable[t];
     job.progress->total_bytes = job.layout->bytes;
     return absl::OkStatus();
   }
@@ -812,15 +811,6 @@ class CheckpointManager::Impl {
   TransferEngine engine_;
 
   // The last plan of each tier (durable, local), and what it was made from.
-  struct Planned {
-    std::shared_ptr<const std::vector<ArraySpec>> specs;
-    std::shared_ptr<const SavePlan> plan;
-    // This process's share of `plan` laid out for staging (once per plan,
-    // not per save: a pass over the job's slices costs, more so at many
-    // processes and 100,000 arrays; null when the engine refused the
-    // share).
-    std::shared_ptr<const StagingLayout> layout;
-  };
   Mutex plan_mu_;
   Planned planned_[2] ABSL_GUARDED_BY(plan_mu_);
 

@@ -201,18 +201,17 @@ absl::StatusOr<std::unique_ptr<StagingRun>> TransferEngine::Begin(
   run->devices = devices;
   run->sink = &sink;
   run->start = absl::Now();
-  run->stable = stable != nullptr;
-  run->sources =
-      run->stable ? std::move(stable) : std::make_shared<StableSources>();
+  const bool keep = stable != nullptr;
+  run->sources = keep ? std::move(stable) : std::make_shared<StableSources>();
   pool_.ResetPeak();
   StableSources& resolved = *run->sources;
-  if (!resolved.resolved) {
+  if (resolved.by_slice.size() != layout->slices.size()) {
     // Every slice's source, looked up once, each device's column found once.
     std::vector<int> column(devices.size());
     for (size_t d = 0; d < devices.size(); ++d) {
       column[d] = sources.IndexOf(devices[d]->id());
     }
-    resolved.by_slice.resize(layout->slices.size());
+    std::vector<const uint8_t*> by_slice(layout->slices.size());
     for (size_t i = 0; i < layout->slices.size(); ++i) {
       const StagingLayout::Slice& slice = layout->slices[i];
       const void* source = sources.FindAt(slice.array, column[slice.device]);
@@ -221,10 +220,10 @@ absl::StatusOr<std::unique_ptr<StagingRun>> TransferEngine::Begin(
             "array '%s': no source buffer for its shard on device %d",
             plan.arrays[slice.array].name, devices[slice.device]->id()));
       }
-      resolved.by_slice[i] = static_cast<const uint8_t*>(source);
+      by_slice[i] = static_cast<const uint8_t*>(source);
     }
-    resolved.resolved = true;
-    resolved.prepared.assign(run->stable ? layout->group_bytes.size() : 0, {});
+    resolved.by_slice = std::move(by_slice);
+    resolved.prepared.assign(keep ? layout->group_bytes.size() : 0, {});
   }
   run->stats.slices = static_cast<int64_t>(layout->slices.size());
   run->stats.bytes = layout->bytes;
@@ -365,7 +364,7 @@ bool TransferEngine::DispatchWave(StagingRun& run, size_t w) {
           return device.CopyToHost({&op, 1});
         });
       }
-    } else if (run.stable) {
+    } else if (!run.sources->prepared.empty()) {
       // Prepared once for where this group's lease lands; an empty pool
       // places a wave where it placed the last one.
       StableSources::Prepared& kept = run.sources->prepared[group];

@@ -179,10 +179,11 @@ struct StagingLayout {
 // arrays keeps one per layout and hands it to every Begin; the engine
 // fills it and reads it, one staging at a time.
 struct StableSources {
-  bool resolved = false;                 // by_slice is filled
-  std::vector<const uint8_t*> by_slice;  // the layout's slices' order
+  // The layout's slices' order; empty until every one was found.
+  std::vector<const uint8_t*> by_slice;
   // Per group (StagingLayout::group_bytes): its lease's first byte and the
-  // copies prepared into it; empty until a wave prepares them.
+  // copies prepared into it (null until a wave prepares them); empty when
+  // nothing is kept from one staging to the next.
   struct Prepared {
     const uint8_t* base = nullptr;
     std::shared_ptr<const PreparedCopies> copies;
@@ -195,9 +196,8 @@ struct StableSources {
 struct StagingRun {
   std::shared_ptr<const StagingLayout> layout;
   // Each layout slice's shard base address (ShardSources); kept from save
-  // to save, with the copies prepared from them, when `stable`.
+  // to save, with the copies prepared from them, when Begin was given them.
   std::shared_ptr<StableSources> sources;
-  bool stable = false;
   absl::Span<Device* const> devices;
   StagedExtentSink* sink = nullptr;
   absl::Time start;
