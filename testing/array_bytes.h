@@ -30,10 +30,10 @@ inline std::vector<uint8_t> BoxBytes(const ArraySpec& spec, int array,
                                      const Box& box, uint64_t version = 0) {
   const int64_t item = ItemSize(spec.dtype);
   std::vector<uint8_t> bytes(box.num_elements() * item);
-  int64_t at = 0;
+  uint8_t* out = bytes.data();
   ForEachIndex(box, spec.shape, [&](int64_t flat) {
-    ElementBytes(array, flat, item, &bytes[at], version);
-    at += item;
+    ElementBytes(array, flat, item, out, version);
+    out += item;
   });
   return bytes;
 }

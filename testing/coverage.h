@@ -9,19 +9,32 @@
 
 namespace hoist::testing {
 
-// Calls fn(flat C-order index in `shape`) for every index of `box`.
+// Calls fn(flat C-order index in `shape`) for every index of `box`, in C
+// order: row by row along the last axis, whose indices are consecutive (the
+// tests' expected bytes come from here, element by element, so the
+// per-element work is one call).
 template <typename Fn>
 void ForEachIndex(const Box& box, const std::vector<int64_t>& shape, Fn fn) {
   if (box.empty()) return;
+  const int rank = box.rank();
+  if (rank == 0) {
+    fn(0);
+    return;
+  }
   const std::vector<int64_t> strides = CStrides(shape);
-  std::vector<int64_t> index = box.origin();
-  for (int64_t n = 0; n < box.num_elements(); ++n) {
+  const std::vector<int64_t>& origin = box.origin();
+  std::vector<int64_t> limit(rank);
+  for (int d = 0; d < rank; ++d) limit[d] = box.limit(d);
+  const int64_t row = limit[rank - 1] - origin[rank - 1];
+  const int64_t rows = box.num_elements() / row;
+  std::vector<int64_t> index = origin;
+  for (int64_t r = 0; r < rows; ++r) {
     int64_t flat = 0;
-    for (size_t d = 0; d < shape.size(); ++d) flat += index[d] * strides[d];
-    fn(flat);
-    for (int d = box.rank(); d-- > 0;) {
-      if (++index[d] < box.limit(d)) break;
-      index[d] = box.origin()[d];
+    for (int d = 0; d < rank; ++d) flat += index[d] * strides[d];
+    for (int64_t i = 0; i < row; ++i) fn(flat + i);
+    for (int d = rank - 1; d-- > 0;) {
+      if (++index[d] < limit[d]) break;
+      index[d] = origin[d];
     }
   }
 }

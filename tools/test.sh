@@ -39,8 +39,12 @@ fi
 cat "$pip_log"
 rm -f "$pip_log"
 python_hoist
-log "testing the Python package (pytest)"
-"$HOIST_VENV/bin/python" -m pytest -q -rs python/tests
+# One pytest worker per core (pytest-xdist), each taking the next test as it
+# finishes one (worksteal): many tests wait on their own subprocesses
+# (torchrun, jax.distributed, the examples), and a worker that waits leaves
+# its core to the other. 118-124 s where one worker took 160 s.
+log "testing the Python package (pytest, $jobs workers)"
+"$HOIST_VENV/bin/python" -m pytest -q -rs -n "$jobs" --dist worksteal python/tests
 
 # A unity build, as build/release is (tools/common.sh): a third less compile
 # time on every fresh clone.
