@@ -208,6 +208,14 @@ TEST_F(ExportTest, RefusesAnExistingExportAndNamesItCannotMake) {
                 .status()
                 .code(),
             absl::StatusCode::kNotFound);
+  // An OUT_DIR that is a file is named as such, and left as it was.
+  const std::string file = temp_.path() + "/a-file";
+  { std::ofstream(file) << "kept"; }
+  absl::Status not_dir = ExportSafetensors(root_, file).status();
+  EXPECT_EQ(not_dir.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(not_dir.message(), HasSubstr("a-file is not a directory"));
+  std::ifstream kept(file);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(kept), {}), "kept");
 }
 
 TEST_F(ExportTest, ACorruptExtentFailsWithoutLeavingAFile) {

@@ -191,6 +191,20 @@ expect_exit1 "of host memory at its peak" \
   "$hoist" demo --size 1TiB --no-predict --root "$dir/huge"
 [ -e "$dir/huge" ] && fail "the refused demo made its root"
 if "$hoist" plan --mesh 3x 2>/dev/null; then fail "--mesh 3x"; fi
-if "$hoist" nonsense 2>/dev/null; then fail "unknown command"; fi
+# A bad command line exits 1 (not CLI11's own codes) and says what is wrong;
+# --help and --version exit 0.
+expect_exit1 "unknown command 'nonsense' (commands: demo, plan" \
+  "$hoist" nonsense
+expect_exit1 "ROOT is required" "$hoist" ls
+expect_exit1 "not expected: --nope" "$hoist" inspect "$dir/r" --nope
+expect_exit1 "Could not convert: STEP = two" "$hoist" rm "$dir/r" two
+expect_exit1 "STEP: -1: must be 0 or more" "$hoist" rm "$dir/r" -1
+expect_exit1 "STEP: -1: must be 0 or more" "$hoist" import "$dir/hf" "$dir/i" -1
+expect_exit1 "--keep: -2: must be 0 or more" "$hoist" demo --keep -2
+"$hoist" --help >/dev/null || fail "--help"
+"$hoist" export --help >/dev/null || fail "export --help"
+"$hoist" --version | grep -q "hoist 0.1.0" || fail "--version"
+touch "$dir/a-file"
+expect_exit1 "a-file is not a directory" "$hoist" export "$dir/r" "$dir/a-file"
 
 echo "cli_test: 1 passed, 0 failed"

@@ -54,6 +54,7 @@
 #include "hoist/host_backend.h"
 #include "hoist/mutex.h"
 #include "hoist/predict.h"
+#include "hoist/tools/command_error.h"
 #include "hoist/tools/flags.h"
 #include "hoist/tools/sample_model.h"
 #include "hoist/tools/synthetic.h"
@@ -1155,7 +1156,7 @@ void AddDemoCommand(CLI::App& app) {
       ->check(CLI::Range(1, 100));
   cmd->add_option("--keep", flags->keep, "Keep the newest N steps (0: all)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   cmd->add_option("--io", flags->io, "I/O engine: posix or io_uring")
       ->capture_default_str()
       ->check(CLI::IsMember({"posix", "io_uring"}));
@@ -1211,11 +1212,11 @@ void AddDemoCommand(CLI::App& app) {
                   "Only steps divisible by N go to the durable root (0: 2 x "
                   "--save-every with --local-root, else every save)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   cmd->add_option("--lose-local", flags->lose_local,
                   "Before the restore, remove rank N's local root, as a lost "
                   "node would (needs --local-root)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   cmd->add_flag("--cold", flags->cold,
                 "With --local-root: before the restores, evict every "
                 "checkpoint file of both tiers from the page cache, as a job "
@@ -1226,10 +1227,7 @@ void AddDemoCommand(CLI::App& app) {
                 "start-up, and the prediction made from them");
   cmd->callback([flags] {
     absl::Status status = RunDemo(*flags);
-    if (!status.ok()) {
-      std::cerr << "hoist demo: " << status << "\n";
-      throw CLI::RuntimeError(1);
-    }
+    if (!status.ok()) FailCommand("demo", status);
   });
 }
 

@@ -1,5 +1,7 @@
 // The hoist command-line tool.
 #include <CLI/CLI.hpp>
+#include <iostream>
+#include <string>
 
 #include "hoist/tools/demo_command.h"
 #include "hoist/tools/inspect_commands.h"
@@ -17,6 +19,30 @@ int main(int argc, char** argv) {
   hoist::AddPlanCommand(app);
   hoist::AddInspectCommands(app);
   hoist::AddInteropCommands(app);
-  CLI11_PARSE(app, argc, argv);
+  // CLI11 takes an unknown command for a stray argument ("A subcommand is
+  // required"); say what it is instead.
+  if (argc > 1 && argv[1][0] != '-') {
+    const std::string given = argv[1];
+    std::string known;
+    bool found = false;
+    for (const CLI::App* command :
+         app.get_subcommands([](const CLI::App*) { return true; })) {
+      found = found || command->check_name(given);
+      known += (known.empty() ? "" : ", ") + command->get_name();
+    }
+    if (!found) {
+      std::cerr << "hoist: unknown command '" << given
+                << "' (commands: " << known
+                << ")\nRun with --help for more information.\n";
+      return 1;
+    }
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version exit 0; a bad flag or argument and a failed
+    // command exit 1, whatever CLI11's own code for the kind of error.
+    return app.exit(e) == 0 ? 0 : 1;
+  }
   return 0;
 }

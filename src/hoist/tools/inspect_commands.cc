@@ -230,7 +230,9 @@ void AddInspectCommands(CLI::App& app) {
   CLI::App* rm = app.add_subcommand(
       "rm", "Delete committed steps (takes the root's lock)");
   rm->add_option("ROOT", flags->path, "Checkpoint root")->required();
-  rm->add_option("STEP", flags->steps, "Steps to delete")->required();
+  rm->add_option("STEP", flags->steps, "Steps to delete")
+      ->required()
+      ->check(NonNegative());
   rm->callback([flags] {
     if (absl::Status s = Rm(flags->path, flags->steps); !s.ok())
       FailCommand("rm", s);

@@ -34,7 +34,7 @@ void AddImportCommand(CLI::App& app) {
       ->required();
   command->add_option("STEP", flags->step, "Step to save it as")
       ->required()
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   command->add_option("--format", flags->format, "Input format")
       ->check(CLI::IsMember({"safetensors"}))
       ->capture_default_str();
