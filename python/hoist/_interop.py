@@ -8,11 +8,13 @@ import_checkpoint(): a safetensors file or sharded directory, an Orbax
                      any sharding.
 """
 
+import errno
 import os
 
 import numpy as np
 
 from . import _hoist
+from ._errors import DataLossError
 from ._errors import call as _call
 
 
@@ -93,10 +95,30 @@ def _read_orbax(src):
 
 def _read_dcp(src):
     """The state dict a torch.distributed.checkpoint directory holds, in
-    its nested structure, tensors on the CPU (no process group needed)."""
+    its nested structure, tensors on the CPU (no process group needed).
+    A path that is not such a directory is named before torch reads it (its
+    reader would log a traceback per metadata file it tried); what torch
+    then fails to read is a DataLossError with torch's reason (its own
+    CheckpointException is a BaseException, which `except Exception` in a
+    training script would not catch)."""
     import warnings
+    if not os.path.isdir(src):
+        raise FileNotFoundError(errno.ENOENT, f"{src}: no such directory "
+                                "(a PyTorch DCP checkpoint is one)")
+    if not any(name == ".metadata" or (name.startswith("__") and
+                                       name.endswith(".metadata"))
+               for name in os.listdir(src)):
+        raise FileNotFoundError(errno.ENOENT, f"{src}: not a PyTorch DCP "
+                                "checkpoint (no .metadata file)")
+    from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.state_dict_loader import (
         _load_state_dict_from_keys)
-    with warnings.catch_warnings():  # "assuming ... a single process": yes
-        warnings.simplefilter("ignore", UserWarning)
-        return _load_state_dict_from_keys(checkpoint_id=src)
+    try:
+        with warnings.catch_warnings():  # "assuming ... a single process"
+            warnings.simplefilter("ignore", UserWarning)
+            return _load_state_dict_from_keys(checkpoint_id=src)
+    except CheckpointException as error:
+        reasons = "; ".join(f"{type(e).__name__}: {e}"
+                            for e, _ in error.failures.values())
+        raise DataLossError(f"{src}: torch.distributed.checkpoint could not "
+                            f"read it: {reasons}") from None

@@ -148,6 +148,31 @@ def test_dcp_checkpoint_imports_with_its_tree(tmp_path):
         assert torch.equal(got["model"][name], want), name
 
 
+def test_what_is_not_a_readable_dcp_checkpoint_is_named_and_leaves_no_step(
+        tmp_path):
+    import torch.distributed.checkpoint as dcp
+    (tmp_path / "empty").mkdir()
+    for src, error, message in [
+            (tmp_path / "none", FileNotFoundError, "no such directory"),
+            (tmp_path / "empty", FileNotFoundError, r"no \.metadata file")]:
+        with pytest.raises(error, match=message):
+            hoist.import_checkpoint(src, tmp_path / "ckpt", 1, format="dcp")
+    state = {"w": torch.arange(1000, dtype=torch.float32)}
+    # Its metadata garbled, then (written again) its data cut short: torch's
+    # reason, as a DataLossError (torch's own exception is a BaseException).
+    for spoil in ("metadata", "data"):
+        src = tmp_path / spoil
+        dcp.save(state, checkpoint_id=src, no_dist=True)
+        if spoil == "metadata":
+            (src / ".metadata").write_bytes(b"not a pickle")
+        else:
+            data = next(src.glob("*.distcp"))
+            data.write_bytes(data.read_bytes()[:100])
+        with pytest.raises(hoist.DataLossError, match="could not read it"):
+            hoist.import_checkpoint(src, tmp_path / "ckpt", 1, format="dcp")
+    assert not (tmp_path / "ckpt").exists()
+
+
 def _safetensors_bytes(header, data):
     text = json.dumps(header).encode()
     return struct.pack("<Q", len(text)) + text + data
