@@ -79,18 +79,53 @@ def import_checkpoint(src, root, step, format, **manager_options):
 # -- Orbax and DCP -----------------------------------------------------------
 
 
+def _listed_dir(src, what):
+    """The names in directory `src`; FileNotFoundError or NotADirectoryError
+    saying that `what` is a directory."""
+    if not os.path.exists(src):
+        raise FileNotFoundError(errno.ENOENT,
+                                f"{src}: no such directory ({what} is one)")
+    if not os.path.isdir(src):
+        raise NotADirectoryError(errno.ENOTDIR,
+                                 f"{src}: not a directory ({what} is one)")
+    return os.listdir(src)
+
+
 def _read_orbax(src):
     """The pytree an Orbax checkpoint holds, every array as NumPy (any
-    saved sharding, any device count now)."""
+    saved sharding, any device count now). A path that is no Orbax
+    checkpoint is a FileNotFoundError (NotADirectoryError) saying why; what
+    orbax-checkpoint cannot read (garbled metadata, a data file cut short)
+    is a DataLossError with its reason."""
     import jax
     import orbax.checkpoint as ocp
+    # orbax-checkpoint reads the metadata of a relative path as of no tree
+    # (and then fails on a pytree mismatch): hand it an absolute one.
+    src = os.path.abspath(src)
+    names = _listed_dir(src, "an Orbax checkpoint")
+    if not {"_METADATA", "checkpoint", "manifest.ocdbt"} & set(names):
+        # A CheckpointManager's step directory holds items (default/, ...).
+        items = sorted(n for n in names
+                       if os.path.isfile(os.path.join(src, n, "_METADATA")))
+        hint = (f"; it holds the items {', '.join(items)}: import one, e.g. "
+                f"{os.path.join(src, items[0])}" if items else "")
+        raise FileNotFoundError(errno.ENOENT, f"{src}: not an Orbax "
+                                f"checkpoint (no _METADATA){hint}")
     checkpointer = ocp.PyTreeCheckpointer()
-    metadata = checkpointer.metadata(src)
-    tree = getattr(metadata, "item_metadata", None) or metadata
-    tree = getattr(tree, "tree", tree)
-    restore_args = jax.tree_util.tree_map(
-        lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
-    return checkpointer.restore(src, restore_args=restore_args)
+    try:
+        metadata = checkpointer.metadata(src)
+        tree = getattr(metadata, "item_metadata", None) or metadata
+        tree = getattr(tree, "tree", tree)
+        if not isinstance(tree, (dict, list, tuple)):
+            raise ValueError("its metadata holds no tree of arrays")
+        restore_args = jax.tree_util.tree_map(
+            lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
+        return checkpointer.restore(src, restore_args=restore_args)
+    except (FileNotFoundError, NotADirectoryError, MemoryError):
+        raise
+    except Exception as error:
+        raise DataLossError(f"{src}: orbax-checkpoint could not read it: "
+                            f"{type(error).__name__}: {error}") from None
 
 
 def _read_dcp(src):
@@ -102,12 +137,9 @@ def _read_dcp(src):
     CheckpointException is a BaseException, which `except Exception` in a
     training script would not catch)."""
     import warnings
-    if not os.path.isdir(src):
-        raise FileNotFoundError(errno.ENOENT, f"{src}: no such directory "
-                                "(a PyTorch DCP checkpoint is one)")
     if not any(name == ".metadata" or (name.startswith("__") and
                                        name.endswith(".metadata"))
-               for name in os.listdir(src)):
+               for name in _listed_dir(src, "a PyTorch DCP checkpoint")):
         raise FileNotFoundError(errno.ENOENT, f"{src}: not a PyTorch DCP "
                                 "checkpoint (no .metadata file)")
     from torch.distributed.checkpoint.api import CheckpointException

@@ -130,6 +130,47 @@ def test_orbax_checkpoint_imports_and_restores_onto_another_mesh(tmp_path):
                                       full["params"]["dense"][k])
 
 
+def test_orbax_checkpoint_named_by_a_relative_path_imports(tmp_path,
+                                                           monkeypatch):
+    ocp = pytest.importorskip("orbax.checkpoint")
+    tree = {"a": np.arange(1000, dtype=np.float32),
+            "b": {"c": np.ones((4, 4))}}
+    ocp.PyTreeCheckpointer().save(tmp_path / "orbax", tree)
+    monkeypatch.chdir(tmp_path)
+    hoist.import_checkpoint("orbax", "ckpt", 3, format="orbax")
+    with hoist.CheckpointManager("ckpt") as mgr:
+        got = mgr.restore(3)
+    np.testing.assert_array_equal(got["a"], tree["a"])
+    np.testing.assert_array_equal(got["b"]["c"], tree["b"]["c"])
+
+
+def test_what_is_not_a_readable_orbax_checkpoint_is_named_and_leaves_no_step(
+        tmp_path):
+    ocp = pytest.importorskip("orbax.checkpoint")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "a-file").write_text("x")
+    # A CheckpointManager's step directory: its items are named.
+    ocp.PyTreeCheckpointer().save(tmp_path / "1000" / "default",
+                                  {"w": np.arange(600, dtype=np.float32)})
+    for src, error, message in [
+            ("none", FileNotFoundError, "no such directory"),
+            ("a-file", NotADirectoryError, "not a directory"),
+            ("empty", FileNotFoundError, "no _METADATA"),
+            ("1000", FileNotFoundError, "holds the items default: import "
+             "one, e.g. .*1000/default")]:
+        with pytest.raises(error, match=message):
+            hoist.import_checkpoint(tmp_path / src, tmp_path / "ckpt", 1,
+                                    format="orbax")
+    # Its array data cut short: orbax-checkpoint's reason, as DataLossError.
+    data = max((p for p in (tmp_path / "1000").rglob("*") if p.is_file()),
+               key=lambda p: p.stat().st_size)
+    data.write_bytes(data.read_bytes()[:100])
+    with pytest.raises(hoist.DataLossError, match="could not read it"):
+        hoist.import_checkpoint(tmp_path / "1000" / "default",
+                                tmp_path / "ckpt", 1, format="orbax")
+    assert not (tmp_path / "ckpt").exists()
+
+
 def test_dcp_checkpoint_imports_with_its_tree(tmp_path):
     import torch.distributed.checkpoint as dcp
     model = torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.ReLU(),
