@@ -87,9 +87,13 @@ Box ToBox(const std::vector<int64_t>& origin, const std::vector<int64_t>& shape,
   return Box(origin, shape);
 }
 
-// Whether an ndarray's elements lie contiguous in C order.
+// Whether an ndarray's elements lie contiguous in C order (an array with no
+// elements does, whatever strides its library gave it).
 template <typename... Args>
 bool CContiguous(const nb::ndarray<Args...>& array) {
+  for (size_t d = 0; d < array.ndim(); ++d) {
+    if (array.shape(d) == 0) return true;
+  }
   int64_t expected = 1;
   for (int d = static_cast<int>(array.ndim()) - 1; d >= 0; --d) {
     if (array.shape(d) != 1 && array.stride(d) != expected) return false;

@@ -111,3 +111,30 @@ def test_tensors_far_larger_than_the_pool_restore_into_aligned_memory(root):
         assert out[k].data_ptr() % 4096 == 0 or out[k].numel() < 1024, k
     out["w"][0, 0] = 5.0  # an ordinary, writable tensor
     assert float(out["w"][0, 0]) == 5.0
+
+
+def test_empty_tensors_and_arrays_save_and_restore(root):
+    """A module with an empty buffer (register_buffer("mask",
+    torch.empty(0)): no data pointer), empty tensors and an empty NumPy
+    array (strides (0, 0)) save beside the others and restore, in place
+    too."""
+    np = pytest.importorskip("numpy")
+    model = torch.nn.Linear(3, 2)
+    model.register_buffer("mask", torch.empty(0))
+    state = {"model": model, "empty": torch.zeros(0, 5, dtype=torch.bfloat16),
+             "np_empty": np.zeros((0, 3))}
+    with hoist.CheckpointManager(root) as mgr:
+        mgr.save(1, state).wait()
+        got = mgr.restore(1)
+        assert got["model"]["mask"].shape == (0,)
+        assert got["empty"].shape == (0, 5)
+        assert got["empty"].dtype == torch.bfloat16
+        assert got["np_empty"].shape == (0, 3)
+        assert torch.equal(got["model"]["weight"], model.weight.detach())
+        fresh = torch.nn.Linear(3, 2)
+        fresh.register_buffer("mask", torch.empty(0))
+        mgr.restore(1, like={"model": fresh,
+                             "empty": torch.ones(0, 5, dtype=torch.bfloat16),
+                             "np_empty": np.ones((0, 3))})
+    assert torch.equal(fresh.weight, model.weight)
+    assert torch.equal(fresh.bias, model.bias)

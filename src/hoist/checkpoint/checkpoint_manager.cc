@@ -23,6 +23,7 @@
 #include "absl/time/clock.h"
 #include "hoist/base/status_macros.h"
 #include "hoist/base/thread_priority.h"
+#include "hoist/box.h"
 #include "hoist/checkpoint/local_tier.h"
 #include "hoist/checkpoint/restore.h"
 #include "hoist/checkpoint/save.h"
@@ -486,10 +487,14 @@ class CheckpointManager::Impl {
   }
 
   // Adds `array`'s shards to `sources` as array `a`; kInvalidArgument for
-  // a shard with no data or not on this process's devices.
+  // a shard with no data or not on this process's devices. An array with no
+  // elements has nothing to read: its shards may have no data (PyTorch's
+  // empty tensors do not).
   static absl::Status AddShards(const SaveArray& array, int a,
                                 ShardSources& sources) {
+    const bool no_elements = Box::FromShape(array.spec.shape).empty();
     for (const SaveArray::Shard& shard : array.shards) {
+      if (shard.data == nullptr && no_elements) continue;
       if (shard.data == nullptr || !sources.Add(a, shard.device, shard.data)) {
         return absl::InvalidArgumentError(absl::StrFormat(
             "array '%s': shard on device %d is not on this process's "

@@ -1078,6 +1078,50 @@ TEST_F(ManagerTest, ShardOnAForeignDeviceIsInvalid) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// PyTorch's empty tensors (an empty buffer in a state dict) have no data
+// pointer: an array with no elements saves and restores without one, given
+// or registered; an array with elements still needs its data.
+TEST_F(ManagerTest, AnArrayWithNoElementsNeedsNoDataAndOthersStillDo) {
+  auto manager = Open();
+  const Mesh mesh = *Mesh::Create({"data", "model"}, {2, 4});
+  SaveArray empty{{"buffers/mask",
+                   DType::kFloat32,
+                   {0, 16},
+                   NamedSharding{mesh, {{}, {"model"}}}},
+                  {}};
+  for (DeviceId device = 0; device < 8; ++device) {
+    empty.shards.push_back({device, nullptr});
+  }
+  std::vector<SaveArray> arrays = Arrays();
+  arrays.push_back(empty);
+  absl::StatusOr<SaveHandle> saved = manager->Save(1, arrays);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  ASSERT_TRUE(saved->WaitCommitted().ok());
+  absl::StatusOr<RegisteredArrays> registered = manager->Register(arrays);
+  ASSERT_TRUE(registered.ok()) << registered.status();
+  ASSERT_TRUE((*manager->Save(2, *registered)).WaitCommitted().ok());
+  std::vector<ArraySpec> specs = model_;
+  specs.push_back(empty.spec);
+  for (int64_t step : {1, 2}) {
+    HostArrays host = WholeArraysInHost(specs);
+    absl::StatusOr<RestoreStats> stats = manager->Restore(step, host.targets);
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    EXPECT_TRUE(host.bytes.back().empty());
+    for (size_t a = 0; a < model_.size(); ++a) {
+      const std::vector<uint8_t> expected = BoxBytes(
+          model_[a], static_cast<int>(a), Box::FromShape(model_[a].shape));
+      EXPECT_EQ(host.bytes[a], AlignedBytes(expected.begin(), expected.end()))
+          << "step " << step << " " << model_[a].name;
+    }
+  }
+  std::vector<SaveArray> missing = Arrays();
+  missing[1].shards[0].data = nullptr;
+  absl::Status refused = manager->Save(3, missing).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), HasSubstr("array 'params/b'"));
+  EXPECT_THAT(refused.message(), HasSubstr("has no data"));
+}
+
 // A pool whose allocation must fail (far more than this machine has): a
 // restore into host memory never needs it, the next save reports it.
 TEST_F(ManagerTest, RestoreIntoHostMemoryNeedsNoPoolAndASaveReportsItsError) {
