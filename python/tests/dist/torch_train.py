@@ -24,6 +24,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 import hoist
+import outcome  # beside this script
 
 GLOBAL_BATCH = 16
 
@@ -109,6 +110,7 @@ def main():
     for spec in runs:
         run(root, end=end, **json.loads(spec))
     dist.destroy_process_group()
+    outcome.exit_without_teardown()
 
 
 if __name__ == "__main__":
