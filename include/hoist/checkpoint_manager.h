@@ -121,7 +121,9 @@ struct CheckpointManagerOptions {
 };
 
 // One array to save: its spec, and where each local device holds its shard
-// (the shard's bytes, dense, row-major, in that device's memory).
+// (the shard's bytes, dense, row-major, in that device's memory). `data` is
+// null only for an array with no elements (PyTorch's empty tensors have no
+// storage); a null shard of any other array is kInvalidArgument.
 struct SaveArray {
   ArraySpec spec;
   struct Shard {
