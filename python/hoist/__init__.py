@@ -27,6 +27,7 @@ import numpy as np
 from . import _hoist, _tree
 from ._errors import CoordinationError, DataLossError
 from ._errors import call as _call
+from ._errors import step_number
 from ._interop import export, import_checkpoint
 from ._dist import JaxCoordinator, TorchCoordinator, job_coordinator
 from ._tree import Devices, flatten, gc_paused, unflatten
@@ -209,7 +210,8 @@ class CheckpointManager:
     # -- saving ------------------------------------------------------------
 
     def save(self, step, state, *, metadata=None, return_when="staged"):
-        """Saves `state` (a pytree) as `step`.
+        """Saves `state` (a pytree) as `step`, an integer (an int, or a
+        NumPy/framework integer; a float or a string is a TypeError).
 
         Arrays become named by their path ("model/layers/0/w"); every other
         leaf (int, float, str, bool, None) goes into the manifest's metadata
@@ -219,6 +221,7 @@ class CheckpointManager:
         before changing the arrays). Writing and committing continue in the
         background. Non-contiguous arrays are copied first.
         """
+        step = step_number(step)
         if return_when not in ("staged", "dispatched"):
             raise ValueError("return_when must be 'staged' or 'dispatched'")
         dispatched = return_when == "dispatched"
@@ -231,7 +234,7 @@ class CheckpointManager:
                 if metadata is not None:
                     meta["user"] = metadata
                 text = _metadata_text(meta)
-                handle = _call(self._manager.save, int(step), arrays, text,
+                handle = _call(self._manager.save, step, arrays, text,
                                dispatched)
                 plan = _tree.fast_plan(skeleton, arrays)
             self._repeat = None if plan is None else _Repeat(
@@ -267,7 +270,7 @@ class CheckpointManager:
                 meta.pop("user", None)
             repeat.text = _metadata_text(meta)
             repeat.user = copy.deepcopy(metadata)  # the caller's may change
-        return _call(self._manager.save_again, int(step), repeat.generation,
+        return _call(self._manager.save_again, step, repeat.generation,
                      arrays, repeat.text, dispatched)
 
     def durability(self):
@@ -306,11 +309,12 @@ class CheckpointManager:
             if step is None:
                 raise FileNotFoundError(
                     f"no committed step in {self._manager.root}")
+        step = step_number(step)
         manifest = self._manifest(step)
         meta = manifest.get("metadata") or {}
 
         def run(targets, received_targets, receive):
-            self.last_restore = _call(self._manager.restore, int(step),
+            self.last_restore = _call(self._manager.restore, step,
                                       targets, received_targets, receive)
 
         return unflatten(
@@ -321,7 +325,7 @@ class CheckpointManager:
         """The user metadata saved with `step` (default: the latest): what
         save(metadata=...) stored, or, for a step saved otherwise (the C++
         API, `hoist import`), its manifest's metadata."""
-        step = self.latest if step is None else step
+        step = self.latest if step is None else step_number(step)
         if step is None:
             raise FileNotFoundError(f"no committed step in {self._manager.root}")
         meta = self._manifest(step).get("metadata") or {}
@@ -330,7 +334,7 @@ class CheckpointManager:
         return meta.get("user") if meta.get(_FORMAT_KEY) else meta
 
     def _manifest(self, step):
-        return json.loads(_call(self._manager.manifest, int(step)))
+        return json.loads(_call(self._manager.manifest, step))
 
     # -- the root ----------------------------------------------------------
 
@@ -352,10 +356,10 @@ class CheckpointManager:
     def verify(self, step):
         """Re-reads every extent of `step` against its hash: the list of
         problems found (empty when intact)."""
-        return list(_call(self._manager.verify, int(step)))
+        return list(_call(self._manager.verify, step_number(step)))
 
     def delete(self, step):
-        _call(self._manager.delete, int(step))
+        _call(self._manager.delete, step_number(step))
 
     @property
     def rank(self):

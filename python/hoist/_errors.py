@@ -1,6 +1,8 @@
-"""hoist's exceptions, and the mapping from the engine's status codes."""
+"""hoist's exceptions, the mapping from the engine's status codes, and the
+check of a step number."""
 
 import errno
+import operator
 
 from . import _hoist
 
@@ -59,3 +61,17 @@ def call(fn, *args, **kwargs):
         return fn(*args, **kwargs)
     except _hoist.Error as error:
         raise _translate(error) from None
+
+
+def step_number(step):
+    """`step` as an int: an int, a NumPy or JAX integer scalar, an integer
+    tensor of one element. A float (2.5 would be step 2), a string or a bool
+    is a TypeError, so that no call saves, restores or deletes another step
+    than the one meant."""
+    if isinstance(step, bool):
+        raise TypeError(f"step must be an integer, not bool ({step!r})")
+    try:
+        return operator.index(step)
+    except TypeError:
+        raise TypeError(f"step must be an integer, not "
+                        f"{type(step).__name__} ({step!r})") from None

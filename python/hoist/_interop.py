@@ -16,6 +16,7 @@ import numpy as np
 from . import _hoist
 from ._errors import DataLossError
 from ._errors import call as _call
+from ._errors import step_number
 
 
 def export(step_dir, out_dir, format="safetensors", *,
@@ -63,7 +64,7 @@ def import_checkpoint(src, root, step, format, **manager_options):
             raise TypeError(f"a safetensors import takes pool_bytes only, "
                             f"not {sorted(unknown)}")
         return _call(_hoist.import_safetensors, os.fspath(src),
-                     os.fspath(root), int(step),
+                     os.fspath(root), step_number(step),
                      int(manager_options.get("pool_bytes", 256 << 20)))
     readers = {"orbax": _read_orbax, "dcp": _read_dcp}
     if format not in readers:

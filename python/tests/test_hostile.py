@@ -22,6 +22,24 @@ def test_nan_in_metadata_is_refused_at_save(root, metadata):
         assert mgr.steps == [2] and mgr.metadata() == {"lr": 0.5}
 
 
+@pytest.mark.parametrize("step", [2.5, 2.0, "2", True], ids=repr)
+def test_a_step_that_is_not_an_integer_is_refused_by_every_call(root, step):
+    """2.5 was saved as step 2, and delete(2.7) deleted step 2."""
+    with hoist.CheckpointManager(root) as mgr:
+        mgr.save(2, STATE).wait()
+        for call in (lambda: mgr.save(step, STATE), lambda: mgr.restore(step),
+                     lambda: mgr.metadata(step), lambda: mgr.verify(step),
+                     lambda: mgr.delete(step)):
+            with pytest.raises(TypeError, match="step must be an integer"):
+                call()
+        assert mgr.steps == [2]
+        # Integers of NumPy (and of the frameworks) are integers.
+        mgr.save(np.int64(3), STATE).wait()
+        assert mgr.steps == [2, 3]
+        np.testing.assert_array_equal(mgr.restore(np.int32(3))["w"],
+                                      STATE["w"])
+
+
 # os.fsdecode of a file name that is not UTF-8 gives a lone surrogate.
 LONE = b"caf\xe9.bin".decode("utf-8", "surrogateescape")
 
