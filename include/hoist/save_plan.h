@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "hoist/array_spec.h"
@@ -70,6 +71,12 @@ struct SavePlanOptions {
   // process (checkpoint_manager.h); its extents do not tile the arrays.
   int part_of_process = -1;
 };
+
+// kInvalidArgument naming the option that is out of range (writer_streams
+// in [1, 100], alignment_bytes a power of two >= 4096, min_slice_bytes and
+// max_replicas >= 0). PlanSave checks it; CheckpointManager::Open checks
+// its options.plan, so that a bad one fails at Open, not at the first save.
+absl::Status ValidateSavePlanOptions(const SavePlanOptions& options);
 
 // A 2-D copy that gathers a slice out of its shard's dense row-major buffer:
 // `rows` rows of `width_bytes`, the first at `src_offset_bytes`, successive

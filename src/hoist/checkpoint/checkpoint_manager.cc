@@ -31,6 +31,7 @@
 #include "hoist/dist/status_wire.h"
 #include "hoist/format/layout.h"
 #include "hoist/mutex.h"
+#include "hoist/save_plan.h"
 #include "hoist/transfer/transfer_engine.h"
 
 namespace hoist {
@@ -849,6 +850,10 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
     return absl::InvalidArgumentError(
         "checkpoint manager options: pool_bytes and max_in_flight must be "
         "positive, keep_last and keep_every non-negative");
+  }
+  if (absl::Status plan = ValidateSavePlanOptions(options.plan); !plan.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint manager options: plan: ", plan.message()));
   }
   if (options.persist_every < 1 || options.local.every < 1) {
     return absl::InvalidArgumentError(absl::StrFormat(

@@ -486,6 +486,28 @@ TEST_F(ManagerTest, LocalTierTakesTheStepsBetweenDurableOnes) {
   EXPECT_EQ(part->part->processes, 1);
 }
 
+// A plan option out of range fails at Open, naming it, not at the first
+// save; nothing is made.
+TEST_F(ManagerTest, PlanOptionsAreCheckedAtOpen) {
+  for (int streams : {0, 101}) {
+    CheckpointManagerOptions options;
+    options.plan.writer_streams = streams;
+    absl::Status opened =
+        CheckpointManager::Open(root_, *backend_, *coordinator_, options)
+            .status();
+    EXPECT_EQ(opened.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(opened.message(),
+                HasSubstr(absl::StrFormat("writer_streams is %d", streams)));
+  }
+  CheckpointManagerOptions options;
+  options.plan.alignment_bytes = 1000;
+  EXPECT_THAT(CheckpointManager::Open(root_, *backend_, *coordinator_, options)
+                  .status()
+                  .message(),
+              HasSubstr("alignment_bytes is 1000"));
+  EXPECT_FALSE(std::filesystem::exists(root_));
+}
+
 TEST_F(ManagerTest, LocalTierOptionsAreChecked) {
   CheckpointManagerOptions options;
   options.persist_every = 0;

@@ -138,26 +138,6 @@ absl::Status ForArray(const ArraySpec& spec, const absl::Status& status) {
       absl::StrFormat("array '%s': %s", spec.name, status.message()));
 }
 
-absl::Status ValidateOptions(const SavePlanOptions& options) {
-  if (options.writer_streams < 1 || options.writer_streams > 100) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("writer_streams is %d; it must be in [1, 100]",
-                        options.writer_streams));
-  }
-  const int64_t a = options.alignment_bytes;
-  if (a < 4096 || (a & (a - 1)) != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "alignment_bytes is %d; it must be a power of two >= 4096 (the "
-        "format's extent alignment)",
-        a));
-  }
-  if (options.min_slice_bytes < 0 || options.max_replicas < 0) {
-    return absl::InvalidArgumentError(
-        "min_slice_bytes and max_replicas must be >= 0");
-  }
-  return absl::OkStatus();
-}
-
 int64_t CappedReplicas(const Unit& unit, const SavePlanOptions& options) {
   const int64_t r = unit.replicas();
   return options.max_replicas > 0 ? std::min<int64_t>(r, options.max_replicas)
@@ -333,6 +313,26 @@ std::vector<Assigned> AssignBalanced(const std::vector<Unit>& units,
 
 }  // namespace
 
+absl::Status ValidateSavePlanOptions(const SavePlanOptions& options) {
+  if (options.writer_streams < 1 || options.writer_streams > 100) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("writer_streams is %d; it must be in [1, 100]",
+                        options.writer_streams));
+  }
+  const int64_t a = options.alignment_bytes;
+  if (a < 4096 || (a & (a - 1)) != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "alignment_bytes is %d; it must be a power of two >= 4096 (the "
+        "format's extent alignment)",
+        a));
+  }
+  if (options.min_slice_bytes < 0 || options.max_replicas < 0) {
+    return absl::InvalidArgumentError(
+        "min_slice_bytes and max_replicas must be >= 0");
+  }
+  return absl::OkStatus();
+}
+
 std::string_view ReplicaRuleName(ReplicaRule rule) {
   switch (rule) {
     case ReplicaRule::kSingleReplica:
@@ -357,7 +357,7 @@ absl::StatusOr<ReplicaRule> ParseReplicaRule(std::string_view name) {
 absl::StatusOr<SavePlan> MakeSavePlan(absl::Span<const ArraySpec> arrays,
                                       const Topology& topology,
                                       const SavePlanOptions& options) {
-  if (absl::Status status = ValidateOptions(options); !status.ok()) {
+  if (absl::Status status = ValidateSavePlanOptions(options); !status.ok()) {
     return status;
   }
   if (options.part_of_process >= topology.num_processes()) {
