@@ -490,12 +490,14 @@ class CheckpointManager::Impl {
   // Adds `array`'s shards to `sources` as array `a`; kInvalidArgument for
   // a shard with no data or not on this process's devices. An array with no
   // elements has nothing to read: its shards may have no data (PyTorch's
-  // empty tensors do not).
+  // empty tensors do not). Runs per array at every save given its arrays:
+  // the shape is looked at only for a shard without data.
   static absl::Status AddShards(const SaveArray& array, int a,
                                 ShardSources& sources) {
-    const bool no_elements = Box::FromShape(array.spec.shape).empty();
     for (const SaveArray::Shard& shard : array.shards) {
-      if (shard.data == nullptr && no_elements) continue;
+      if (shard.data == nullptr && Box::FromShape(array.spec.shape).empty()) {
+        continue;
+      }
       if (shard.data == nullptr || !sources.Add(a, shard.device, shard.data)) {
         return absl::InvalidArgumentError(absl::StrFormat(
             "array '%s': shard on device %d is not on this process's "
