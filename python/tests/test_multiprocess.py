@@ -86,9 +86,13 @@ def test_torchrun_dtensor_state_restores_on_another_world_size(tmp_path):
     assert writers(6) == {f"r{r:05d}" for r in range(4)}
 
 
-def _survivor_saw(out, root, error_type, text):
+def _survivor_saw(out, root, error_type, text, output):
     """What rank 0 wrote of the broken save of step 2 (outcome.py), checked:
-    the error, and only step 1 committed with no temporary directory."""
+    the error, and only step 1 committed with no temporary directory.
+    `output`: what the job printed, shown if rank 0 wrote nothing."""
+    if not out.exists():
+        pytest.fail(f"rank 0 wrote no report; the job printed:\n"
+                    f"{output[-8000:]}")
     seen = json.loads(out.read_text())
     assert seen["type"] == error_type, seen
     assert text in seen["error"], seen
@@ -99,8 +103,9 @@ def _survivor_saw(out, root, error_type, text):
 
 def test_torchrun_rank_killed_mid_save_leaves_committed_steps(tmp_path):
     root, out = tmp_path / "ckpt", tmp_path / "rank0.json"
-    torchrun(2, "kill", root, out, check=False)
-    seen = _survivor_saw(out, root, "CoordinationError", "rank 1 left the job")
+    job = torchrun(2, "kill", root, out, check=False)
+    seen = _survivor_saw(out, root, "CoordinationError", "rank 1 left the job",
+                         job.stdout + job.stderr)
     assert seen["waited_s"] < 30           # not the 60 s timeout
     assert sorted(p.name for p in root.iterdir()) == [".hoist.lock",
                                                         "step_00000001"]
@@ -116,9 +121,10 @@ def test_torchrun_rank_killed_mid_save_leaves_committed_steps(tmp_path):
 
 def test_torchrun_hung_rank_is_named_after_the_timeout(tmp_path):
     root, out = tmp_path / "ckpt", tmp_path / "rank0.json"
-    torchrun(2, "hang", root, out, check=False)
+    job = torchrun(2, "hang", root, out, check=False)
     seen = _survivor_saw(out, root, "TimeoutError",
-                         "rank 1 did not arrive within 3 s")
+                         "rank 1 did not arrive within 3 s",
+                         job.stdout + job.stderr)
     assert 2.5 < seen["waited_s"] < 30
 
 
@@ -165,12 +171,13 @@ def test_fsdp2_training_resumed_on_another_world_size_continues_exactly(
 def test_jax_hung_process_is_named_after_the_timeout(tmp_path):
     root, out = tmp_path / "ckpt", tmp_path / "process0.json"
     procs = _start_jax(2, 4, ["hang", root, out])
+    printed = ""
     try:
-        procs[0].communicate(timeout=120)
+        printed = procs[0].communicate(timeout=120)[0]
     finally:
         for p in procs:
             p.kill()
             p.communicate()
     seen = _survivor_saw(out, root, "TimeoutError",
-                         "rank 1 did not arrive within 3 s")
+                         "rank 1 did not arrive within 3 s", printed)
     assert 2.5 < seen["waited_s"] < 30

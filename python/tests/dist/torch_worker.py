@@ -129,6 +129,10 @@ def main():
                 mgr.save(int(sys.argv[4]), state("a")).wait()
     elif command == "kill":
         out = sys.argv[3]
+        # torchrun ends the survivors (SIGTERM, SIGKILL 30 s later) at its
+        # next look (every 2 s) after rank 1 dies: rank 0 stays to report
+        # what its save saw, which on a loaded machine may take longer.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         # Big enough that rank 1 dies while its share is being written.
         big = {"big": torch.ones(16 << 20, dtype=torch.float32)}
         mgr = hoist.CheckpointManager(root, pool_bytes=256 << 20,
