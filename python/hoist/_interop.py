@@ -55,8 +55,9 @@ def import_checkpoint(src, root, step, format, **manager_options):
     DCP step count, Orbax scalars) come along as the tree's leaves. In
     every failure no step is made. The step's metadata() holds
     "imported_from": {format, path}. `manager_options` go to the
-    CheckpointManager (pool_bytes, ...; a safetensors import takes
-    pool_bytes only). Returns the save's figures (step, path, bytes, ...)."""
+    CheckpointManager (a safetensors import takes pool_bytes only);
+    pool_bytes defaults to 256 MiB, raised to the largest array. Returns
+    the save's figures (step, path, bytes, ...)."""
     from . import CheckpointManager
     if format == "safetensors":  # the engine's own reader, as `hoist import`
         unknown = set(manager_options) - {"pool_bytes"}
@@ -72,12 +73,36 @@ def import_checkpoint(src, root, step, format, **manager_options):
                          "'dcp'")
     tree = readers[format](os.fspath(src))
     manager_options.setdefault("coordinator", "single")
+    manager_options["pool_bytes"] = _import_pool_bytes(
+        tree, manager_options.get("pool_bytes", _IMPORT_POOL_BYTES))
     with CheckpointManager(root, **manager_options) as mgr:
         return mgr.save(step, tree, metadata={"imported_from": {
             "format": format, "path": os.fspath(src)}}).wait()
 
 
 # -- Orbax and DCP -----------------------------------------------------------
+
+_IMPORT_POOL_BYTES = 256 << 20  # as `hoist import`'s --pool
+_POOL_ALIGNMENT = 4096          # StagingPool::kAlignment
+
+
+def _import_pool_bytes(tree, pool_bytes):
+    """The staging pool for importing `tree`: `pool_bytes`, raised to its
+    largest array, which is staged whole (as the safetensors import sizes
+    it). The tree is in host memory already; a manager's default pool (1
+    GiB, pinned and touched at open) would add that much again to the
+    import's memory, and its time."""
+    largest, nodes = 0, [tree]
+    while nodes:
+        node = nodes.pop()
+        if isinstance(node, dict):
+            nodes.extend(node.values())
+        elif isinstance(node, (list, tuple)):
+            nodes.extend(node)
+        else:
+            largest = max(largest, int(getattr(node, "nbytes", 0)))
+    aligned = -(-largest // _POOL_ALIGNMENT) * _POOL_ALIGNMENT
+    return max(int(pool_bytes), aligned)
 
 
 def _listed_dir(src, what):

@@ -189,6 +189,27 @@ def test_dcp_checkpoint_imports_with_its_tree(tmp_path):
         assert torch.equal(got["model"][name], want), name
 
 
+def test_an_import_stages_its_largest_array_whole_whatever_the_pool(
+        tmp_path):
+    """The pool is 256 MiB unless given, raised to the largest array
+    (staged whole), as the safetensors import sizes it: not the manager's 1
+    GiB, touched at open, on top of a tree held in memory already."""
+    import torch.distributed.checkpoint as dcp
+    from hoist._interop import _import_pool_bytes
+    big = torch.arange(1 << 20, dtype=torch.float32)  # 4 MiB
+    dcp.save({"model": {"big": big, "b": torch.ones(3)}, "step": 2},
+             checkpoint_id=tmp_path / "dcp", no_dist=True)
+    hoist.import_checkpoint(tmp_path / "dcp", tmp_path / "ckpt", 2,
+                            format="dcp", pool_bytes=1 << 20)
+    with hoist.CheckpointManager(tmp_path / "ckpt") as mgr:
+        assert torch.equal(mgr.restore(2)["model"]["big"], big)
+    assert _import_pool_bytes({"a": [np.ones(3)], "n": 7}, 256 << 20) == (
+        256 << 20)
+    huge = np.empty((300 << 20) + 1, np.uint8)  # untouched: no memory used
+    assert _import_pool_bytes({"x": {"y": (huge, big)}}, 256 << 20) == (
+        (300 << 20) + 4096)
+
+
 def test_what_is_not_a_readable_dcp_checkpoint_is_named_and_leaves_no_step(
         tmp_path):
     import torch.distributed.checkpoint as dcp
