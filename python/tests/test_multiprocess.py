@@ -86,6 +86,19 @@ def test_torchrun_dtensor_state_restores_on_another_world_size(tmp_path):
     assert writers(6) == {f"r{r:05d}" for r in range(4)}
 
 
+def test_dcp_checkpoint_of_a_torchrun_job_imports_and_restores_on_4(
+        tmp_path):
+    """What a DCP job left (DTensors sharded over 2 ranks, saved with
+    torch.distributed.checkpoint) imported as a hoist step in one process,
+    then restored by a 4-rank job onto both layouts, bit-exact, each rank
+    reading only the extents its shards meet."""
+    import hoist
+    torchrun(2, "dcp", tmp_path / "dcp", "a")
+    hoist.import_checkpoint(tmp_path / "dcp", tmp_path / "ckpt", 7,
+                            format="dcp")
+    torchrun(4, "restore", tmp_path / "ckpt", 7)
+
+
 def _survivor_saw(out, root, error_type, text, output):
     """What rank 0 wrote of the broken save of step 2 (outcome.py), checked:
     the error, and only step 1 committed with no temporary directory.

@@ -8,6 +8,8 @@
                                              writes what it saw to OUT
   torch_worker.py hang ROOT OUT              rank 1 stops mid-save (SIGSTOP);
                                              the same
+  torch_worker.py dcp DIR LAYOUT             save the reference state with
+                                             torch.distributed.checkpoint
 
 LAYOUT names the placements of every array ("a" or "b"), so a restore can
 use other placements than the save, on any number of ranks. The reference
@@ -127,6 +129,9 @@ def main():
                 assert torch.equal(whole["model"][name], full[name]), name
             if len(sys.argv) > 4:  # save SAVE_STEP in layout a, this job
                 mgr.save(int(sys.argv[4]), state("a")).wait()
+    elif command == "dcp":  # the checkpoint a DCP job has, to import
+        import torch.distributed.checkpoint as dcp
+        dcp.save(state(sys.argv[3]), checkpoint_id=root)
     elif command == "kill":
         out = sys.argv[3]
         # torchrun ends the survivors (SIGTERM, SIGKILL 30 s later) at its
