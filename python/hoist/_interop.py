@@ -10,6 +10,7 @@ import_checkpoint(): a safetensors file or sharded directory, an Orbax
 
 import errno
 import os
+import re
 
 import numpy as np
 
@@ -117,6 +118,58 @@ def _listed_dir(src, what):
     return os.listdir(src)
 
 
+def _orbax_items(directory, names):
+    """The items of an Orbax CheckpointManager's step directory (default/,
+    state/, ...): those of its `names` that hold a _METADATA."""
+    return sorted(n for n in names
+                  if os.path.isfile(os.path.join(directory, n, "_METADATA")))
+
+
+def _orbax_hint(src, names):
+    """What to import instead of `src`, not itself an Orbax checkpoint: an
+    item of the step directory it is, or of the newest step of the
+    CheckpointManager directory it is; "" if neither."""
+    items = _orbax_items(src, names)
+    if items:
+        return (f"; it holds the items {', '.join(items)}: import one, e.g. "
+                f"{os.path.join(src, items[0])}")
+    steps = _steps_within(src, names, lambda path: _orbax_items(
+        path, os.listdir(path)))
+    if not steps:
+        return ""
+    newest = max(steps, key=_step_order)
+    return (f"; it is an Orbax CheckpointManager's directory of "
+            f"{_count(steps, 'step')}, the newest {newest}: import an item "
+            f"of one, e.g. {os.path.join(src, newest, steps[newest][0])}")
+
+
+def _steps_within(src, names, holds):
+    """The checkpoints in `src`, a directory of them: name -> holds(path)
+    for each subdirectory (among `names`) where that is not empty. One that
+    cannot be listed is left out (this only words an error)."""
+    steps = {}
+    for name in names:
+        path = os.path.join(src, name)
+        try:
+            held = os.path.isdir(path) and holds(path)
+        except OSError:
+            continue
+        if held:
+            steps[name] = held
+    return steps
+
+
+def _step_order(name):
+    """Sorts step directories by their number ("200" before "1000",
+    "step_200" before "step_1000")."""
+    digits = re.search(r"\d+$", name)
+    return (int(digits.group()) if digits else -1, name)
+
+
+def _count(things, noun):
+    return f"{len(things)} {noun}{'' if len(things) == 1 else 's'}"
+
+
 def _read_orbax(src):
     """The pytree an Orbax checkpoint holds, every array as NumPy (any
     saved sharding, any device count now). A path that is no Orbax
@@ -130,13 +183,9 @@ def _read_orbax(src):
     src = os.path.abspath(src)
     names = _listed_dir(src, "an Orbax checkpoint")
     if not {"_METADATA", "checkpoint", "manifest.ocdbt"} & set(names):
-        # A CheckpointManager's step directory holds items (default/, ...).
-        items = sorted(n for n in names
-                       if os.path.isfile(os.path.join(src, n, "_METADATA")))
-        hint = (f"; it holds the items {', '.join(items)}: import one, e.g. "
-                f"{os.path.join(src, items[0])}" if items else "")
         raise FileNotFoundError(errno.ENOENT, f"{src}: not an Orbax "
-                                f"checkpoint (no _METADATA){hint}")
+                                f"checkpoint (no _METADATA)"
+                                f"{_orbax_hint(src, names)}")
     checkpointer = ocp.PyTreeCheckpointer()
     try:
         metadata = checkpointer.metadata(src)
@@ -154,6 +203,14 @@ def _read_orbax(src):
                             f"{type(error).__name__}: {error}") from None
 
 
+def _holds_dcp_metadata(names):
+    """Whether a directory of `names` is a DCP checkpoint: .metadata (or a
+    rank's __N.metadata) among them."""
+    return any(name == ".metadata" or (name.startswith("__") and
+                                       name.endswith(".metadata"))
+               for name in names)
+
+
 def _read_dcp(src):
     """The state dict a torch.distributed.checkpoint directory holds, in
     its nested structure, tensors on the CPU (no process group needed).
@@ -163,11 +220,18 @@ def _read_dcp(src):
     CheckpointException is a BaseException, which `except Exception` in a
     training script would not catch)."""
     import warnings
-    if not any(name == ".metadata" or (name.startswith("__") and
-                                       name.endswith(".metadata"))
-               for name in _listed_dir(src, "a PyTorch DCP checkpoint")):
+    names = _listed_dir(src, "a PyTorch DCP checkpoint")
+    if not _holds_dcp_metadata(names):
+        steps = _steps_within(src, names, lambda path: _holds_dcp_metadata(
+            os.listdir(path)))
+        hint = ""
+        if steps:  # a directory of a job's DCP checkpoints
+            newest = max(steps, key=_step_order)
+            hint = (f"; it holds {_count(steps, 'DCP checkpoint')}, the "
+                    f"newest {newest}: import one, e.g. "
+                    f"{os.path.join(src, newest)}")
         raise FileNotFoundError(errno.ENOENT, f"{src}: not a PyTorch DCP "
-                                "checkpoint (no .metadata file)")
+                                f"checkpoint (no .metadata file){hint}")
     from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.state_dict_loader import (
         _load_state_dict_from_keys)

@@ -149,15 +149,19 @@ def test_what_is_not_a_readable_orbax_checkpoint_is_named_and_leaves_no_step(
     ocp = pytest.importorskip("orbax.checkpoint")
     (tmp_path / "empty").mkdir()
     (tmp_path / "a-file").write_text("x")
-    # A CheckpointManager's step directory: its items are named.
+    # A CheckpointManager's step directory: its items are named; its own
+    # directory (of steps 1000 and 200): the newest step's.
     ocp.PyTreeCheckpointer().save(tmp_path / "1000" / "default",
                                   {"w": np.arange(600, dtype=np.float32)})
+    ocp.PyTreeCheckpointer().save(tmp_path / "200" / "state", {"w": 1})
     for src, error, message in [
             ("none", FileNotFoundError, "no such directory"),
             ("a-file", NotADirectoryError, "not a directory"),
             ("empty", FileNotFoundError, "no _METADATA"),
             ("1000", FileNotFoundError, "holds the items default: import "
-             "one, e.g. .*1000/default")]:
+             "one, e.g. .*1000/default"),
+            ("", FileNotFoundError, "directory of 2 steps, the newest "
+             "1000: import an item of one, e.g. .*1000/default")]:
         with pytest.raises(error, match=message):
             hoist.import_checkpoint(tmp_path / src, tmp_path / "ckpt", 1,
                                     format="orbax")
@@ -214,12 +218,19 @@ def test_what_is_not_a_readable_dcp_checkpoint_is_named_and_leaves_no_step(
         tmp_path):
     import torch.distributed.checkpoint as dcp
     (tmp_path / "empty").mkdir()
+    state = {"w": torch.arange(1000, dtype=torch.float32)}
+    # A directory of a job's checkpoints: the newest is named.
+    for step in (200, 1000):
+        dcp.save(state, checkpoint_id=tmp_path / "run" / f"step_{step}",
+                 no_dist=True)
     for src, error, message in [
             (tmp_path / "none", FileNotFoundError, "no such directory"),
-            (tmp_path / "empty", FileNotFoundError, r"no \.metadata file")]:
+            (tmp_path / "empty", FileNotFoundError, r"no \.metadata file"),
+            (tmp_path / "run", FileNotFoundError, "it holds 2 DCP "
+             "checkpoints, the newest step_1000: import one, e.g. "
+             ".*run/step_1000")]:
         with pytest.raises(error, match=message):
             hoist.import_checkpoint(src, tmp_path / "ckpt", 1, format="dcp")
-    state = {"w": torch.arange(1000, dtype=torch.float32)}
     # Its metadata garbled, then (written again) its data cut short: torch's
     # reason, as a DataLossError (torch's own exception is a BaseException).
     for spoil in ("metadata", "data"):
