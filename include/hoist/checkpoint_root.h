@@ -121,6 +121,12 @@ class CheckpointRoot {
 absl::StatusOr<std::pair<std::string, int64_t>> SplitStepDir(
     const std::string& step_dir);
 
+// The root at `path` opened for reading, and a step: `path` is a step
+// directory (ROOT/step_N: its root, N) or a root (its newest committed
+// step). kNotFound when it is neither.
+absl::StatusOr<std::pair<std::unique_ptr<CheckpointRoot>, int64_t>> OpenStepAt(
+    const std::string& path);
+
 // The manifest at `path`, read without a lock: a step directory's
 // (ROOT/step_N), or, when `path` is a root, its newest committed step's.
 // kNotFound when it is neither.

@@ -300,18 +300,24 @@ absl::StatusOr<std::pair<std::string, int64_t>> SplitStepDir(
   return std::make_pair(root, *step);
 }
 
-absl::StatusOr<Manifest> ReadManifestAt(const std::string& path) {
+absl::StatusOr<std::pair<std::unique_ptr<CheckpointRoot>, int64_t>> OpenStepAt(
+    const std::string& path) {
   absl::StatusOr<std::pair<std::string, int64_t>> split = SplitStepDir(path);
   ASSIGN_OR_RETURN(
       std::unique_ptr<CheckpointRoot> root,
       CheckpointRoot::OpenForReading(split.ok() ? split->first : path));
-  if (split.ok()) return root->ReadManifest(split->second);
+  if (split.ok()) return std::make_pair(std::move(root), split->second);
   ASSIGN_OR_RETURN(std::optional<int64_t> latest, root->Latest());
   if (!latest) {
     return absl::NotFoundError(absl::StrFormat(
         "%s: neither a step directory nor a root with a committed step", path));
   }
-  return root->ReadManifest(*latest);
+  return std::make_pair(std::move(root), *latest);
+}
+
+absl::StatusOr<Manifest> ReadManifestAt(const std::string& path) {
+  ASSIGN_OR_RETURN(auto opened, OpenStepAt(path));
+  return opened.first->ReadManifest(opened.second);
 }
 
 }  // namespace hoist

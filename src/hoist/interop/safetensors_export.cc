@@ -125,23 +125,6 @@ std::string HeaderText(const std::vector<Tensor>& tensors, const OutFile& file,
   return text;
 }
 
-// (root, step) of a step directory or of a root's newest step.
-absl::StatusOr<std::pair<std::unique_ptr<CheckpointRoot>, int64_t>> OpenStep(
-    const std::string& path) {
-  absl::StatusOr<std::pair<std::string, int64_t>> split = SplitStepDir(path);
-  if (split.ok()) {
-    ASSIGN_OR_RETURN(auto root, CheckpointRoot::OpenForReading(split->first));
-    return std::make_pair(std::move(root), split->second);
-  }
-  ASSIGN_OR_RETURN(auto root, CheckpointRoot::OpenForReading(path));
-  ASSIGN_OR_RETURN(std::optional<int64_t> latest, root->Latest());
-  if (!latest) {
-    return absl::NotFoundError(
-        absl::StrFormat("%s holds no committed step", path));
-  }
-  return std::make_pair(std::move(root), *latest);
-}
-
 // The tensors to export, renamed by `prefix` ("FROM" or "FROM=TO").
 absl::StatusOr<std::vector<Tensor>> SelectTensors(const Manifest& manifest,
                                                   const std::string& prefix) {
@@ -530,7 +513,7 @@ absl::StatusOr<ExportStats> ExportSafetensors(
         "at least 1 MiB");
   }
   // 1
-  ASSIGN_OR_RETURN(auto opened, OpenStep(step_dir));
+  ASSIGN_OR_RETURN(auto opened, OpenStepAt(step_dir));
   const std::unique_ptr<CheckpointRoot>& root = opened.first;
   const int64_t step = opened.second;
   ASSIGN_OR_RETURN(const Manifest manifest, root->ReadManifest(step));

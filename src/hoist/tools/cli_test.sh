@@ -45,6 +45,9 @@ print(" ".join(str(e["step"]) for e in json.load(open(sys.argv[1]))
 "$hoist" inspect "$dir/r/step_00000004" --json | grep -q '"format": "hoist/1"' ||
   fail "inspect"
 "$hoist" verify "$dir/r/step_00000004" >/dev/null || fail "verify of a good step"
+# A root: its newest step, named.
+"$hoist" verify "$dir/r" >"$dir/verify-root.txt" || fail "verify of a root"
+grep -q "(step 4): OK" "$dir/verify-root.txt" || fail "verify of a root's step"
 
 # Export to safetensors: one file, then shards with an index; the files
 # parse (header length, JSON, offsets tiling the data) and the step's bytes
@@ -115,7 +118,14 @@ fi
 if "$hoist" verify "$dir/no-such-step" 2>"$dir/missing.err"; then
   fail "verify passed a missing directory"
 fi
-grep -q "no such checkpoint" "$dir/missing.err" || fail "verify missing text"
+grep -q "no-such-step: no such root" "$dir/missing.err" ||
+  fail "verify missing text"
+mkdir "$dir/empty-root"
+if "$hoist" verify "$dir/empty-root" 2>"$dir/empty.err"; then
+  fail "verify passed a root without steps"
+fi
+grep -q "neither a step directory nor a root with a committed step" \
+  "$dir/empty.err" || fail "verify of a root without steps: text"
 
 "$hoist" rm "$dir/r" 2 >/dev/null || fail "rm"
 [ ! -e "$dir/r/step_00000002" ] || fail "rm left the step"

@@ -27,15 +27,6 @@ int64_t ManifestBytes(const Manifest& manifest) {
   return bytes;
 }
 
-// The root holding `step_dir` (ROOT/step_N), opened for reading, and N.
-absl::StatusOr<std::pair<std::unique_ptr<CheckpointRoot>, int64_t>> OpenStepDir(
-    const std::string& step_dir) {
-  ASSIGN_OR_RETURN(auto split, SplitStepDir(step_dir));
-  ASSIGN_OR_RETURN(std::unique_ptr<CheckpointRoot> root,
-                   CheckpointRoot::OpenForReading(split.first));
-  return std::make_pair(std::move(root), split.second);
-}
-
 absl::Status Ls(const std::string& path, bool json) {
   ASSIGN_OR_RETURN(std::unique_ptr<CheckpointRoot> root,
                    CheckpointRoot::OpenForReading(path));
@@ -133,25 +124,20 @@ absl::Status Inspect(const std::string& step_dir, bool json) {
   return absl::OkStatus();
 }
 
-// 0: verified; 1: problems found (printed).
-int Verify(const std::string& step_dir, bool json) {
-  absl::StatusOr<VerifyReport> verified = absl::NotFoundError("");
-  if (auto opened = OpenStepDir(step_dir); opened.ok()) {
-    verified = opened->first->Verify(opened->second);
-  }
-  if (absl::IsNotFound(verified.status()) ||
-      absl::IsInvalidArgument(verified.status())) {
-    std::cerr << "hoist verify: " << step_dir
-              << ": no such checkpoint directory\n";
-    return 1;
-  }
+// 0: verified; 1: problems found (printed), or no step to verify.
+int Verify(const std::string& path, bool json) {
+  auto opened = OpenStepAt(path);
+  absl::StatusOr<VerifyReport> verified =
+      opened.ok() ? opened->first->Verify(opened->second) : opened.status();
   if (!verified.ok()) {
     std::cerr << "hoist verify: " << verified.status().message() << "\n";
     return 1;
   }
+  const int64_t step = opened->second;
   const VerifyReport& report = *verified;
   if (json) {
-    std::cout << nlohmann::json{{"path", step_dir},
+    std::cout << nlohmann::json{{"path", path},
+                                {"step", step},
                                 {"ok", report.ok()},
                                 {"arrays", report.arrays},
                                 {"extents", report.extents},
@@ -164,9 +150,9 @@ int Verify(const std::string& step_dir, bool json) {
       std::cout << "problem: " << problem << "\n";
     }
     std::cout << absl::StrFormat(
-        "%s: %s (%d arrays, %d extents, %s read, %d problems)\n", step_dir,
-        report.ok() ? "OK" : "CORRUPT", report.arrays, report.extents,
-        FormatBytes(report.bytes), report.problems.size());
+        "%s (step %d): %s (%d arrays, %d extents, %s read, %d problems)\n",
+        path, step, report.ok() ? "OK" : "CORRUPT", report.arrays,
+        report.extents, FormatBytes(report.bytes), report.problems.size());
   }
   return report.ok() ? 0 : 1;
 }
@@ -220,7 +206,9 @@ void AddInspectCommands(CLI::App& app) {
       "verify",
       "Re-read every extent of a step and check its XXH3; exit 0 if intact, "
       "1 if not (every problem is listed)");
-  verify->add_option("CKPT", flags->path, "Step directory (ROOT/step_N)")
+  verify
+      ->add_option("CKPT", flags->path,
+                   "Step directory (ROOT/step_N), or a root (its newest step)")
       ->required();
   verify->add_flag("--json", flags->json, "Print JSON");
   verify->callback([flags] {
