@@ -33,8 +33,8 @@ from ._dist import JaxCoordinator, TorchCoordinator, job_coordinator
 from ._tree import Devices, flatten, gc_paused, unflatten
 
 __all__ = ["CheckpointManager", "SaveHandle", "DataLossError",
-           "CoordinationError", "inspect", "export", "import_checkpoint",
-           "TorchCoordinator", "JaxCoordinator"]
+           "CoordinationError", "inspect", "verify", "export",
+           "import_checkpoint", "TorchCoordinator", "JaxCoordinator"]
 __version__ = "0.1.0"
 
 _FORMAT_KEY = "hoist.python"
@@ -462,3 +462,13 @@ def inspect(path):
     """The manifest of a step directory (or of a root's latest step) as a
     dict: step, metadata, arrays (name, dtype, shape, sharding, extents)."""
     return json.loads(_call(_hoist.inspect, os.fspath(path)))
+
+
+def verify(path):
+    """Re-reads every extent of a step directory (or of a root's latest
+    step) against its hash, as `hoist verify` does: without the root's
+    lock, so beside a job that is saving into it, and without a manager's
+    pool. Returns (step, problems): the step read and the problems found
+    (empty when intact)."""
+    step, problems = _call(_hoist.verify_at, os.fspath(path))
+    return step, list(problems)

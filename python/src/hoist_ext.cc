@@ -695,6 +695,16 @@ std::string Inspect(const std::string& path) {
       EncodeManifest(WithoutGil([&] { return ReadManifestAt(path); })));
 }
 
+// Re-reads every extent of the step at `path` (ROOT/step_N, or a root's
+// newest step) against its hash, without the root's lock: (step, problems).
+std::tuple<int64_t, std::vector<std::string>> VerifyAt(
+    const std::string& path) {
+  auto opened = WithoutGil([&] { return OpenStepAt(path); });
+  VerifyReport report =
+      WithoutGil([&] { return opened.first->Verify(opened.second); });
+  return {opened.second, std::move(report.problems)};
+}
+
 // Exports step `step_dir` to safetensors in `out_dir` (see
 // hoist/interop.h): the figures as a dict.
 nb::dict ExportSafetensorsTo(const std::string& step_dir,
@@ -802,6 +812,7 @@ NB_MODULE(_hoist, m) {
       .def_prop_ro("root", &PyManager::Root);
 
   m.def("inspect", &Inspect, nb::arg("path"));
+  m.def("verify_at", &VerifyAt, nb::arg("path"));
   m.def("export_safetensors", &ExportSafetensorsTo, nb::arg("step_dir"),
         nb::arg("out_dir"), nb::arg("max_shard_bytes"), nb::arg("prefix"),
         nb::arg("memory_bytes"));

@@ -135,6 +135,29 @@ def test_a_flipped_byte_is_a_data_loss_error(root):
             mgr.restore(1)
 
 
+def test_verify_by_path_reads_beside_the_manager_that_holds_the_root(root):
+    """hoist.verify takes no lock (the manager holds it) and no pool."""
+    with hoist.CheckpointManager(root, pool_bytes=8 << 20) as mgr:
+        for step in (1, 2):
+            mgr.save(step, {"w": random_array(np.float32, (256,), step)})
+        mgr.wait_until_finished()
+        assert hoist.verify(root) == (2, [])   # the newest step
+        assert hoist.verify(root / "step_00000001") == (1, [])
+        extent = hoist.inspect(root)["arrays"][0]["extents"][0]
+        path = root / "step_00000002" / extent["file"]
+        data = bytearray(path.read_bytes())
+        data[extent["offset"] + 10] ^= 0x01
+        path.write_bytes(bytes(data))
+        step, problems = hoist.verify(root)
+        assert step == 2 and any("xxh3 mismatch" in p for p in problems)
+        assert hoist.verify(root / "step_00000001") == (1, [])
+    with pytest.raises(FileNotFoundError, match="no committed step 7"):
+        hoist.verify(root / "step_00000007")
+    (root.parent / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="neither a step directory"):
+        hoist.verify(root.parent / "empty")
+
+
 def test_bad_input_raises_the_documented_exceptions(root):
     with hoist.CheckpointManager(root, pool_bytes=8 << 20) as mgr:
         with pytest.raises(TypeError, match="cannot save a set"):
