@@ -23,7 +23,6 @@
 #include "absl/time/clock.h"
 #include "hoist/base/status_macros.h"
 #include "hoist/base/thread_priority.h"
-#include "hoist/box.h"
 #include "hoist/checkpoint/local_tier.h"
 #include "hoist/checkpoint/restore.h"
 #include "hoist/checkpoint/save.h"
@@ -491,11 +490,12 @@ class CheckpointManager::Impl {
   // a shard with no data or not on this process's devices. An array with no
   // elements has nothing to read: its shards may have no data (PyTorch's
   // empty tensors do not). Runs per array at every save given its arrays:
-  // the shape is looked at only for a shard without data.
+  // the shape is looked at only for a shard without data, and not copied.
   static absl::Status AddShards(const SaveArray& array, int a,
                                 ShardSources& sources) {
     for (const SaveArray::Shard& shard : array.shards) {
-      if (shard.data == nullptr && Box::FromShape(array.spec.shape).empty()) {
+      if (shard.data == nullptr &&
+          absl::c_linear_search(array.spec.shape, int64_t{0})) {
         continue;
       }
       if (shard.data == nullptr || !sources.Add(a, shard.device, shard.data)) {

@@ -521,11 +521,14 @@ absl::StatusOr<ExportStats> ExportSafetensors(
                    SelectTensors(manifest, options.prefix));
   std::unique_ptr<Storage> storage = MakePosixStorage();
   ASSIGN_OR_RETURN(bool out_exists, storage->Exists(out_dir));
-  if (!out_exists) RETURN_IF_ERROR(storage->CreateDir(out_dir));
-  ASSIGN_OR_RETURN(bool out_is_dir, storage->IsDir(out_dir));
-  if (!out_is_dir) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s is not a directory", out_dir));
+  if (!out_exists) {
+    RETURN_IF_ERROR(storage->CreateDir(out_dir));
+  } else {
+    ASSIGN_OR_RETURN(bool out_is_dir, storage->IsDir(out_dir));
+    if (!out_is_dir) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s is not a directory", out_dir));
+    }
   }
   for (const char* name : {kSafetensorsSingleFile, kSafetensorsIndexFile}) {
     ASSIGN_OR_RETURN(bool taken, storage->Exists(JoinPath(out_dir, name)));
