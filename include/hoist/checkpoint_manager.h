@@ -82,8 +82,13 @@ struct CheckpointManagerOptions {
     kIdle,    // SCHED_IDLE: only cycles no other thread wants
   };
   BackgroundPriority background_priority = BackgroundPriority::kLow;
-  // How data files are written and read (default plain syscalls).
+  // How data files are written and read on the local filesystem (default
+  // plain syscalls).
   IoEngine io = IoEngine::kPosix;
+  // A root on an object store (s3://BUCKET/PREFIX, gs://BUCKET/PREFIX):
+  // what overrides the environment's configuration (see storage.h and
+  // docs/object-storage.md; default: the environment's).
+  ObjectStoreOptions object_store;
   // Replica rule, min slice, writer streams per process (default 2), ...
   SavePlanOptions plan = [] {
     SavePlanOptions o;
@@ -247,7 +252,9 @@ class SaveHandle {
 
 class CheckpointManager {
  public:
-  // Opens (creating if needed) `root` as CheckpointRoot::Open does (rank 0
+  // Opens (creating if needed) `root`, a local path or an object store's URL
+  // (s3://BUCKET/PREFIX, gs://BUCKET/PREFIX), as CheckpointRoot::Open does
+  // (rank 0
   // takes its lock and recovers what a crashed process left; the other ranks
   // check that they see that lock), allocates the pool (in the background:
   // see pin_pool_in_background) and starts the saver thread. `backend` drives

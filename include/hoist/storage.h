@@ -1,7 +1,13 @@
 // Storage: the file-level seam every byte of a checkpoint goes through,
 // shaped like LevelDB's Env. Implementations: POSIX (pwrite/pread, O_DIRECT
 // for aligned extents), in-memory (with a model of what is durable, for crash
-// tests), and a fault-injecting wrapper around any of them.
+// tests), a fault-injecting wrapper around any of them, and object stores
+// (S3, GCS: src/hoist/io/object_storage.h), which have no rename, no real
+// directories, no fsync and no lock.
+//
+// The commit, how a directory that several processes fill appears to
+// readers at once, is the backend's (BeginDir, CommitDir, RemoveCommitted):
+// the layer above states what it needs and never asks which backend it has.
 //
 // Paths are '/'-separated strings. Durability follows POSIX: a file's bytes
 // are durable after its Sync(); a file's (or directory's) name is durable
@@ -15,8 +21,10 @@
 #define HOIST_STORAGE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -52,7 +60,13 @@ class WritableFile {
     (void)bytes;
     return absl::OkStatus();
   }
-  // Makes every byte written so far durable.
+  // True when the file can only be written from its start to its end: every
+  // write at the offset where the previous one ended (an object, streamed
+  // in parts; the offset is then size()). kInvalidArgument for a write
+  // anywhere else. The default: any offset, from any thread.
+  virtual bool sequential() const { return false; }
+  // Makes every byte written so far durable (for a sequential file: the
+  // last write; it takes no more writes).
   virtual absl::Status Sync() = 0;
   // Releases the file; further calls fail. Does not sync.
   virtual absl::Status Close() = 0;
@@ -123,7 +137,102 @@ class Storage {
   virtual absl::StatusOr<bool> Exists(const std::string& path) = 0;
   // True if `path` is a directory.
   virtual absl::StatusOr<bool> IsDir(const std::string& path) = 0;
+
+  // Creates `path` and whichever of its parents are missing, each made
+  // durable in its parent before anything is written into it (so a
+  // directory committed under a new root survives a power cut with the
+  // root). An object store makes nothing (directories are the names of
+  // objects) but checks that the bucket exists: kNotFound naming it.
+  virtual absl::Status CreateDirs(const std::string& path);
+
+  // The commit, in three moves:
+  //   1. BeginDir(dir, tmp, subdirs, marker, replace) returns the
+  //      directory to write `dir`'s files into, with `subdirs` in it;
+  //   2. the files are written there (by any process);
+  //   3. CommitDir(written, dir, marker, bytes, aside) writes the file
+  //      `marker` last and makes `dir` appear with every file in it.
+  // A directory without its marker is never committed (readers check
+  // HasMarker); RemoveCommitted takes one away, marker first in effect.
+  //
+  // The default is the protocol of a filesystem whose rename is atomic
+  // (POSIX, MemoryStorage): BeginDir creates `tmp` (a sibling of `dir`)
+  // and its subdirs; CommitDir writes the marker to marker.tmp, syncs it,
+  // renames it to `marker`, syncs each subdir and `written`, then renames
+  // `written` to `dir` and syncs the parent: from that rename's durability
+  // on, `dir` exists with everything in it. An object store writes in
+  // place (BeginDir returns `dir`) and commits by writing the marker object,
+  // one atomic put (src/hoist/io/object_storage.h).
+  //
+  // BeginDir: `replace` allows replacing a committed `dir`: the default
+  // keeps it until CommitDir (a crash leaves the old or the new one); an
+  // object store, which writes in place, removes it first, marker first (a
+  // crash before the commit leaves neither), and removes what an
+  // uncommitted earlier attempt left there. kAlreadyExists if `tmp` exists.
+  virtual absl::StatusOr<std::string> BeginDir(
+      const std::string& dir, const std::string& tmp,
+      absl::Span<const std::string> subdirs, const std::string& marker,
+      bool replace);
+  // CommitDir: `aside` is where a committed `dir` is moved while the new one
+  // takes its place (removed once that is durable); empty: kAlreadyExists
+  // when `dir` was committed meanwhile. On an error, `dir` is as it was
+  // (the old step comes back from `aside`).
+  virtual absl::Status CommitDir(const std::string& written,
+                                 const std::string& dir,
+                                 const std::string& marker,
+                                 std::string_view marker_bytes,
+                                 const std::string& aside);
+  // Whether `dir` holds its marker file `marker`.
+  virtual absl::StatusOr<bool> HasMarker(const std::string& dir,
+                                         const std::string& marker);
+  // Removes committed directory `dir` so that no crash leaves it half
+  // there as committed: the default renames it to `aside`, syncs the
+  // parent, then removes `aside`; an object store deletes the marker
+  // first, then every other object. kNotFound if `dir` does not exist.
+  virtual absl::Status RemoveCommitted(const std::string& dir,
+                                       const std::string& aside,
+                                       const std::string& marker);
 };
+
+// Object stores: options that override what the environment configures
+// (see docs/object-storage.md). Every field's default (empty, or 0) leaves
+// the environment's setting, then the client's default. Secrets are never
+// written to a log, an error, a trace or a manifest.
+struct ObjectStoreOptions {
+  // S3: the endpoint URL ("http://127.0.0.1:8333"); default
+  // AWS_ENDPOINT_URL_S3, then AWS_ENDPOINT_URL, then AWS's own.
+  std::string endpoint;
+  // S3: the region; default AWS_REGION, then AWS_DEFAULT_REGION, then the
+  // profile's, then "us-east-1".
+  std::string region;
+  // S3: keys; default the AWS credential chain (AWS_ACCESS_KEY_ID,
+  // AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN, then the profile named by
+  // AWS_PROFILE in ~/.aws, then the instance's role).
+  std::string access_key_id;
+  std::string secret_access_key;
+  std::string session_token;
+  // Seconds before one request gives up (default 0: 60 s for a request,
+  // 10 s to connect), and attempts per request (default 0: 4), each retry
+  // after a growing pause; a save never hangs on a dead server.
+  double request_timeout_s = 0;
+  double connect_timeout_s = 0;
+  int max_attempts = 0;
+};
+
+// True for a root on an object store: "s3://BUCKET[/PREFIX]" or
+// "gs://BUCKET[/PREFIX]".
+bool IsObjectStoreUrl(const std::string& path);
+
+// The Storage that holds `root`: an object store for an s3:// or gs:// URL
+// (configured by `options`, then the environment), else `local` (called to
+// make the POSIX storage the caller chose). kUnimplemented, saying how to
+// build it in, for an object store in a build without object storage;
+// kInvalidArgument for a malformed URL (no bucket; another scheme).
+absl::StatusOr<std::unique_ptr<Storage>> OpenStorageFor(
+    const std::string& root, const ObjectStoreOptions& options,
+    const std::function<absl::StatusOr<std::unique_ptr<Storage>>()>& local);
+
+// Whether this build can open s3:// and gs:// roots.
+bool ObjectStoresBuiltIn();
 
 // The local filesystem, through plain syscalls (pwritev, preadv, fsync).
 std::unique_ptr<Storage> MakePosixStorage();

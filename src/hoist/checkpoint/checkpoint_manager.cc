@@ -177,7 +177,7 @@ class CheckpointManager::Impl {
 
   Impl(std::unique_ptr<CheckpointRoot> root, Backend& backend,
        Coordinator& coordinator, CheckpointManagerOptions options,
-       std::unique_ptr<Storage> owned, Topology topology,
+       std::vector<std::unique_ptr<Storage>> owned, Topology topology,
        Topology part_topology, std::unique_ptr<LocalTier> local,
        std::unique_ptr<StagingPool> pool, bool pool_pinned)
       : owned_storage_(std::move(owned)),
@@ -793,7 +793,9 @@ class CheckpointManager::Impl {
     static std::atomic<uint64_t> managers{0};
     return ++managers;
   }();
-  const std::unique_ptr<Storage> owned_storage_;  // before the root using it
+  // The root's storage and the local tier's, when the manager made them;
+  // before the root and the tier using them.
+  const std::vector<std::unique_ptr<Storage>> owned_storage_;
   const std::unique_ptr<CheckpointRoot> root_;
   Storage& storage_;
   Backend& backend_;
@@ -870,14 +872,25 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
         "the same saves, which %d processes cannot yet agree on; use wait",
         coordinator.size()));
   }
-  std::unique_ptr<Storage> owned;
+  // The root's storage (an object store for an s3:// or gs:// root), and
+  // the local filesystem for the local tier: the same one unless the root
+  // is on an object store.
+  std::vector<std::unique_ptr<Storage>> owned;
+  const auto local_filesystem =
+      [&]() -> absl::StatusOr<std::unique_ptr<Storage>> {
+    if (options.io == IoEngine::kIoUring) return MakeIoUringStorage();
+    return MakePosixStorage();
+  };
+  Storage* local_storage = storage;
   if (storage == nullptr) {
-    if (options.io == IoEngine::kIoUring) {
-      ASSIGN_OR_RETURN(owned, MakeIoUringStorage());
-    } else {
-      owned = MakePosixStorage();
+    ASSIGN_OR_RETURN(
+        owned.emplace_back(),
+        OpenStorageFor(root, options.object_store, local_filesystem));
+    storage = local_storage = owned.back().get();
+    if (IsObjectStoreUrl(root) && !options.local.root.empty()) {
+      ASSIGN_OR_RETURN(owned.emplace_back(), local_filesystem());
+      local_storage = owned.back().get();
     }
-    storage = owned.get();
   }
   // One lock per job: rank 0 opens the root (creating it, taking its lock
   // and recovering it), then tells the others, who open it for reading and
@@ -912,8 +925,9 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
   std::unique_ptr<LocalTier> local;
   if (!options.local.root.empty()) {
     ASSIGN_OR_RETURN(
-        local, LocalTier::Open(options.local.root, options.local.replicas,
-                               options.local.keep_last, coordinator, *storage));
+        local,
+        LocalTier::Open(options.local.root, options.local.replicas,
+                        options.local.keep_last, coordinator, *local_storage));
   }
   // The pool is pinned now unless a restore may come first: a root without
   // a committed step has nothing to restore (see PoolPinning).

@@ -30,8 +30,10 @@ namespace {
 //   - everything else under a temporary name hoist makes (saves that never
 //     wrote a manifest, deletes that were under way, and any link or file
 //     someone put under such a name) is removed; a link is removed itself,
-//     never followed, never committed. Names hoist does not make are left
-//     alone.
+//     never followed, never committed;
+//   - a step directory without a manifest (on an object store, which
+//     writes a step in place: a save that never committed) is removed.
+// Names hoist does not make are left alone.
 absl::Status Recover(Storage& storage, const std::string& root) {
   ASSIGN_OR_RETURN(std::vector<std::string> names, storage.List(root));
   std::vector<std::string> debris;
@@ -47,6 +49,13 @@ absl::Status Recover(Storage& storage, const std::string& root) {
     return true;
   };
   for (const std::string& name : names) {
+    if (ParseStepDirName(name)) {
+      ASSIGN_OR_RETURN(bool committed,
+                       storage.HasMarker(JoinPath(root, name),
+                                         std::string(kManifestFileName)));
+      if (!committed) debris.push_back(name);
+      continue;
+    }
     const std::optional<TmpStepDir> tmp = ParseTmpStepDirName(name);
     if (!tmp) continue;
     // IsDir does not follow links: a link is debris, whatever it points to.
@@ -72,33 +81,6 @@ absl::Status Recover(Storage& storage, const std::string& root) {
   return absl::OkStatus();
 }
 
-// Creates `root` and whichever of its parents are missing, each made durable
-// in its parent (SyncDir) before anything is written into it, so a step
-// committed under a new root survives a power cut with the root.
-absl::Status CreateRoot(Storage& storage, const std::string& root) {
-  // The directory holding `path` ("/" for "/a", "." for "a").
-  const auto parent = [](const std::string& path) -> std::string {
-    const size_t slash = path.rfind('/');
-    if (slash == std::string::npos) return ".";
-    return path.substr(0, std::max<size_t>(slash, 1));
-  };
-  std::vector<std::string> missing;  // deepest first
-  std::string path = root;
-  while (path.size() > 1 && path.back() == '/') path.pop_back();
-  while (path != "/" && path != ".") {
-    ASSIGN_OR_RETURN(bool exists, storage.Exists(path));
-    if (exists) break;
-    missing.push_back(path);
-    path = parent(path);
-  }
-  for (size_t i = missing.size(); i-- > 0;) {
-    absl::Status created = storage.CreateDir(missing[i]);
-    if (!created.ok() && !absl::IsAlreadyExists(created)) return created;
-    RETURN_IF_ERROR(storage.SyncDir(parent(missing[i])));
-  }
-  return absl::OkStatus();
-}
-
 // "pid PID on HOST, NONCE": who holds a lock, unique to this opening.
 std::string LockToken() {
   char host[128] = {0};
@@ -109,10 +91,16 @@ std::string LockToken() {
           static_cast<uint64_t>(absl::ToUnixNanos(absl::Now())));
 }
 
-std::unique_ptr<Storage> DefaultStorage(Storage*& storage) {
+// The storage that holds `path` (the local filesystem, or an object store
+// for an s3:// or gs:// URL), when the caller gave none.
+absl::StatusOr<std::unique_ptr<Storage>> DefaultStorage(const std::string& path,
+                                                        Storage*& storage) {
   std::unique_ptr<Storage> owned;
   if (storage == nullptr) {
-    owned = MakePosixStorage();
+    ASSIGN_OR_RETURN(
+        owned, OpenStorageFor(path, {}, [] {
+          return absl::StatusOr<std::unique_ptr<Storage>>(MakePosixStorage());
+        }));
     storage = owned.get();
   }
   return owned;
@@ -133,8 +121,9 @@ CheckpointRoot::~CheckpointRoot() = default;
 
 absl::StatusOr<std::unique_ptr<CheckpointRoot>> CheckpointRoot::Open(
     const std::string& path, Storage* storage) {
-  std::unique_ptr<Storage> owned = DefaultStorage(storage);
-  RETURN_IF_ERROR(CreateRoot(*storage, path));
+  ASSIGN_OR_RETURN(std::unique_ptr<Storage> owned,
+                   DefaultStorage(path, storage));
+  RETURN_IF_ERROR(storage->CreateDirs(path));
   std::string token = LockToken();
   absl::StatusOr<std::unique_ptr<FileLock>> lock =
       storage->LockFile(JoinPath(path, kLockFileName), token);
@@ -152,7 +141,8 @@ absl::StatusOr<std::unique_ptr<CheckpointRoot>> CheckpointRoot::Open(
 
 absl::StatusOr<std::unique_ptr<CheckpointRoot>> CheckpointRoot::OpenForReading(
     const std::string& path, Storage* storage) {
-  std::unique_ptr<Storage> owned = DefaultStorage(storage);
+  ASSIGN_OR_RETURN(std::unique_ptr<Storage> owned,
+                   DefaultStorage(path, storage));
   ASSIGN_OR_RETURN(bool exists, storage->Exists(path));
   if (!exists) {
     return absl::NotFoundError(absl::StrFormat("%s: no such root", path));
@@ -191,8 +181,14 @@ absl::StatusOr<std::vector<RootEntry>> CheckpointRoot::Entries() const {
   std::vector<RootEntry> entries;
   for (const std::string& name : names) {
     if (std::optional<int64_t> step = ParseStepDirName(name)) {
-      entries.push_back(
-          {RootEntry::Kind::kCommitted, *step, JoinPath(path_, name)});
+      // A step directory without a manifest: a save still being written in
+      // place (an object store), or that never committed.
+      ASSIGN_OR_RETURN(bool committed,
+                       storage_.HasMarker(JoinPath(path_, name),
+                                          std::string(kManifestFileName)));
+      entries.push_back({committed ? RootEntry::Kind::kCommitted
+                                   : RootEntry::Kind::kIncomplete,
+                         *step, JoinPath(path_, name)});
     } else if (std::optional<TmpStepDir> tmp = ParseTmpStepDirName(name)) {
       entries.push_back(
           {RootEntry::Kind::kIncomplete, tmp->step, JoinPath(path_, name)});
@@ -230,6 +226,14 @@ absl::StatusOr<std::string> CheckpointRoot::StepDir(int64_t step) const {
         "%s: not a directory (a link or a file); hoist does not follow "
         "links out of a root",
         dir));
+  }
+  ASSIGN_OR_RETURN(bool committed,
+                   storage_.HasMarker(dir, std::string(kManifestFileName)));
+  if (!committed) {
+    return absl::NotFoundError(absl::StrFormat(
+        "%s: step %d has no manifest: it never committed (or is being "
+        "written)",
+        path_, step));
   }
   return dir;
 }
@@ -277,9 +281,7 @@ absl::Status CheckpointRoot::Delete(int64_t step) {
   }
   const std::string aside =
       JoinPath(path_, absl::StrCat(TmpStepDirName(step), kDeletingSuffix));
-  RETURN_IF_ERROR(storage_.Rename(dir, aside));
-  RETURN_IF_ERROR(storage_.SyncDir(path_));
-  return storage_.RemoveAll(aside);
+  return storage_.RemoveCommitted(dir, aside, std::string(kManifestFileName));
 }
 
 absl::StatusOr<std::pair<std::string, int64_t>> SplitStepDir(

@@ -13,6 +13,14 @@
 
 namespace hoist {
 
+WrittenExtents::WrittenExtents(const SavePlan& plan)
+    : hashes(plan.slices.size(), 0) {
+  offsets.reserve(plan.slices.size());
+  for (const PlannedSlice& slice : plan.slices) {
+    offsets.push_back(slice.offset_bytes);
+  }
+}
+
 absl::StatusOr<std::unique_ptr<ExtentWriter>> ExtentWriter::Open(
     Storage& storage, const std::string& dir, const SavePlan& plan, int process,
     int threads_per_file, Tracer* tracer, SaveProgress* progress,
@@ -21,7 +29,7 @@ absl::StatusOr<std::unique_ptr<ExtentWriter>> ExtentWriter::Open(
       new ExtentWriter(plan, tracer, progress));
   {
     MutexLock lock(&writer->mu_);
-    writer->hashes_.assign(plan.slices.size(), 0);
+    writer->written_ = WrittenExtents(plan);
   }
   const int streams = plan.options.writer_streams;
   writer->first_file_ = process * streams;
@@ -38,7 +46,9 @@ absl::StatusOr<std::unique_ptr<ExtentWriter>> ExtentWriter::Open(
   }
   for (auto& stream : writer->streams_) {
     Stream* s = stream.get();
-    for (int t = 0; t < std::max(1, threads_per_file); ++t) {
+    const int threads =
+        s->file->sequential() ? 1 : std::max(1, threads_per_file);
+    for (int t = 0; t < threads; ++t) {
       s->threads.emplace_back([w = writer.get(), s, thread_setup] {
         NameThisThread("hoist-writer");
         if (thread_setup) thread_setup();
@@ -90,11 +100,13 @@ void ExtentWriter::Run(Stream* stream) {
       MutexLock lock(&mu_);
       mu_.Await(Condition(&ExtentWriter::StreamHasWork, stream));
       if (stream->queue.empty()) return;  // closing and drained
-      // The lowest queued extent and those that continue it in the file.
+      // The lowest queued extent and those that continue it in the file
+      // (in a sequential file, whatever is queued next: it is appended).
+      const bool append = stream->file->sequential();
       auto it = stream->queue.begin();
       int64_t end = it->first;
       int64_t bytes = 0;
-      while (it != stream->queue.end() && it->first == end &&
+      while (it != stream->queue.end() && (append || it->first == end) &&
              (run.empty() || bytes < kMaxIoRunBytes)) {
         end = it->first + it->second.lease.reserved_bytes();
         bytes += it->second.lease.reserved_bytes();
@@ -113,7 +125,9 @@ void ExtentWriter::Run(Stream* stream) {
                   lease.reserved_bytes() - lease.size_bytes());
       pieces.emplace_back(lease.data(), lease.reserved_bytes());
     }
-    const int64_t offset = plan_.slices[run.front().slice].offset_bytes;
+    const int64_t offset = stream->file->sequential()
+                               ? stream->end
+                               : plan_.slices[run.front().slice].offset_bytes;
     const absl::Time write_start = absl::Now();
     absl::Status status = stream->file->WriteAtv(offset, pieces);
     if (tracer_ != nullptr) {
@@ -132,7 +146,15 @@ void ExtentWriter::Run(Stream* stream) {
                           FormatBytes(static_cast<double>(bytes)), offset),
           write_start, absl::Now());
     }
-    for (StagedExtent& extent : run) extent.lease.Release();
+    std::vector<int64_t> offsets;
+    offsets.reserve(run.size());
+    int64_t at = offset;
+    for (StagedExtent& extent : run) {
+      offsets.push_back(at);
+      at += extent.lease.reserved_bytes();
+      extent.lease.Release();
+    }
+    if (stream->file->sequential()) stream->end = at;
     MutexLock lock(&mu_);
     if (!status.ok()) {
       if (error_.ok()) error_ = status;
@@ -140,7 +162,8 @@ void ExtentWriter::Run(Stream* stream) {
       continue;
     }
     for (size_t i = 0; i < run.size(); ++i) {
-      hashes_[run[i].slice] = hashes[i];
+      written_.hashes[run[i].slice] = hashes[i];
+      written_.offsets[run[i].slice] = offsets[i];
       if (progress_ != nullptr) {
         progress_->written_bytes.fetch_add(
             plan_.slices[run[i].slice].length_bytes, std::memory_order_relaxed);
@@ -149,7 +172,7 @@ void ExtentWriter::Run(Stream* stream) {
   }
 }
 
-absl::StatusOr<std::vector<uint64_t>> ExtentWriter::Finish() {
+absl::StatusOr<WrittenExtents> ExtentWriter::Finish() {
   StopThreads();  // drains every queue first
   absl::Status status;
   {
@@ -163,7 +186,7 @@ absl::StatusOr<std::vector<uint64_t>> ExtentWriter::Finish() {
   }
   if (!status.ok()) return status;
   MutexLock lock(&mu_);
-  return std::move(hashes_);
+  return std::move(written_);
 }
 
 }  // namespace hoist

@@ -11,6 +11,13 @@
 // (up to 16 MiB), and writes them as one vectored write of whole 4 KiB
 // blocks, each extent padded with zeros to the next one's aligned offset.
 // OnStaged only queues, so device copy threads never wait on storage.
+//
+// A file written from start to end (WritableFile::sequential(): an object)
+// gets one thread, which appends what is queued in the order of the plan's
+// offsets, each extent where the file ends (still 4 KiB-aligned, since
+// every extent is padded to whole blocks): a wave staged out of the plan's
+// order never waits for the extents of a later wave. Finish reports where
+// each extent landed.
 #ifndef HOIST_CHECKPOINT_EXTENT_WRITER_H_
 #define HOIST_CHECKPOINT_EXTENT_WRITER_H_
 
@@ -33,6 +40,17 @@
 
 namespace hoist {
 
+// What the writers did with each slice of a plan: its XXH3-64 and the
+// offset in its data file where it landed (the planned one unless its file
+// is sequential).
+struct WrittenExtents {
+  WrittenExtents() = default;
+  // Hashes 0, offsets as planned.
+  explicit WrittenExtents(const SavePlan& plan);
+  std::vector<uint64_t> hashes;
+  std::vector<int64_t> offsets;
+};
+
 class ExtentWriter final : public StagedExtentSink {
  public:
   // Creates (truncating) the data files of `process` under `dir` (their plan
@@ -53,10 +71,10 @@ class ExtentWriter final : public StagedExtentSink {
   void OnStaged(StagedExtent extent) override;
 
   // Waits until every queued extent is written, syncs and closes every file,
-  // and returns XXH3-64 per plan slice (0 for slices of other processes), or
-  // the first error of any write, sync or close. Call once, after the last
-  // OnStaged.
-  absl::StatusOr<std::vector<uint64_t>> Finish();
+  // and returns each plan slice's hash and offset (for slices of other
+  // processes: 0 and the planned offset), or the first error of any write,
+  // sync or close. Call once, after the last OnStaged.
+  absl::StatusOr<WrittenExtents> Finish();
 
  private:
   struct Stream {
@@ -65,6 +83,8 @@ class ExtentWriter final : public StagedExtentSink {
     std::string path;
     std::map<int64_t, StagedExtent> queue;  // by file offset; guarded by mu_
     std::vector<std::thread> threads;
+    // Where the next append goes, for a sequential file (its one thread's).
+    int64_t end = 0;
   };
 
   ExtentWriter(const SavePlan& plan, Tracer* tracer, SaveProgress* progress)
@@ -81,7 +101,7 @@ class ExtentWriter final : public StagedExtentSink {
   mutable Mutex mu_;
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint64_t> hashes_ ABSL_GUARDED_BY(mu_);
+  WrittenExtents written_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace hoist

@@ -1,41 +1,51 @@
 // The save and commit protocol of one step. Each process, in order:
 //
 //   0. Dispatch the first wave of this process's copies (TransferEngine):
-//      nothing on disk stands between a save and its copies (a save in
+//      nothing in storage stands between a save and its copies (a save in
 //      dispatched mode returns here when the pool holds it); while they
 //      run, steps 1 and 2, and the extents they stage wait for the writer.
-//   1. Rank 0 refuses the step if ROOT/step_N exists and overwrite is off
-//      (kAlreadyExists, before any byte is written).
-//   2. Rank 0 creates ROOT/.step_N.tmp-<nonce>/ and its data/; the name, or
-//      the error of step 1 or 2, is broadcast ("tmp_dir") so every rank
-//      writes into the same directory or fails with rank 0's error (the
-//      staged extents are then dropped).
+//   1. Rank 0 refuses the step if ROOT/step_N is committed and overwrite is
+//      off (kAlreadyExists, before any byte is written).
+//   2. Rank 0 begins the step's directory through the storage's commit
+//      (Storage::BeginDir): on POSIX it creates ROOT/.step_N.tmp-<nonce>/
+//      and its data/; an object store writes in place, into ROOT/step_N/
+//      (what an uncommitted save left there removed first). The directory,
+//      or the error of step 1 or 2, is broadcast ("tmp_dir") so every rank
+//      writes into the same one or fails with rank 0's error (the staged
+//      extents are then dropped).
 //   3. Stage the rest of this process's slices while the ExtentWriter
-//      writes them into this process's data files at their planned offsets,
-//      hashing each; then fsync and close each data file.
+//      writes them into this process's data files, hashing each: at their
+//      planned offsets, or, into a file written from start to end (an
+//      object), one after the other in the order they are staged, each
+//      where it lands; then sync and close each data file (an object's
+//      upload completes).
 //   4. All-gather "written" (the barrier): each rank's outcome and the
 //      fingerprint of its plan. Any rank's failure, or a plan that differs
 //      from rank 0's, aborts the step on every rank, naming that rank. Then
-//      all-gather the extent hashes.
-//   5. Rank 0 writes MANIFEST.json: to MANIFEST.json.tmp, fsync, rename,
-//      then fsync data/ and the step directory, so the manifest and every
-//      data file's name are durable before the step becomes visible.
-//   6. Rank 0 renames the directory to ROOT/step_N and fsyncs ROOT: from the
-//      rename's durability on, the step exists. (Overwrite: the old step is
-//      first renamed aside to .step_N.tmp-<nonce>.old, then removed after the
-//      new one is durable; a crash between the two renames leaves the new
-//      step complete in its .tmp directory and the old one aside, and the
-//      CheckpointManager's recovery commits the new one.)
-//   7. Rank 0 broadcasts how steps 5 and 6 went ("committed"): every rank
-//      returns success only once the step is durable, or rank 0's error.
+//      all-gather each extent's hash and offset.
+//   5. Rank 0 commits (Storage::CommitDir), writing MANIFEST.json last. On
+//      POSIX: to MANIFEST.json.tmp, fsync, rename, fsync data/ and the step
+//      directory, so the manifest and every data file's name are durable
+//      before the step becomes visible; then the directory is renamed to
+//      ROOT/step_N and ROOT fsynced: from the rename's durability on, the
+//      step exists. (Overwrite: the old step is first renamed aside to
+//      .step_N.tmp-<nonce>.old, then removed after the new one is durable;
+//      a crash between the two renames leaves the new step complete in its
+//      .tmp directory and the old one aside, and the CheckpointRoot's
+//      recovery commits the new one.) On an object store the manifest
+//      object's put is the commit: every data object of every process was
+//      complete at step 4's barrier.
+//   6. Rank 0 broadcasts how step 5 went ("committed"): every rank returns
+//      success only once the step is durable, or rank 0's error.
 // A rank that never arrives at an operation fails it on every other rank
 // after the Coordinator's timeout (naming the rank), so no step commits.
 //
-// A directory without a valid MANIFEST.json is never a checkpoint, so a crash
-// at any point before step 5's manifest rename leaves the previous steps as
-// they were and the new one absent; on error the .tmp directory is removed
-// here, or by the CheckpointManager's recovery if the process died (which
-// also commits a .tmp directory whose manifest was already in place).
+// A step directory without a valid MANIFEST.json is never a checkpoint, so
+// a crash at any point before step 5's commit leaves the previous steps as
+// they were and the new one absent; on error the directory begun in step 2
+// is removed here, or by the CheckpointRoot's recovery if the process died
+// (which also commits a POSIX .tmp directory whose manifest was already in
+// place).
 #include "hoist/checkpoint/save.h"
 
 #include <cstring>
@@ -59,54 +69,62 @@
 namespace hoist {
 namespace {
 
-// (slice, hash) pairs of this process, as bytes for the all-gather.
-std::string EncodeHashes(const SavePlan& plan, int process,
-                         const std::vector<uint64_t>& hashes) {
+// (slice, hash, offset) of this process's slices, as bytes for the
+// all-gather.
+std::string EncodeWritten(const SavePlan& plan, int process,
+                          const WrittenExtents& written) {
   std::string out;
   for (int s : plan.SlicesOfProcess(process)) {
     const int32_t slice = s;
     out.append(reinterpret_cast<const char*>(&slice), sizeof slice);
-    out.append(reinterpret_cast<const char*>(&hashes[s]), sizeof hashes[s]);
+    out.append(reinterpret_cast<const char*>(&written.hashes[s]),
+               sizeof written.hashes[s]);
+    out.append(reinterpret_cast<const char*>(&written.offsets[s]),
+               sizeof written.offsets[s]);
   }
   return out;
 }
 
-absl::Status DecodeHashes(const std::string& bytes,
-                          std::vector<uint64_t>& hashes) {
-  constexpr size_t kRecord = sizeof(int32_t) + sizeof(uint64_t);
+absl::Status DecodeWritten(const std::string& bytes, WrittenExtents& written) {
+  constexpr size_t kRecord =
+      sizeof(int32_t) + sizeof(uint64_t) + sizeof(int64_t);
   if (bytes.size() % kRecord != 0) {
     return absl::InternalError("malformed extent hashes from a peer");
   }
   for (size_t at = 0; at < bytes.size(); at += kRecord) {
     int32_t slice;
     uint64_t hash;
+    int64_t offset;
     std::memcpy(&slice, bytes.data() + at, sizeof slice);
     std::memcpy(&hash, bytes.data() + at + sizeof slice, sizeof hash);
-    if (slice < 0 || static_cast<size_t>(slice) >= hashes.size()) {
+    std::memcpy(&offset, bytes.data() + at + sizeof slice + sizeof hash,
+                sizeof offset);
+    if (slice < 0 || static_cast<size_t>(slice) >= written.hashes.size()) {
       return absl::InternalError("extent hash for an unknown slice");
     }
-    hashes[slice] = hash;
+    written.hashes[slice] = hash;
+    written.offsets[slice] = offset;
   }
   return absl::OkStatus();
 }
 
 Manifest BuildManifest(const SaveRequest& request,
-                       const std::vector<uint64_t>& hashes);
+                       const WrittenExtents& written);
 
 // What every process must agree on: the manifest without hashes or
 // metadata (arrays, shapes, dtypes, shardings, every slice's place).
 uint64_t PlanFingerprint(const SaveRequest& request) {
   SaveRequest bare = request;
   bare.metadata_json = "{}";
-  const absl::StatusOr<std::string> text = EncodeManifest(
-      BuildManifest(bare, std::vector<uint64_t>(request.plan->slices.size())));
+  const absl::StatusOr<std::string> text =
+      EncodeManifest(BuildManifest(bare, WrittenExtents(*request.plan)));
   // The request was validated before any byte moved; an encoding error
   // would be the same on every rank.
   return text.ok() ? XXH3_64bits(text->data(), text->size()) : 0;
 }
 
 Manifest BuildManifest(const SaveRequest& request,
-                       const std::vector<uint64_t>& hashes) {
+                       const WrittenExtents& written) {
   const SavePlan& plan = *request.plan;
   Manifest manifest;
   manifest.step = request.step;
@@ -126,20 +144,26 @@ Manifest BuildManifest(const SaveRequest& request,
         {slice.box,
          DataFileName(plan.files[slice.file].process,
                       plan.files[slice.file].stream),
-         slice.offset_bytes, slice.length_bytes, hashes[s]});
+         written.offsets[s], slice.length_bytes, written.hashes[s]});
   }
   return manifest;
 }
 
-// Steps 5 and 6, on rank 0: the manifest, then the rename that publishes.
+// Step 5, on rank 0: the manifest, written last by the storage's commit.
 absl::Status Commit(Storage& storage, const SaveRequest& request,
                     const std::string& tmp, const Manifest& manifest,
                     const std::function<void(const char*)>& traced) {
-  RETURN_IF_ERROR(WriteManifestFile(storage, tmp, manifest));
-  traced("manifest (write, fsync, rename, fsync dirs)");
-  RETURN_IF_ERROR(
-      PublishStep(storage, request.root, request.step, tmp, request.overwrite));
-  traced("publish (rename, fsync root)");
+  ASSIGN_OR_RETURN(const std::string text, EncodeManifest(manifest));
+  const std::string final_dir =
+      JoinPath(request.root, StepDirName(request.step));
+  const std::string aside =
+      request.overwrite
+          ? JoinPath(request.root,
+                     absl::StrCat(TmpStepDirName(request.step), kAsideSuffix))
+          : std::string();
+  RETURN_IF_ERROR(storage.CommitDir(
+      tmp, final_dir, std::string(kManifestFileName), text, aside));
+  traced("commit (manifest, then publish)");
   return absl::OkStatus();
 }
 
@@ -148,45 +172,44 @@ absl::Status Commit(Storage& storage, const SaveRequest& request,
 absl::StatusOr<std::string> DecideTmpDir(Storage& storage,
                                          Coordinator& coordinator,
                                          const SaveRequest& request) {
-  std::string tmp_name;
+  std::string dir;  // rank 0's, once begun
   absl::Status refused;
   if (coordinator.rank() == 0) {
     const std::string final_dir =
         JoinPath(request.root, StepDirName(request.step));
-    absl::StatusOr<bool> exists = storage.Exists(final_dir);
+    absl::StatusOr<bool> exists =
+        storage.HasMarker(final_dir, std::string(kManifestFileName));
     refused = exists.status();
     if (refused.ok() && *exists && !request.overwrite) {
       refused = absl::AlreadyExistsError(absl::StrFormat(
           "%s: step %d is already committed (ask for overwrite to replace it)",
           final_dir, request.step));
     }
-    tmp_name = TmpStepDirName(request.step);
     if (refused.ok()) {
-      refused = storage.CreateDir(JoinPath(request.root, tmp_name));
-    }
-    if (refused.ok()) {
-      refused = storage.CreateDir(
-          JoinPath(JoinPath(request.root, tmp_name), kDataDirName));
+      const std::string subdirs[] = {kDataDirName};
+      absl::StatusOr<std::string> begun = storage.BeginDir(
+          final_dir, JoinPath(request.root, TmpStepDirName(request.step)),
+          subdirs, std::string(kManifestFileName), request.overwrite);
+      refused = begun.status();
+      if (begun.ok()) dir = *std::move(begun);
     }
   }
   absl::StatusOr<std::string> decided = coordinator.Broadcast(
-      "tmp_dir",
-      refused.ok() ? tmp_name : absl::StrCat("!", EncodeStatus(refused)), 0);
+      "tmp_dir", refused.ok() ? dir : absl::StrCat("!", EncodeStatus(refused)),
+      0);
   if (!refused.ok()) return refused;
   if (!decided.ok()) {
-    if (coordinator.rank() == 0) {
-      storage.RemoveAll(JoinPath(request.root, tmp_name)).IgnoreError();
-    }
+    if (coordinator.rank() == 0) storage.RemoveAll(dir).IgnoreError();
     return decided.status();
   }
   if (decided->empty() || absl::StartsWith(*decided, "!")) {
     return DecodeStatus(
         decided->empty() ? "13:no directory" : decided->substr(1), 0);
   }
-  return JoinPath(request.root, *decided);
+  return *std::move(decided);
 }
 
-// Steps 1-7 for this process; `tmp` is set once steps 1 and 2 made it.
+// Steps 1-6 for this process; `tmp` is set once steps 1 and 2 made it.
 absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
                                      const SaveRequest& request,
                                      TransferEngine& engine,
@@ -203,7 +226,7 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
   // they run; the extents staged meanwhile wait in `sink`.
   absl::Status decided;  // steps 1 and 2
   absl::Status local;    // this process's: the writer's, staging's
-  std::vector<uint64_t> hashes;
+  WrittenExtents written_here(plan);
   DeferredSink own_sink;  // unless the begun save brought its own
   DeferredSink& sink = begun != nullptr ? begun->sink : own_sink;
   std::unique_ptr<ExtentWriter> writer;  // destroyed before `sink`
@@ -262,12 +285,12 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
   result.staged = absl::Now() - start;
   local = staged.status();
   if (writer != nullptr) {
-    absl::StatusOr<std::vector<uint64_t>> written = writer->Finish();
+    absl::StatusOr<WrittenExtents> written = writer->Finish();
     if (local.ok() && !written.ok()) local = written.status();
     if (local.ok()) {
       result.transfer = *staged;
       result.bytes = staged->bytes;
-      hashes = *std::move(written);
+      written_here = *std::move(written);
     }
   }
   // 4. Everyone learns whether everyone succeeded, and the hashes.
@@ -311,14 +334,14 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
           request.step, r));
     }
   }
-  ASSIGN_OR_RETURN(
-      std::vector<std::string> gathered,
-      coordinator.AllGather("hashes", EncodeHashes(plan, process, hashes)));
-  std::vector<uint64_t> all(plan.slices.size(), 0);
+  ASSIGN_OR_RETURN(std::vector<std::string> gathered,
+                   coordinator.AllGather(
+                       "hashes", EncodeWritten(plan, process, written_here)));
+  WrittenExtents all(plan);
   for (const std::string& bytes : gathered) {
-    RETURN_IF_ERROR(DecodeHashes(bytes, all));
+    RETURN_IF_ERROR(DecodeWritten(bytes, all));
   }
-  // 5 and 6: rank 0 commits, and tells everyone how it went (step 7).
+  // 5: rank 0 commits, and tells everyone how it went (step 6).
   const std::string final_dir =
       JoinPath(request.root, StepDirName(request.step));
   absl::Status committed;

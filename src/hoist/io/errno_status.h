@@ -15,6 +15,10 @@ namespace hoist {
 absl::Status ErrnoStatus(int err, std::string_view operation,
                          std::string_view path);
 
+// kDataLoss "PATH: not a directory inside the checkpoint": a directory on
+// the way to a file is missing or a link (Storage::OpenReadableBeneath).
+absl::Status NotInsideError(const std::string& path);
+
 }  // namespace hoist
 
 #endif  // HOIST_IO_ERRNO_STATUS_H_

@@ -265,11 +265,6 @@ class Fd {
   int fd_;
 };
 
-absl::Status NotInside(const std::string& path) {
-  return absl::DataLossError(absl::StrFormat(
-      "%s: not a directory inside the checkpoint (missing, or a link)", path));
-}
-
 // Opens `name` in `dir_fd` as a regular file: never through a link
 // (O_NOFOLLOW), never blocking on a FIFO (O_NONBLOCK, then fstat), with a
 // second O_DIRECT descriptor where the filesystem allows, checked to be the
@@ -451,7 +446,7 @@ class PosixStorage final : public Storage {
       path = JoinPath(path, part);
       Fd next(openat(at.get(), part.c_str(),
                      O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-      if (next.get() < 0) return NotInside(path);
+      if (next.get() < 0) return NotInsideError(path);
       at = std::move(next);
     }
     return Readable(at.get(), relative.c_str() + begin,
@@ -554,25 +549,6 @@ absl::StatusOr<std::unique_ptr<Storage>> MakeIoUringStorage() {
   absl::StatusOr<std::unique_ptr<FileIo>> io = MakeIoUringFileIo();
   if (!io.ok()) return io.status();
   return std::unique_ptr<Storage>(new PosixStorage(*std::move(io)));
-}
-
-absl::StatusOr<std::unique_ptr<ReadableFile>> Storage::OpenReadableBeneath(
-    const std::string& dir, const std::string& relative) {
-  std::string path = dir;
-  size_t begin = 0;
-  for (size_t slash; (slash = relative.find('/', begin)) != std::string::npos;
-       begin = slash + 1) {
-    path = JoinPath(path, relative.substr(begin, slash - begin));
-    ASSIGN_OR_RETURN(bool is_dir, IsDir(path));
-    if (!is_dir) return NotInside(path);
-  }
-  return OpenReadable(JoinPath(dir, relative));
-}
-
-std::string JoinPath(const std::string& a, const std::string& b) {
-  if (a.empty()) return b;
-  if (a.back() == '/') return a + b;
-  return a + "/" + b;
 }
 
 }  // namespace hoist

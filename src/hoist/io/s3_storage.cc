@@ -1,0 +1,99 @@
+// The S3 backend: Arrow's S3FileSystem, configured as the AWS tools are
+// (see ObjectStoreOptions and docs/object-storage.md), behind
+// ObjectStorage.
+//
+// Arrow's S3 support is process-wide state (the AWS SDK), shared with
+// pyarrow when both live in one Python process: they load the same
+// libarrow_s3, so EnsureS3Initialized() initializes it once for both, and
+// the finalizer registered here runs at exit after pyarrow's own (Python's
+// atexit handlers run first); finalizing twice is harmless.
+#include <arrow/filesystem/s3fs.h>
+
+#include <cstdlib>
+#include <mutex>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
+#include "hoist/io/object_storage.h"
+
+namespace hoist {
+namespace {
+
+std::string Env(const char* name) {
+  const char* value = std::getenv(name);
+  return value == nullptr ? std::string() : std::string(value);
+}
+
+absl::Status InitializeS3Once() {
+  static std::once_flag once;
+  static arrow::Status status;
+  std::call_once(once, [] {
+    status = arrow::fs::EnsureS3Initialized();
+    if (status.ok()) {
+      std::atexit([] {
+        if (!arrow::fs::IsS3Finalized()) arrow::fs::FinalizeS3().Warn();
+      });
+    }
+  });
+  if (!status.ok()) {
+    return absl::UnavailableError(
+        absl::StrFormat("initializing S3 (Arrow): %s", status.message()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Storage>> MakeS3Storage(
+    const ObjectStoreOptions& options) {
+  if (absl::Status s = InitializeS3Once(); !s.ok()) return s;
+  arrow::fs::S3Options s3 = arrow::fs::S3Options::Defaults();
+  if (!options.access_key_id.empty() || !options.secret_access_key.empty()) {
+    if (options.access_key_id.empty() || options.secret_access_key.empty()) {
+      return absl::InvalidArgumentError(
+          "S3: an access key id needs its secret access key, and the other "
+          "way round");
+    }
+    s3.ConfigureAccessKey(options.access_key_id, options.secret_access_key,
+                          options.session_token);
+  }
+  std::string endpoint = options.endpoint;
+  if (endpoint.empty()) endpoint = Env("AWS_ENDPOINT_URL_S3");
+  if (endpoint.empty()) endpoint = Env("AWS_ENDPOINT_URL");
+  if (ConsumeScheme(endpoint, "http://")) {
+    s3.scheme = "http";
+  } else if (ConsumeScheme(endpoint, "https://")) {
+    s3.scheme = "https";
+  } else if (!endpoint.empty() && absl::StrContains(endpoint, "://")) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "S3 endpoint '%s': the scheme must be http or https", endpoint));
+  }
+  while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
+  s3.endpoint_override = endpoint;
+  std::string region = options.region;
+  if (region.empty()) region = Env("AWS_REGION");
+  if (region.empty()) region = Env("AWS_DEFAULT_REGION");
+  if (!region.empty()) s3.region = region;
+  if (s3.region.empty()) s3.region = "us-east-1";
+  // A path-style URL for a server of one's own (MinIO, SeaweedFS).
+  if (!endpoint.empty()) s3.force_virtual_addressing = false;
+  s3.connect_timeout =
+      options.connect_timeout_s > 0 ? options.connect_timeout_s : 10;
+  s3.request_timeout =
+      options.request_timeout_s > 0 ? options.request_timeout_s : 60;
+  s3.retry_strategy = arrow::fs::S3RetryStrategy::GetAwsStandardRetryStrategy(
+      options.max_attempts > 0 ? options.max_attempts : 4);
+  // Each whole part goes straight from the caller's buffer, one request at
+  // a time per object: memory stays one part per object being written.
+  s3.background_writes = false;
+  arrow::Result<std::shared_ptr<arrow::fs::S3FileSystem>> fs =
+      arrow::fs::S3FileSystem::Make(s3);
+  if (!fs.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("S3: %s", fs.status().message()));
+  }
+  return MakeObjectStorage(*std::move(fs), "s3://");
+}
+
+}  // namespace hoist
