@@ -352,7 +352,8 @@ class CheckpointManager::Impl {
     // went back to an earlier step), and every rank must save alike.
     if (tier == Tier::kDurable && may_exist) {
       ASSIGN_OR_RETURN(bool exists,
-                       storage_.Exists(JoinPath(root(), StepDirName(step))));
+                       storage_.HasMarker(JoinPath(root(), StepDirName(step)),
+                                          std::string(kManifestFileName)));
       if (exists) {
         return absl::AlreadyExistsError(
             absl::StrFormat("%s: step %d is already committed", root(), step));
@@ -410,10 +411,15 @@ class CheckpointManager::Impl {
       });
     });
     if (needs_pool) StartPinning();
-    const auto restore = [&](const std::string& dir) {
-      return RestoreCheckpoint(storage_, dir, targets, *pool_, chosen,
-                               receiver);
+    // From the durable root, or (local_restore) from the local tier, which
+    // has a storage of its own when the root is on an object store.
+    const auto restore_from = [&](Storage& storage) {
+      return [&](const std::string& dir) {
+        return RestoreCheckpoint(storage, dir, targets, *pool_, chosen,
+                                 receiver);
+      };
     };
+    const auto restore = restore_from(storage_);
     absl::StatusOr<RestoreStats> stats;
     if (local_ != nullptr && chosen.local_tier) {
       // Collective: the saver thread must not use the coordinator beside it.
@@ -424,7 +430,7 @@ class CheckpointManager::Impl {
       ASSIGN_OR_RETURN(
           LocalTier::Outcome outcome,
           local_->Restore(step, List().value_or(std::vector<int64_t>{}),
-                          restore));
+                          restore_from(local_->own().storage())));
       if (outcome.none) {
         return absl::NotFoundError(absl::StrFormat(
             "%s and the local tier hold no step to restore%s (%s)", root(),
@@ -747,9 +753,10 @@ class CheckpointManager::Impl {
       request.overwrite = true;
       request.part = ManifestPart{coordinator_.rank(), coordinator_.size()};
     }
-    absl::StatusOr<SaveResult> result = SaveCheckpoint(
-        storage_, local ? *alone_ : coordinator_, request, engine_,
-        backend_.devices(), *job.sources, std::move(job.begun));
+    absl::StatusOr<SaveResult> result =
+        SaveCheckpoint(local ? local_->own().storage() : storage_,
+                       local ? *alone_ : coordinator_, request, engine_,
+                       backend_.devices(), *job.sources, std::move(job.begun));
     int64_t replicated_bytes = 0;
     if (local) {
       // Every rank replicates, or removes its part when a rank failed.

@@ -64,7 +64,10 @@ class ObjectWritableFile final : public WritableFile {
       : url_(std::move(url)), stream_(std::move(stream)) {}
   ~ObjectWritableFile() override {
     MutexLock lock(&mu_);
-    if (stream_ != nullptr) stream_->Abort().Warn();
+    if (stream_ != nullptr) {
+      const arrow::Status aborted = stream_->Abort();
+      (void)aborted;  // Close() reports it; a destructor cannot
+    }
   }
 
   absl::Status WriteAt(int64_t offset,
@@ -258,17 +261,27 @@ class ObjectStorage final : public Storage {
     return Key(path).status();  // a completed upload is durable
   }
 
+  // The names of the objects and prefixes of objects right under `path`,
+  // from one recursive listing: a prefix that holds no object is not
+  // listed (some servers show a directory for a while after its last
+  // object is deleted; S3 has none).
   absl::StatusOr<std::vector<std::string>> List(
       const std::string& path) override {
     ASSIGN_OR_RETURN(std::string key, Key(path));
     arrow::fs::FileSelector selector;
     selector.base_dir = key;
     selector.allow_not_found = true;
-    selector.recursive = false;
+    selector.recursive = true;
     arrow::Result<std::vector<FileInfo>> infos = fs_->GetFileInfo(selector);
     RETURN_IF_ERROR(FromArrow(infos.status(), "listing", path));
     std::vector<std::string> names;
-    for (const FileInfo& info : *infos) names.push_back(info.base_name());
+    for (const FileInfo& info : *infos) {
+      if (info.type() != FileType::File) continue;
+      std::string_view rest = info.path();
+      if (rest.size() <= key.size() + 1) continue;
+      rest.remove_prefix(key.size() + 1);
+      names.emplace_back(rest.substr(0, rest.find('/')));
+    }
     std::sort(names.begin(), names.end());
     names.erase(std::unique(names.begin(), names.end()), names.end());
     return names;

@@ -28,19 +28,28 @@ std::string Env(const char* name) {
 absl::Status InitializeS3Once() {
   static std::once_flag once;
   static arrow::Status status;
-  std::call_once(once, [] {
-    status = arrow::fs::EnsureS3Initialized();
-    if (status.ok()) {
-      std::atexit([] {
-        if (!arrow::fs::IsS3Finalized()) arrow::fs::FinalizeS3().Warn();
-      });
-    }
-  });
+  std::call_once(once, [] { status = arrow::fs::EnsureS3Initialized(); });
   if (!status.ok()) {
     return absl::UnavailableError(
         absl::StrFormat("initializing S3 (Arrow): %s", status.message()));
   }
   return absl::OkStatus();
+}
+
+// Finalizes S3 at exit unless someone (pyarrow) did. Registered once the
+// first S3 filesystem exists: exit handlers run in the reverse order of
+// their registration, so this one runs before the destructors of the
+// statics Arrow made for that filesystem, which finalizing still uses.
+void FinalizeS3AtExit() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    std::atexit([] {
+      if (!arrow::fs::IsS3Finalized()) {
+        const arrow::Status finalized = arrow::fs::FinalizeS3();
+        (void)finalized;  // at exit: nobody left to tell
+      }
+    });
+  });
 }
 
 }  // namespace
@@ -93,6 +102,7 @@ absl::StatusOr<std::unique_ptr<Storage>> MakeS3Storage(
     return absl::InvalidArgumentError(
         absl::StrFormat("S3: %s", fs.status().message()));
   }
+  FinalizeS3AtExit();
   return MakeObjectStorage(*std::move(fs), "s3://");
 }
 
