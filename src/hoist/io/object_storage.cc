@@ -5,8 +5,11 @@
 
 #include <arrow/filesystem/filesystem.h>
 #include <arrow/io/interfaces.h>
+#include <arrow/util/future.h>
+#include <arrow/util/iterator.h>
 
 #include <algorithm>
+#include <functional>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -56,17 +59,22 @@ absl::Status FromArrow(const arrow::Status& status, std::string_view what,
 class ObjectStorage;
 
 // An object being uploaded (see object_storage.h): sequential, completed
-// by Sync, aborted by Close without Sync or by destruction.
+// by Sync, aborted by Close without Sync or by destruction. `remove`
+// deletes what an abort leaves (GCS makes the object of an aborted upload).
 class ObjectWritableFile final : public WritableFile {
  public:
   ObjectWritableFile(std::string url,
-                     std::shared_ptr<arrow::io::OutputStream> stream)
-      : url_(std::move(url)), stream_(std::move(stream)) {}
+                     std::shared_ptr<arrow::io::OutputStream> stream,
+                     std::function<absl::Status()> remove)
+      : url_(std::move(url)),
+        stream_(std::move(stream)),
+        remove_(std::move(remove)) {}
   ~ObjectWritableFile() override {
     MutexLock lock(&mu_);
     if (stream_ != nullptr) {
       const arrow::Status aborted = stream_->Abort();
       (void)aborted;  // Close() reports it; a destructor cannot
+      remove_().IgnoreError();
     }
   }
 
@@ -109,7 +117,8 @@ class ObjectWritableFile final : public WritableFile {
     if (stream_ == nullptr) return absl::OkStatus();
     const arrow::Status aborted = stream_->Abort();
     stream_ = nullptr;
-    return FromArrow(aborted, "aborting the upload", url_);
+    RETURN_IF_ERROR(FromArrow(aborted, "aborting the upload", url_));
+    return remove_();
   }
 
  private:
@@ -131,6 +140,7 @@ class ObjectWritableFile final : public WritableFile {
   const std::string url_;
   Mutex mu_;
   std::shared_ptr<arrow::io::OutputStream> stream_ ABSL_GUARDED_BY(mu_);
+  const std::function<absl::Status()> remove_;
   int64_t written_ ABSL_GUARDED_BY(mu_) = 0;
   bool synced_ ABSL_GUARDED_BY(mu_) = false;
 };
@@ -223,8 +233,8 @@ class ObjectStorage final : public Storage {
     arrow::Result<std::shared_ptr<arrow::io::OutputStream>> stream =
         fs_->OpenOutputStream(key);
     RETURN_IF_ERROR(FromArrow(stream.status(), "starting the upload", path));
-    return std::unique_ptr<WritableFile>(
-        new ObjectWritableFile(path, *std::move(stream)));
+    return std::unique_ptr<WritableFile>(new ObjectWritableFile(
+        path, *std::move(stream), [this, path] { return RemoveAll(path); }));
   }
 
   absl::StatusOr<std::unique_ptr<ReadableFile>> OpenReadable(
@@ -387,11 +397,34 @@ class ObjectStorage final : public Storage {
     return key;
   }
 
+  // What `url` is: an object (File), a prefix of objects (Directory), or
+  // neither (NotFound). A prefix that holds no object is neither: some
+  // servers show a directory for a while after its last object is deleted
+  // (S3 has none), so a directory is confirmed by the first page of a
+  // listing of everything under it (one request). A bucket is a directory
+  // even when empty.
   absl::StatusOr<FileInfo> Info(const std::string& url) const {
     ASSIGN_OR_RETURN(std::string key, Key(url));
     arrow::Result<FileInfo> info = fs_->GetFileInfo(key);
     RETURN_IF_ERROR(FromArrow(info.status(), "looking up", url));
-    return *std::move(info);
+    if (info->type() != FileType::Directory ||
+        key.find('/') == std::string::npos) {
+      return *std::move(info);
+    }
+    arrow::fs::FileSelector selector;
+    selector.base_dir = key;
+    selector.allow_not_found = true;
+    selector.recursive = true;
+    arrow::fs::FileInfoGenerator pages = fs_->GetFileInfoGenerator(selector);
+    while (true) {
+      arrow::Result<std::vector<FileInfo>> page = pages().result();
+      RETURN_IF_ERROR(FromArrow(page.status(), "listing", url));
+      if (arrow::IsIterationEnd(*page)) break;
+      for (const FileInfo& entry : *page) {
+        if (entry.type() == FileType::File) return *std::move(info);
+      }
+    }
+    return FileInfo(key, FileType::NotFound);
   }
 
   // Writes the small object `url` in one request.
