@@ -11,12 +11,16 @@
 #ifndef HOIST_TESTING_OBJECT_STORE_SERVER_H_
 #define HOIST_TESTING_OBJECT_STORE_SERVER_H_
 
+#include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -34,8 +38,10 @@ class ObjectStoreServer {
   // Starts a server of `kind` keeping its data under `dir`.
   static absl::StatusOr<std::unique_ptr<ObjectStoreServer>> Start(
       Kind kind, const std::string& dir) {
+    // Close-on-exec: a launcher started later must not hold this one's
+    // stdin open (it would never see it close).
     int to_child[2], from_child[2];
-    if (pipe(to_child) != 0 || pipe(from_child) != 0) {
+    if (pipe2(to_child, O_CLOEXEC) != 0 || pipe2(from_child, O_CLOEXEC) != 0) {
       return absl::InternalError("pipe failed");
     }
     const std::string script =
@@ -131,6 +137,59 @@ class ObjectStoreServer {
   FILE* const from_;
   std::string bucket_;
 };
+
+// Both servers, started at the first call and stopped when the test binary
+// ends (a global test environment's teardown); `failed` says why one did
+// not start. For a binary run as one ctest test: each test case run as a
+// process of its own would start its own servers.
+struct SharedServers {
+  std::string dir;
+  std::unique_ptr<ObjectStoreServer> s3;
+  std::unique_ptr<ObjectStoreServer> gcs;
+  absl::Status failed;
+};
+
+inline SharedServers& TheServers() {
+  static SharedServers* servers = [] {
+    auto* s = new SharedServers;
+    char pattern[] = "/tmp/hoist-servers-XXXXXX";
+    s->dir = mkdtemp(pattern) != nullptr ? pattern : "/tmp";
+    absl::StatusOr<std::unique_ptr<ObjectStoreServer>> s3 =
+        ObjectStoreServer::Start(ObjectStoreServer::Kind::kS3, s->dir + "/s3");
+    absl::StatusOr<std::unique_ptr<ObjectStoreServer>> gcs =
+        ObjectStoreServer::Start(ObjectStoreServer::Kind::kGcs,
+                                 s->dir + "/gcs");
+    if (s3.ok()) s->s3 = *std::move(s3);
+    if (gcs.ok()) s->gcs = *std::move(gcs);
+    s->failed = !s3.ok() ? s3.status() : gcs.status();
+    struct Stop : ::testing::Environment {
+      void TearDown() override {
+        SharedServers& servers = TheServers();
+        servers.s3.reset();
+        servers.gcs.reset();
+        std::error_code ignored;
+        std::filesystem::remove_all(servers.dir, ignored);
+      }
+    };
+    ::testing::AddGlobalTestEnvironment(new Stop);
+    return s;
+  }();
+  return *servers;
+}
+
+// In a test's SetUp: skips the test when the servers could not start,
+// or fails it when HOIST_REQUIRE_OBJECT_STORE is set (tools/test.sh fills
+// .venv with the servers and sets it, so CI never skips silently).
+#define HOIST_REQUIRE_SERVERS()                                        \
+  do {                                                                 \
+    const absl::Status failed = ::hoist::testing::TheServers().failed; \
+    if (!failed.ok()) {                                                \
+      if (std::getenv("HOIST_REQUIRE_OBJECT_STORE") != nullptr) {      \
+        FAIL() << "no object-store server: " << failed;                \
+      }                                                                \
+      GTEST_SKIP() << "no object-store server: " << failed;            \
+    }                                                                  \
+  } while (0)
 
 }  // namespace hoist::testing
 

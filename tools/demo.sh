@@ -4,10 +4,13 @@
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 # The set-up reports to stderr: stdout is hoist demo's own (--json).
+# The Python packages come first: the C++ build links Arrow's object-store
+# filesystems from .venv's pyarrow.
 {
   install_debs
+  python_requirements python/requirements.txt
   build_dir release "${HOIST_RELEASE[@]}"
-  python_package python/requirements.txt  # `import hoist` in .venv
+  python_hoist  # `import hoist` in .venv
 } >&2
 log "hoist demo $*"
 build/release/hoist demo "$@"

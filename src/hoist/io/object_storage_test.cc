@@ -10,7 +10,6 @@
 #include "absl/strings/str_cat.h"
 #include "hoist/storage.h"
 #include "testing/object_store_server.h"
-#include "testing/temp_dir.h"
 
 namespace hoist {
 namespace {
@@ -18,43 +17,6 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 using testing::ObjectStoreServer;
-
-// Both servers, for the whole binary.
-struct Servers {
-  std::unique_ptr<hoist::testing::TempDir> dir;
-  std::unique_ptr<ObjectStoreServer> s3;
-  std::unique_ptr<ObjectStoreServer> gcs;
-  absl::Status failed;
-};
-
-Servers& TheServers() {
-  static Servers* servers = [] {
-    auto* s = new Servers;
-    s->dir = std::make_unique<hoist::testing::TempDir>();
-    absl::StatusOr<std::unique_ptr<ObjectStoreServer>> s3 =
-        ObjectStoreServer::Start(ObjectStoreServer::Kind::kS3,
-                                 s->dir->path() + "/s3");
-    absl::StatusOr<std::unique_ptr<ObjectStoreServer>> gcs =
-        ObjectStoreServer::Start(ObjectStoreServer::Kind::kGcs,
-                                 s->dir->path() + "/gcs");
-    if (s3.ok()) s->s3 = *std::move(s3);
-    if (gcs.ok()) s->gcs = *std::move(gcs);
-    s->failed = !s3.ok() ? s3.status() : gcs.status();
-    return s;
-  }();
-  return *servers;
-}
-
-class StopServers : public ::testing::Environment {
- public:
-  void TearDown() override {
-    Servers& servers = TheServers();
-    servers.s3.reset();
-    servers.gcs.reset();
-  }
-};
-const auto* const kStop =
-    ::testing::AddGlobalTestEnvironment(new StopServers);
 
 // A prefix no other test uses.
 std::string Unique(const std::string& name) {
@@ -66,14 +28,8 @@ class ObjectStorageTest
     : public ::testing::TestWithParam<ObjectStoreServer::Kind> {
  protected:
   void SetUp() override {
-    Servers& servers = TheServers();
-    if (!servers.failed.ok()) {
-      // tools/test.sh fills .venv with the servers and asks for them.
-      if (std::getenv("HOIST_REQUIRE_OBJECT_STORE") != nullptr) {
-        FAIL() << "no object-store server: " << servers.failed;
-      }
-      GTEST_SKIP() << "no object-store server: " << servers.failed;
-    }
+    HOIST_REQUIRE_SERVERS();
+    testing::SharedServers& servers = testing::TheServers();
     server_ = GetParam() == ObjectStoreServer::Kind::kS3 ? servers.s3.get()
                                                          : servers.gcs.get();
     absl::StatusOr<std::unique_ptr<Storage>> storage =
@@ -91,9 +47,9 @@ class ObjectStorageTest
         storage_->OpenWritable(path);
     if (!file.ok()) return file.status();
     if (absl::Status s = (*file)->WriteAt(
-            0, absl::MakeConstSpan(
-                   reinterpret_cast<const uint8_t*>(bytes.data()),
-                   bytes.size()));
+            0,
+            absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                bytes.size()));
         !s.ok()) {
       return s;
     }
@@ -119,7 +75,8 @@ class ObjectStorageTest
   std::string root_;
 };
 
-TEST_P(ObjectStorageTest, AnObjectIsWrittenInPartsFromStartToEndAndReadByRange) {
+TEST_P(ObjectStorageTest,
+       AnObjectIsWrittenInPartsFromStartToEndAndReadByRange) {
   const std::string path = JoinPath(root_, "data/r00000_w00.bin");
   absl::StatusOr<std::unique_ptr<WritableFile>> file =
       storage_->OpenWritable(path);
@@ -163,12 +120,12 @@ TEST_P(ObjectStorageTest, AnUploadClosedWithoutSyncLeavesNoObject) {
       storage_->OpenWritable(path);
   ASSERT_TRUE(file.ok()) << file.status();
   const std::string bytes(12 << 20, 'x');
-  ASSERT_TRUE((*file)
-                  ->WriteAt(0, absl::MakeConstSpan(
-                                   reinterpret_cast<const uint8_t*>(
-                                       bytes.data()),
-                                   bytes.size()))
-                  .ok());
+  ASSERT_TRUE(
+      (*file)
+          ->WriteAt(0, absl::MakeConstSpan(
+                           reinterpret_cast<const uint8_t*>(bytes.data()),
+                           bytes.size()))
+          .ok());
   ASSERT_TRUE((*file)->Close().ok());
   EXPECT_FALSE(*storage_->Exists(path));
   EXPECT_EQ(storage_->OpenReadable(path).status().code(),
@@ -190,8 +147,8 @@ TEST_P(ObjectStorageTest, ListShowsTheNamesRightUnderAPrefixThatHoldObjects) {
   ASSERT_TRUE(Write(JoinPath(root_, ".hoist.lock"), "me").ok());
   absl::StatusOr<std::vector<std::string>> names = storage_->List(root_);
   ASSERT_TRUE(names.ok()) << names.status();
-  EXPECT_THAT(*names, ::testing::ElementsAre(".hoist.lock", "step_1",
-                                             "step_2"));
+  EXPECT_THAT(*names,
+              ::testing::ElementsAre(".hoist.lock", "step_1", "step_2"));
   EXPECT_TRUE(*storage_->IsDir(JoinPath(root_, "step_1")));
   EXPECT_FALSE(*storage_->IsDir(JoinPath(root_, ".hoist.lock")));
   // Removing a prefix removes every object under it; it then lists empty.
@@ -216,14 +173,12 @@ TEST_P(ObjectStorageTest, CommitWritesInPlaceAndTheMarkerLast) {
   ASSERT_TRUE(Write(JoinPath(dir, "data/r0.bin"), "bytes").ok());
   EXPECT_FALSE(*storage_->HasMarker(dir, "MANIFEST.json"));
   ASSERT_TRUE(
-      storage_->CommitDir(dir, dir, "MANIFEST.json", R"({"step":3})", "")
-          .ok());
+      storage_->CommitDir(dir, dir, "MANIFEST.json", R"({"step":3})", "").ok());
   EXPECT_TRUE(*storage_->HasMarker(dir, "MANIFEST.json"));
   EXPECT_EQ(*Read(JoinPath(dir, "MANIFEST.json"), 0, 10), R"({"step":3})");
   // A second commit of the same directory, not replacing, is refused.
-  EXPECT_EQ(
-      storage_->CommitDir(dir, dir, "MANIFEST.json", "{}", "").code(),
-      absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(storage_->CommitDir(dir, dir, "MANIFEST.json", "{}", "").code(),
+            absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(storage_
                 ->BeginDir(dir, JoinPath(root_, ".tmp"), subdirs,
                            "MANIFEST.json", /*replace=*/false)
@@ -285,8 +240,8 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 TEST(S3StorageTest, WrongKeysAreRefusedWithoutNamingThem) {
-  Servers& servers = TheServers();
-  if (servers.s3 == nullptr) GTEST_SKIP() << servers.failed;
+  HOIST_REQUIRE_SERVERS();
+  testing::SharedServers& servers = testing::TheServers();
   ObjectStoreOptions options;
   options.access_key_id = "AKIAWRONGWRONGWRONG0";
   options.secret_access_key = "wrong-secret-never-to-be-printed";
