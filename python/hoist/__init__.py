@@ -107,11 +107,22 @@ class _Repeat:
         self.meta, self.user, self.text = meta, user, text
 
 
+def _storage_options(options):
+    """storage_options as the extension takes them: names to strings."""
+    if options is None:
+        return {}
+    if not isinstance(options, dict):
+        raise TypeError("storage_options must be a dict")
+    return {str(k): str(v) for k, v in options.items()}
+
+
 class CheckpointManager:
     """Saves and restores the steps of one checkpoint root.
 
-    path:          the root directory (created if needed); one manager per
-                   root at a time (a second one gets ValueError).
+    path:          the root directory (created if needed), or a prefix on an
+                   object store: "s3://BUCKET/PREFIX" or "gs://BUCKET/PREFIX"
+                   (see docs/object-storage.md); one manager per root at a
+                   time (on a filesystem a second one gets ValueError).
     keep:          keep the newest N steps (None: all).
     keep_every:    also keep every step divisible by this.
     pool_bytes:    the pinned staging pool, allocated once (default 1 GiB);
@@ -150,13 +161,21 @@ class CheckpointManager:
                    save (default 600 s); then the save fails on every rank
                    that is left, naming the ranks that did not arrive, and
                    the step never becomes visible.
+    storage_options:
+                   for an s3:// or gs:// root, what overrides the
+                   environment (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...,
+                   STORAGE_EMULATOR_HOST): a dict with any of "endpoint",
+                   "region", "access_key_id", "secret_access_key",
+                   "session_token", "request_timeout_s",
+                   "connect_timeout_s", "max_attempts".
     """
 
     def __init__(self, path, *, keep=None, keep_every=None,
                  pool_bytes=1 << 30, backend="host", num_devices=None,
                  max_in_flight=1, writers=2, io="posix",
                  background_priority="low", when_busy="wait",
-                 coordinator="auto", coordinator_timeout_s=600.0):
+                 coordinator="auto", coordinator_timeout_s=600.0,
+                 storage_options=None):
         if keep is not None and keep < 1:
             raise ValueError("keep must be >= 1 (or None to keep every step)")
         # A coordinator hoist makes is hoist's to close; a caller's is not.
@@ -172,7 +191,8 @@ class CheckpointManager:
         try:
             self._open(path, coordinator, backend, num_devices, pool_bytes,
                        keep, keep_every, max_in_flight, writers, io,
-                       background_priority, when_busy)
+                       background_priority, when_busy,
+                       _storage_options(storage_options))
         except BaseException:
             self._close_coordinator()
             raise
@@ -187,7 +207,7 @@ class CheckpointManager:
 
     def _open(self, path, coordinator, backend, num_devices, pool_bytes,
               keep, keep_every, max_in_flight, writers, io,
-              background_priority, when_busy):
+              background_priority, when_busy, storage_options):
         rank = coordinator.rank if coordinator is not None else 0
         first, num_devices, ordinals = _local_devices(
             backend, num_devices, coordinator)
@@ -205,7 +225,8 @@ class CheckpointManager:
         self._manager = _call(
             _hoist.Manager, os.fspath(path), self._backend, int(pool_bytes),
             int(keep or 0), int(keep_every or 0), int(max_in_flight),
-            int(writers), io, background_priority, coordinator, when_busy)
+            int(writers), io, background_priority, coordinator, when_busy,
+            storage_options)
 
     # -- saving ------------------------------------------------------------
 

@@ -12,6 +12,7 @@
 // OSError, hoist.DataLossError, ...
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
@@ -19,6 +20,7 @@
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -28,6 +30,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "hoist/checkpoint_manager.h"
@@ -362,6 +365,48 @@ using PyReceivedArray =
     std::tuple<std::string, std::string, std::vector<int64_t>,
                std::vector<PyReceivedBox>>;
 
+// storage_options (names to strings) as ObjectStoreOptions; ValueError for
+// a name it does not have or a number that is not one. Secrets are never
+// repeated in an error.
+ObjectStoreOptions ObjectStoreOptionsOf(
+    const std::map<std::string, std::string>& given) {
+  ObjectStoreOptions options;
+  for (const auto& [name, value] : given) {
+    const auto number = [&, &name = name, &value = value]() {
+      double v = 0;
+      if (!absl::SimpleAtod(value, &v) || v < 0) {
+        Invalid(absl::StrFormat(
+            "storage_options['%s'] = '%s': not a number >= 0", name, value));
+      }
+      return v;
+    };
+    if (name == "endpoint") {
+      options.endpoint = value;
+    } else if (name == "region") {
+      options.region = value;
+    } else if (name == "access_key_id") {
+      options.access_key_id = value;
+    } else if (name == "secret_access_key") {
+      options.secret_access_key = value;
+    } else if (name == "session_token") {
+      options.session_token = value;
+    } else if (name == "request_timeout_s") {
+      options.request_timeout_s = number();
+    } else if (name == "connect_timeout_s") {
+      options.connect_timeout_s = number();
+    } else if (name == "max_attempts") {
+      options.max_attempts = static_cast<int>(number());
+    } else {
+      Invalid(
+          absl::StrFormat("storage_options: no option '%s' (endpoint, region, "
+                          "access_key_id, secret_access_key, session_token, "
+                          "request_timeout_s, connect_timeout_s, max_attempts)",
+                          name));
+    }
+  }
+  return options;
+}
+
 class PyManager {
  public:
   // `coordinator`: a Python coordinator (see PyCoordinator), or None for a
@@ -370,7 +415,8 @@ class PyManager {
             int64_t pool_bytes, int keep_last, int64_t keep_every,
             int max_in_flight, int writers, const std::string& io,
             const std::string& background_priority, nb::object coordinator,
-            const std::string& when_busy)
+            const std::string& when_busy,
+            const std::map<std::string, std::string>& storage_options)
       : backend_(std::move(backend)),
         coordinator_(coordinator.is_none()
                          ? MakeSingleProcessCoordinator()
@@ -404,6 +450,7 @@ class PyManager {
       Invalid(absl::StrFormat("io '%s': use 'posix' or 'io_uring'", io));
     }
     options.io = io == "io_uring" ? IoEngine::kIoUring : IoEngine::kPosix;
+    options.object_store = ObjectStoreOptionsOf(storage_options);
     nb::gil_scoped_release release;
     manager_ = Check(
         CheckpointManager::Open(root, backend_->get(), *coordinator_, options));
@@ -785,13 +832,15 @@ NB_MODULE(_hoist, m) {
   nb::class_<PyManager>(m, "Manager")
       .def(nb::init<const std::string&, std::shared_ptr<PyBackend>, int64_t,
                     int, int64_t, int, int, const std::string&,
-                    const std::string&, nb::object, const std::string&>(),
+                    const std::string&, nb::object, const std::string&,
+                    const std::map<std::string, std::string>&>(),
            nb::arg("root"), nb::arg("backend"), nb::arg("pool_bytes"),
            nb::arg("keep_last"), nb::arg("keep_every"),
            nb::arg("max_in_flight"), nb::arg("writers"), nb::arg("io"),
            nb::arg("background_priority") = "low",
            nb::arg("coordinator").none() = nb::none(),
-           nb::arg("when_busy") = "wait")
+           nb::arg("when_busy") = "wait",
+           nb::arg("storage_options") = std::map<std::string, std::string>())
       .def("durability", &PyManager::DurabilityDict)
       .def("save", &PyManager::Save, nb::arg("step"), nb::arg("arrays"),
            nb::arg("metadata_json"), nb::arg("dispatched"))

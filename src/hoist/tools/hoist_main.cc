@@ -1,4 +1,6 @@
 // The hoist command-line tool.
+#include <stdlib.h>
+
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <string>
@@ -15,6 +17,32 @@ int main(int argc, char** argv) {
       "hoist");
   app.require_subcommand(1);
   app.set_version_flag("--version", "hoist 0.1.0");
+  // Object stores, for every command (given before or after it): each flag
+  // sets the variable the client reads, so it overrides the environment.
+  // Keys stay in the environment or a profile: never on a command line.
+  app.fallthrough();
+  const auto sets = [&app](const char* flag, const char* variable,
+                           const char* help) {
+    app.add_option_function<std::string>(
+           flag,
+           [variable](const std::string& value) {
+             setenv(variable, value.c_str(), 1);
+           },
+           help)
+        ->trigger_on_parse()
+        ->group("Object stores (s3://BUCKET/PREFIX, gs://BUCKET/PREFIX)");
+  };
+  sets("--s3-endpoint", "AWS_ENDPOINT_URL_S3",
+       "S3 endpoint URL (else AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, AWS)");
+  sets("--s3-region", "AWS_REGION",
+       "S3 region (else AWS_REGION, AWS_DEFAULT_REGION, the profile's)");
+  sets("--aws-profile", "AWS_PROFILE",
+       "AWS profile in ~/.aws for credentials and region (else "
+       "AWS_PROFILE)");
+  sets("--gcs-endpoint", "STORAGE_EMULATOR_HOST",
+       "GCS endpoint of an emulator, e.g. http://127.0.0.1:4443 (else "
+       "STORAGE_EMULATOR_HOST; unset: Google's, with application default "
+       "credentials)");
   hoist::AddDemoCommand(app);
   hoist::AddPlanCommand(app);
   hoist::AddInspectCommands(app);

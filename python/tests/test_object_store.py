@@ -1,0 +1,170 @@
+"""hoist on object stores from Python, against real servers on 127.0.0.1
+(SeaweedFS for S3, fake-gcs-server for GCS; testing/object_store_server.py):
+a NumPy state saved and restored, inspect/verify/export by URL, options that
+override the environment, pyarrow in the same process, and multi-process
+jobs (torchrun, jax.distributed) saving into one prefix and restoring on
+another number of processes."""
+import json
+import os
+import sys
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import hoist
+
+pytest.importorskip("pyarrow")
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "testing"))
+import object_store_server  # noqa: E402
+
+from test_multiprocess import jax_processes, torchrun  # noqa: E402
+
+
+def _require(server_class, tmp_path_factory):
+    try:
+        server = server_class(tmp_path_factory.mktemp(server_class.name))
+        server.start()
+    except Exception as e:  # noqa: BLE001
+        if os.environ.get("HOIST_REQUIRE_OBJECT_STORE"):
+            pytest.fail(f"no {server_class.name}: {e}")
+        pytest.skip(f"no {server_class.name}: {e}")
+    return server
+
+
+@pytest.fixture(scope="module")
+def s3_server(tmp_path_factory):
+    server = _require(object_store_server.S3Server, tmp_path_factory)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def gcs_server(tmp_path_factory):
+    server = _require(object_store_server.GcsServer, tmp_path_factory)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["s3", "gs"])
+def root(request, monkeypatch):
+    """A fresh prefix on each server, its environment set."""
+    server = request.getfixturevalue(
+        "s3_server" if request.param == "s3" else "gcs_server")
+    for name, value in server.env.items():
+        monkeypatch.setenv(name, value)
+    return f"{request.param}://{server.bucket}/{uuid.uuid4().hex[:12]}"
+
+
+def _state(version):
+    rng = np.random.default_rng(version)
+    return {"w": rng.standard_normal((512, 384)).astype(np.float32),
+            "emb": rng.integers(0, 1 << 30, (1000, 64), dtype=np.int64),
+            "step": np.int64(version)}
+
+
+def test_numpy_state_saves_restores_and_prunes(root):
+    with hoist.CheckpointManager(root, keep=2, pool_bytes=4 << 20,
+                                 coordinator="single") as mgr:
+        for step in (1, 2, 3):
+            mgr.save(step, _state(step)).wait()
+        assert mgr.all_steps() == [2, 3]
+        restored = mgr.restore()
+        for name, value in _state(3).items():
+            np.testing.assert_array_equal(restored[name], value)
+    assert hoist.verify(root) == (3, [])
+    assert hoist.inspect(root)["step"] == 3
+    assert hoist.inspect(f"{root}/step_00000002")["step"] == 2
+
+
+def test_export_of_a_step_on_an_object_store(root, tmp_path):
+    safetensors = pytest.importorskip("safetensors.numpy")
+    with hoist.CheckpointManager(root, pool_bytes=4 << 20,
+                                 coordinator="single") as mgr:
+        mgr.save(5, _state(5)).wait()
+    hoist.export(root, tmp_path / "out")
+    loaded = safetensors.load_file(str(tmp_path / "out/model.safetensors"))
+    np.testing.assert_array_equal(loaded["w"], _state(5)["w"])
+
+
+def test_pyarrow_in_the_same_process_keeps_working(s3_server, monkeypatch):
+    import pyarrow.fs as pafs
+
+    for name, value in s3_server.env.items():
+        monkeypatch.setenv(name, value)
+    env = s3_server.env
+    fs = pafs.S3FileSystem(
+        endpoint_override=env["AWS_ENDPOINT_URL"], region="us-east-1",
+        access_key=env["AWS_ACCESS_KEY_ID"],
+        secret_key=env["AWS_SECRET_ACCESS_KEY"])
+    prefix = f"{s3_server.bucket}/{uuid.uuid4().hex[:12]}"
+    with fs.open_output_stream(f"{prefix}/before.txt") as f:
+        f.write(b"before")
+    with hoist.CheckpointManager(f"s3://{prefix}/ckpt", pool_bytes=4 << 20,
+                                 coordinator="single") as mgr:
+        mgr.save(1, _state(1)).wait()
+    with fs.open_output_stream(f"{prefix}/after.txt") as f:
+        f.write(b"after")
+    names = {i.base_name for i in fs.get_file_info(
+        pafs.FileSelector(prefix, recursive=False))}
+    assert names == {"before.txt", "after.txt", "ckpt"}
+
+
+def test_storage_options_override_the_environment(s3_server, monkeypatch):
+    env = s3_server.env
+    # The environment points elsewhere; the options are what count.
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "nobody")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "nothing")
+    root = f"s3://{s3_server.bucket}/{uuid.uuid4().hex[:12]}"
+    options = {"endpoint": env["AWS_ENDPOINT_URL"],
+               "access_key_id": env["AWS_ACCESS_KEY_ID"],
+               "secret_access_key": env["AWS_SECRET_ACCESS_KEY"],
+               "region": "us-east-1"}
+    with hoist.CheckpointManager(root, pool_bytes=4 << 20,
+                                 coordinator="single",
+                                 storage_options=options) as mgr:
+        mgr.save(1, _state(1)).wait()
+        np.testing.assert_array_equal(mgr.restore()["w"], _state(1)["w"])
+    # A wrong secret is refused, and never repeated.
+    wrong = dict(options, secret_access_key="never-print-this-secret",
+                 max_attempts=1)
+    with pytest.raises(Exception) as refused:
+        hoist.CheckpointManager(root + "-x", pool_bytes=4 << 20,
+                                coordinator="single", storage_options=wrong)
+    assert "never-print-this-secret" not in str(refused.value)
+    with pytest.raises(ValueError, match="no option 'endpiont'"):
+        hoist.CheckpointManager(root, coordinator="single",
+                                storage_options={"endpiont": "x"})
+
+
+def test_a_root_without_a_bucket_or_with_another_scheme_is_refused():
+    for url in ("s3://", "s3:///x", "ftp://bucket/x"):
+        with pytest.raises(ValueError, match="bucket|scheme"):
+            hoist.CheckpointManager(url, coordinator="single")
+
+
+def test_torchrun_job_saves_into_one_prefix_and_restores_on_4(s3_server,
+                                                               monkeypatch):
+    pytest.importorskip("torch")
+    for name, value in s3_server.env.items():
+        monkeypatch.setenv(name, value)
+    root = f"s3://{s3_server.bucket}/{uuid.uuid4().hex[:12]}"
+    torchrun(2, "save", root, 1, "a")
+    manifest = hoist.inspect(root)
+    files = {e["file"] for a in manifest["arrays"] for e in a["extents"]}
+    # Each rank uploaded its own objects into the one prefix.
+    assert {f.split("/")[-1][:6] for f in files} == {"r00000", "r00001"}
+    torchrun(4, "restore", root, 1)
+
+
+def test_jax_processes_save_into_one_prefix_and_restore_on_1(s3_server,
+                                                             monkeypatch):
+    pytest.importorskip("jax")
+    for name, value in s3_server.env.items():
+        monkeypatch.setenv(name, value)
+    root = f"s3://{s3_server.bucket}/{uuid.uuid4().hex[:12]}"
+    jax_processes(2, 4, "save", root, 3, "a")
+    jax_processes(1, 8, "restore", root, 3, "b")
+    assert json.loads(json.dumps(hoist.inspect(root)))["step"] == 3
