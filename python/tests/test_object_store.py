@@ -69,7 +69,7 @@ def test_numpy_state_saves_restores_and_prunes(root):
                                  coordinator="single") as mgr:
         for step in (1, 2, 3):
             mgr.save(step, _state(step)).wait()
-        assert mgr.all_steps() == [2, 3]
+        assert mgr.steps == [2, 3]
         restored = mgr.restore()
         for name, value in _state(3).items():
             np.testing.assert_array_equal(restored[name], value)

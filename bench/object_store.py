@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+"""hoist on an object store against the client's own limit, in one run.
+
+    .venv/bin/python bench/object_store.py [--size 1GiB] [--rounds 3]
+        [--writers 4] [--json] [--out FILE]
+
+Starts SeaweedFS's S3 server on 127.0.0.1 (testing/object_store_server.py),
+then alternates, round after round (limit, hoist, limit, hoist, ...):
+  - the client's limit: pyarrow on its own (Arrow's S3FileSystem, the same
+    library hoist uses) uploading the same bytes as `--writers` objects from
+    as many threads, each written in 16 MiB pieces, and reading them back by
+    16 MiB ranges from as many threads;
+  - the hard floor's baseline: pyarrow uploading the same bytes to ONE
+    object in 16 MiB pieces;
+  - hoist: a NumPy state of `--size` saved by hoist.CheckpointManager into
+    s3://... (from save() until wait() returns: committed), then restored
+    into new host memory (restore()), each save in a fresh process that also
+    reports its peak RSS growth over the state it holds (ru_maxrss), against
+    the pool.
+Reports each figure's median over the rounds with its spread, and the
+ratios: hoist save / limit upload, hoist restore / limit download, hoist
+save / one-object upload. The server's data directory is under /tmp and is
+removed at the end.
+"""
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "testing"))
+import object_store_server  # noqa: E402
+
+PIECE = 16 << 20
+
+
+def parse_size(text):
+    units = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+    for unit, scale in units.items():
+        if text.endswith(unit):
+            return int(float(text[:-len(unit)]) * scale)
+    return int(text)
+
+
+def arrow_fs(env):
+    import pyarrow.fs as pafs
+
+    return pafs.S3FileSystem(
+        endpoint_override=env["AWS_ENDPOINT_URL"], region="us-east-1",
+        access_key=env["AWS_ACCESS_KEY_ID"],
+        secret_key=env["AWS_SECRET_ACCESS_KEY"])
+
+
+def pyarrow_upload(env, bucket, size, objects):
+    """Seconds for pyarrow to upload `size` bytes as `objects` objects,
+    one thread each, in 16 MiB pieces; returns (seconds, keys)."""
+    fs = arrow_fs(env)
+    piece = memoryview(os.urandom(PIECE))
+    share = size // objects
+    prefix = f"{bucket}/limit-{uuid.uuid4().hex[:8]}"
+    keys = [f"{prefix}/o{i}" for i in range(objects)]
+
+    def upload(key):
+        left = share
+        with fs.open_output_stream(key) as out:
+            while left > 0:
+                n = min(left, PIECE)
+                out.write(piece[:n])
+                left -= n
+
+    start = time.perf_counter()
+    threads = [threading.Thread(target=upload, args=(k,)) for k in keys]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - start, keys
+
+
+def pyarrow_download(env, keys):
+    """Seconds for pyarrow to read `keys` back by 16 MiB ranges, one thread
+    per object, into one preallocated buffer each."""
+    fs = arrow_fs(env)
+    sizes = {k: fs.get_file_info(k).size for k in keys}
+
+    def download(key):
+        buffer = bytearray(sizes[key])
+        view = memoryview(buffer)
+        with fs.open_input_file(key) as f:
+            at = 0
+            while at < sizes[key]:
+                n = min(PIECE, sizes[key] - at)
+                f.seek(at)
+                f.readinto(view[at:at + n])  # one ranged GET, no copy
+                at += n
+
+    start = time.perf_counter()
+    threads = [threading.Thread(target=download, args=(k,)) for k in keys]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - start
+
+
+HOIST_CHILD = r"""
+import json, resource, sys, time
+import numpy as np
+import hoist
+size, writers, pool, root = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+rows = size // (4 * 4096)
+state = {f"layer{i}": np.random.default_rng(i).standard_normal(
+    (rows // 8, 4096), dtype=np.float32) for i in range(8)}
+nbytes = sum(a.nbytes for a in state.values())
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10
+with hoist.CheckpointManager(root, pool_bytes=pool, writers=writers,
+                             coordinator="single") as mgr:
+    start = time.perf_counter()
+    mgr.save(1, state).wait()
+    saved = time.perf_counter() - start
+    during = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10
+    start = time.perf_counter()
+    out = mgr.restore()
+    restored = time.perf_counter() - start
+    assert all(np.array_equal(out[k], state[k]) for k in state)
+print(json.dumps({"bytes": nbytes, "save_s": saved, "restore_s": restored,
+                  "rss_growth_save": during - before}))
+"""
+
+
+def hoist_round(env, bucket, size, writers, pool):
+    root = f"s3://{bucket}/hoist-{uuid.uuid4().hex[:8]}"
+    done = subprocess.run(
+        [sys.executable, "-c", HOIST_CHILD, str(size), str(writers),
+         str(pool), root],
+        capture_output=True, text=True, env=dict(os.environ, **env),
+        check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"hoist round failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def spread(values):
+    return {"median": statistics.median(values), "min": min(values),
+            "max": max(values), "n": len(values)}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", default="1GiB")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--writers", type=int, default=4,
+                        help="hoist's writer streams = pyarrow's objects")
+    parser.add_argument("--pool", default="256MiB",
+                        help="hoist's staging pool (smaller than --size: "
+                        "the save runs in waves)")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--out", help="also write the JSON here")
+    args = parser.parse_args()
+    size, pool = parse_size(args.size), parse_size(args.pool)
+    figures = {k: [] for k in ("limit_upload_s", "limit_download_s",
+                               "one_object_upload_s", "hoist_save_s",
+                               "hoist_restore_s", "hoist_rss_growth_save")}
+    with tempfile.TemporaryDirectory(prefix="hoist-s3-bench-") as tmp:
+        with object_store_server.S3Server(tmp) as server:
+            env, bucket = server.env, server.bucket
+            fs = arrow_fs(env)
+            for r in range(args.rounds):
+                seconds, keys = pyarrow_upload(env, bucket, size, args.writers)
+                figures["limit_upload_s"].append(seconds)
+                figures["limit_download_s"].append(
+                    pyarrow_download(env, keys))
+                seconds, one = pyarrow_upload(env, bucket, size, 1)
+                figures["one_object_upload_s"].append(seconds)
+                for key in keys + one:
+                    fs.delete_file(key)
+                result = hoist_round(env, bucket, size, args.writers, pool)
+                figures["hoist_save_s"].append(result["save_s"])
+                figures["hoist_restore_s"].append(result["restore_s"])
+                figures["hoist_rss_growth_save"].append(
+                    result["rss_growth_save"])
+                print(f"round {r + 1}: " + ", ".join(
+                    f"{k} {v[-1]:.3f}" if k.endswith("_s") else
+                    f"{k} {v[-1] / 2**20:.0f} MiB"
+                    for k, v in figures.items()), file=sys.stderr)
+    med = {k: statistics.median(v) for k, v in figures.items()}
+    report = {
+        "bytes": size, "writers": args.writers, "pool_bytes": pool,
+        "rounds": args.rounds,
+        "figures": {k: spread(v) for k, v in figures.items()},
+        # Throughput ratios (>1: hoist faster than the limit measured).
+        "save_vs_limit_upload": med["limit_upload_s"] / med["hoist_save_s"],
+        "restore_vs_limit_download":
+            med["limit_download_s"] / med["hoist_restore_s"],
+        "save_vs_one_object_upload":
+            med["one_object_upload_s"] / med["hoist_save_s"],
+        "rss_growth_over_pool_mib":
+            (med["hoist_rss_growth_save"] - pool) / 2**20,
+    }
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return
+    gb = size / 1e9
+    print(f"{args.size} over SeaweedFS S3 on 127.0.0.1, {args.writers} "
+          f"streams, pool {args.pool}, medians of {args.rounds} rounds "
+          "(min-max)")
+    for k, v in figures.items():
+        if k.endswith("_s"):
+            print(f"  {k:24s} {v and statistics.median(v):7.2f} s "
+                  f"({min(v):.2f}-{max(v):.2f})  {gb / statistics.median(v):.3f} GB/s")
+    print(f"  hoist save vs pyarrow upload ({args.writers} objects): "
+          f"{report['save_vs_limit_upload']:.2f}x")
+    print(f"  hoist restore vs pyarrow download: "
+          f"{report['restore_vs_limit_download']:.2f}x")
+    print(f"  hoist save vs pyarrow upload to one object: "
+          f"{report['save_vs_one_object_upload']:.2f}x")
+    print(f"  peak RSS growth in a save: "
+          f"{med['hoist_rss_growth_save'] / 2**20:.0f} MiB "
+          f"(pool {pool / 2**20:.0f} MiB)")
+
+
+if __name__ == "__main__":
+    main()
