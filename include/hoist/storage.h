@@ -193,6 +193,15 @@ class Storage {
                                        const std::string& marker);
 };
 
+// The last move of the default commit, for a directory whose files (its
+// marker among them) are already durable under `written`: renames it to
+// `dir` and syncs the parent (a committed `dir` moved to `aside` first and
+// removed once the new one is durable; `aside` empty: kAlreadyExists when
+// `dir` exists). On an error, what is visible is as it was. Needs a
+// Storage that renames (the local tier publishes a received copy this way).
+absl::Status PublishByRename(Storage& storage, const std::string& written,
+                             const std::string& dir, const std::string& aside);
+
 // Object stores: options that override what the environment configures
 // (see docs/object-storage.md). Every field's default (empty, or 0) leaves
 // the environment's setting, then the client's default. Secrets are never

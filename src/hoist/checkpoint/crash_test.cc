@@ -9,7 +9,8 @@
 // anything): a quarter of the kills land during Open (uniform over how long
 // opening has taken), the rest after a random number of commits, uniform
 // over the time one save takes (staging, writing, manifest, rename,
-// retention). 20 kills by default; HOIST_LONG=1 for 1,000.
+// retention). 20 kills by default; HOIST_LONG=1 for 1,000. Then the same
+// against S3 (SeaweedFS), where the build has object storage.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -26,6 +27,9 @@
 #include "hoist/tools/sample_model.h"
 #include "hoist/tools/synthetic.h"
 #include "testing/crash_model.h"
+#ifdef HOIST_TEST_PYTHON
+#include "testing/object_store_server.h"
+#endif
 #include "testing/temp_dir.h"
 
 extern char** environ;
@@ -143,10 +147,9 @@ ChildRun RunAndKill(const std::string& root, int64_t start,
   return run;
 }
 
-TEST(CrashTest, SigkillAtRandomMomentsNeverLosesACommittedStep) {
-  const int kills = std::getenv("HOIST_LONG") != nullptr ? 1000 : 20;
-  testing::TempDir temp;
-  const std::string root = temp.path() + "/ckpt";
+// `kills` runs of crash_saver against `root`, each killed at a random
+// moment, each followed by a full check of what is committed.
+void KillAndCheck(const std::string& root, int kills) {
   std::mt19937 rng(20261129);
   std::unique_ptr<Backend> backend = *MakeHostBackend({.num_devices = 8});
   std::unique_ptr<Coordinator> coordinator = MakeSingleProcessCoordinator();
@@ -172,7 +175,8 @@ TEST(CrashTest, SigkillAtRandomMomentsNeverLosesACommittedStep) {
     options.pool_bytes = 4 << 20;
     absl::StatusOr<std::unique_ptr<CheckpointManager>> manager =
         CheckpointManager::Open(root, *backend, *coordinator, options);
-    ASSERT_TRUE(manager.ok()) << manager.status();
+    ASSERT_TRUE(manager.ok())
+        << "kill " << kill_number << ": " << manager.status();
     const std::vector<int64_t> steps = *(*manager)->List();
     if (acknowledged > 0) {
       ASSERT_FALSE(steps.empty()) << "kill " << kill_number;
@@ -196,17 +200,36 @@ TEST(CrashTest, SigkillAtRandomMomentsNeverLosesACommittedStep) {
     }
     next = steps.empty() ? next : steps.back() + 1;
   }
-  RecordProperty("kills", kills);
-  RecordProperty("kills_during_open", during_open);
-  RecordProperty("kills_during_save", during_save);
-  RecordProperty("verified_steps", static_cast<int>(verified_steps));
+  ::testing::Test::RecordProperty("kills", kills);
+  ::testing::Test::RecordProperty("kills_during_open", during_open);
+  ::testing::Test::RecordProperty("kills_during_save", during_save);
+  ::testing::Test::RecordProperty("verified_steps",
+                                  static_cast<int>(verified_steps));
   std::printf(
-      "crash_test: %d kills (%d during open and recovery, %d during saves), "
-      "%lld step restores verified, last acknowledged step %lld\n",
-      kills, during_open, during_save, static_cast<long long>(verified_steps),
+      "crash_test %s: %d kills (%d during open and recovery, %d during "
+      "saves), %lld step restores verified, last acknowledged step %lld\n",
+      root.c_str(), kills, during_open, during_save,
+      static_cast<long long>(verified_steps),
       static_cast<long long>(acknowledged));
   EXPECT_GT(acknowledged, 0);  // the children did commit steps
 }
+
+TEST(CrashTest, SigkillAtRandomMomentsNeverLosesACommittedStep) {
+  testing::TempDir temp;
+  KillAndCheck(temp.path() + "/ckpt",
+               std::getenv("HOIST_LONG") != nullptr ? 1000 : 20);
+}
+
+#ifdef HOIST_TEST_PYTHON
+// The same against S3 (SeaweedFS on 127.0.0.1): the children upload in
+// place and commit by the manifest's put; each new open collects what the
+// last kill left. 10 kills by default; HOIST_LONG=1 for 100.
+TEST(CrashTest, SigkillAgainstS3NeverLosesACommittedStep) {
+  HOIST_REQUIRE_SERVERS();
+  KillAndCheck(testing::TheServers().s3->Url("crash"),
+               std::getenv("HOIST_LONG") != nullptr ? 100 : 10);
+}
+#endif
 
 }  // namespace
 }  // namespace hoist

@@ -149,6 +149,12 @@ Manifest BuildManifest(const SaveRequest& request,
   return manifest;
 }
 
+// Where an overwrite moves the committed step `step` while the new one
+// takes its place (CheckpointRoot's recovery brings it back after a crash).
+std::string AsideDir(const std::string& root, int64_t step) {
+  return JoinPath(root, absl::StrCat(TmpStepDirName(step), kAsideSuffix));
+}
+
 // Step 5, on rank 0: the manifest, written last by the storage's commit.
 absl::Status Commit(Storage& storage, const SaveRequest& request,
                     const std::string& tmp, const Manifest& manifest,
@@ -157,10 +163,7 @@ absl::Status Commit(Storage& storage, const SaveRequest& request,
   const std::string final_dir =
       JoinPath(request.root, StepDirName(request.step));
   const std::string aside =
-      request.overwrite
-          ? JoinPath(request.root,
-                     absl::StrCat(TmpStepDirName(request.step), kAsideSuffix))
-          : std::string();
+      request.overwrite ? AsideDir(request.root, request.step) : std::string();
   RETURN_IF_ERROR(storage.CommitDir(
       tmp, final_dir, std::string(kManifestFileName), text, aside));
   traced("commit (manifest, then publish)");
@@ -385,30 +388,8 @@ static absl::StatusOr<SaveResult> SaveCheckpointImpl(
 
 absl::Status PublishStep(Storage& storage, const std::string& root,
                          int64_t step, const std::string& tmp, bool overwrite) {
-  const std::string final_dir = JoinPath(root, StepDirName(step));
-  ASSIGN_OR_RETURN(bool exists, storage.Exists(final_dir));
-  std::string aside;
-  if (exists) {
-    if (!overwrite) {
-      return absl::AlreadyExistsError(absl::StrFormat(
-          "%s: step %d was committed while this save ran", final_dir, step));
-    }
-    aside = JoinPath(root, absl::StrCat(TmpStepDirName(step), kAsideSuffix));
-    RETURN_IF_ERROR(storage.Rename(final_dir, aside));
-  }
-  if (absl::Status renamed = storage.Rename(tmp, final_dir); !renamed.ok()) {
-    if (!aside.empty()) storage.Rename(aside, final_dir).IgnoreError();
-    return renamed;
-  }
-  if (absl::Status synced = storage.SyncDir(root); !synced.ok()) {
-    // The rename may not be durable: take it back, so that what is visible
-    // agrees with the error (the old step returns from aside).
-    storage.Rename(final_dir, tmp).IgnoreError();
-    if (!aside.empty()) storage.Rename(aside, final_dir).IgnoreError();
-    return synced;
-  }
-  if (!aside.empty()) RETURN_IF_ERROR(storage.RemoveAll(aside));
-  return absl::OkStatus();
+  return PublishByRename(storage, tmp, JoinPath(root, StepDirName(step)),
+                         overwrite ? AsideDir(root, step) : std::string());
 }
 
 BegunSave::~BegunSave() {

@@ -40,22 +40,4 @@ absl::StatusOr<Manifest> ReadManifestFile(Storage& storage,
   return manifest;
 }
 
-absl::Status WriteManifestFile(Storage& storage, const std::string& dir,
-                               const Manifest& manifest) {
-  ASSIGN_OR_RETURN(const std::string text, EncodeManifest(manifest));
-  const std::string tmp =
-      JoinPath(dir, std::string(kManifestFileName) + kManifestTmpSuffix);
-  ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file,
-                   storage.OpenWritable(tmp));
-  RETURN_IF_ERROR(file->WriteAt(
-      0, absl::Span<const uint8_t>(
-             reinterpret_cast<const uint8_t*>(text.data()), text.size())));
-  RETURN_IF_ERROR(file->Sync());
-  RETURN_IF_ERROR(file->Close());
-  RETURN_IF_ERROR(
-      storage.Rename(tmp, JoinPath(dir, std::string(kManifestFileName))));
-  RETURN_IF_ERROR(storage.SyncDir(JoinPath(dir, kDataDirName)));
-  return storage.SyncDir(dir);
-}
-
 }  // namespace hoist

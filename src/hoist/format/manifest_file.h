@@ -17,13 +17,6 @@ namespace hoist {
 absl::StatusOr<Manifest> ReadManifestFile(Storage& storage,
                                           const std::string& step_dir);
 
-// Writes `manifest` into `dir` durably and atomically: MANIFEST.json.tmp
-// (created, never overwritten), fsync, rename to MANIFEST.json, then fsync
-// `dir`/data and `dir`, so the manifest and every data file's name are
-// durable. kInvalidArgument if it cannot be encoded (EncodeManifest).
-absl::Status WriteManifestFile(Storage& storage, const std::string& dir,
-                               const Manifest& manifest);
-
 }  // namespace hoist
 
 #endif  // HOIST_FORMAT_MANIFEST_FILE_H_

@@ -118,29 +118,34 @@ absl::Status Storage::CommitDir(const std::string& written,
   }
   RETURN_IF_ERROR(SyncDir(written));
   // 3. The rename that publishes.
+  return PublishByRename(*this, written, dir, aside);
+}
+
+absl::Status PublishByRename(Storage& storage, const std::string& written,
+                             const std::string& dir, const std::string& aside) {
   const std::string parent = Parent(dir);
-  ASSIGN_OR_RETURN(bool exists, Exists(dir));
+  ASSIGN_OR_RETURN(bool exists, storage.Exists(dir));
   bool moved_aside = false;
   if (exists) {
     if (aside.empty()) {
       return absl::AlreadyExistsError(
           absl::StrFormat("%s was committed while this one was written", dir));
     }
-    RETURN_IF_ERROR(Rename(dir, aside));
+    RETURN_IF_ERROR(storage.Rename(dir, aside));
     moved_aside = true;
   }
-  if (absl::Status renamed = Rename(written, dir); !renamed.ok()) {
-    if (moved_aside) Rename(aside, dir).IgnoreError();
+  if (absl::Status renamed = storage.Rename(written, dir); !renamed.ok()) {
+    if (moved_aside) storage.Rename(aside, dir).IgnoreError();
     return renamed;
   }
-  if (absl::Status synced = SyncDir(parent); !synced.ok()) {
+  if (absl::Status synced = storage.SyncDir(parent); !synced.ok()) {
     // The rename may not be durable: take it back, so that what is visible
     // agrees with the error (the old directory returns from aside).
-    Rename(dir, written).IgnoreError();
-    if (moved_aside) Rename(aside, dir).IgnoreError();
+    storage.Rename(dir, written).IgnoreError();
+    if (moved_aside) storage.Rename(aside, dir).IgnoreError();
     return synced;
   }
-  if (moved_aside) RETURN_IF_ERROR(RemoveAll(aside));
+  if (moved_aside) RETURN_IF_ERROR(storage.RemoveAll(aside));
   return absl::OkStatus();
 }
 
