@@ -86,6 +86,11 @@ def test_export_of_a_step_on_an_object_store(root, tmp_path):
     hoist.export(root, tmp_path / "out")
     loaded = safetensors.load_file(str(tmp_path / "out/model.safetensors"))
     np.testing.assert_array_equal(loaded["w"], _state(5)["w"])
+    # Written to a local directory only: an object store URL is refused,
+    # and no local directory named after it appears.
+    with pytest.raises(Exception, match="local directory"):
+        hoist.export(root, root + "-exported")
+    assert not os.path.exists(root.split(":")[0] + ":")
 
 
 def test_pyarrow_in_the_same_process_keeps_working(s3_server, monkeypatch):

@@ -513,6 +513,14 @@ absl::StatusOr<ExportStats> ExportSafetensors(
         "at least 1 MiB");
   }
   // 1
+  if (IsObjectStoreUrl(out_dir)) {
+    // The files are written by several threads at their offsets and
+    // renamed into place, which an object cannot be.
+    return absl::UnimplementedError(absl::StrFormat(
+        "%s: an export is written to a local directory (the step it reads "
+        "may be on an object store); upload the files from there",
+        out_dir));
+  }
   ASSIGN_OR_RETURN(auto opened, OpenStepAt(step_dir));
   const std::unique_ptr<CheckpointRoot>& root = opened.first;
   const int64_t step = opened.second;
