@@ -9,14 +9,15 @@ then alternates, round after round (limit, hoist, limit, hoist, ...):
   - the client's limit: pyarrow on its own (Arrow's S3FileSystem, the same
     library hoist uses) uploading the same bytes as `--writers` objects from
     as many threads, each written in 16 MiB pieces, and reading them back by
-    16 MiB ranges from as many threads;
+    16 MiB ranges, 8 at a time (hoist's restore reads with 8 threads);
   - the hard floor's baseline: pyarrow uploading the same bytes to ONE
     object in 16 MiB pieces;
   - hoist: a NumPy state of `--size` saved by hoist.CheckpointManager into
     s3://... (from save() until wait() returns: committed), then restored
     into new host memory (restore()), each save in a fresh process that also
-    reports its peak RSS growth over the state it holds (ru_maxrss), against
-    the pool.
+    reports its peak RSS growth over what it held before (the state), against
+    the pool (RSS sampled every 5 ms, against the RSS before the manager
+    opened: the pool's pages included).
 Reports each figure's median over the rounds with its spread, and the
 ratios: hoist save / limit upload, hoist restore / limit download, hoist
 save / one-object upload. The server's data directory is under /tmp and is
@@ -25,7 +26,6 @@ removed at the end.
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -40,6 +40,7 @@ sys.path.insert(0, str(HERE.parent / "testing"))
 import object_store_server  # noqa: E402
 
 PIECE = 16 << 20
+READERS = 8  # hoist's RestoreOptions::reader_threads default
 
 
 def parse_size(text):
@@ -59,6 +60,17 @@ def arrow_fs(env):
         secret_key=env["AWS_SECRET_ACCESS_KEY"])
 
 
+def each_in_a_thread(fn, items):
+    """Seconds for fn(item) to run for every item, each on its own thread."""
+    start = time.perf_counter()
+    threads = [threading.Thread(target=fn, args=(i,)) for i in items]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - start
+
+
 def pyarrow_upload(env, bucket, size, objects):
     """Seconds for pyarrow to upload `size` bytes as `objects` objects,
     one thread each, in 16 MiB pieces; returns (seconds, keys)."""
@@ -76,39 +88,44 @@ def pyarrow_upload(env, bucket, size, objects):
                 out.write(piece[:n])
                 left -= n
 
-    start = time.perf_counter()
-    threads = [threading.Thread(target=upload, args=(k,)) for k in keys]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return time.perf_counter() - start, keys
+    return each_in_a_thread(upload, keys), keys
 
 
-def pyarrow_download(env, keys):
-    """Seconds for pyarrow to read `keys` back by 16 MiB ranges, one thread
-    per object, into one preallocated buffer each."""
+def pyarrow_download(env, keys, readers):
+    """Seconds for pyarrow to read `keys` back by 16 MiB ranges into one new
+    buffer per object, `readers` ranges at a time (hoist's restore reads
+    with as many threads)."""
+    import numpy as np
+
     fs = arrow_fs(env)
     sizes = {k: fs.get_file_info(k).size for k in keys}
+    ranges = [(k, at, min(PIECE, sizes[k] - at))
+              for k in keys for at in range(0, sizes[k], PIECE)]
+    files = {k: fs.open_input_file(k) for k in keys}
+    lock = threading.Lock()
+    todo = iter(ranges)
+    buffers = {}
 
-    def download(key):
-        buffer = bytearray(sizes[key])
-        view = memoryview(buffer)
-        with fs.open_input_file(key) as f:
-            at = 0
-            while at < sizes[key]:
-                n = min(PIECE, sizes[key] - at)
-                f.seek(at)
-                f.readinto(view[at:at + n])  # one ranged GET, no copy
-                at += n
+    def reader(_):
+        while True:
+            with lock:
+                item = next(todo, None)
+            if item is None:
+                return
+            key, at, n = item
+            # One ranged GET (read_at is thread-safe: no shared position;
+            # Arrow returns new bytes), copied into the buffer.
+            buffers[key][at:at + n] = files[key].read_at(n, at)
 
+    # New memory, as a restore fills (np.empty: its pages are first touched
+    # by the copies, inside the timing, as hoist's restore's are).
     start = time.perf_counter()
-    threads = [threading.Thread(target=download, args=(k,)) for k in keys]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return time.perf_counter() - start
+    buffers.update((k, memoryview(np.empty(sizes[k], np.uint8))) for k in keys)
+    each_in_a_thread(reader, range(readers))
+    seconds = time.perf_counter() - start
+    for f in files.values():
+        f.close()
+    return seconds
 
 
 HOIST_CHILD = r"""
@@ -116,21 +133,45 @@ import json, resource, sys, time
 import numpy as np
 import hoist
 size, writers, pool, root = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-rows = size // (4 * 4096)
+# Arrays of at most 64 MiB (as a model's layers), at least 8.
+count = max(8, size // (64 << 20))
+rows = size // (4 * 4096 * count)
 state = {f"layer{i}": np.random.default_rng(i).standard_normal(
-    (rows // 8, 4096), dtype=np.float32) for i in range(8)}
+    (rows, 4096), dtype=np.float32) for i in range(count)}
 nbytes = sum(a.nbytes for a in state.values())
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10
+
+
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+# The save's peak RSS over what the process held before it: sampled every
+# 5 ms from another thread.
+before, peak, saving = rss(), [0], [True]
+
+
+def sample():
+    while saving[0]:
+        peak[0] = max(peak[0], rss())
+        time.sleep(0.005)
+
+
+import threading
+sampler = threading.Thread(target=sample)
 with hoist.CheckpointManager(root, pool_bytes=pool, writers=writers,
                              coordinator="single") as mgr:
+    sampler.start()
     start = time.perf_counter()
     mgr.save(1, state).wait()
     saved = time.perf_counter() - start
-    during = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10
+    saving[0] = False
+    sampler.join()
     start = time.perf_counter()
     out = mgr.restore()
     restored = time.perf_counter() - start
     assert all(np.array_equal(out[k], state[k]) for k in state)
+during = peak[0]
 print(json.dumps({"bytes": nbytes, "save_s": saved, "restore_s": restored,
                   "rss_growth_save": during - before}))
 """
@@ -177,7 +218,7 @@ def main():
                 seconds, keys = pyarrow_upload(env, bucket, size, args.writers)
                 figures["limit_upload_s"].append(seconds)
                 figures["limit_download_s"].append(
-                    pyarrow_download(env, keys))
+                    pyarrow_download(env, keys, READERS))
                 seconds, one = pyarrow_upload(env, bucket, size, 1)
                 figures["one_object_upload_s"].append(seconds)
                 for key in keys + one:

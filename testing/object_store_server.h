@@ -22,12 +22,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <random>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "hoist/storage.h"
 
 namespace hoist::testing {
 
@@ -84,6 +86,10 @@ class ObjectStoreServer {
   absl::Status Kill() { return Command("kill", "killed"); }
   // Starts it again on the same ports and data.
   absl::Status Restart() { return Command("restart", "ready"); }
+  // SIGSTOP: the server accepts connections and never answers, as a hung
+  // one does. Resume() sends SIGCONT.
+  absl::Status Pause() { return Command("pause", "paused"); }
+  absl::Status Resume() { return Command("resume", "resumed"); }
 
  private:
   ObjectStoreServer(Kind kind, pid_t pid, FILE* to, FILE* from)
@@ -147,7 +153,32 @@ struct SharedServers {
   std::unique_ptr<ObjectStoreServer> s3;
   std::unique_ptr<ObjectStoreServer> gcs;
   absl::Status failed;
+
+  ObjectStoreServer* Of(ObjectStoreServer::Kind kind) const {
+    return kind == ObjectStoreServer::Kind::kS3 ? s3.get() : gcs.get();
+  }
 };
+
+// "NAME-NNNN": a prefix no other test of the run uses.
+inline std::string UniquePrefix(const std::string& name) {
+  static std::mt19937_64 random{std::random_device{}()};
+  return absl::StrCat(name, "-", random() % 1000000000);
+}
+
+// The object-store Storage for `url` (never a local one).
+inline absl::StatusOr<std::unique_ptr<Storage>> OpenObjectStorage(
+    const std::string& url, const ObjectStoreOptions& options = {}) {
+  return OpenStorageFor(url, options, [] {
+    return absl::StatusOr<std::unique_ptr<Storage>>(
+        absl::InternalError("not an object store URL"));
+  });
+}
+
+// The name of a test parameter: "S3" or "GCS".
+inline std::string KindName(
+    const ::testing::TestParamInfo<ObjectStoreServer::Kind>& info) {
+  return info.param == ObjectStoreServer::Kind::kS3 ? "S3" : "GCS";
+}
 
 inline SharedServers& TheServers() {
   static SharedServers* servers = [] {

@@ -13,8 +13,9 @@ line, then a line "ready"), and runs until its standard input closes or it
 is sent SIGTERM or SIGINT; the server is stopped with it. A test that reads
 "ready" and later closes the pipe (or dies) leaves no server behind. On its
 standard input, the line "kill" SIGKILLs the server (answered "killed"),
-and "restart" starts it again on the same ports and data (answered
-"ready").
+"restart" starts it again on the same ports and data (answered
+"ready"), "pause" stops it with SIGSTOP, as a server that hangs (answered
+"paused"), and "resume" sends SIGCONT (answered "resumed").
 
 From Python (pytest fixtures): `with S3Server(dir) as server: server.env`.
 """
@@ -120,6 +121,11 @@ class _Server:
                 pass
             self.proc.wait()
             self.proc = None
+
+    def signal(self, sig) -> None:
+        """Sends `sig` to the server's process group."""
+        if self.proc is not None:
+            os.killpg(self.proc.pid, sig)
 
     def _spawn(self, argv: list[str], env: dict[str, str]) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -281,6 +287,10 @@ def main() -> int:
                 if command == "kill":
                     server.kill()
                     print("killed", flush=True)
+                elif command in ("pause", "resume"):
+                    server.signal(signal.SIGSTOP if command == "pause"
+                                  else signal.SIGCONT)
+                    print(f"{command}d", flush=True)
                 elif command == "restart":
                     try:
                         server.start()

@@ -47,6 +47,15 @@ def gcs_server(tmp_path_factory):
     server.stop()
 
 
+@pytest.fixture
+def s3_env(s3_server, monkeypatch):
+    """The S3 server, its environment set for the test (and the processes
+    it starts)."""
+    for name, value in s3_server.env.items():
+        monkeypatch.setenv(name, value)
+    return s3_server
+
+
 @pytest.fixture(params=["s3", "gs"])
 def root(request, monkeypatch):
     """A fresh prefix on each server, its environment set."""
@@ -93,12 +102,10 @@ def test_export_of_a_step_on_an_object_store(root, tmp_path):
     assert not os.path.exists(root.split(":")[0] + ":")
 
 
-def test_pyarrow_in_the_same_process_keeps_working(s3_server, monkeypatch):
+def test_pyarrow_in_the_same_process_keeps_working(s3_env):
     import pyarrow.fs as pafs
 
-    for name, value in s3_server.env.items():
-        monkeypatch.setenv(name, value)
-    env = s3_server.env
+    s3_server, env = s3_env, s3_env.env
     fs = pafs.S3FileSystem(
         endpoint_override=env["AWS_ENDPOINT_URL"], region="us-east-1",
         access_key=env["AWS_ACCESS_KEY_ID"],
@@ -150,12 +157,9 @@ def test_a_root_without_a_bucket_or_with_another_scheme_is_refused():
             hoist.CheckpointManager(url, coordinator="single")
 
 
-def test_torchrun_job_saves_into_one_prefix_and_restores_on_4(s3_server,
-                                                               monkeypatch):
+def test_torchrun_job_saves_into_one_prefix_and_restores_on_4(s3_env):
     pytest.importorskip("torch")
-    for name, value in s3_server.env.items():
-        monkeypatch.setenv(name, value)
-    root = f"s3://{s3_server.bucket}/{uuid.uuid4().hex[:12]}"
+    root = f"s3://{s3_env.bucket}/{uuid.uuid4().hex[:12]}"
     torchrun(2, "save", root, 1, "a")
     manifest = hoist.inspect(root)
     files = {e["file"] for a in manifest["arrays"] for e in a["extents"]}
@@ -164,12 +168,31 @@ def test_torchrun_job_saves_into_one_prefix_and_restores_on_4(s3_server,
     torchrun(4, "restore", root, 1)
 
 
-def test_jax_processes_save_into_one_prefix_and_restore_on_1(s3_server,
-                                                             monkeypatch):
+def test_jax_processes_save_into_one_prefix_and_restore_on_1(s3_env):
     pytest.importorskip("jax")
-    for name, value in s3_server.env.items():
-        monkeypatch.setenv(name, value)
-    root = f"s3://{s3_server.bucket}/{uuid.uuid4().hex[:12]}"
+    root = f"s3://{s3_env.bucket}/{uuid.uuid4().hex[:12]}"
     jax_processes(2, 4, "save", root, 3, "a")
     jax_processes(1, 8, "restore", root, 3, "b")
     assert json.loads(json.dumps(hoist.inspect(root)))["step"] == 3
+
+
+def test_object_store_benchmark_reports_every_ratio(tmp_path):
+    """bench/object_store.py runs end to end (32 MiB, one round; the real
+    run is its default 1 GiB, three rounds) and reports what the docs
+    quote."""
+    import subprocess
+
+    bench = Path(__file__).resolve().parents[2] / "bench/object_store.py"
+    out = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, str(bench), "--size", "32MiB", "--rounds", "1",
+         "--pool", "8MiB", "--writers", "2", "--json", "--out", str(out)],
+        capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    for key in ("save_vs_limit_upload", "restore_vs_limit_download",
+                "save_vs_one_object_upload"):
+        assert report[key] > 0, key
+    for figure in report["figures"].values():
+        assert figure["n"] == 1 and figure["median"] > 0
+    assert json.loads(out.read_text()) == report

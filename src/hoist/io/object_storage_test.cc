@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
-#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "hoist/storage.h"
@@ -18,11 +17,6 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using testing::ObjectStoreServer;
 
-// A prefix no other test uses.
-std::string Unique(const std::string& name) {
-  static std::mt19937_64 random{std::random_device{}()};
-  return absl::StrCat(name, "-", random() % 1000000000);
-}
 
 class ObjectStorageTest
     : public ::testing::TestWithParam<ObjectStoreServer::Kind> {
@@ -30,16 +24,12 @@ class ObjectStorageTest
   void SetUp() override {
     HOIST_REQUIRE_SERVERS();
     testing::SharedServers& servers = testing::TheServers();
-    server_ = GetParam() == ObjectStoreServer::Kind::kS3 ? servers.s3.get()
-                                                         : servers.gcs.get();
+    server_ = servers.Of(GetParam());
     absl::StatusOr<std::unique_ptr<Storage>> storage =
-        OpenStorageFor(server_->Url(""), {}, [] {
-          return absl::StatusOr<std::unique_ptr<Storage>>(
-              absl::InternalError("not a local path"));
-        });
+        testing::OpenObjectStorage(server_->Url(""));
     ASSERT_TRUE(storage.ok()) << storage.status();
     storage_ = *std::move(storage);
-    root_ = server_->Url(Unique("t"));
+    root_ = server_->Url(testing::UniquePrefix("t"));
   }
 
   absl::Status Write(const std::string& path, const std::string& bytes) {
@@ -221,10 +211,7 @@ TEST_P(ObjectStorageTest, AMissingBucketIsNamedAndNothingIsWritten) {
 TEST_P(ObjectStorageTest, AMalformedUrlIsRefused) {
   for (const char* url : {"s3://", "s3:///prefix", "gs://", "ftp://b/p"}) {
     absl::StatusOr<std::unique_ptr<Storage>> storage =
-        OpenStorageFor(url, {}, [] {
-          return absl::StatusOr<std::unique_ptr<Storage>>(
-              absl::InternalError("not a local path"));
-        });
+        testing::OpenObjectStorage(url);
     EXPECT_EQ(storage.status().code(), absl::StatusCode::kInvalidArgument)
         << url;
     EXPECT_THAT(storage.status().message(), HasSubstr(url));
@@ -235,9 +222,7 @@ INSTANTIATE_TEST_SUITE_P(
     Servers, ObjectStorageTest,
     ::testing::Values(ObjectStoreServer::Kind::kS3,
                       ObjectStoreServer::Kind::kGcs),
-    [](const ::testing::TestParamInfo<ObjectStoreServer::Kind>& info) {
-      return info.param == ObjectStoreServer::Kind::kS3 ? "S3" : "GCS";
-    });
+    testing::KindName);
 
 TEST(S3StorageTest, WrongKeysAreRefusedWithoutNamingThem) {
   HOIST_REQUIRE_SERVERS();
@@ -247,10 +232,7 @@ TEST(S3StorageTest, WrongKeysAreRefusedWithoutNamingThem) {
   options.secret_access_key = "wrong-secret-never-to-be-printed";
   options.max_attempts = 1;
   absl::StatusOr<std::unique_ptr<Storage>> storage =
-      OpenStorageFor(servers.s3->Url("x"), options, [] {
-        return absl::StatusOr<std::unique_ptr<Storage>>(
-            absl::InternalError("not a local path"));
-      });
+      testing::OpenObjectStorage(servers.s3->Url("x"), options);
   ASSERT_TRUE(storage.ok()) << storage.status();
   const absl::Status status =
       (*storage)->OpenWritable(servers.s3->Url("x/object")).status();
