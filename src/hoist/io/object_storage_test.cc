@@ -17,7 +17,6 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using testing::ObjectStoreServer;
 
-
 class ObjectStorageTest
     : public ::testing::TestWithParam<ObjectStoreServer::Kind> {
  protected:
@@ -218,11 +217,10 @@ TEST_P(ObjectStorageTest, AMalformedUrlIsRefused) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Servers, ObjectStorageTest,
-    ::testing::Values(ObjectStoreServer::Kind::kS3,
-                      ObjectStoreServer::Kind::kGcs),
-    testing::KindName);
+INSTANTIATE_TEST_SUITE_P(Servers, ObjectStorageTest,
+                         ::testing::Values(ObjectStoreServer::Kind::kS3,
+                                           ObjectStoreServer::Kind::kGcs),
+                         testing::KindName);
 
 TEST(S3StorageTest, WrongKeysAreRefusedWithoutNamingThem) {
   HOIST_REQUIRE_SERVERS();
