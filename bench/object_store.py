@@ -20,7 +20,9 @@ then alternates, round after round (limit, hoist, limit, hoist, ...):
     opened: the pool's pages included).
 Reports each figure's median over the rounds with its spread, and the
 ratios: hoist save / limit upload, hoist restore / limit download, hoist
-save / one-object upload. The server's data directory is under /tmp and is
+save / one-object upload. With --peers dcp, PyTorch DCP's async_save and
+load over s3fs (FsspecWriter/FsspecReader, --writers threads) on the same
+server, the same bytes as float32 tensors. The server's data directory is under /tmp and is
 removed at the end.
 """
 import argparse
@@ -163,7 +165,9 @@ with hoist.CheckpointManager(root, pool_bytes=pool, writers=writers,
                              coordinator="single") as mgr:
     sampler.start()
     start = time.perf_counter()
-    mgr.save(1, state).wait()
+    handle = mgr.save(1, state)  # returns once staged: the time blocked
+    blocked = time.perf_counter() - start
+    handle.wait()
     saved = time.perf_counter() - start
     saving[0] = False
     sampler.join()
@@ -172,9 +176,52 @@ with hoist.CheckpointManager(root, pool_bytes=pool, writers=writers,
     restored = time.perf_counter() - start
     assert all(np.array_equal(out[k], state[k]) for k in state)
 during = peak[0]
-print(json.dumps({"bytes": nbytes, "save_s": saved, "restore_s": restored,
+print(json.dumps({"bytes": nbytes, "blocked_s": blocked, "save_s": saved,
+                  "restore_s": restored,
                   "rss_growth_save": during - before}))
 """
+
+
+DCP_CHILD = r"""
+import json, os, sys, time, warnings
+warnings.filterwarnings("ignore")
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import FsspecReader, FsspecWriter
+size, threads, root = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+count = max(8, size // (64 << 20))
+rows = size // (4 * 4096 * count)
+g = torch.Generator().manual_seed(0)
+state = {f"layer{i}": torch.randn(rows, 4096, generator=g) for i in range(count)}
+start = time.perf_counter()
+future = dcp.async_save(state, storage_writer=FsspecWriter(
+    root, thread_count=threads, sync_files=False))
+blocked = time.perf_counter() - start
+future.result()
+saved = time.perf_counter() - start
+target = {k: torch.empty_like(v) for k, v in state.items()}
+start = time.perf_counter()
+dcp.load(target, storage_reader=FsspecReader(root))
+restored = time.perf_counter() - start
+assert all(torch.equal(target[k], state[k]) for k in state)
+print(json.dumps({"blocked_s": blocked, "save_s": saved,
+                  "restore_s": restored}))
+"""
+
+
+def dcp_round(env, bucket, size, writers):
+    """PyTorch DCP's async_save and load through FsspecWriter/Reader over
+    s3fs (botocore reads the same AWS_* variables), `writers` threads."""
+    root = f"s3://{bucket}/dcp-{uuid.uuid4().hex[:8]}"
+    done = subprocess.run(
+        [sys.executable, "-c", DCP_CHILD, str(size), str(writers), root],
+        capture_output=True, text=True, env=dict(os.environ, **env),
+        check=False)
+    if done.returncode != 0:
+        raise RuntimeError("DCP round failed (it needs torch and s3fs: pip "
+                           "install -r python/requirements-test.txt):\n"
+                           f"{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def hoist_round(env, bucket, size, writers, pool):
@@ -203,6 +250,10 @@ def main():
     parser.add_argument("--pool", default="256MiB",
                         help="hoist's staging pool (smaller than --size: "
                         "the save runs in waves)")
+    parser.add_argument("--peers", default="",
+                        help="comma-separated peers on the same server: "
+                        "dcp (PyTorch DCP async_save over s3fs; needs torch "
+                        "and s3fs)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args()
@@ -225,9 +276,15 @@ def main():
                     fs.delete_file(key)
                 result = hoist_round(env, bucket, size, args.writers, pool)
                 figures["hoist_save_s"].append(result["save_s"])
+                figures.setdefault("hoist_blocked_s", []).append(
+                    result["blocked_s"])
                 figures["hoist_restore_s"].append(result["restore_s"])
                 figures["hoist_rss_growth_save"].append(
                     result["rss_growth_save"])
+                if "dcp" in args.peers.split(","):
+                    peer = dcp_round(env, bucket, size, args.writers)
+                    for key in ("blocked_s", "save_s", "restore_s"):
+                        figures.setdefault(f"dcp_{key}", []).append(peer[key])
                 print(f"round {r + 1}: " + ", ".join(
                     f"{k} {v[-1]:.3f}" if k.endswith("_s") else
                     f"{k} {v[-1] / 2**20:.0f} MiB"
@@ -246,6 +303,11 @@ def main():
         "rss_growth_over_pool_mib":
             (med["hoist_rss_growth_save"] - pool) / 2**20,
     }
+    if "dcp_save_s" in med:
+        report["save_vs_dcp"] = med["dcp_save_s"] / med["hoist_save_s"]
+        report["blocked_vs_dcp"] = (med["dcp_blocked_s"] /
+                                    med["hoist_blocked_s"])
+        report["restore_vs_dcp"] = med["dcp_restore_s"] / med["hoist_restore_s"]
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     if args.json:
@@ -265,6 +327,11 @@ def main():
           f"{report['restore_vs_limit_download']:.2f}x")
     print(f"  hoist save vs pyarrow upload to one object: "
           f"{report['save_vs_one_object_upload']:.2f}x")
+    if "save_vs_dcp" in report:
+        print(f"  hoist vs DCP async_save over s3fs: save "
+              f"{report['save_vs_dcp']:.2f}x, blocked "
+              f"{report['blocked_vs_dcp']:.2f}x, restore (vs DCP load) "
+              f"{report['restore_vs_dcp']:.2f}x faster")
     print(f"  peak RSS growth in a save: "
           f"{med['hoist_rss_growth_save'] / 2**20:.0f} MiB "
           f"(pool {pool / 2**20:.0f} MiB)")
