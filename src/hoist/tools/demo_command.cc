@@ -495,7 +495,9 @@ absl::StatusOr<Predicted> Predict(const DemoFlags& flags, const DemoJob& job,
                                   int64_t pool,
                                   const SavePlanOptions& plan_options) {
   Predicted out;
-  if (!flags.predict) return out;
+  // The rates measured are the local disk's: no prediction for a root on
+  // an object store.
+  if (!flags.predict || IsObjectStoreUrl(job.root)) return out;
   out.on = true;
   std::string measured;
   if (job.lead) {
@@ -1224,7 +1226,9 @@ void AddDemoCommand(CLI::App& app) {
                 "stay: they are memory)");
   cmd->add_flag("!--no-predict", flags->predict,
                 "Skip measuring this machine's copy and write rates at "
-                "start-up, and the prediction made from them");
+                "start-up, and the prediction made from them (always "
+                "skipped for an s3:// or gs:// root: the rates are the "
+                "local disk's)");
   cmd->callback([flags] {
     absl::Status status = RunDemo(*flags);
     if (!status.ok()) FailCommand("demo", status);
