@@ -105,13 +105,13 @@ def pyarrow_download(env, keys, readers):
               for k in keys for at in range(0, sizes[k], PIECE)]
     files = {k: fs.open_input_file(k) for k in keys}
     lock = threading.Lock()
-    todo = iter(ranges)
+    pending = iter(ranges)
     buffers = {}
 
     def reader(_):
         while True:
             with lock:
-                item = next(todo, None)
+                item = next(pending, None)
             if item is None:
                 return
             key, at, n = item
@@ -149,17 +149,17 @@ def rss():
 
 
 # The save's peak RSS over what the process held before it: sampled every
-# 5 ms from another thread.
-before, peak, saving = rss(), [0], [True]
+# 5 ms from another thread until the save is done.
+import threading
+before, peak, saved_event = rss(), [0], threading.Event()
 
 
 def sample():
-    while saving[0]:
+    while not saved_event.wait(0.005):
         peak[0] = max(peak[0], rss())
-        time.sleep(0.005)
+    peak[0] = max(peak[0], rss())
 
 
-import threading
 sampler = threading.Thread(target=sample)
 with hoist.CheckpointManager(root, pool_bytes=pool, writers=writers,
                              coordinator="single") as mgr:
@@ -169,7 +169,7 @@ with hoist.CheckpointManager(root, pool_bytes=pool, writers=writers,
     blocked = time.perf_counter() - start
     handle.wait()
     saved = time.perf_counter() - start
-    saving[0] = False
+    saved_event.set()
     sampler.join()
     start = time.perf_counter()
     out = mgr.restore()

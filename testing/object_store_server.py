@@ -147,7 +147,10 @@ class _Server:
                     return
             except OSError:
                 pass
-            time.sleep(0.2)
+            try:  # the pause between looks ends early if the server dies
+                self.proc.wait(timeout=0.2)
+            except subprocess.TimeoutExpired:
+                pass
         self.stop()
         raise TimeoutError(f"{self.name} not ready in {timeout_s:.0f} s: "
                            f"{self.log_tail()}")

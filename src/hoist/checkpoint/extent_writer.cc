@@ -94,6 +94,7 @@ void ExtentWriter::Run(Stream* stream) {
   std::vector<StagedExtent> run;
   std::vector<absl::Span<const uint8_t>> pieces;
   std::vector<uint64_t> hashes;
+  std::vector<int64_t> offsets;  // where each extent of the run lands
   while (true) {
     run.clear();
     {
@@ -146,8 +147,7 @@ void ExtentWriter::Run(Stream* stream) {
                           FormatBytes(static_cast<double>(bytes)), offset),
           write_start, absl::Now());
     }
-    std::vector<int64_t> offsets;
-    offsets.reserve(run.size());
+    offsets.clear();
     int64_t at = offset;
     for (StagedExtent& extent : run) {
       offsets.push_back(at);
