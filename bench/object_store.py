@@ -1,28 +1,40 @@
 #!/usr/bin/env python3
-"""hoist on an object store against the client's own limit, in one run.
+"""hoist on an object store against the client's own limit and the peers, in one run.
 
-    .venv/bin/python bench/object_store.py [--size 1GiB] [--rounds 3]
-        [--writers 4] [--json] [--out FILE]
+    .venv/bin/python bench/object_store.py [--store s3|gcs] [--size 1GiB]
+        [--rounds 3] [--writers 4] [--pool 256MiB]
+        [--peers dcp,s3torchconnector | --peers orbax] [--json] [--out FILE]
 
-Starts SeaweedFS's S3 server on 127.0.0.1 (testing/object_store_server.py),
-then alternates, round after round (limit, hoist, limit, hoist, ...):
-  - the client's limit: pyarrow on its own (Arrow's S3FileSystem, the same
-    library hoist uses) uploading the same bytes as `--writers` objects from
-    as many threads, each written in 16 MiB pieces, and reading them back by
-    16 MiB ranges, 8 at a time (hoist's restore reads with 8 threads);
+Starts the server on 127.0.0.1 (testing/object_store_server.py: SeaweedFS's
+S3 by default, fake-gcs-server with --store gcs), then alternates, round
+after round (limit, hoist, peers, limit, hoist, peers, ...):
+  - the client's limit: pyarrow on its own (Arrow's S3 or GCS filesystem,
+    the library hoist uses) uploading the same bytes as `--writers` objects
+    from as many threads, each written in 16 MiB pieces, and reading them
+    back by 16 MiB ranges, 8 at a time (hoist's restore reads with 8
+    threads) into new memory;
   - the hard floor's baseline: pyarrow uploading the same bytes to ONE
     object in 16 MiB pieces;
   - hoist: a NumPy state of `--size` saved by hoist.CheckpointManager into
-    s3://... (from save() until wait() returns: committed), then restored
-    into new host memory (restore()), each save in a fresh process that also
-    reports its peak RSS growth over what it held before (the state), against
-    the pool (RSS sampled every 5 ms, against the RSS before the manager
-    opened: the pool's pages included).
+    s3://... or gs://... (from save() until wait() returns: committed; and
+    the time save() blocked), then restored into new host memory
+    (restore()), each in a fresh process that also reports its peak RSS
+    growth during the save (RSS sampled every 5 ms, against the RSS before
+    the manager opened: the pool's pages included);
+  - the peers (--peers), each in a fresh process, the same bytes as float32
+    layers of the same shapes, saved asynchronously, waited for, loaded into
+    new memory and checked:
+      dcp               PyTorch DCP async_save / load with FsspecWriter /
+                        FsspecReader over s3fs, --writers threads (S3);
+      s3torchconnector  DCP async_save / load with s3torchconnector's
+                        S3StorageWriter / S3StorageReader, --writers threads
+                        (S3; AWS's CRT client);
+      orbax             Orbax's CheckpointManager (async) with JAX arrays,
+                        TensorStore writing to the emulator (GCS).
 Reports each figure's median over the rounds with its spread, and the
 ratios: hoist save / limit upload, hoist restore / limit download, hoist
-save / one-object upload. With --peers dcp, PyTorch DCP's async_save and
-load over s3fs (FsspecWriter/FsspecReader, --writers threads) on the same
-server, the same bytes as float32 tensors. The server's data directory is under /tmp and is
+save / one-object upload, and how many times faster hoist saves, blocks and
+restores than each peer. The server's data directory is under /tmp and is
 removed at the end.
 """
 import argparse
@@ -54,8 +66,15 @@ def parse_size(text):
 
 
 def arrow_fs(env):
+    """Arrow's filesystem for the server in `env`: S3 (SeaweedFS) or GCS
+    (fake-gcs-server, plain HTTP, no credentials)."""
     import pyarrow.fs as pafs
 
+    if "STORAGE_EMULATOR_HOST" in env:
+        host = env["STORAGE_EMULATOR_HOST"]
+        return pafs.GcsFileSystem(
+            anonymous=True, scheme="http",
+            endpoint_override=host.split("://", 1)[-1])
     return pafs.S3FileSystem(
         endpoint_override=env["AWS_ENDPOINT_URL"], region="us-east-1",
         access_key=env["AWS_ACCESS_KEY_ID"],
@@ -182,50 +201,132 @@ print(json.dumps({"bytes": nbytes, "blocked_s": blocked, "save_s": saved,
 """
 
 
-DCP_CHILD = r"""
+# The peers, each a child process that saves the same bytes (float32 layers
+# of the same shapes as hoist's) into `root` asynchronously, waits, loads
+# them back into new memory, checks them, and prints its three times. Each
+# takes: size, threads, root.
+PEER_STATE = r"""
 import json, os, sys, time, warnings
 warnings.filterwarnings("ignore")
-import torch
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint import FsspecReader, FsspecWriter
 size, threads, root = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 count = max(8, size // (64 << 20))
 rows = size // (4 * 4096 * count)
+"""
+
+TORCH_STATE = PEER_STATE + r"""
+import torch
+import torch.distributed.checkpoint as dcp
 g = torch.Generator().manual_seed(0)
 state = {f"layer{i}": torch.randn(rows, 4096, generator=g) for i in range(count)}
-start = time.perf_counter()
-future = dcp.async_save(state, storage_writer=FsspecWriter(
-    root, thread_count=threads, sync_files=False))
-blocked = time.perf_counter() - start
-future.result()
-saved = time.perf_counter() - start
-target = {k: torch.empty_like(v) for k, v in state.items()}
-start = time.perf_counter()
-dcp.load(target, storage_reader=FsspecReader(root))
-restored = time.perf_counter() - start
-assert all(torch.equal(target[k], state[k]) for k in state)
+
+
+def measure(writer, reader):
+    start = time.perf_counter()
+    future = dcp.async_save(state, storage_writer=writer)
+    blocked = time.perf_counter() - start
+    future.result()
+    saved = time.perf_counter() - start
+    target = {k: torch.empty_like(v) for k, v in state.items()}
+    start = time.perf_counter()
+    dcp.load(target, storage_reader=reader())
+    restored = time.perf_counter() - start
+    assert all(torch.equal(target[k], state[k]) for k in state)
+    print(json.dumps({"blocked_s": blocked, "save_s": saved,
+                      "restore_s": restored}))
+"""
+
+# PyTorch DCP through FsspecWriter/Reader over s3fs (botocore reads the same
+# AWS_* variables), `threads` writer threads.
+DCP_CHILD = TORCH_STATE + r"""
+from torch.distributed.checkpoint import FsspecReader, FsspecWriter
+measure(FsspecWriter(root, thread_count=threads, sync_files=False),
+        lambda: FsspecReader(root))
+"""
+
+# s3torchconnector's DCP S3StorageWriter/Reader (AWS's CRT client). Its DCP
+# classes take no endpoint, so their filesystem is given a client that has
+# one (path-style addressing, as SeaweedFS serves).
+S3TC_CHILD = TORCH_STATE + r"""
+from s3torchconnector import S3ClientConfig
+from s3torchconnector._s3client import S3Client
+from s3torchconnector.dcp import S3StorageReader, S3StorageWriter
+from s3torchconnector.dcp.s3_file_system import S3FileSystem
+region, config = os.environ["AWS_REGION"], S3ClientConfig(force_path_style=True)
+
+
+def on_server(storage):
+    storage.fs = S3FileSystem(region, s3_client=S3Client(
+        region, endpoint=os.environ["AWS_ENDPOINT_URL"],
+        s3client_config=config))
+    return storage
+
+
+measure(on_server(S3StorageWriter(region, root, s3client_config=config,
+                                  thread_count=threads)),
+        lambda: on_server(S3StorageReader(region, root,
+                                          s3client_config=config)))
+"""
+
+# Orbax's CheckpointManager (async by default) with JAX arrays on the CPU
+# backend: TensorStore writes the arrays to the GCS emulator
+# (TENSORSTORE_GCS_HTTP_URL), gcsfs the directories (STORAGE_EMULATOR_HOST).
+ORBAX_CHILD = PEER_STATE + r"""
+import logging
+logging.getLogger("gcsfs").setLevel(logging.ERROR)
+os.environ["TENSORSTORE_GCS_HTTP_URL"] = os.environ["STORAGE_EMULATOR_HOST"]
+os.environ.setdefault("GOOGLE_AUTH_TOKEN_FOR_TESTING", "emulator")
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+state = {f"layer{i}": jax.device_put(np.random.default_rng(i).standard_normal(
+    (rows, 4096), dtype=np.float32)) for i in range(count)}
+jax.block_until_ready(state)
+with ocp.CheckpointManager(root) as manager:
+    start = time.perf_counter()
+    manager.save(1, args=ocp.args.StandardSave(state))
+    blocked = time.perf_counter() - start
+    manager.wait_until_finished()
+    saved = time.perf_counter() - start
+    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
+    start = time.perf_counter()
+    out = manager.restore(1, args=ocp.args.StandardRestore(abstract))
+    jax.block_until_ready(out)
+    restored = time.perf_counter() - start
+assert all(np.array_equal(np.asarray(out[k]), np.asarray(state[k]))
+           for k in state)
 print(json.dumps({"blocked_s": blocked, "save_s": saved,
                   "restore_s": restored}))
 """
 
+# name -> (the store it runs on, its child, what it needs, how it is named
+# in the report).
+PEERS = {
+    "dcp": ("s3", DCP_CHILD, "torch and s3fs",
+            "DCP async_save over s3fs"),
+    "s3torchconnector": ("s3", S3TC_CHILD, "torch and s3torchconnector[dcp]",
+                         "DCP with s3torchconnector's S3StorageWriter"),
+    "orbax": ("gcs", ORBAX_CHILD, "jax, orbax-checkpoint and gcsfs",
+              "Orbax (TensorStore) CheckpointManager"),
+}
 
-def dcp_round(env, bucket, size, writers):
-    """PyTorch DCP's async_save and load through FsspecWriter/Reader over
-    s3fs (botocore reads the same AWS_* variables), `writers` threads."""
-    root = f"s3://{bucket}/dcp-{uuid.uuid4().hex[:8]}"
+
+def peer_round(name, env, bucket, scheme, size, writers):
+    """One round of peer `name` on the server in `env`."""
+    _, child, needs, _ = PEERS[name]
+    root = f"{scheme}://{bucket}/{name}-{uuid.uuid4().hex[:8]}"
     done = subprocess.run(
-        [sys.executable, "-c", DCP_CHILD, str(size), str(writers), root],
+        [sys.executable, "-c", child, str(size), str(writers), root],
         capture_output=True, text=True, env=dict(os.environ, **env),
         check=False)
     if done.returncode != 0:
-        raise RuntimeError("DCP round failed (it needs torch and s3fs: pip "
+        raise RuntimeError(f"{name} round failed (it needs {needs}: pip "
                            "install -r python/requirements-test.txt):\n"
                            f"{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def hoist_round(env, bucket, size, writers, pool):
-    root = f"s3://{bucket}/hoist-{uuid.uuid4().hex[:8]}"
+def hoist_round(env, bucket, scheme, size, writers, pool):
+    root = f"{scheme}://{bucket}/hoist-{uuid.uuid4().hex[:8]}"
     done = subprocess.run(
         [sys.executable, "-c", HOIST_CHILD, str(size), str(writers),
          str(pool), root],
@@ -250,19 +351,30 @@ def main():
     parser.add_argument("--pool", default="256MiB",
                         help="hoist's staging pool (smaller than --size: "
                         "the save runs in waves)")
+    parser.add_argument("--store", choices=("s3", "gcs"), default="s3",
+                        help="the server: SeaweedFS's S3 or fake-gcs-server")
     parser.add_argument("--peers", default="",
                         help="comma-separated peers on the same server: "
-                        "dcp (PyTorch DCP async_save over s3fs; needs torch "
-                        "and s3fs)")
+                        "dcp, s3torchconnector (S3), orbax (GCS)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args()
     size, pool = parse_size(args.size), parse_size(args.pool)
+    peers = [p for p in args.peers.split(",") if p]
+    for name in peers:
+        if name not in PEERS:
+            parser.error(f"--peers: unknown peer {name!r}; choose from "
+                         f"{', '.join(PEERS)}")
+        if PEERS[name][0] != args.store:
+            parser.error(f"--peers {name} runs on --store {PEERS[name][0]}")
+    server_type = {"s3": object_store_server.S3Server,
+                   "gcs": object_store_server.GcsServer}[args.store]
+    scheme = {"s3": "s3", "gcs": "gs"}[args.store]
     figures = {k: [] for k in ("limit_upload_s", "limit_download_s",
                                "one_object_upload_s", "hoist_save_s",
                                "hoist_restore_s", "hoist_rss_growth_save")}
-    with tempfile.TemporaryDirectory(prefix="hoist-s3-bench-") as tmp:
-        with object_store_server.S3Server(tmp) as server:
+    with tempfile.TemporaryDirectory(prefix="hoist-os-bench-") as tmp:
+        with server_type(tmp) as server:
             env, bucket = server.env, server.bucket
             fs = arrow_fs(env)
             for r in range(args.rounds):
@@ -274,24 +386,27 @@ def main():
                 figures["one_object_upload_s"].append(seconds)
                 for key in keys + one:
                     fs.delete_file(key)
-                result = hoist_round(env, bucket, size, args.writers, pool)
+                result = hoist_round(env, bucket, scheme, size, args.writers,
+                                     pool)
                 figures["hoist_save_s"].append(result["save_s"])
                 figures.setdefault("hoist_blocked_s", []).append(
                     result["blocked_s"])
                 figures["hoist_restore_s"].append(result["restore_s"])
                 figures["hoist_rss_growth_save"].append(
                     result["rss_growth_save"])
-                if "dcp" in args.peers.split(","):
-                    peer = dcp_round(env, bucket, size, args.writers)
+                for name in peers:
+                    peer = peer_round(name, env, bucket, scheme, size,
+                                      args.writers)
                     for key in ("blocked_s", "save_s", "restore_s"):
-                        figures.setdefault(f"dcp_{key}", []).append(peer[key])
+                        figures.setdefault(f"{name}_{key}", []).append(
+                            peer[key])
                 print(f"round {r + 1}: " + ", ".join(
                     f"{k} {v[-1]:.3f}" if k.endswith("_s") else
                     f"{k} {v[-1] / 2**20:.0f} MiB"
                     for k, v in figures.items()), file=sys.stderr)
     med = {k: statistics.median(v) for k, v in figures.items()}
     report = {
-        "bytes": size, "writers": args.writers, "pool_bytes": pool,
+        "store": args.store, "bytes": size, "writers": args.writers, "pool_bytes": pool,
         "rounds": args.rounds,
         "figures": {k: spread(v) for k, v in figures.items()},
         # Throughput ratios (>1: hoist faster than the limit measured).
@@ -303,23 +418,24 @@ def main():
         "rss_growth_over_pool_mib":
             (med["hoist_rss_growth_save"] - pool) / 2**20,
     }
-    if "dcp_save_s" in med:
-        report["save_vs_dcp"] = med["dcp_save_s"] / med["hoist_save_s"]
-        report["blocked_vs_dcp"] = (med["dcp_blocked_s"] /
-                                    med["hoist_blocked_s"])
-        report["restore_vs_dcp"] = med["dcp_restore_s"] / med["hoist_restore_s"]
+    for name in peers:
+        # How many times faster hoist is than the peer (>1: hoist faster).
+        report[f"vs_{name}"] = {
+            what: med[f"{name}_{what}_s"] / med[f"hoist_{what}_s"]
+            for what in ("save", "blocked", "restore")}
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     if args.json:
         print(json.dumps(report, indent=2))
         return
     gb = size / 1e9
-    print(f"{args.size} over SeaweedFS S3 on 127.0.0.1, {args.writers} "
+    print(f"{args.size} over {server_type.name} ({args.store}) on 127.0.0.1, "
+          f"{args.writers} "
           f"streams, pool {args.pool}, medians of {args.rounds} rounds "
           "(min-max)")
     for k, v in figures.items():
         if k.endswith("_s"):
-            print(f"  {k:24s} {v and statistics.median(v):7.2f} s "
+            print(f"  {k:28s} {v and statistics.median(v):7.2f} s "
                   f"({min(v):.2f}-{max(v):.2f})  {gb / statistics.median(v):.3f} GB/s")
     print(f"  hoist save vs pyarrow upload ({args.writers} objects): "
           f"{report['save_vs_limit_upload']:.2f}x")
@@ -327,11 +443,11 @@ def main():
           f"{report['restore_vs_limit_download']:.2f}x")
     print(f"  hoist save vs pyarrow upload to one object: "
           f"{report['save_vs_one_object_upload']:.2f}x")
-    if "save_vs_dcp" in report:
-        print(f"  hoist vs DCP async_save over s3fs: save "
-              f"{report['save_vs_dcp']:.2f}x, blocked "
-              f"{report['blocked_vs_dcp']:.2f}x, restore (vs DCP load) "
-              f"{report['restore_vs_dcp']:.2f}x faster")
+    for name in peers:
+        ratios = report[f"vs_{name}"]
+        print(f"  hoist vs {PEERS[name][3]}: save {ratios['save']:.2f}x, "
+              f"blocked {ratios['blocked']:.2f}x, restore "
+              f"{ratios['restore']:.2f}x faster")
     print(f"  peak RSS growth in a save: "
           f"{med['hoist_rss_growth_save'] / 2**20:.0f} MiB "
           f"(pool {pool / 2**20:.0f} MiB)")

@@ -48,16 +48,20 @@ struct SafetensorsExportOptions {
 struct ExportStats {
   int64_t tensors = 0;
   int64_t bytes = 0;               // tensor bytes written
-  int64_t bytes_read = 0;          // from the checkpoint (== bytes)
+  int64_t bytes_read = 0;          // from the checkpoint (== bytes;
+                                   // 2 x bytes into an object store)
   std::vector<std::string> files;  // written, in order (the index last)
   absl::Duration elapsed;
 };
 
 // Exports the committed step at `step_dir` (ROOT/step_N, or a root: its
 // newest step) into the directory `out_dir` (created if missing; it must
-// not already hold model.safetensors or an index). Every tensor's XXH3-64
-// of its exported bytes goes into its file's "__metadata__" under
-// "hoist.xxh3" (a JSON object name -> 16 hex digits), with "format": "pt"
+// not already hold model.safetensors or an index). `out_dir` may be an
+// s3:// or gs:// prefix (configured by the environment, as a root is): each
+// file is then one object under its own name, complete or absent, and the
+// step is read twice (the hashes in a file's header precede its bytes). Every
+// tensor's XXH3-64 of its exported bytes goes into its file's "__metadata__"
+// under "hoist.xxh3" (a JSON object name -> 16 hex digits), with "format": "pt"
 // (transformers requires it) and "hoist.step". Errors: kNotFound without a
 // committed step; kAlreadyExists when out_dir holds an export;
 // kInvalidArgument for bad options, a prefix no array has, or a name

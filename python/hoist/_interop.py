@@ -23,9 +23,10 @@ from ._errors import step_number
 def export(step_dir, out_dir, format="safetensors", *,
            max_shard_bytes=5_000_000_000, prefix="", memory_bytes=256 << 20):
     """Writes the committed step `step_dir` (ROOT/step_N, or a root: its
-    newest step) into `out_dir` as safetensors: model.safetensors, or
-    model-0000K-of-0000N.safetensors files of at most `max_shard_bytes`
-    each and model.safetensors.index.json. Tensors keep the saved array
+    newest step) into `out_dir` (a directory, or an s3:// or gs:// prefix:
+    one object a file, each complete or absent) as safetensors:
+    model.safetensors, or model-0000K-of-0000N.safetensors files of at most
+    `max_shard_bytes` each and model.safetensors.index.json. Tensors keep the saved array
     names; prefix="FROM" exports only names starting with FROM, without it,
     and "FROM=TO" replaces it ("model/" for a step saved as
     {"model": model}). Reads stream through `memory_bytes` of host memory,

@@ -18,7 +18,13 @@
 //   4. Write each file's header with the hashes at offset 0, fsync, close,
 //      rename the file from its temporary name into place; then the index
 //      (when there is more than one file), the same way; fsync out_dir.
-// On error the temporary files are removed and no final name was made.
+//      Into an object store (an object is uploaded from start to end, under
+//      its final name, and appears when complete): step 3 reads and hashes
+//      only, then each file's header is uploaded first, step 3 runs again
+//      uploading every file in order (one writer thread) and re-hashing,
+//      and each upload is completed once the hashes agree.
+// On error the files begun are removed (aborted uploads) and no final name
+// was made.
 #include <unistd.h>
 
 #include <algorithm>
@@ -79,7 +85,7 @@ struct OutFile {
   int64_t header_bytes = 0;  // the JSON, padded
   int64_t data_bytes = 0;
   std::unique_ptr<WritableFile> file;
-  std::string tmp_path;
+  std::string tmp_path;  // where it is written (on an object store: its name)
 };
 
 // A part of a tensor: `box` of it, whose bytes lie contiguously in the
@@ -513,24 +519,26 @@ absl::StatusOr<ExportStats> ExportSafetensors(
         "at least 1 MiB");
   }
   // 1
-  if (IsObjectStoreUrl(out_dir)) {
-    // The files are written by several threads at their offsets and
-    // renamed into place, which an object cannot be.
-    return absl::UnimplementedError(absl::StrFormat(
-        "%s: an export is written to a local directory (the step it reads "
-        "may be on an object store); upload the files from there",
-        out_dir));
-  }
   ASSIGN_OR_RETURN(auto opened, OpenStepAt(step_dir));
   const std::unique_ptr<CheckpointRoot>& root = opened.first;
   const int64_t step = opened.second;
   ASSIGN_OR_RETURN(const Manifest manifest, root->ReadManifest(step));
   ASSIGN_OR_RETURN(std::vector<Tensor> tensors,
                    SelectTensors(manifest, options.prefix));
-  std::unique_ptr<Storage> storage = MakePosixStorage();
+  // An object store (configured by the environment) or the local disk. An
+  // object is uploaded from its start to its end under its own name and
+  // appears whole when its upload completes: no temporary name, no rename,
+  // and its header (which holds the hashes) goes first, so the bytes are
+  // read twice: hashed, then uploaded behind the header.
+  const bool objects = IsObjectStoreUrl(out_dir);
+  ASSIGN_OR_RETURN(std::unique_ptr<Storage> storage,
+                   OpenStorageFor(out_dir, ObjectStoreOptions{},
+                                  [] { return MakePosixStorage(); }));
   ASSIGN_OR_RETURN(bool out_exists, storage->Exists(out_dir));
   if (!out_exists) {
-    RETURN_IF_ERROR(storage->CreateDir(out_dir));
+    // On an object store: the bucket must exist (a prefix needs no object).
+    RETURN_IF_ERROR(objects ? storage->CreateDirs(out_dir)
+                            : storage->CreateDir(out_dir));
   } else {
     ASSIGN_OR_RETURN(bool out_is_dir, storage->IsDir(out_dir));
     if (!out_is_dir) {
@@ -577,11 +585,41 @@ absl::StatusOr<ExportStats> ExportSafetensors(
       }
     }
   };
+  // The header of each file, its hashes as `hashes` holds them.
+  auto write_headers = [&](bool sync) -> absl::Status {
+    for (OutFile& file : files) {
+      const std::string header = HeaderText(tensors, file, step, hashes);
+      std::string prefix(8, '\0');
+      uint64_t length = header.size();
+      for (int i = 0; i < 8; ++i)
+        prefix[i] = static_cast<char>(length >> (8 * i));
+      prefix += header;
+      RETURN_IF_ERROR(file.file->WriteAt(
+          0,
+          absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(prefix.data()),
+                              prefix.size())));
+      if (!sync) continue;
+      RETURN_IF_ERROR(file.file->Sync());
+      RETURN_IF_ERROR(file.file->Close());
+      file.file.reset();
+    }
+    return absl::OkStatus();
+  };
+  // Each tensor's digest, as 16 hex digits.
+  auto digests = [&] {
+    std::vector<std::string> out;
+    for (const Tensor& tensor : tensors) {
+      out.push_back(absl::StrFormat("%016x", XXH3_64bits_digest(tensor.hash)));
+    }
+    return out;
+  };
   int64_t bytes_read = 0;
   absl::Status status = [&]() -> absl::Status {
     for (OutFile& file : files) {
       file.tmp_path =
-          JoinPath(out_dir, absl::StrFormat(".%s.tmp-%d", file.name, getpid()));
+          objects ? JoinPath(out_dir, file.name)
+                  : JoinPath(out_dir, absl::StrFormat(".%s.tmp-%d", file.name,
+                                                      getpid()));
       ASSIGN_OR_RETURN(file.file, storage->OpenWritable(file.tmp_path));
       // Room for the whole file now: a full disk fails here, before any
       // byte moves, and the direct writes need not allocate.
@@ -598,63 +636,72 @@ absl::StatusOr<ExportStats> ExportSafetensors(
         (options.memory_bytes - kReaderThreads * run_bytes) / kBuffers -
         kBlockBytes;
     ASSIGN_OR_RETURN(const std::string dir, root->StepDir(step));
-    ExtentStreamer streamer(root->storage(), dir, kReaderThreads, run_bytes);
     std::vector<Chunk> chunks = CutChunks(tensors, files, chunk_bytes);
     // Not zeroed: every byte written is read first.
     std::vector<ReadBuffer> buffers(kBuffers);
-    // After `buffers`: its threads stop before the buffers go.
-    WriteQueue writes(kWriteThreads);
-    const uint8_t* tail = nullptr;  // the previous chunk's, in its buffer
-    int64_t carry = 0;              // its length
-    for (size_t c = 0; c < chunks.size(); ++c) {
-      const Chunk& chunk = chunks[c];
-      OutFile& file = files[chunk.file];
-      uint8_t* buffer = buffers[c % kBuffers].Get(chunk_bytes + kBlockBytes);
-      if (c >= kBuffers) RETURN_IF_ERROR(writes.Wait(c - kBuffers));
-      if (carry > 0) std::memcpy(buffer, tail, carry);
-      RETURN_IF_ERROR(streamer.Read(chunk.pieces, tensors, buffer + carry));
-      int64_t at = carry;
-      for (const Piece& piece : chunk.pieces) {
-        XXH3_64bits_update(tensors[piece.tensor].hash, buffer + at,
-                           piece.bytes);
-        at += piece.bytes;
+    // Reads every chunk and hashes it; with `write`, writes it too. An
+    // object is written by one thread, in order (after its header).
+    auto stream = [&](bool write) -> absl::Status {
+      for (Tensor& tensor : tensors) XXH3_64bits_reset(tensor.hash);
+      ExtentStreamer streamer(root->storage(), dir, kReaderThreads, run_bytes);
+      // After `buffers`: its threads stop before the buffers go.
+      WriteQueue writes(objects ? 1 : kWriteThreads);
+      const uint8_t* tail = nullptr;  // the previous chunk's, in its buffer
+      int64_t carry = 0;              // its length
+      for (size_t c = 0; c < chunks.size(); ++c) {
+        const Chunk& chunk = chunks[c];
+        OutFile& file = files[chunk.file];
+        uint8_t* buffer = buffers[c % kBuffers].Get(chunk_bytes + kBlockBytes);
+        if (c >= kBuffers) RETURN_IF_ERROR(writes.Wait(c - kBuffers));
+        if (carry > 0) std::memcpy(buffer, tail, carry);
+        RETURN_IF_ERROR(streamer.Read(chunk.pieces, tensors, buffer + carry));
+        int64_t at = carry;
+        for (const Piece& piece : chunk.pieces) {
+          XXH3_64bits_update(tensors[piece.tensor].hash, buffer + at,
+                             piece.bytes);
+          at += piece.bytes;
+        }
+        // Every whole block goes out directly, in writes of kWriteBytes;
+        // the rest (less than a block) is the next chunk's carry, or, after
+        // a file's last chunk, written through the page cache.
+        const int64_t base = chunk.file_offset - carry;
+        const int64_t whole = at / kBlockBytes * kBlockBytes;
+        for (int64_t from = 0; write && from < whole; from += kWriteBytes) {
+          writes.Add(c, file.file.get(), base + from,
+                     absl::MakeConstSpan(buffer + from,
+                                         std::min(kWriteBytes, whole - from)));
+        }
+        const bool last_of_file =
+            c + 1 == chunks.size() || chunks[c + 1].file != chunk.file;
+        if (write && last_of_file && at > whole) {
+          writes.Add(c, file.file.get(), base + whole,
+                     absl::MakeConstSpan(buffer + whole, at - whole));
+        }
+        tail = buffer + whole;
+        carry = last_of_file ? 0 : at - whole;
       }
-      // Every whole block goes out directly, in writes of kWriteBytes; the
-      // rest (less than a block) is the next chunk's carry, or, after a
-      // file's last chunk, written through the page cache.
-      const int64_t base = chunk.file_offset - carry;
-      const int64_t whole = at / kBlockBytes * kBlockBytes;
-      for (int64_t from = 0; from < whole; from += kWriteBytes) {
-        writes.Add(c, file.file.get(), base + from,
-                   absl::MakeConstSpan(buffer + from,
-                                       std::min(kWriteBytes, whole - from)));
-      }
-      const bool last_of_file =
-          c + 1 == chunks.size() || chunks[c + 1].file != chunk.file;
-      if (last_of_file && at > whole) {
-        writes.Add(c, file.file.get(), base + whole,
-                   absl::MakeConstSpan(buffer + whole, at - whole));
-      }
-      tail = buffer + whole;
-      carry = last_of_file ? 0 : at - whole;
-    }
-    if (!chunks.empty()) RETURN_IF_ERROR(writes.Wait(chunks.size() - 1));
-    bytes_read = streamer.bytes_read();
+      if (!chunks.empty()) RETURN_IF_ERROR(writes.Wait(chunks.size() - 1));
+      bytes_read += streamer.bytes_read();
+      return absl::OkStatus();
+    };
     // 4
-    for (size_t t = 0; t < tensors.size(); ++t) {
-      hashes[t] = absl::StrFormat("%016x", XXH3_64bits_digest(tensors[t].hash));
+    if (!objects) {
+      RETURN_IF_ERROR(stream(/*write=*/true));
+      hashes = digests();
+      return write_headers(/*sync=*/true);
+    }
+    RETURN_IF_ERROR(stream(/*write=*/false));
+    hashes = digests();
+    RETURN_IF_ERROR(write_headers(/*sync=*/false));
+    RETURN_IF_ERROR(stream(/*write=*/true));
+    // The bytes uploaded are the bytes hashed (a committed step does not
+    // change; this says so before any object is completed).
+    if (digests() != hashes) {
+      return absl::DataLossError(absl::StrFormat(
+          "%s: the step's bytes changed between the two reads of the export",
+          dir));
     }
     for (OutFile& file : files) {
-      const std::string header = HeaderText(tensors, file, step, hashes);
-      std::string prefix(8, '\0');
-      uint64_t length = header.size();
-      for (int i = 0; i < 8; ++i)
-        prefix[i] = static_cast<char>(length >> (8 * i));
-      prefix += header;
-      RETURN_IF_ERROR(file.file->WriteAt(
-          0,
-          absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(prefix.data()),
-                              prefix.size())));
       RETURN_IF_ERROR(file.file->Sync());
       RETURN_IF_ERROR(file.file->Close());
       file.file.reset();
@@ -667,8 +714,10 @@ absl::StatusOr<ExportStats> ExportSafetensors(
   }
   ExportStats stats;
   for (OutFile& file : files) {
-    RETURN_IF_ERROR(
-        storage->Rename(file.tmp_path, JoinPath(out_dir, file.name)));
+    if (!objects) {
+      RETURN_IF_ERROR(
+          storage->Rename(file.tmp_path, JoinPath(out_dir, file.name)));
+    }
     file.tmp_path.clear();
     stats.files.push_back(JoinPath(out_dir, file.name));
   }
@@ -682,16 +731,18 @@ absl::StatusOr<ExportStats> ExportSafetensors(
       index["weight_map"][tensor.name] = files[tensor.file].name;
     }
     const std::string text = index.dump(2) + "\n";
-    const std::string tmp = JoinPath(
-        out_dir,
-        absl::StrFormat(".%s.tmp-%d", kSafetensorsIndexFile, getpid()));
+    const std::string tmp =
+        objects ? JoinPath(out_dir, kSafetensorsIndexFile)
+                : JoinPath(out_dir,
+                           absl::StrFormat(".%s.tmp-%d", kSafetensorsIndexFile,
+                                           getpid()));
     ASSIGN_OR_RETURN(auto out, storage->OpenWritable(tmp));
     absl::Status written = out->WriteAt(
         0, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(text.data()),
                                text.size()));
     if (written.ok()) written = out->Sync();
     out->Close().IgnoreError();
-    if (written.ok()) {
+    if (written.ok() && !objects) {
       written = storage->Rename(tmp, JoinPath(out_dir, kSafetensorsIndexFile));
     }
     if (!written.ok()) {

@@ -53,6 +53,14 @@ absl::StatusOr<std::string> ReadWhole(Storage& storage, const std::string& path,
 // *.safetensors file.
 absl::StatusOr<std::vector<std::string>> SourceFiles(Storage& storage,
                                                      const std::string& src) {
+  if (IsObjectStoreUrl(src)) {
+    // The source's files are mapped into memory: they must be local.
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: a safetensors source is read from a local file or directory "
+        "(download it first; the hoist root it is imported into may be an "
+        "object store)",
+        src));
+  }
   ASSIGN_OR_RETURN(bool exists, storage.Exists(src));
   if (!exists) {
     return absl::NotFoundError(

@@ -81,7 +81,9 @@ void AddExportCommand(CLI::App& app) {
       ->add_option("CKPT", flags->step_dir,
                    "Step directory (ROOT/step_N), or a root (its newest step)")
       ->required();
-  command->add_option("OUT_DIR", flags->out_dir, "Directory to write into")
+  command
+      ->add_option("OUT_DIR", flags->out_dir,
+                   "Directory to write into, or an s3:// or gs:// prefix")
       ->required();
   command->add_option("--format", flags->format, "Output format")
       ->check(CLI::IsMember({"safetensors"}))
