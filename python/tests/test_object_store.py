@@ -6,6 +6,7 @@ jobs (torchrun, jax.distributed) saving into one prefix and restoring on
 another number of processes."""
 import json
 import os
+import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -19,7 +20,8 @@ pafs = pytest.importorskip("pyarrow.fs")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "testing"))
 import object_store_server  # noqa: E402
 
-from test_multiprocess import jax_processes, torchrun  # noqa: E402
+from test_multiprocess import (  # noqa: E402
+    _start_jax, jax_processes, torchrun)
 
 
 def _require(server_class, tmp_path_factory):
@@ -212,11 +214,63 @@ def test_jax_processes_save_into_one_prefix_and_restore_on_1(s3_env):
     assert json.loads(json.dumps(hoist.inspect(root)))["step"] == 3
 
 
+def test_torchrun_job_killed_mid_save_resumes_from_s3(s3_env, tmp_path):
+    """A torchrun job whose rank 1 is SIGKILLed while its share of step 2
+    uploads: rank 0's save fails naming the lost rank, step 2 never
+    appears, and the next job (the resumed one) restores step 1 onto both
+    layouts and saves step 2 into the same prefix."""
+    pytest.importorskip("torch")
+    root = f"s3://{s3_env.bucket}/{uuid.uuid4().hex[:12]}"
+    out = tmp_path / "rank0.json"
+    job = torchrun(2, "kill", root, out, check=False)
+    assert out.exists(), (job.stdout + job.stderr)[-6000:]
+    seen = json.loads(out.read_text())
+    assert seen["type"] == "CoordinationError", seen
+    assert "rank 1 left the job" in seen["error"], seen
+    assert seen["steps"] == [1]
+    torchrun(2, "restore", root, 1, 2)
+    assert hoist.verify(root) == (2, [])
+    assert hoist.verify(f"{root}/step_00000001") == (1, [])
+
+
+def test_jax_job_killed_mid_save_resumes_from_s3(s3_env):
+    """A jax.distributed job SIGKILLed once its save of step 4 has objects
+    on the store: the newest step (3, or 4 if its manifest beat the kill)
+    restores whole on another process count, and the resumed job saves the
+    next step into the same prefix."""
+    pytest.importorskip("jax")
+    root = f"s3://{s3_env.bucket}/{uuid.uuid4().hex[:12]}"
+    jax_processes(2, 4, "save", root, 3, "a")
+    fs, prefix = _arrow_fs(root)
+    step4 = f"{prefix}/step_00000004"
+    procs = _start_jax(2, 4, ["save", root, 4, "a"])
+    try:
+        # Kill when a data object of step 4 is complete (the save is under
+        # way) or, if the job is quicker than the poll, after it ends.
+        while procs[0].poll() is None:
+            listed = fs.get_file_info(pafs.FileSelector(
+                step4, recursive=True, allow_not_found=True))
+            if any(i.type == pafs.FileType.File for i in listed):
+                break
+            try:
+                procs[0].wait(timeout=0.05)
+            except subprocess.TimeoutExpired:
+                pass
+    finally:
+        for p in procs:
+            p.kill()
+            p.communicate()
+    newest = hoist.inspect(root)["step"]
+    assert newest in (3, 4)
+    jax_processes(1, 8, "restore", root, newest, "b")
+    jax_processes(2, 4, "save", root, newest + 1, "a")
+    jax_processes(1, 8, "restore", root, newest + 1, "b")
+    assert hoist.verify(root) == (newest + 1, [])
+
+
 def test_hoist_demo_runs_on_s3_as_the_readme_shows(s3_env):
     """`hoist demo --root s3://...` (the README's quick start), prediction
     on by default: it saves, restores onto the other mesh and verifies."""
-    import subprocess
-
     hoist_cli = Path(__file__).resolve().parents[2] / "build/release/hoist"
     if not hoist_cli.exists():
         pytest.skip("build/release is not built")
@@ -236,8 +290,6 @@ def test_object_store_benchmark_reports_every_ratio(tmp_path, store, peers):
     """bench/object_store.py runs end to end on each server with its peers
     (32 MiB, one round; the real run is 1 GiB, three rounds) and reports
     what the docs quote."""
-    import subprocess
-
     for module in ("torch", "s3fs", "s3torchconnector") if store == "s3" \
             else ("jax", "orbax.checkpoint", "gcsfs"):
         pytest.importorskip(module)

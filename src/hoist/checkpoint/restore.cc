@@ -5,11 +5,9 @@
 //      in which waves, reading which extents.
 //   2. Per wave: acquire its leases all at once; reader threads (at most
 //      options.reader_threads, started per wave and joined before it ends)
-//      take the wave's reads in turn, read each extent (O_DIRECT where
+//      take the wave's reads in turn, read each extent whole (O_DIRECT where
 //      aligned) straight into its image when it is one contiguous run of
-//      it (in pieces of 16 MiB that several readers take, verified whole
-//      when its last piece lands), else whole into a buffer and then copy
-//      each intersection, opening data
+//      it, else into a buffer and then copy each intersection, opening data
 //      files below the step directory without following links; verify its
 //      XXH3; then ONE CopyFromHost per device, and one call of the
 //      receiver (for destinations without device or memory), carry all of
@@ -21,7 +19,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
-#include <memory>
 #include <optional>
 #include <thread>
 #include <tuple>
@@ -98,32 +95,8 @@ absl::Status ReadWave(Storage& storage, const std::string& step_dir,
     const ManifestExtent& y = extent_of(b);
     return std::tie(x.file, x.offset_bytes) < std::tie(y.file, y.offset_bytes);
   });
-  // A run: [begin, end) of `order`; a direct extent longer than a run is
-  // cut into pieces of kMaxIoRunBytes, read by whichever readers take them
-  // (several requests in flight for one large extent, as an object store
-  // and a deep disk queue want), and verified whole by the reader that
-  // lands its last piece.
-  struct Run {
-    size_t begin, end;
-    int64_t piece_at = 0;     // within the extent, for a piece of a direct one
-    int64_t piece_bytes = 0;  // 0: the whole run
-  };
-  std::vector<Run> runs;
-  // Per task: how many of its direct pieces have yet to land.
-  std::unique_ptr<std::atomic<int>[]> pieces_left(
-      new std::atomic<int>[tasks.size()]);
+  std::vector<std::pair<size_t, size_t>> runs;  // [begin, end) of `order`
   for (size_t i = 0; i < order.size();) {
-    if (direct_at[order[i]] &&
-        extent_of(order[i]).length_bytes > kMaxIoRunBytes) {
-      const int64_t length = extent_of(order[i]).length_bytes;
-      int pieces = 0;
-      for (int64_t at = 0; at < length; at += kMaxIoRunBytes, ++pieces) {
-        runs.push_back({i, i + 1, at, std::min(kMaxIoRunBytes, length - at)});
-      }
-      pieces_left[order[i]].store(pieces);
-      ++i;
-      continue;
-    }
     size_t j = i + 1;
     const ManifestExtent& first = extent_of(order[i]);
     while (!direct_at[order[i]] && j < order.size() && !direct_at[order[j]]) {
@@ -138,7 +111,7 @@ absl::Status ReadWave(Storage& storage, const std::string& step_dir,
       }
       ++j;
     }
-    runs.push_back({i, j});
+    runs.emplace_back(i, j);
     i = j;
   }
 
@@ -146,7 +119,7 @@ absl::Status ReadWave(Storage& storage, const std::string& step_dir,
     absl::flat_hash_map<std::string, std::unique_ptr<ReadableFile>> files;
     for (size_t r = next.fetch_add(1); r < runs.size() && error.Get().ok();
          r = next.fetch_add(1)) {
-      const auto [begin, end, piece_at, piece_bytes] = runs[r];
+      const auto [begin, end] = runs[r];
       const ReadTask& head = tasks[order[begin]];
       const ManifestExtent& first = extent_of(order[begin]);
       const ManifestExtent& last = extent_of(order[end - 1]);
@@ -166,27 +139,6 @@ absl::Status ReadWave(Storage& storage, const std::string& step_dir,
         file = *std::move(opened);
       }
       const std::optional<int64_t> direct = direct_at[order[begin]];
-      if (piece_bytes > 0) {
-        uint8_t* extent_data = images[head.images[0]].host + *direct;
-        if (absl::Status s = file->ReadAt(
-                first.offset_bytes + piece_at,
-                absl::MakeSpan(extent_data + piece_at, piece_bytes));
-            !s.ok()) {
-          error.Record(
-              absl::Status(s.code(), absl::StrCat(where, ": ", s.message())));
-          return;
-        }
-        if (pieces_left[order[begin]].fetch_sub(1) != 1) continue;
-        if (verify &&
-            XXH3_64bits(extent_data, first.length_bytes) != first.xxh3) {
-          error.Record(absl::DataLossError(
-              absl::StrFormat("%s: xxh3 mismatch in %s @ %d", where, first.file,
-                              first.offset_bytes)));
-          return;
-        }
-        bytes_read.fetch_add(first.length_bytes);
-        continue;
-      }
       const int64_t span =
           last.offset_bytes + last.length_bytes - first.offset_bytes;
       if (!direct && span > kMaxIoRunBytes) {
