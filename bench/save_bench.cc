@@ -16,6 +16,9 @@
 //                its files dropped first), hashes verified, every shard
 //                compared with what was saved; and again without checking
 //                the hashes, to measure what verification costs
+//   hoist restore into host memory  every array whole into new memory
+//                (allocated, never touched: the restore's first touch is in
+//                the timing, as a job's is), each round
 //   read amplification  bytes read / bytes asked for, restoring onto the
 //                same sharding, onto a 4 x 2 mesh, and a tenth of the arrays
 // and the process's peak RSS during the save above what it held before (the
@@ -29,12 +32,14 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
+#include <new>
 #include <nlohmann/json.hpp>
-#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -92,6 +97,30 @@ double Median(std::vector<double> values) {
   return values[values.size() / 2];
 }
 
+// Every array of `specs` whole in new host memory, as a job restoring
+// into freshly allocated arrays has it: allocated, never touched (its
+// pages are first touched by the restore, inside the timing).
+struct NewHostArrays {
+  explicit NewHostArrays(absl::Span<const ArraySpec> specs) {
+    for (const ArraySpec& spec : specs) {
+      const Box whole = Box::FromShape(spec.shape);
+      const int64_t bytes = whole.num_elements() * ItemSize(spec.dtype);
+      // 4 KiB-aligned, so the restore reads straight into it.
+      memory.emplace_back(
+          static_cast<uint8_t*>(std::aligned_alloc(
+              4096, std::max<int64_t>(4096, AlignUp(bytes, 4096)))),
+          &std::free);
+      if (memory.back() == nullptr) throw std::bad_alloc();
+      targets.push_back({spec.name,
+                         spec.dtype,
+                         spec.shape,
+                         {{whole, nullptr, memory.back().get()}}});
+    }
+  }
+  std::vector<std::unique_ptr<uint8_t, decltype(&std::free)>> memory;
+  std::vector<RestoreTarget> targets;
+};
+
 struct Raw {
   double write_s = 0;
   double read_s = 0;
@@ -135,7 +164,7 @@ int Main(int argc, char** argv) {
   int writers = 2;
   int repeats = 1;
   bool json = false;
-  std::string io = "posix";
+  std::string io;  // empty: the library's default
   int reader_threads = RestoreOptions{}.reader_threads;
   // The disk limit is the best of several fio-style configurations (this
   // disk's best differs for reads and writes); --jobs/--depth/--block-size
@@ -156,8 +185,9 @@ int Main(int argc, char** argv) {
   app.add_option("--dir", dir,
                  "Directory on the disk to measure (default: a new one "
                  "under the current directory, removed after)");
-  app.add_option("--io", io, "I/O engine: posix (syscalls) or io_uring")
-      ->capture_default_str()
+  app.add_option("--io", io,
+                 "I/O engine: posix (syscalls) or io_uring (default: the "
+                 "library's default, as a user gets)")
       ->check(CLI::IsMember({"posix", "io_uring"}));
   app.add_option("--readers", reader_threads, "Restore reader threads")
       ->capture_default_str()
@@ -243,7 +273,10 @@ int Main(int argc, char** argv) {
   options.pool_bytes = pool_bytes;
   options.plan = plan_options;
   options.keep_last = 1;  // each round's step replaces the last
-  options.io = io == "io_uring" ? IoEngine::kIoUring : IoEngine::kPosix;
+  if (!io.empty()) {
+    options.io = io == "io_uring" ? IoEngine::kIoUring : IoEngine::kPosix;
+  }
+  io = options.io == IoEngine::kIoUring ? "io_uring" : "posix";
   options.restore.reader_threads = reader_threads;
   // A root of its own, removed at the end: a --dir may hold other runs'.
   const std::string root = dir + "/save_bench." + std::to_string(getpid());
@@ -266,7 +299,8 @@ int Main(int argc, char** argv) {
   // unchecked): this disk's speed drifts, so each ratio compares
   // measurements taken side by side.
   const Raw one_stream = OneStream(dir + "/raw.bin", data_bytes);
-  std::vector<double> raw_write, raw_read, saves, staged, restores, unchecked;
+  std::vector<double> raw_write, raw_read, saves, staged, restores, unchecked,
+      host_restores;
   int64_t save_peak = 0;
   SaveInfo saved;
   RestoreStats restored;
@@ -291,54 +325,53 @@ int Main(int argc, char** argv) {
     saves.push_back(absl::ToDoubleSeconds(saved.committed));
     staged.push_back(absl::ToDoubleSeconds(saved.staged));
 
-    // Restore onto the same sharding, from disk.
+    {
+      // Restore onto the same sharding, from disk.
+      DropCacheTree(saved.path);
+      std::vector<ShardBuffers> buffers;
+      const std::vector<RestoreTarget> targets = device_targets(model, buffers);
+      restored = Check(manager->Restore(saved.step, targets));
+      restores.push_back(absl::ToDoubleSeconds(restored.elapsed));
+      for (size_t b = 0; b < boxes.size(); ++b) {
+        const auto& [a, box] = boxes[b];
+        for (const RestoreDestination& dest : targets[a].destinations) {
+          if (dest.box != box) continue;
+          verified &= std::memcmp(dest.data, arrays[b].data(),
+                                  arrays[b].size_bytes()) == 0;
+        }
+      }
+      // The same without checking hashes: what verification costs.
+      DropCacheTree(saved.path);
+      RestoreOptions no_check = options.restore;
+      no_check.verify_xxh3 = false;
+      unchecked.push_back(absl::ToDoubleSeconds(
+          Check(manager->Restore(saved.step, targets, nullptr, no_check))
+              .elapsed));
+    }
+    // Every array whole into new host memory (as a job restores into
+    // arrays it has just allocated; the first touch of their pages is the
+    // restore's), each round: hoist's read path alone, no device copies.
     DropCacheTree(saved.path);
-    std::vector<ShardBuffers> buffers;
-    const std::vector<RestoreTarget> targets = device_targets(model, buffers);
-    restored = Check(manager->Restore(saved.step, targets));
-    restores.push_back(absl::ToDoubleSeconds(restored.elapsed));
+    const NewHostArrays host(model);
+    host_restores.push_back(absl::ToDoubleSeconds(
+        Check(manager->Restore(saved.step, host.targets)).elapsed));
+    // Every saved box, cut out of its restored whole array, is what was
+    // saved.
     for (size_t b = 0; b < boxes.size(); ++b) {
       const auto& [a, box] = boxes[b];
-      for (const RestoreDestination& dest : targets[a].destinations) {
-        if (dest.box != box) continue;
-        verified &= std::memcmp(dest.data, arrays[b].data(),
-                                arrays[b].size_bytes()) == 0;
-      }
+      const int64_t item = ItemSize(model[a].dtype);
+      std::vector<uint8_t> cut(arrays[b].size_bytes());
+      CopyBox(host.memory[a].get(), Box::FromShape(model[a].shape), cut.data(),
+              box, box, item);
+      verified &= std::memcmp(cut.data(), arrays[b].data(), cut.size()) == 0;
     }
-    // The same without checking hashes: what verification costs.
-    DropCacheTree(saved.path);
-    RestoreOptions no_check = options.restore;
-    no_check.verify_xxh3 = false;
-    unchecked.push_back(absl::ToDoubleSeconds(
-        Check(manager->Restore(saved.step, targets, nullptr, no_check))
-            .elapsed));
   }
   const Raw raw{Median(raw_write), Median(raw_read)};
   const double gb = data_bytes / 1e9;
   const double save_s = Median(saves);
   const double restore_s = Median(restores);
   const double unchecked_s = Median(unchecked);
-
-  // Restore every array whole into host memory (resident, as a caller's
-  // numpy arrays would be): hoist's read path alone, no device copies.
-  DropCacheTree(saved.path);
-  std::optional<HostArrays> host_arrays = WholeArraysInHost(model);
-  const HostArrays& host = *host_arrays;
-  const RestoreStats to_host =
-      Check(manager->Restore(saved.step, host.targets));
-  const double host_s = absl::ToDoubleSeconds(to_host.elapsed);
-  // Every saved box, cut out of its restored whole array, is what was saved.
-  bool host_verified = true;
-  for (size_t b = 0; b < boxes.size(); ++b) {
-    const auto& [a, box] = boxes[b];
-    const int64_t item = ItemSize(model[a].dtype);
-    std::vector<uint8_t> cut(arrays[b].size_bytes());
-    CopyBox(host.bytes[a].data(), Box::FromShape(model[a].shape), cut.data(),
-            box, box, item);
-    host_verified &= std::memcmp(cut.data(), arrays[b].data(), cut.size()) == 0;
-  }
-  verified &= host_verified;
-  host_arrays.reset();
+  const double host_s = Median(host_restores);
 
   // Read amplification: onto a 4 x 2 mesh (another sharding), and a tenth
   // of the arrays (every tenth) onto the same sharding; one replica of each
