@@ -24,13 +24,14 @@ import weakref
 import ml_dtypes  # noqa: F401  (registers bfloat16 and float8 with numpy)
 import numpy as np
 
-from . import _hoist, _tree
+from . import _hoist, _repeat
 from ._errors import CoordinationError, DataLossError
 from ._errors import call as _call
 from ._errors import step_number
 from ._interop import export, import_checkpoint
 from ._dist import JaxCoordinator, TorchCoordinator, job_coordinator
-from ._tree import Devices, flatten, gc_paused, unflatten
+from ._tree import Devices, flatten, gc_paused
+from ._unflatten import unflatten
 
 __all__ = ["CheckpointManager", "SaveHandle", "DataLossError",
            "CoordinationError", "inspect", "verify", "export",
@@ -98,7 +99,7 @@ def _same_value(a, b):
 
 class _Repeat:
     """What a repeat save of the last structure needs: its plan (see
-    _tree.fast_plan), the engine's generation of that save, and its
+    _repeat.fast_plan), the engine's generation of that save, and its
     metadata: the dict (whose "tree" is the plan's skeleton), the user's
     part, and the JSON text."""
 
@@ -257,7 +258,7 @@ class CheckpointManager:
                 text = _metadata_text(meta)
                 handle = _call(self._manager.save, step, arrays, text,
                                dispatched)
-                plan = _tree.fast_plan(skeleton, arrays)
+                plan = _repeat.fast_plan(skeleton, arrays, state)
             self._repeat = None if plan is None else _Repeat(
                 plan, self._manager.generation, meta,
                 copy.deepcopy(metadata), text)
@@ -278,7 +279,7 @@ class CheckpointManager:
         repeat = self._repeat
         if repeat is None:
             return None
-        found = _tree.match(state, repeat.plan)
+        found = _repeat.match(state, repeat.plan)
         if found is None:
             self._repeat = None  # its skeleton may hold this state's scalars
             return None
@@ -458,7 +459,7 @@ def _metadata_text(meta):
     metadata, text that is not valid Unicode (a lone surrogate, as
     os.fsdecode gives for a non-UTF-8 file name) or nesting deeper than a
     manifest allows; TypeError for values JSON cannot hold at all. Float
-    leaves of the tree itself keep NaN and infinities (see _tree)."""
+    leaves of the tree itself keep NaN and infinities (see _tree.py)."""
     try:
         text = json.dumps(meta, ensure_ascii=False, allow_nan=False)
         text.encode("utf-8")

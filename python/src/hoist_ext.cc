@@ -473,6 +473,7 @@ class PyManager {
     Live();
     std::vector<SaveArray> save;
     std::vector<SavedData> sources;
+    std::vector<int64_t> shard_bytes;  // of each local shard, in order
     for (const auto& [name, dtype_name, shape, shards] : arrays) {
       const DType dtype = Check(ParseDType(dtype_name));
       ExplicitSharding sharding;
@@ -488,6 +489,7 @@ class PyManager {
         CheckDevice(*data, device, where);
         array.shards.push_back({static_cast<DeviceId>(device), pointer});
         sources.push_back(*data);
+        shard_bytes.push_back(bytes);
       }
       array.spec.sharding = std::move(sharding);
       save.push_back(std::move(array));
@@ -495,11 +497,7 @@ class PyManager {
     SaveHandle accepted = Submit(step, save, metadata_json, dispatched);
     // Kept for save_again: the same arrays with new data.
     last_save_ = std::move(save);
-    last_bytes_.clear();
-    for (const SaveArray& array : last_save_) {
-      last_bytes_.push_back(Box::FromShape(array.spec.shape).num_elements() *
-                            ItemSize(array.spec.dtype));
-    }
+    last_bytes_ = std::move(shard_bytes);
     ++generation_;
     return std::make_unique<PyHandle>(std::move(accepted), std::move(sources));
   }
@@ -507,45 +505,46 @@ class PyManager {
   // Which save() save_again repeats (it changes with every accepted save).
   int64_t generation() const { return generation_; }
 
-  // The last accepted save's arrays again, with new data: `data` holds one
-  // array per array of that save, in order, each with one shard in this
-  // process (what the Python side's structure cache checks: the same
-  // names, dtypes and shapes). `generation` must be generation(); else, or
-  // for data that does not fit, ValueError, and nothing is saved.
+  // The last accepted save's arrays again, with new data: `data` holds
+  // every local shard of that save, in order (array by array, each array's
+  // shards as save() was given them), each the same device, dtype and size
+  // (what the Python side's structure cache checks: the same names, dtypes,
+  // shapes and shardings). `generation` must be generation(); else, or for
+  // data that does not fit, ValueError, and nothing is saved.
   std::unique_ptr<PyHandle> SaveAgain(int64_t step, int64_t generation,
                                       const nb::list& data,
                                       const std::string& metadata_json,
                                       bool dispatched) {
     Live();
     if (generation != generation_ ||
-        nb::len(data) != static_cast<size_t>(last_save_.size())) {
+        nb::len(data) != static_cast<size_t>(last_bytes_.size())) {
       Invalid("save_again: not the arrays of the last save");
     }
     std::vector<SavedData> sources;
-    sources.reserve(last_save_.size());
+    sources.reserve(last_bytes_.size());
     const bool host = backend_->kind() == "host";
-    for (size_t i = 0; i < last_save_.size(); ++i) {
-      SaveArray& array = last_save_[i];
-      if (array.shards.size() != 1) {
-        Invalid("save_again: an array without exactly one local shard");
+    size_t at = 0;
+    for (SaveArray& array : last_save_) {
+      for (SaveArray::Shard& shard : array.shards) {
+        SavedData item;
+        if (!nb::try_cast(data[at], item)) {
+          Invalid(absl::StrFormat("save_again: array '%s' is not an array",
+                                  array.spec.name));
+        }
+        // The checks save() makes, with their message made only when one
+        // fails: 100,000 arrays should not format 100,000 strings.
+        if (!host || item.device_type() != nb::device::cpu::value ||
+            static_cast<int64_t>(item.nbytes()) != last_bytes_[at] ||
+            !CContiguous(item)) {
+          const std::string where = absl::StrFormat(
+              "array '%s' on device %d", array.spec.name, shard.device);
+          CheckDevice(item, shard.device, where);
+          (void)DenseData(item, last_bytes_[at], where);
+        }
+        shard.data = item.data();
+        sources.push_back(std::move(item));
+        ++at;
       }
-      SavedData item;
-      if (!nb::try_cast(data[i], item)) {
-        Invalid(absl::StrFormat("save_again: array '%s' is not an array",
-                                array.spec.name));
-      }
-      // The checks save() makes, with their message made only when one
-      // fails: 100,000 arrays should not format 100,000 strings.
-      if (!host || item.device_type() != nb::device::cpu::value ||
-          static_cast<int64_t>(item.nbytes()) != last_bytes_[i] ||
-          !CContiguous(item)) {
-        const std::string where = absl::StrFormat(
-            "array '%s' on device %d", array.spec.name, array.shards[0].device);
-        CheckDevice(item, array.shards[0].device, where);
-        (void)DenseData(item, last_bytes_[i], where);
-      }
-      array.shards[0].data = item.data();
-      sources.push_back(std::move(item));
     }
     return std::make_unique<PyHandle>(
         Submit(step, last_save_, metadata_json, dispatched),
@@ -729,7 +728,8 @@ class PyManager {
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<CheckpointManager> manager_;
   // The last accepted save's arrays (their data pointers stale once it has
-  // been staged) and bytes, for save_again; generation_ counts them.
+  // been staged) and the bytes of each local shard, in order, for
+  // save_again; generation_ counts them.
   std::vector<SaveArray> last_save_;
   std::vector<int64_t> last_bytes_;
   int64_t generation_ = 0;

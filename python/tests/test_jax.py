@@ -36,7 +36,7 @@ def placement(request, monkeypatch):
     """Both ways restored shards reach JAX CPU devices: restored in host
     memory and adopted (the default), or staged through the pool and put
     on the device as on a GPU."""
-    monkeypatch.setattr(hoist._tree, "_JAX_IN_HOST",
+    monkeypatch.setattr(hoist._unflatten, "_JAX_IN_HOST",
                         request.param == "in_host")
     return request.param
 
@@ -218,3 +218,50 @@ def test_empty_arrays_restore_with_their_sharding(root, placement):
         out = mgr.restore(like=state)
     assert out["e"].shape == (0, 8) and out["e"].sharding == sharding
     assert bits(out["w"]) == bits(state["w"])
+
+
+def test_repeat_saves_of_jax_arrays_take_the_repeat_path_and_restore_exact(
+        root):
+    """A training loop's JAX state saved again and again (new arrays, the
+    same shardings): saves after the first take the repeat path, including
+    replicated, sharded, float8 and uneven arrays, and each step restores
+    its own values; a new sharding (or dtype) takes the full walk again."""
+    from test_numpy import spy_repeats
+
+    m = mesh(2, 4)
+    shardings = {"w": NamedSharding(m, P("data", "model")),
+                 "cols": NamedSharding(m, P(None, "model")),
+                 "bias": NamedSharding(m, P()),
+                 "f8": NamedSharding(m, P("data")),
+                 "odd": NamedSharding(m, P("model"))}
+    shapes = {"w": (16, 8), "cols": (6, 8), "bias": (8,), "f8": (4, 4),
+              "odd": (12,)}
+    dtypes = {"w": jnp.float32, "cols": jnp.bfloat16, "bias": jnp.float32,
+              "f8": jnp.float8_e4m3fn, "odd": jnp.int32}
+
+    def state(step, changed=()):
+        out = {"params": {}, "step": step}
+        for name, shape in shapes.items():
+            sharding = shardings[name]
+            if name in changed:
+                sharding = NamedSharding(m, P())
+            out["params"][name] = jax.device_put(
+                random(dtypes[name], shape, step * 10 + len(name)), sharding)
+        return out
+
+    with hoist.CheckpointManager(root, pool_bytes=8 << 20) as mgr:
+        repeated = spy_repeats(mgr)
+        saved = {}
+        for step in range(1, 4):
+            saved[step] = state(step)
+            mgr.save(step, saved[step]).wait()
+        saved[4] = state(4, changed=("w",))  # another sharding: full walk
+        mgr.save(4, saved[4]).wait()
+        saved[5] = state(5, changed=("w",))
+        mgr.save(5, saved[5]).wait()
+        assert repeated == [False, True, True, False, True]
+        for step, want in saved.items():
+            out = mgr.restore(step)
+            assert out["step"] == step
+            for name, array in want["params"].items():
+                assert bits(out["params"][name]) == bits(array), (step, name)

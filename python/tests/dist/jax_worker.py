@@ -3,6 +3,9 @@ that saves or restores global arrays with hoist; test_jax_multiprocess.py
 starts N of them.
 
   jax_worker.py PORT PROCESS NPROC DEVICES save ROOT STEP LAYOUT
+  jax_worker.py PORT PROCESS NPROC DEVICES save_twice ROOT STEP LAYOUT
+                                        (STEP, then STEP + 1 through the
+                                        repeat-save path)
   jax_worker.py PORT PROCESS NPROC DEVICES restore ROOT STEP LAYOUT
   jax_worker.py PORT PROCESS NPROC DEVICES hang ROOT OUT
 
@@ -83,11 +86,23 @@ def main():
     command, root, step, layout = sys.argv[5], sys.argv[6], int(
         sys.argv[7]), sys.argv[8]
     with hoist.CheckpointManager(root, pool_bytes=64 << 20) as mgr:
-        if command == "save":
+        if command in ("save", "save_twice"):
             state = {"params": global_arrays(layout), "step": step}
             assert not state["params"]["w"].is_fully_addressable or nproc == 1
             mgr.save(step, state).wait()
-        else:
+        if command == "save_twice":  # and STEP + 1: new arrays, repeated
+            taken, again = [], mgr._save_again
+
+            def spy(*args):
+                handle = again(*args)
+                taken.append(handle is not None)
+                return handle
+
+            mgr._save_again = spy
+            mgr.save(step + 1, {"params": global_arrays(layout),
+                                "step": step + 1}).wait()
+            assert taken == [True], taken
+        if command == "restore":
             full = full_arrays()
             template = {
                 "params": {

@@ -1,0 +1,160 @@
+"""Repeat saves: a plan of the last state flattened, and the next state
+checked against it (see below)."""
+
+import numpy as np
+
+from ._tree import _SCALARS, _jax_capsule, _module, _scalar_node, gc_paused
+
+# A repeat save of the same structure. A training loop saves the same state
+# again and again: the same dicts, the same arrays' names, dtypes and
+# shapes, new values. save() keeps a plan of the last state it flattened
+# (fast_plan) and checks the next one against it (match), collecting its
+# arrays without naming or describing them again; the engine reuses the
+# last save's arrays with the new data. Plans cover dicts (with str or int
+# keys), NumPy arrays of NumPy's own dtypes that need no copy, JAX arrays
+# (the same type, dtype, shape and sharding: their shards are taken in the
+# order flatten took them, without describing their boxes again), and
+# scalar leaves (whose changed values are written into the tree's
+# metadata); anything else takes the full walk.
+_DICT, _ARRAY, _SCALAR, _JAX = 0, 1, 2, 3
+_SCALAR_TYPES = frozenset(_SCALARS)
+
+
+def _jax_shards(x, replicated):
+    """The per-device arrays of JAX array `x` this process holds: each
+    device's own for a replicated array (as flatten takes them), else its
+    shards in the sharding's order."""
+    if replicated:
+        return [s.data for s in x.addressable_shards]
+    shards = getattr(x, "_arrays", None)  # one call, not one per shard
+    if shards is None:
+        shards = [x.addressable_data(i)
+                  for i in range(len(x.addressable_shards))]
+    return shards
+
+
+def _jax_leaf(x, shards):
+    """The plan of JAX array `x`, whose flattened shards are `shards`, or
+    None (a typed key, or shards in an order this cannot take again)."""
+    jax = _module("jax")
+    if (jax is None or not isinstance(x, jax.Array) or
+            jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)):
+        return None
+    replicated = x.is_fully_replicated
+    local = _jax_shards(x, replicated)
+    ids = [device for device, _, _, data in shards if data is not None]
+    devices = [s.device for s in x.addressable_shards] if replicated else [
+        a.device() if callable(a.device) else a.device for a in local]
+    where = {device.id: i for i, device in enumerate(devices)}
+    if len(ids) != len(local) or set(ids) != set(where):
+        return None
+    order = [where[i] for i in ids]
+    return (_JAX, type(x), x.dtype, x.shape, x.sharding, replicated,
+            None if order == list(range(len(order))) else order)
+
+
+def fast_plan(skeleton, arrays, state):
+    """The plan of a flattened state (`state`, and its skeleton and arrays
+    as flatten returned them), or None when it has nodes a plan does not
+    cover."""
+    leaves = iter(arrays)
+
+    def leaf(node, x):
+        shards = next(leaves)[3]
+        if node.get("k") == "jax":
+            return _jax_leaf(x, shards)
+        if node.get("k") != "numpy":
+            return None
+        data = [d for _, _, _, d in shards if d is not None]
+        if (len(data) != 1 or type(data[0]) is not np.ndarray or
+                data[0].dtype.isbuiltin != 1):
+            return None
+        return (_ARRAY, data[0].dtype, data[0].shape)
+
+    def build(node, x):
+        if "d" not in node or not isinstance(x, dict):
+            return None
+        keys, kids = [], []
+        for pair in node["d"]:
+            key, kid = pair
+            if key not in x:
+                return None
+            if "d" in kid:
+                plan = build(kid, x[key])
+            elif "a" in kid:
+                plan = leaf(kid, x[key])
+            elif "v" in kid or "f" in kid:
+                value = kid["v"] if "v" in kid else float(kid["f"])
+                if type(value) not in _SCALAR_TYPES:
+                    return None
+                # Patched in place when the value changes.
+                plan = [_SCALAR, pair, type(value), value]
+            else:
+                plan = None
+            if plan is None:
+                return None
+            keys.append(key)
+            kids.append(plan)
+        keys = tuple(keys)
+        types = (None if all(type(k) is str for k in keys)
+                 else tuple(type(k) for k in keys))
+        return (_DICT, keys, types, kids)
+
+    try:
+        return build(skeleton, state)
+    except StopIteration:
+        return None
+
+
+def match(state, plan):
+    """(arrays, changed) when `state` has the structure `plan` was made
+    from: the data of its local shards, in the order flatten gives them
+    (one per NumPy array; DLPack capsules of JAX shards), and whether a scalar
+    leaf changed (the plan's skeleton then holds the new value). None when
+    the structure differs anywhere; the skeleton may then hold new scalar
+    values, and the plan must be rebuilt."""
+    arrays = []
+    changed = False
+    ndarray = np.ndarray
+
+    def walk(x, node):
+        nonlocal changed
+        _, keys, types, kids = node
+        if type(x) is not dict or len(x) != len(keys) or tuple(x) != keys:
+            return False
+        if types is not None and tuple(map(type, x)) != types:
+            return False
+        for value, kid in zip(x.values(), kids):
+            tag = kid[0]
+            if tag == _ARRAY:
+                if (type(value) is not ndarray or value.shape != kid[2] or
+                        (value.dtype is not kid[1] and value.dtype != kid[1])
+                        or not value.flags.c_contiguous):
+                    return False
+                arrays.append(value)
+            elif tag == _JAX:
+                _, kind, dtype, shape, sharding, replicated, order = kid
+                if (type(value) is not kind or value.shape != shape or
+                        value.dtype != dtype or
+                        (value.sharding is not sharding and
+                         value.sharding != sharding)):
+                    return False
+                local = _jax_shards(value, replicated)
+                if order is not None:
+                    local = [local[i] for i in order]
+                arrays.extend(map(_jax_capsule, local))
+            elif tag == _DICT:
+                if not walk(value, kid):
+                    return False
+            else:
+                kind = type(value)
+                if kind is not kid[2] or not value == kid[3]:
+                    if kind not in _SCALAR_TYPES:
+                        return False
+                    kid[1][1] = _scalar_node(value)
+                    kid[2], kid[3] = kind, value
+                    changed = True
+        return True
+
+    with gc_paused():
+        return (arrays, changed) if walk(state, plan) else None
