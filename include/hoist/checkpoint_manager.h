@@ -314,6 +314,12 @@ class CheckpointManager {
   // committed step and when). Any thread.
   Durability durability() const;
 
+  // Starts pinning the pool in the background if it is still to pin
+  // (PoolPinning::kBackground) and nothing has started it; else nothing.
+  // For a caller that restored with RestoreOptions::pin_pool_after = false,
+  // once its own work after the restore is done. Any thread.
+  void PinPool();
+
   // Restores `targets` from `step` (the latest committed step if nullopt).
   // kNotFound when there is no such step.
   // `receiver` gets the staged parts of destinations without a device or

@@ -339,9 +339,14 @@ class CheckpointManager:
             self.last_restore = _call(self._manager.restore, step,
                                       targets, received_targets, receive)
 
-        return unflatten(
-            manifest, meta.get("tree") if meta.get(_FORMAT_KEY) else None,
-            like, run, names=None if names is None else list(names))
+        try:
+            return unflatten(
+                manifest, meta.get("tree") if meta.get(_FORMAT_KEY) else None,
+                like, run, names=None if names is None else list(names))
+        finally:
+            # Once the restored arrays are in place (JAX shards handed to
+            # their devices), not beside that: the pool, if still to pin.
+            self._manager.pin_pool()
 
     def metadata(self, step=None):
         """The user metadata saved with `step` (default: the latest): what

@@ -451,6 +451,9 @@ class PyManager {
     }
     options.io = io == "io_uring" ? IoEngine::kIoUring : IoEngine::kPosix;
     options.object_store = ObjectStoreOptionsOf(storage_options);
+    // The Python side pins the pool (pin_pool) once a restore's arrays are
+    // in place: JAX shards reach their devices after the engine returns.
+    options.restore.pin_pool_after = false;
     nb::gil_scoped_release release;
     manager_ = Check(
         CheckpointManager::Open(root, backend_->get(), *coordinator_, options));
@@ -500,6 +503,14 @@ class PyManager {
     last_bytes_ = std::move(shard_bytes);
     ++generation_;
     return std::make_unique<PyHandle>(std::move(accepted), std::move(sources));
+  }
+
+  // Starts pinning the pool if it is still to pin (see
+  // RestoreOptions::pin_pool_after, which this manager's restores leave off).
+  // Never raises (it runs in restore()'s finally): a closed manager has
+  // nothing to pin.
+  void PinPool() {
+    if (manager_ != nullptr) manager_->PinPool();
   }
 
   // Which save() save_again repeats (it changes with every accepted save).
@@ -848,6 +859,7 @@ NB_MODULE(_hoist, m) {
            nb::arg("generation"), nb::arg("data"), nb::arg("metadata_json"),
            nb::arg("dispatched"))
       .def_prop_ro("generation", &PyManager::generation)
+      .def("pin_pool", &PyManager::PinPool)
       .def("restore", &PyManager::Restore, nb::arg("step").none(),
            nb::arg("targets"),
            nb::arg("received_targets") = std::vector<PyReceivedArray>(),

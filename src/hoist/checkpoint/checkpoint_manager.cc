@@ -458,7 +458,8 @@ class CheckpointManager::Impl {
       stats = RestoreDurable(*step, restore);
       if (stats.ok()) stats->step = *step;
     }
-    StartPinning();  // the job goes on to train, then save
+    // The job goes on to train, then save (unless the caller pins later).
+    if (chosen.pin_pool_after) StartPinning();
     return stats;
   }
 
@@ -980,6 +981,7 @@ absl::Status CheckpointManager::WaitUntilFinished() {
   return impl_->WaitUntilFinished();
 }
 Durability CheckpointManager::durability() const { return impl_->durability(); }
+void CheckpointManager::PinPool() { impl_->StartPinning(); }
 absl::StatusOr<RestoreStats> CheckpointManager::Restore(
     std::optional<int64_t> step, absl::Span<const RestoreTarget> targets,
     const RestoreReceiver& receiver,

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
@@ -1168,6 +1169,58 @@ TEST_F(ManagerTest, RestoreIntoHostMemoryNeedsNoPoolAndASaveReportsItsError) {
       save.ok() ? save->WaitCommitted().status() : save.status();
   EXPECT_EQ(saved.code(), absl::StatusCode::kResourceExhausted) << saved;
   EXPECT_THAT(*manager->List(), ElementsAre(1));
+}
+
+// Counts the pools allocated through it (pinning one is allocating it).
+class CountingBackend final : public Backend {
+ public:
+  explicit CountingBackend(Backend& backend) : backend_(backend) {}
+  std::string_view name() const override { return "counting"; }
+  absl::Span<Device* const> devices() const override {
+    return backend_.devices();
+  }
+  absl::StatusOr<MemoryBlock> AllocatePinned(int64_t bytes) override {
+    allocations_.fetch_add(1);
+    return backend_.AllocatePinned(bytes);
+  }
+  int allocations() const { return allocations_.load(); }
+
+ private:
+  Backend& backend_;
+  std::atomic<int> allocations_{0};
+};
+
+// A root that holds a step pins its pool in the background once the first
+// restore returns; with RestoreOptions::pin_pool_after = false, only once
+// the caller says so (PinPool), and never twice. (Destroying the manager
+// joins the pinner, so each count below is final.)
+TEST_F(ManagerTest, APoolStillToPinIsPinnedAfterTheRestoreOrWhenTheCallerSays) {
+  {
+    std::unique_ptr<CheckpointManager> manager = Open();
+    ASSERT_TRUE((*manager->Save(1, Arrays())).WaitCommitted().ok());
+  }
+  CheckpointManagerOptions options;
+  options.pool_bytes = 64 * 1024;
+  const auto restore_then_count = [&](bool pin_after, bool pin_later) {
+    CountingBackend counting(*backend_);
+    auto manager =
+        CheckpointManager::Open(root_, counting, *coordinator_, options);
+    EXPECT_TRUE(manager.ok()) << manager.status();
+    if (!manager.ok()) return -1;
+    HostArrays host = WholeArraysInHost(model_);
+    RestoreOptions restore = options.restore;
+    restore.pin_pool_after = pin_after;
+    EXPECT_TRUE((*manager)->Restore(1, host.targets, nullptr, restore).ok());
+    if (pin_later) {
+      (*manager)->PinPool();
+      (*manager)->PinPool();  // once only
+    }
+    manager->reset();
+    return counting.allocations();
+  };
+  EXPECT_EQ(restore_then_count(/*pin_after=*/true, /*pin_later=*/false), 1);
+  EXPECT_EQ(restore_then_count(false, false), 0);
+  EXPECT_EQ(restore_then_count(false, true), 1);
 }
 
 TEST_F(ManagerTest, PoolPinnedAtOpenReportsItsErrorFromOpen) {
