@@ -3,7 +3,8 @@ checked against it (see below)."""
 
 import numpy as np
 
-from ._tree import _SCALARS, _jax_capsule, _module, _scalar_node, gc_paused
+from ._tree import (_SCALARS, _device_of, _jax_capsule, _jax_shards,
+                    _module, _scalar_node, gc_paused)
 
 # A repeat save of the same structure. A training loop saves the same state
 # again and again: the same dicts, the same arrays' names, dtypes and
@@ -20,19 +21,6 @@ _DICT, _ARRAY, _SCALAR, _JAX = 0, 1, 2, 3
 _SCALAR_TYPES = frozenset(_SCALARS)
 
 
-def _jax_shards(x, replicated):
-    """The per-device arrays of JAX array `x` this process holds: each
-    device's own for a replicated array (as flatten takes them), else its
-    shards in the sharding's order."""
-    if replicated:
-        return [s.data for s in x.addressable_shards]
-    shards = getattr(x, "_arrays", None)  # one call, not one per shard
-    if shards is None:
-        shards = [x.addressable_data(i)
-                  for i in range(len(x.addressable_shards))]
-    return shards
-
-
 def _jax_leaf(x, shards):
     """The plan of JAX array `x`, whose flattened shards are `shards`, or
     None (a typed key, or shards in an order this cannot take again)."""
@@ -44,7 +32,7 @@ def _jax_leaf(x, shards):
     local = _jax_shards(x, replicated)
     ids = [device for device, _, _, data in shards if data is not None]
     devices = [s.device for s in x.addressable_shards] if replicated else [
-        a.device() if callable(a.device) else a.device for a in local]
+        _device_of(a) for a in local]
     where = {device.id: i for i, device in enumerate(devices)}
     if len(ids) != len(local) or set(ids) != set(where):
         return None

@@ -293,24 +293,41 @@ def _jax_global_array(name, x):
     return _Array(name, np.dtype(x.dtype).name, x.shape, shards)
 
 
+def _jax_shards(x, replicated):
+    """The per-device arrays of JAX array `x` this process holds: each
+    device's own for a replicated array, else its shards in the sharding's
+    order. (The per-device list rather than x.addressable_shards, which
+    builds a Shard object per device and costs 2.5x more on every new array
+    (a training loop makes new ones each step); addressable_data gives one
+    array for all devices of a fully replicated array, so those, usually
+    small, take the slow path.)"""
+    if replicated:
+        return [s.data for s in x.addressable_shards]
+    shards = getattr(x, "_arrays", None)  # one call, not one per shard
+    if shards is None:
+        shards = [x.addressable_data(i)
+                  for i in range(len(x.addressable_shards))]
+    return shards
+
+
+def _device_of(data):
+    """The device of a single-device JAX array (a method in older JAX)."""
+    device = getattr(data, "device", None)
+    if device is None or callable(device):
+        (device,) = data.devices()
+    return device
+
+
 def _jax_array(name, x):
     if not x.is_fully_addressable:
         return _jax_global_array(name, x)
-    # The per-device arrays and the sharding's index map rather than
-    # x.addressable_shards, which builds a Shard object per device and costs
-    # 2.5x more on every new array (a training loop makes new ones each step).
-    # (addressable_data gives one array for all devices of a fully
-    # replicated array, so those, usually small, take the slow path.)
     if x.is_fully_replicated:
         per_device = [(s.device, s.index, s.data) for s in x.addressable_shards]
     else:
         index_of = x.sharding.addressable_devices_indices_map(x.shape)
         per_device = []
-        for i in range(len(index_of)):
-            data = x.addressable_data(i)
-            device = getattr(data, "device", None)
-            if device is None or callable(device):  # older JAX
-                (device,) = data.devices()
+        for data in _jax_shards(x, False):
+            device = _device_of(data)
             per_device.append((device, index_of[device], data))
     shards = []
     for device, index, data in per_device:

@@ -224,16 +224,25 @@ TEST_P(ObjectStoreCheckpointTest, DamagedObjectsAreRefusedAndNamed) {
 
 // The server SIGKILLed mid-save (each restarts on its data: SeaweedFS's
 // directory, fake-gcs-server's filesystem backend), or hung (SIGSTOP).
-class ServerKilledTest : public ObjectStoreCheckpointTest {};
+class ServerKilledTest : public ObjectStoreCheckpointTest {
+ protected:
+  // A pool of `pool_bytes` and short object-store timeouts (seconds).
+  static CheckpointManagerOptions ShortTimeouts(int64_t pool_bytes,
+                                                int attempts, int connect_s,
+                                                int request_s) {
+    CheckpointManagerOptions options;
+    options.pool_bytes = pool_bytes;
+    options.object_store.max_attempts = attempts;
+    options.object_store.connect_timeout_s = connect_s;
+    options.object_store.request_timeout_s = request_s;
+    return options;
+  }
+};
 
 TEST_P(ServerKilledTest, AServerKilledMidSaveFailsItAndLosesNothing) {
   UseModel(Model(32768));  // 20 MiB: the upload takes a while
-  CheckpointManagerOptions options;
-  options.pool_bytes = 32 << 20;
-  options.object_store.max_attempts = 2;
-  options.object_store.connect_timeout_s = 2;
-  options.object_store.request_timeout_s = 10;
-  auto manager = Open(options);
+  auto manager = Open(ShortTimeouts(32 << 20, /*attempts=*/2, /*connect_s=*/2,
+                                    /*request_s=*/10));
   ASSERT_NE(manager, nullptr);
   ASSERT_TRUE(SaveVersion(*manager, 1, 1).ok());
   testing::Refill(model_, shards_, 2);
@@ -273,12 +282,8 @@ TEST_P(ServerKilledTest, AHungServerFailsTheSaveAfterTheTimeoutNotNever) {
   if (gcs && std::getenv("HOIST_LONG") == nullptr) {
     GTEST_SKIP() << "GCS: 120 s of stall timeout; HOIST_LONG=1 runs it";
   }
-  CheckpointManagerOptions options;
-  options.pool_bytes = 1 << 20;
-  options.object_store.max_attempts = 1;
-  options.object_store.request_timeout_s = 2;
-  options.object_store.connect_timeout_s = 2;
-  auto manager = Open(options);
+  auto manager = Open(ShortTimeouts(1 << 20, /*attempts=*/1, /*connect_s=*/2,
+                                    /*request_s=*/2));
   ASSERT_NE(manager, nullptr);
   ASSERT_TRUE(SaveVersion(*manager, 1, 1).ok());
   ASSERT_TRUE(server_->Pause().ok());

@@ -585,8 +585,9 @@ absl::StatusOr<ExportStats> ExportSafetensors(
       }
     }
   };
-  // The header of each file, its hashes as `hashes` holds them.
-  auto write_headers = [&](bool sync) -> absl::Status {
+  // The header of each file at its offset 0, its hashes as `hashes` holds
+  // them.
+  auto write_headers = [&]() -> absl::Status {
     for (OutFile& file : files) {
       const std::string header = HeaderText(tensors, file, step, hashes);
       std::string prefix(8, '\0');
@@ -598,7 +599,12 @@ absl::StatusOr<ExportStats> ExportSafetensors(
           0,
           absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(prefix.data()),
                               prefix.size())));
-      if (!sync) continue;
+    }
+    return absl::OkStatus();
+  };
+  // Every file made durable (an object: its upload completed) and closed.
+  auto finish_files = [&]() -> absl::Status {
+    for (OutFile& file : files) {
       RETURN_IF_ERROR(file.file->Sync());
       RETURN_IF_ERROR(file.file->Close());
       file.file.reset();
@@ -688,11 +694,12 @@ absl::StatusOr<ExportStats> ExportSafetensors(
     if (!objects) {
       RETURN_IF_ERROR(stream(/*write=*/true));
       hashes = digests();
-      return write_headers(/*sync=*/true);
+      RETURN_IF_ERROR(write_headers());
+      return finish_files();
     }
     RETURN_IF_ERROR(stream(/*write=*/false));
     hashes = digests();
-    RETURN_IF_ERROR(write_headers(/*sync=*/false));
+    RETURN_IF_ERROR(write_headers());
     RETURN_IF_ERROR(stream(/*write=*/true));
     // The bytes uploaded are the bytes hashed (a committed step does not
     // change; this says so before any object is completed).
@@ -701,12 +708,7 @@ absl::StatusOr<ExportStats> ExportSafetensors(
           "%s: the step's bytes changed between the two reads of the export",
           dir));
     }
-    for (OutFile& file : files) {
-      RETURN_IF_ERROR(file.file->Sync());
-      RETURN_IF_ERROR(file.file->Close());
-      file.file.reset();
-    }
-    return absl::OkStatus();
+    return finish_files();
   }();
   if (!status.ok()) {
     remove_tmp();
