@@ -542,17 +542,23 @@ def _unflatten(manifest, skeleton, like, restore, names):
             return [from_like(v, path + [str(i)]) for i, v in enumerate(x)]
         raise TypeError(f"{name}: cannot restore into a {type(x).__name__}")
 
-    if like is not None:
-        tree = from_like(like, [])
-    elif names is not None:
-        tree = {name: from_skeleton(arrays.get(name, {"a": name}))
-                for name in names}
-    elif skeleton is not None:
-        tree = from_skeleton(skeleton)
-    else:  # not saved from Python: every array, by name
-        tree = {name: targets.numpy(name) for name in targets.saved}
-    targets.raise_mismatches()
-    restore(targets.list, targets.received_list,
-            targets.receive if targets.received_list else None)
-    targets.adopt()
-    return _resolve(tree)
+    try:
+        if like is not None:
+            tree = from_like(like, [])
+        elif names is not None:
+            tree = {name: from_skeleton(arrays.get(name, {"a": name}))
+                    for name in names}
+        elif skeleton is not None:
+            tree = from_skeleton(skeleton)
+        else:  # not saved from Python: every array, by name
+            tree = {name: targets.numpy(name) for name in targets.saved}
+        targets.raise_mismatches()
+        restore(targets.list, targets.received_list,
+                targets.receive if targets.received_list else None)
+        targets.adopt()
+        return _resolve(tree)
+    finally:
+        # The two recursive closures reach themselves (and `targets`, which
+        # holds every restored array): unbound here, the restored memory is
+        # freed as soon as the caller drops it, not at the next collection.
+        from_skeleton = from_like = None

@@ -62,6 +62,56 @@ def test_large_restored_arrays_are_aligned_writable_and_their_own(root):
     assert same_bits(again["edge"], state["edge"])
 
 
+def _vm_flags(address):
+    """The VmFlags of the mapping that holds `address` (Linux)."""
+    with open("/proc/self/smaps") as f:
+        inside = False
+        for line in f:
+            first = line.split()[0]
+            if "-" in first and not line.startswith("VmFlags"):
+                try:
+                    lo, hi = (int(x, 16) for x in first.split("-"))
+                except ValueError:
+                    continue
+                inside = lo <= address < hi
+            elif inside and line.startswith("VmFlags:"):
+                return line.split()[1:]
+    return None
+
+
+@pytest.mark.skipif(not hoist._tree._HUGE_PAGES, reason="no MADV_HUGEPAGE")
+def test_arrays_of_a_huge_page_or_more_restore_into_huge_page_memory(
+        root, monkeypatch):
+    """From 2 MiB on, a restored array is 2 MiB-aligned and its whole 2 MiB
+    blocks are advised for huge pages (VmFlags "hg"), its tail is not; past
+    the cap on such mappings, or below 2 MiB, arrays come from NumPy's
+    allocator, 4 KiB-aligned, and every array is bit-exact either way."""
+    state = {"big": random_array(np.float32, (640, 1024), 7),   # 2.5 MiB
+             "under": random_array(np.uint8, ((2 << 20) - 4096,), 8)}
+    with hoist.CheckpointManager(root, pool_bytes=16 << 20) as mgr:
+        mgr.save(1, state).wait()
+        live = hoist._tree._huge_mappings[0]
+        out = mgr.restore(1)
+        assert hoist._tree._huge_mappings[0] == live + 1
+        big = out["big"].ctypes.data
+        assert big % (2 << 20) == 0
+        assert "hg" in _vm_flags(big)
+        assert "hg" not in _vm_flags(big + (2 << 20))  # the tail
+        assert "hg" not in (_vm_flags(out["under"].ctypes.data) or [])
+        assert out["under"].ctypes.data % 4096 == 0
+        for key in state:
+            assert same_bits(out[key], state[key]), key
+        del out, big  # freed at once: no reference cycle holds them
+        assert hoist._tree._huge_mappings[0] == live
+        monkeypatch.setattr(hoist._tree, "_MAX_HUGE_MAPPINGS", live)
+        capped = mgr.restore(1)
+        assert hoist._tree._huge_mappings[0] == live
+        assert "hg" not in (_vm_flags(capped["big"].ctypes.data) or [])
+        assert capped["big"].ctypes.data % 4096 == 0
+        for key in state:
+            assert same_bits(capped[key], state[key]), key
+
+
 def test_pytree_structure_and_non_array_leaves_come_back(root):
     state = {"model": {"layers": [{"w": np.ones((2, 2))}, {"w": np.zeros(3)}]},
              "opt": ({"count": 7}, None),
