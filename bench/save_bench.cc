@@ -97,30 +97,6 @@ double Median(std::vector<double> values) {
   return values[values.size() / 2];
 }
 
-// Every array of `specs` whole in new host memory, as a job restoring
-// into freshly allocated arrays has it: allocated, never touched (its
-// pages are first touched by the restore, inside the timing).
-struct NewHostArrays {
-  explicit NewHostArrays(absl::Span<const ArraySpec> specs) {
-    for (const ArraySpec& spec : specs) {
-      const Box whole = Box::FromShape(spec.shape);
-      const int64_t bytes = whole.num_elements() * ItemSize(spec.dtype);
-      // 4 KiB-aligned, so the restore reads straight into it.
-      memory.emplace_back(
-          static_cast<uint8_t*>(std::aligned_alloc(
-              4096, std::max<int64_t>(4096, AlignUp(bytes, 4096)))),
-          &std::free);
-      if (memory.back() == nullptr) throw std::bad_alloc();
-      targets.push_back({spec.name,
-                         spec.dtype,
-                         spec.shape,
-                         {{whole, nullptr, memory.back().get()}}});
-    }
-  }
-  std::vector<std::unique_ptr<uint8_t, decltype(&std::free)>> memory;
-  std::vector<RestoreTarget> targets;
-};
-
 struct Raw {
   double write_s = 0;
   double read_s = 0;
@@ -348,11 +324,11 @@ int Main(int argc, char** argv) {
           Check(manager->Restore(saved.step, targets, nullptr, no_check))
               .elapsed));
     }
-    // Every array whole into new host memory (as a job restores into
-    // arrays it has just allocated; the first touch of their pages is the
-    // restore's), each round: hoist's read path alone, no device copies.
+    // Every array whole into new host memory (WholeArraysInHost's, never
+    // touched before: the first touch of its pages is the restore's), each
+    // round: hoist's read path alone, no device copies.
     DropCacheTree(saved.path);
-    const NewHostArrays host(model);
+    const HostArrays host = WholeArraysInHost(model);
     host_restores.push_back(absl::ToDoubleSeconds(
         Check(manager->Restore(saved.step, host.targets)).elapsed));
     // Every saved box, cut out of its restored whole array, is what was
@@ -361,7 +337,7 @@ int Main(int argc, char** argv) {
       const auto& [a, box] = boxes[b];
       const int64_t item = ItemSize(model[a].dtype);
       std::vector<uint8_t> cut(arrays[b].size_bytes());
-      CopyBox(host.memory[a].get(), Box::FromShape(model[a].shape), cut.data(),
+      CopyBox(host.bytes[a].data(), Box::FromShape(model[a].shape), cut.data(),
               box, box, item);
       verified &= std::memcmp(cut.data(), arrays[b].data(), cut.size()) == 0;
     }

@@ -60,35 +60,39 @@ struct RestoreTarget {
   std::vector<RestoreDestination> destinations;
 };
 
-// Allocates 4 KiB-aligned memory: a restore reads extents straight into a
-// destination whose bytes start so aligned (O_DIRECT), and copies them from
-// a buffer into any other.
-template <typename T>
-struct PageAlignedAllocator {
-  using value_type = T;
-  static constexpr size_t kAlignment = 4096;
-  PageAlignedAllocator() = default;
-  template <typename U>
-  PageAlignedAllocator(const PageAlignedAllocator<U>&) {}
-  T* allocate(size_t n) {
-    return static_cast<T*>(
-        ::operator new(n * sizeof(T), std::align_val_t(kAlignment)));
+// Host memory for one restored array, untouched until written (so its
+// first touch is the restore's). A restore reads extents straight into a
+// destination whose bytes start 4 KiB-aligned (O_DIRECT), and copies them
+// from a buffer into any other: this memory is 4 KiB-aligned, and from 2 MiB
+// on 2 MiB-aligned with its whole 2 MiB blocks advised for transparent huge
+// pages (MADV_HUGEPAGE), which where the kernel grants them cut the page
+// faults 512-fold and speed direct reads (bench/results/
+// disk-limit-2026-12-02.txt). Move-only; throws std::bad_alloc when the
+// memory cannot be mapped, as a vector would.
+class HostBuffer {
+ public:
+  explicit HostBuffer(int64_t bytes);
+  HostBuffer(HostBuffer&& other) noexcept;
+  HostBuffer& operator=(HostBuffer&& other) noexcept;
+  ~HostBuffer();
+  uint8_t* data() { return data_; }
+  const uint8_t* data() const { return data_; }
+  int64_t size() const { return size_; }
+  absl::Span<const uint8_t> span() const {
+    return {data_, static_cast<size_t>(size_)};
   }
-  void deallocate(T* p, size_t) {
-    ::operator delete(p, std::align_val_t(kAlignment));
-  }
-  template <typename U>
-  bool operator==(const PageAlignedAllocator<U>&) const {
-    return true;
-  }
+
+ private:
+  void* mapping_ = nullptr;
+  int64_t mapped_ = 0;
+  uint8_t* data_ = nullptr;
+  int64_t size_ = 0;
 };
-using AlignedBytes = std::vector<uint8_t, PageAlignedAllocator<uint8_t>>;
 
 // Every array of `specs` restored whole into host memory this object owns:
-// targets[i] fills bytes[i] with array i, dense, in C order. The buffers are
-// 4 KiB-aligned and zero-filled (so resident) when made.
+// targets[i] fills bytes[i] with array i, dense, in C order.
 struct HostArrays {
-  std::vector<AlignedBytes> bytes;
+  std::vector<HostBuffer> bytes;
   std::vector<RestoreTarget> targets;
 };
 HostArrays WholeArraysInHost(absl::Span<const ArraySpec> specs);

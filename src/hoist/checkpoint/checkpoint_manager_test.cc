@@ -1129,11 +1129,11 @@ TEST_F(ManagerTest, AnArrayWithNoElementsNeedsNoDataAndOthersStillDo) {
     HostArrays host = WholeArraysInHost(specs);
     absl::StatusOr<RestoreStats> stats = manager->Restore(step, host.targets);
     ASSERT_TRUE(stats.ok()) << stats.status();
-    EXPECT_TRUE(host.bytes.back().empty());
+    EXPECT_TRUE(host.bytes.back().size() == 0);
     for (size_t a = 0; a < model_.size(); ++a) {
       const std::vector<uint8_t> expected = BoxBytes(
           model_[a], static_cast<int>(a), Box::FromShape(model_[a].shape));
-      EXPECT_EQ(host.bytes[a], AlignedBytes(expected.begin(), expected.end()))
+      EXPECT_EQ(host.bytes[a].span(), absl::MakeConstSpan(expected))
           << "step " << step << " " << model_[a].name;
     }
   }
@@ -1162,7 +1162,7 @@ TEST_F(ManagerTest, RestoreIntoHostMemoryNeedsNoPoolAndASaveReportsItsError) {
   for (size_t a = 0; a < model_.size(); ++a) {
     const std::vector<uint8_t> expected = BoxBytes(
         model_[a], static_cast<int>(a), Box::FromShape(model_[a].shape));
-    EXPECT_EQ(host.bytes[a], AlignedBytes(expected.begin(), expected.end()));
+    EXPECT_EQ(host.bytes[a].span(), absl::MakeConstSpan(expected));
   }
   absl::StatusOr<SaveHandle> save = manager->Save(2, Arrays());
   const absl::Status saved =
@@ -1254,7 +1254,7 @@ TEST_F(ManagerTest, RestoringSomeArraysReadsOnlyTheirExtents) {
   EXPECT_EQ(stats->target_bytes, (48 + 1) * 4);
   const std::vector<uint8_t> b =
       BoxBytes(model_[1], 1, Box::FromShape(model_[1].shape));
-  EXPECT_EQ(host.bytes[0], AlignedBytes(b.begin(), b.end()));
+  EXPECT_EQ(host.bytes[0].span(), absl::MakeConstSpan(b));
   // A name the step does not hold is an error naming it.
   std::vector<RestoreTarget> unknown = {host.targets[0]};
   unknown[0].name = "params/nope";

@@ -192,7 +192,7 @@ void KillAndCheck(const std::string& root, int kills) {
         std::vector<uint8_t> expected(host.bytes[a].size());
         FillSynthetic(expected.data(), static_cast<int64_t>(expected.size()),
                       testing::CrashSeed(step, a));
-        ASSERT_EQ(AlignedBytes(expected.begin(), expected.end()), host.bytes[a])
+        ASSERT_EQ(absl::MakeConstSpan(expected), host.bytes[a].span())
             << "kill " << kill_number << " step " << step << " array "
             << model[a].name;
       }

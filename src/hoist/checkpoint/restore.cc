@@ -22,6 +22,7 @@
 #include <optional>
 #include <thread>
 #include <tuple>
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -382,16 +383,58 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
   return stats;
 }
 
+HostBuffer::HostBuffer(int64_t bytes) : size_(bytes) {
+  if (bytes <= 0) return;
+  constexpr int64_t kPage = 4096;
+  constexpr int64_t kHugePage = int64_t{2} << 20;
+  const bool huge = bytes >= kHugePage;
+  mapped_ = AlignUp(bytes, kPage) + (huge ? kHugePage : 0);
+  mapping_ = mmap(nullptr, mapped_, PROT_READ | PROT_WRITE,
+                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mapping_ == MAP_FAILED) {
+    mapping_ = nullptr;
+    throw std::bad_alloc();
+  }
+  data_ = static_cast<uint8_t*>(mapping_);
+  if (huge) {
+    data_ = reinterpret_cast<uint8_t*>(AlignUp(
+        static_cast<int64_t>(reinterpret_cast<uintptr_t>(data_)), kHugePage));
+    // Advice only: a kernel without THP keeps small pages.
+    madvise(data_, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);
+  }
+}
+
+HostBuffer::HostBuffer(HostBuffer&& other) noexcept
+    : mapping_(std::exchange(other.mapping_, nullptr)),
+      mapped_(std::exchange(other.mapped_, 0)),
+      data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)) {}
+
+HostBuffer& HostBuffer::operator=(HostBuffer&& other) noexcept {
+  if (this != &other) {
+    if (mapping_ != nullptr) munmap(mapping_, mapped_);
+    mapping_ = std::exchange(other.mapping_, nullptr);
+    mapped_ = std::exchange(other.mapped_, 0);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+HostBuffer::~HostBuffer() {
+  if (mapping_ != nullptr) munmap(mapping_, mapped_);
+}
+
 HostArrays WholeArraysInHost(absl::Span<const ArraySpec> specs) {
   HostArrays out;
-  out.bytes.resize(specs.size());
-  for (size_t a = 0; a < specs.size(); ++a) {
-    const Box whole = Box::FromShape(specs[a].shape);
-    out.bytes[a].resize(whole.num_elements() * ItemSize(specs[a].dtype));
-    out.targets.push_back({specs[a].name,
-                           specs[a].dtype,
-                           specs[a].shape,
-                           {{whole, nullptr, out.bytes[a].data()}}});
+  out.bytes.reserve(specs.size());
+  for (const ArraySpec& spec : specs) {
+    const Box whole = Box::FromShape(spec.shape);
+    out.bytes.emplace_back(whole.num_elements() * ItemSize(spec.dtype));
+    out.targets.push_back({spec.name,
+                           spec.dtype,
+                           spec.shape,
+                           {{whole, nullptr, out.bytes.back().data()}}});
   }
   return out;
 }

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -133,9 +134,56 @@ TEST_F(CheckpointTest, RestoresWholeArraysIntoHostMemory) {
   for (size_t a = 0; a < model.size(); ++a) {
     const std::vector<uint8_t> expected =
         BoxBytes(model[a], static_cast<int>(a), Box::FromShape(model[a].shape));
-    EXPECT_EQ(host.bytes[a], AlignedBytes(expected.begin(), expected.end()))
+    EXPECT_EQ(host.bytes[a].span(), absl::MakeConstSpan(expected))
         << model[a].name;
   }
+}
+
+// The fields `key` ("Rss", "VmFlags") of the mapping holding `address`.
+std::string SmapsField(const void* address, const std::string& key) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto at = reinterpret_cast<uintptr_t>(address);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    uintptr_t lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 &&
+        line.find(':') > line.find(' ')) {
+      inside = lo <= at && at < hi;
+    } else if (inside && line.rfind(key + ":", 0) == 0) {
+      return line.substr(key.size() + 1);
+    }
+  }
+  return "";
+}
+
+TEST(HostBufferTest, UntouchedAlignedAndAdvisedForHugePagesFromTwoMiB) {
+  if (!std::filesystem::exists("/sys/kernel/mm/transparent_hugepage")) {
+    GTEST_SKIP() << "this kernel has no transparent huge pages";
+  }
+  constexpr int64_t kHugePage = int64_t{2} << 20;
+  HostBuffer big(kHugePage * 2 + 12345);
+  EXPECT_EQ(big.size(), kHugePage * 2 + 12345);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(big.data()) % kHugePage, 0u);
+  // Nothing resident before the first write: the restore's to fault in.
+  EXPECT_THAT(SmapsField(big.data(), "Rss"), ::testing::HasSubstr(" 0 kB"));
+  EXPECT_THAT(SmapsField(big.data(), "VmFlags"), ::testing::HasSubstr(" hg"));
+  // The tail past the last whole 2 MiB block keeps small pages.
+  EXPECT_THAT(SmapsField(big.data() + 2 * kHugePage, "VmFlags"),
+              ::testing::Not(::testing::HasSubstr(" hg")));
+  big.data()[big.size() - 1] = 7;
+
+  HostBuffer small(100 << 10);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small.data()) % 4096, 0u);
+  EXPECT_THAT(SmapsField(small.data(), "VmFlags"),
+              ::testing::Not(::testing::HasSubstr(" hg")));
+
+  HostBuffer moved(std::move(big));
+  EXPECT_EQ(moved.data()[moved.size() - 1], 7);
+  EXPECT_EQ(big.data(), nullptr);
+  EXPECT_EQ(big.size(), 0);
+  small = std::move(moved);
+  EXPECT_EQ(small.span().back(), 7);
+  EXPECT_EQ(HostBuffer(0).data(), nullptr);
 }
 
 TEST_F(CheckpointTest, OrbaxRuleAndSingleReplicaRoundTripToo) {

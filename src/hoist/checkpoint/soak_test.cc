@@ -86,7 +86,7 @@ TEST(SoakTest, SaveAndRestoreForMinutesWithFlatMemoryAndNoLeakedFiles) {
         const std::vector<uint8_t> expected =
             testing::BoxBytes(model[a], static_cast<int>(a),
                               Box::FromShape(model[a].shape), step);
-        ASSERT_EQ(host.bytes[a], AlignedBytes(expected.begin(), expected.end()))
+        ASSERT_EQ(host.bytes[a].span(), absl::MakeConstSpan(expected))
             << "step " << step << " array " << model[a].name;
       }
       ++restores;
