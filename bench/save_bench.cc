@@ -92,7 +92,19 @@ void DropCacheTree(const std::string& dir) {
   }
 }
 
+// limit[i] / measured[i], each round's.
+std::vector<double> Ratios(const std::vector<double>& limit,
+                           const std::vector<double>& measured) {
+  std::vector<double> out;
+  for (size_t i = 0; i < limit.size(); ++i) {
+    out.push_back(limit[i] / measured[i]);
+  }
+  return out;
+}
+
+// 0 when there are none.
 double Median(std::vector<double> values) {
+  if (values.empty()) return 0;
   std::sort(values.begin(), values.end());
   return values[values.size() / 2];
 }
@@ -140,6 +152,7 @@ int Main(int argc, char** argv) {
   int writers = 2;
   int repeats = 1;
   bool json = false;
+  bool no_export = false;
   std::string io;  // empty: the library's default
   int reader_threads = RestoreOptions{}.reader_threads;
   // The disk limit is the best of several fio-style configurations (this
@@ -186,6 +199,8 @@ int Main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, 20));
   app.add_flag("--json", json, "Print the figures as one JSON object");
+  app.add_flag("--no-export", no_export,
+               "Skip the safetensors exports (their figures are 0)");
   CLI11_PARSE(app, argc, argv);
   const int64_t model_bytes = Check(ParseBytes(bytes_text));
   if (!block_text.empty()) {
@@ -390,14 +405,14 @@ int Main(int argc, char** argv) {
   const std::filesystem::space_info shm =
       std::filesystem::space("/dev/shm", shm_error);
   const bool from_memory =
-      !shm_error && shm.available > 2 * static_cast<uintmax_t>(data_bytes);
+      !no_export && !shm_error && shm.available > 2 * static_cast<uintmax_t>(data_bytes);
   if (from_memory) {
     std::filesystem::create_directories(shm_root);
     std::filesystem::copy(saved.path, shm_copy,
                           std::filesystem::copy_options::recursive);
   }
   std::vector<double> export_writes, export_one_files, export_memories, exports;
-  for (int round = 0; round < repeats; ++round) {
+  for (int round = 0; round < (no_export ? 0 : repeats); ++round) {
     double write_s = 0, one_file_s = 0;
     for (bench::DiskLimitOptions config : limit_configs) {
       const double s =
@@ -417,8 +432,8 @@ int Main(int argc, char** argv) {
   std::filesystem::remove_all(shm_root);
   const double export_write_s = Median(export_writes);
   const double export_one_file_s = Median(export_one_files);
-  // 0: /dev/shm lacks room for the copy
-  const double export_memory_s = from_memory ? Median(export_memories) : 0;
+  // 0: /dev/shm lacks room for the copy, or --no-export
+  const double export_memory_s = Median(export_memories);
   const double export_s = Median(exports);
   manager.reset();
   std::filesystem::remove_all(root);
@@ -448,6 +463,10 @@ int Main(int argc, char** argv) {
       {"restore_host_gbps", gb / host_s},
       {"restore_host_s", host_s},
       {"restore_host_vs_raw_read", raw.read_s / host_s},
+      // Each round's ratio against that round's limit: the spread.
+      {"save_vs_raw_write_samples", Ratios(raw_write, saves)},
+      {"restore_vs_raw_read_samples", Ratios(raw_read, restores)},
+      {"restore_host_vs_raw_read_samples", Ratios(raw_read, host_restores)},
       {"export_write_limit_s", export_write_s},
       {"export_one_file_write_limit_s", export_one_file_s},
       {"export_from_memory_s", export_memory_s},
@@ -456,8 +475,9 @@ int Main(int argc, char** argv) {
       {"export_from_memory_vs_one_file_write_limit",
        export_memory_s > 0 ? export_one_file_s / export_memory_s : 0},
       {"export_s", export_s},
-      {"export_gbps", gb / export_s},
-      {"export_vs_raw_read_plus_write", (raw.read_s + raw.write_s) / export_s},
+      {"export_gbps", export_s > 0 ? gb / export_s : 0},
+      {"export_vs_raw_read_plus_write",
+       export_s > 0 ? (raw.read_s + raw.write_s) / export_s : 0},
       {"pool_bytes", pool_bytes},
       {"waves", saved.waves},
       {"peak_rss_over_baseline_bytes", save_peak},
@@ -512,7 +532,8 @@ int Main(int argc, char** argv) {
                   export_memory_s, gb / export_memory_s,
                   export_write_s / export_memory_s,
                   export_one_file_s / export_memory_s)
-            : std::string("not measured (no room)"),
+            : std::string(no_export ? "not measured (--no-export)"
+                                    : "not measured (no room)"),
         export_write_s, export_one_file_s, export_s, gb / export_s,
         (raw.read_s + raw.write_s) / export_s);
   }
