@@ -66,9 +66,10 @@ struct RestoreTarget {
 // from a buffer into any other: this memory is 4 KiB-aligned, and from 2 MiB
 // on 2 MiB-aligned with its whole 2 MiB blocks advised for transparent huge
 // pages (MADV_HUGEPAGE), which where the kernel grants them cut the page
-// faults 512-fold and speed direct reads (bench/results/
-// disk-limit-2026-12-02.txt). Move-only; throws std::bad_alloc when the
-// memory cannot be mapped, as a vector would.
+// faults 512-fold and speed direct reads; not in a VM whose host discards
+// freed memory, where they cost more (hoist/huge_pages.h).
+// Move-only; throws std::bad_alloc when the memory cannot be mapped, as a
+// vector would.
 class HostBuffer {
  public:
   explicit HostBuffer(int64_t bytes);

@@ -11,14 +11,19 @@ from ._tree import (_SCALARS, _device_of, _jax_capsule, _jax_shards,
 # shapes, new values. save() keeps a plan of the last state it flattened
 # (fast_plan) and checks the next one against it (match), collecting its
 # arrays without naming or describing them again; the engine reuses the
-# last save's arrays with the new data. Plans cover dicts (with str or int
-# keys), NumPy arrays of NumPy's own dtypes that need no copy, JAX arrays
-# (the same type, dtype, shape and sharding: their shards are taken in the
-# order flatten took them, without describing their boxes again), and
-# scalar leaves (whose changed values are written into the tree's
+# last save's arrays with the new data. Plans cover dicts (of the same
+# type: an OrderedDict state dict stays one, with str or int keys), lists
+# and tuples, NumPy arrays of NumPy's own dtypes that need no copy, torch
+# tensors in CPU memory (the same type, dtype and shape, contiguous), JAX
+# arrays (the same type, dtype, shape and sharding: their shards are taken
+# in the order flatten took them, without describing their boxes again),
+# and scalar leaves (whose changed values are written into the tree's
 # metadata); anything else takes the full walk.
-_DICT, _ARRAY, _SCALAR, _JAX = 0, 1, 2, 3
+_DICT, _ARRAY, _SCALAR, _JAX, _SEQ, _TORCH = 0, 1, 2, 3, 4, 5
 _SCALAR_TYPES = frozenset(_SCALARS)
+# Torch dtypes the engine takes as they are (through DLPack), not as bytes.
+_TORCH_DTYPES = ("float16", "bfloat16", "float32", "float64", "int8",
+                 "int16", "int32", "int64", "uint8")
 
 
 def _jax_leaf(x, shards):
@@ -41,6 +46,18 @@ def _jax_leaf(x, shards):
             None if order == list(range(len(order))) else order)
 
 
+def _torch_leaf(x, data):
+    """The plan of torch tensor `x`, flattened as `data` (its local shards'
+    data), or None (a DTensor or subclass, not in CPU memory, a dtype taken
+    as bytes, or not one shard here)."""
+    torch = _module("torch")
+    if (torch is None or type(x) not in (torch.Tensor, torch.nn.Parameter)
+            or x.device.type != "cpu" or len(data) != 1 or
+            str(x.dtype).removeprefix("torch.") not in _TORCH_DTYPES):
+        return None
+    return (_TORCH, type(x), x.dtype, tuple(x.shape))
+
+
 def fast_plan(skeleton, arrays, state):
     """The plan of a flattened state (`state`, and its skeleton and arrays
     as flatten returned them), or None when it has nodes a plan does not
@@ -51,45 +68,63 @@ def fast_plan(skeleton, arrays, state):
         shards = next(leaves)[3]
         if node.get("k") == "jax":
             return _jax_leaf(x, shards)
+        data = [d for _, _, _, d in shards if d is not None]
+        if node.get("k") == "torch":
+            return _torch_leaf(x, data)
         if node.get("k") != "numpy":
             return None
-        data = [d for _, _, _, d in shards if d is not None]
         if (len(data) != 1 or type(data[0]) is not np.ndarray or
                 data[0].dtype.isbuiltin != 1):
             return None
         return (_ARRAY, data[0].dtype, data[0].shape)
 
-    def build(node, x):
-        if "d" not in node or not isinstance(x, dict):
-            return None
-        keys, kids = [], []
-        for pair in node["d"]:
-            key, kid = pair
-            if key not in x:
+    def child(kid, x, holder, index):
+        """The plan of skeleton node `kid` for value `x`; a scalar's is
+        patched in place (holder[index]) when its value changes."""
+        if "d" in kid or "n" in kid or "l" in kid or "t" in kid:
+            return build(kid, x)
+        if "a" in kid:
+            return leaf(kid, x)
+        if "v" in kid or "f" in kid:
+            value = kid["v"] if "v" in kid else float(kid["f"])
+            if type(value) not in _SCALAR_TYPES:
                 return None
-            if "d" in kid:
-                plan = build(kid, x[key])
-            elif "a" in kid:
-                plan = leaf(kid, x[key])
-            elif "v" in kid or "f" in kid:
-                value = kid["v"] if "v" in kid else float(kid["f"])
-                if type(value) not in _SCALAR_TYPES:
+            return [_SCALAR, holder, index, type(value), value]
+        return None
+
+    def build(node, x):
+        # A dict, or a dict subclass JAX registers (OrderedDict: "n").
+        pairs = node.get("d", node.get("n"))
+        if pairs is not None and isinstance(x, dict):
+            keys, kids = [], []
+            for pair in pairs:
+                key, kid = pair
+                if key not in x:
                     return None
-                # Patched in place when the value changes.
-                plan = [_SCALAR, pair, type(value), value]
-            else:
-                plan = None
+                plan = child(kid, x[key], pair, 1)
+                if plan is None:
+                    return None
+                keys.append(key)
+                kids.append(plan)
+            keys = tuple(keys)
+            types = (None if all(type(k) is str for k in keys)
+                     else tuple(type(k) for k in keys))
+            return (_DICT, type(x), keys, types, kids)
+        items = node.get("l", node.get("t"))
+        if (items is None or type(x) is not (list if "l" in node else tuple)
+                or len(items) != len(x)):
+            return None
+        kids = []
+        for i, (kid, value) in enumerate(zip(items, x)):
+            plan = child(kid, value, items, i)
             if plan is None:
                 return None
-            keys.append(key)
             kids.append(plan)
-        keys = tuple(keys)
-        types = (None if all(type(k) is str for k in keys)
-                 else tuple(type(k) for k in keys))
-        return (_DICT, keys, types, kids)
+        return (_SEQ, type(x), kids)
 
     try:
-        return build(skeleton, state)
+        plan = build(skeleton, state)
+        return plan if plan is not None and plan[0] == _DICT else None
     except StopIteration:
         return None
 
@@ -97,51 +132,69 @@ def fast_plan(skeleton, arrays, state):
 def match(state, plan):
     """(arrays, changed) when `state` has the structure `plan` was made
     from: the data of its local shards, in the order flatten gives them
-    (one per NumPy array; DLPack capsules of JAX shards), and whether a scalar
-    leaf changed (the plan's skeleton then holds the new value). None when
-    the structure differs anywhere; the skeleton may then hold new scalar
-    values, and the plan must be rebuilt."""
+    (one per NumPy array or torch tensor; DLPack capsules of JAX shards),
+    and whether a scalar leaf changed (the plan's skeleton then holds the
+    new value). None when the structure differs anywhere; the skeleton may
+    then hold new scalar values, and the plan must be rebuilt."""
     arrays = []
     changed = False
     ndarray = np.ndarray
 
-    def walk(x, node):
+    def visit(value, kid):
+        """Whether `value` matches `kid`, its arrays collected."""
         nonlocal changed
-        _, keys, types, kids = node
-        if type(x) is not dict or len(x) != len(keys) or tuple(x) != keys:
+        tag = kid[0]
+        if tag == _ARRAY:
+            if (type(value) is not ndarray or value.shape != kid[2] or
+                    (value.dtype is not kid[1] and value.dtype != kid[1])
+                    or not value.flags.c_contiguous):
+                return False
+            arrays.append(value)
+        elif tag == _TORCH:
+            _, kind, dtype, shape = kid
+            if (type(value) is not kind or value.dtype is not dtype or
+                    value.shape != shape or not value.is_contiguous() or
+                    value.device.type != "cpu"):
+                return False
+            arrays.append(value.detach())  # exportable if it needs grad
+        elif tag == _JAX:
+            _, kind, dtype, shape, sharding, replicated, order = kid
+            if (type(value) is not kind or value.shape != shape or
+                    value.dtype != dtype or
+                    (value.sharding is not sharding and
+                     value.sharding != sharding)):
+                return False
+            local = _jax_shards(value, replicated)
+            if order is not None:
+                local = [local[i] for i in order]
+            arrays.extend(map(_jax_capsule, local))
+        elif tag == _DICT:
+            return walk(value, kid)
+        elif tag == _SEQ:
+            if type(value) is not kid[1] or len(value) != len(kid[2]):
+                return False
+            for item, plan in zip(value, kid[2]):
+                if not visit(item, plan):
+                    return False
+        else:
+            kind = type(value)
+            if kind is not kid[3] or not value == kid[4]:
+                if kind not in _SCALAR_TYPES:
+                    return False
+                kid[1][kid[2]] = _scalar_node(value)
+                kid[3], kid[4] = kind, value
+                changed = True
+        return True
+
+    def walk(x, node):
+        _, kind, keys, types, kids = node
+        if type(x) is not kind or len(x) != len(keys) or tuple(x) != keys:
             return False
         if types is not None and tuple(map(type, x)) != types:
             return False
         for value, kid in zip(x.values(), kids):
-            tag = kid[0]
-            if tag == _ARRAY:
-                if (type(value) is not ndarray or value.shape != kid[2] or
-                        (value.dtype is not kid[1] and value.dtype != kid[1])
-                        or not value.flags.c_contiguous):
-                    return False
-                arrays.append(value)
-            elif tag == _JAX:
-                _, kind, dtype, shape, sharding, replicated, order = kid
-                if (type(value) is not kind or value.shape != shape or
-                        value.dtype != dtype or
-                        (value.sharding is not sharding and
-                         value.sharding != sharding)):
-                    return False
-                local = _jax_shards(value, replicated)
-                if order is not None:
-                    local = [local[i] for i in order]
-                arrays.extend(map(_jax_capsule, local))
-            elif tag == _DICT:
-                if not walk(value, kid):
-                    return False
-            else:
-                kind = type(value)
-                if kind is not kid[2] or not value == kid[3]:
-                    if kind not in _SCALAR_TYPES:
-                        return False
-                    kid[1][1] = _scalar_node(value)
-                    kid[2], kid[3] = kind, value
-                    changed = True
+            if not visit(value, kid):
+                return False
         return True
 
     with gc_paused():

@@ -29,6 +29,8 @@ import weakref
 import ml_dtypes
 import numpy as np
 
+from . import _hoist
+
 
 _SCALARS = (bool, int, float, str, type(None))
 
@@ -74,16 +76,18 @@ _ZERO_COPY_ALIGNMENT = 64
 # and their whole 2 MiB blocks advised for transparent huge pages: where the
 # kernel grants them (THP "madvise" or "always"), first touch costs one fault
 # per 2 MiB instead of 512, and a direct read pins a few large pages instead
-# of many small ones. On this project's VM that made a fresh process's
-# restore of 2 GiB into NumPy 1.06 -> 0.74 s (median of 8 processes each,
-# bench/results/disk-limit-2026-12-02.txt). The tail past the last whole
-# block keeps small pages, so no array holds more memory than its bytes.
+# of many small ones (on this project's VM, warm: 1.5-2x faster reads,
+# bench/results/disk-limit-2026-12-02.txt). Not in a VM whose host discards
+# freed memory, where huge pages cost more (the engine's advise_huge_pages,
+# include/hoist/huge_pages.h). The tail past the last whole block keeps
+# small pages, so no array holds more memory than its bytes.
 # Each such array is a mapping (two or three with the advice) and a process
 # may hold only vm.max_map_count (65,530 by default): past _MAX_HUGE_MAPPINGS
 # live ones, or when a mapping fails, arrays come from NumPy's allocator.
 _HUGE_PAGE = 2 << 20
 _HUGE_PAGES = (hasattr(mmap, "MADV_HUGEPAGE") and hasattr(mmap, "MAP_PRIVATE")
-               and hasattr(mmap, "MAP_ANONYMOUS"))
+               and hasattr(mmap, "MAP_ANONYMOUS") and
+               _hoist.advise_huge_pages())
 _MAX_HUGE_MAPPINGS = 8192
 _huge_mappings = [0]  # live ones (a soft limit: updated without a lock)
 

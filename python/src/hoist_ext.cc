@@ -33,6 +33,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "hoist/huge_pages.h"
 #include "hoist/checkpoint_manager.h"
 #include "hoist/checkpoint_root.h"
 #include "hoist/cuda_backend.h"
@@ -873,6 +874,8 @@ NB_MODULE(_hoist, m) {
       .def_prop_ro("root", &PyManager::Root);
 
   m.def("inspect", &Inspect, nb::arg("path"));
+  // Whether restored arrays are advised for huge pages (huge_pages.h).
+  m.def("advise_huge_pages", &AdviseHugePages);
   m.def("verify_at", &VerifyAt, nb::arg("path"));
   m.def("export_safetensors", &ExportSafetensorsTo, nb::arg("step_dir"),
         nb::arg("out_dir"), nb::arg("max_shard_bytes"), nb::arg("prefix"),

@@ -85,6 +85,51 @@ def test_training_loop_checkpoints_every_step_and_resumes_bit_exact(root):
             assert same_bits(value, resumed_opt.state_dict()["state"][k][key])
 
 
+def test_repeat_saves_of_state_dicts_take_the_repeat_path(root):
+    """model.state_dict() (an OrderedDict) and the optimizer's (its
+    param_groups lists and tuples of scalars), saved every step: every save
+    after the first takes the repeat path, a learning rate changed in
+    param_groups is saved with its step, parameters that need grad are
+    taken as they are, and every step restores bit-exact. A dtype taken as
+    bytes (bool, float8) or a changed structure walks the state whole."""
+    from test_numpy import spy_repeats
+    model, opt = make_run(0)
+    snapshots = {}
+    with hoist.CheckpointManager(root, pool_bytes=8 << 20) as mgr:
+        repeated = spy_repeats(mgr)
+        for step in range(1, 6):
+            train_step(model, opt, step)
+            if step == 3:
+                opt.param_groups[0]["lr"] = 5e-3
+            state = {"model": model.state_dict(), "opt": opt.state_dict(),
+                     "live": dict(model.named_parameters()), "step": step}
+            mgr.save(step, state).wait()
+            snapshots[step] = ({k: v.clone() for k, v in
+                                model.state_dict().items()},
+                               opt.param_groups[0]["lr"])
+        assert repeated == [False, True, True, True, True]
+        assert any(p.requires_grad for p in state["live"].values())
+        for step, (weights, lr) in snapshots.items():
+            out = mgr.restore(step)
+            assert out["step"] == step
+            assert out["opt"]["param_groups"][0]["lr"] == lr
+            assert out["opt"]["param_groups"][0]["betas"] == (0.9, 0.999)
+            for name, want in weights.items():
+                assert same_bits(out["model"][name], want), (step, name)
+                assert same_bits(out["live"][name], want), (step, name)
+
+        odd = {"flags": random_tensor(torch.bool, (8,), 1),
+               "f8": random_tensor(torch.float8_e4m3fn, (8,), 2)}
+        for step in (6, 7):
+            mgr.save(step, odd).wait()
+        mgr.save(8, {"w": torch.zeros(3)}).wait()
+        mgr.save(9, {"w": torch.zeros(3, dtype=torch.float64)}).wait()
+        assert repeated[5:] == [False, False, False, False]
+        for key in odd:
+            assert same_bits(mgr.restore(7)[key], odd[key])
+        assert mgr.restore(9)["w"].dtype == torch.float64
+
+
 def test_cuda_tensors_need_the_cuda_backend(root):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")

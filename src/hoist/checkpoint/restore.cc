@@ -32,6 +32,7 @@
 #include "hoist/base/bytes.h"
 #include "hoist/base/checked_math.h"
 #include "hoist/base/first_error.h"
+#include "hoist/huge_pages.h"
 #include "hoist/base/status_macros.h"
 #include "hoist/base/xxh3.h"
 #include "hoist/box.h"
@@ -387,7 +388,7 @@ HostBuffer::HostBuffer(int64_t bytes) : size_(bytes) {
   if (bytes <= 0) return;
   constexpr int64_t kPage = 4096;
   constexpr int64_t kHugePage = int64_t{2} << 20;
-  const bool huge = bytes >= kHugePage;
+  const bool huge = bytes >= kHugePage && AdviseHugePages();
   mapped_ = AlignUp(bytes, kPage) + (huge ? kHugePage : 0);
   mapping_ = mmap(nullptr, mapped_, PROT_READ | PROT_WRITE,
                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

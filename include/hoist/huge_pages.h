@@ -1,0 +1,27 @@
+// Whether memory a restore writes for the first time is worth advising for
+// transparent huge pages (MADV_HUGEPAGE). Where the kernel grants them, a
+// huge page costs one fault instead of 512 and direct reads into it move
+// bytes faster (bench/results/disk-limit-2026-12-02.txt: 1.5-2x on this
+// project's VM). But a VM whose balloon reports free pages to its host
+// (virtio-balloon free page reporting) has the host discard every free
+// 2 MiB block a few seconds after it is freed, and a huge page is made of
+// exactly such blocks: its first touch then waits on the host, measured
+// 3-8 s for 2 GiB against about 1.1 s in small pages. GPU hosts never
+// report (device passthrough pins all guest memory).
+#ifndef HOIST_HUGE_PAGES_H_
+#define HOIST_HUGE_PAGES_H_
+
+#include <string>
+
+namespace hoist {
+
+// True unless a virtio balloon under `virtio_devices` (a sysfs directory
+// of virtio devices) negotiated free page reporting.
+bool HugePagesPay(const std::string& virtio_devices);
+
+// HugePagesPay("/sys/bus/virtio/devices"), looked up once per process.
+bool AdviseHugePages();
+
+}  // namespace hoist
+
+#endif  // HOIST_HUGE_PAGES_H_
