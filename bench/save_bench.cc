@@ -405,7 +405,8 @@ int Main(int argc, char** argv) {
   const std::filesystem::space_info shm =
       std::filesystem::space("/dev/shm", shm_error);
   const bool from_memory =
-      !no_export && !shm_error && shm.available > 2 * static_cast<uintmax_t>(data_bytes);
+      !no_export && !shm_error &&
+      shm.available > 2 * static_cast<uintmax_t>(data_bytes);
   if (from_memory) {
     std::filesystem::create_directories(shm_root);
     std::filesystem::copy(saved.path, shm_copy,

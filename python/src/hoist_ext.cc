@@ -20,10 +20,12 @@
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -33,11 +35,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
-#include "hoist/huge_pages.h"
 #include "hoist/checkpoint_manager.h"
 #include "hoist/checkpoint_root.h"
 #include "hoist/cuda_backend.h"
 #include "hoist/host_backend.h"
+#include "hoist/huge_pages.h"
 #include "hoist/interop.h"
 
 namespace nb = nanobind;
@@ -134,9 +136,16 @@ class PyBackend {
             const std::vector<int>& ordinals)
       : kind_(kind), first_device_id_(first_device_id), ordinals_(ordinals) {
     if (kind == "host") {
+      // Host "devices" here hold the caller's own CPU arrays (NumPy, torch,
+      // JAX's CPU devices): the cores the devices leave over copy a
+      // device's arrays into the pool together (at most 4 per device).
+      const int cores =
+          static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
       backend_ = Check(MakeHostBackend(
           {.num_devices = num_devices,
-           .first_device_id = static_cast<DeviceId>(first_device_id)}));
+           .first_device_id = static_cast<DeviceId>(first_device_id),
+           .copy_engines =
+               std::clamp(cores / std::max(1, num_devices), 1, 4)}));
     } else if (kind == "cuda") {
       backend_ = Check(MakeCudaBackend(
           {.ordinals = ordinals,

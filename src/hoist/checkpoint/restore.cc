@@ -32,7 +32,6 @@
 #include "hoist/base/bytes.h"
 #include "hoist/base/checked_math.h"
 #include "hoist/base/first_error.h"
-#include "hoist/huge_pages.h"
 #include "hoist/base/status_macros.h"
 #include "hoist/base/xxh3.h"
 #include "hoist/box.h"
@@ -40,6 +39,7 @@
 #include "hoist/checkpoint/io_sizes.h"
 #include "hoist/checkpoint/save.h"
 #include "hoist/format/manifest_file.h"
+#include "hoist/huge_pages.h"
 #include "hoist/restore_plan.h"
 
 namespace hoist {

@@ -9,13 +9,13 @@
 #include <fstream>
 
 #include "absl/strings/str_format.h"
-#include "hoist/huge_pages.h"
 #include "hoist/checkpoint/restore.h"
 #include "hoist/checkpoint/save.h"
 #include "hoist/checkpoint/verify.h"
 #include "hoist/format/layout.h"
 #include "hoist/format/manifest_file.h"
 #include "hoist/host_backend.h"
+#include "hoist/huge_pages.h"
 #include "hoist/io/fault_storage.h"
 #include "hoist/io/memory_storage.h"
 #include "testing/array_bytes.h"
@@ -169,8 +169,7 @@ TEST(HostBufferTest, UntouchedAlignedAndAdvisedForHugePagesFromTwoMiB) {
   EXPECT_THAT(SmapsField(big.data(), "Rss"), ::testing::HasSubstr(" 0 kB"));
   if (AdviseHugePages()) {
     EXPECT_EQ(reinterpret_cast<uintptr_t>(big.data()) % kHugePage, 0u);
-    EXPECT_THAT(SmapsField(big.data(), "VmFlags"),
-                ::testing::HasSubstr(" hg"));
+    EXPECT_THAT(SmapsField(big.data(), "VmFlags"), ::testing::HasSubstr(" hg"));
   } else {  // a VM whose host discards freed memory (huge_pages.h)
     EXPECT_THAT(SmapsField(big.data(), "VmFlags"),
                 ::testing::Not(::testing::HasSubstr(" hg")));
