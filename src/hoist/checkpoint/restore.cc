@@ -16,6 +16,8 @@
 //   3. Wait for every copy.
 #include "hoist/checkpoint/restore.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
