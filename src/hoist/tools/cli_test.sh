@@ -31,6 +31,10 @@ for mode in demo["modes"].values():
 PY
 ls -a "$dir" | grep -q hoist-rates && fail "demo left its rate measurement"
 "$hoist" demo --size 8MiB --vocab 512 --steps 2 --save-every 1 \
+  --step-time 0ms --root "$dir/not/yet/made/r" >/dev/null ||
+  fail "demo into a root whose parents do not exist"
+rm -rf "$dir/not"
+"$hoist" demo --size 8MiB --vocab 512 --steps 2 --save-every 1 \
   --step-time 0ms --root "$dir/np" --no-predict --json >"$dir/np.json" ||
   fail "demo --no-predict"
 grep -q '"predicted_save_s": null' "$dir/np.json" || fail "--no-predict predicted"

@@ -55,39 +55,14 @@
 #include "hoist/mutex.h"
 #include "hoist/predict.h"
 #include "hoist/tools/command_error.h"
+#include "hoist/tools/demo_job.h"
 #include "hoist/tools/flags.h"
 #include "hoist/tools/sample_model.h"
 #include "hoist/tools/synthetic.h"
 
 namespace hoist {
+namespace demo {
 namespace {
-
-struct DemoFlags {
-  std::string root;
-  std::string size = "1GiB";
-  std::string pool = "auto";
-  int steps = 6;
-  int save_every = 2;
-  int writers = 2;
-  int keep = 2;
-  std::string io = "posix";
-  std::string host_copies = "batch";
-  std::string arrays = "registered";
-  std::string step_time = "250ms";
-  int64_t vocab = 50257;
-  std::string trace;
-  std::string backend = "host";
-  std::string mesh = "2x4";
-  std::string coordinator = "auto";
-  bool keep_files = false;
-  bool json = false;
-  bool predict = true;
-  std::string local_root;
-  int replicas = 2;
-  int64_t persist_every = 0;  // 0: 2 x save_every with a local tier, else 1
-  int lose_local = -1;
-  bool cold = false;
-};
 
 // The "KEY: N kB" line of a /proc file, in bytes, or -1.
 int64_t ProcBytes(const char* path, std::string_view key) {
@@ -182,42 +157,6 @@ class ProgressLine {
   std::thread thread_;
 };
 
-struct ModeStats {
-  int saves = 0;
-  double dispatch_s = 0;  // until the saver had enqueued every copy
-  double staged_s = 0;
-  double committed_s = 0;
-  int64_t bytes = 0;
-  int64_t dispatches = 0;
-  int64_t replicated_bytes = 0;  // the job's, per save
-  std::vector<double> blocked;   // each save's blocked time, in order
-
-  double blocked_sum() const {
-    return std::accumulate(blocked.begin(), blocked.end(), 0.0);
-  }
-};
-
-// The median of `values` (0 when there are none).
-double Median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  const size_t mid = values.size() / 2;
-  std::nth_element(values.begin(), values.begin() + mid, values.end());
-  if (values.size() % 2 == 1) return values[mid];
-  return (values[mid] +
-          *std::max_element(values.begin(), values.begin() + mid)) /
-         2;
-}
-
-// The training state: per array, per distinct box, the host copy that is
-// the truth, and the device memory of every replica holding it. Devices are
-// only reached through copies, as on a GPU.
-struct Part {
-  Box box;
-  uint64_t seed;
-  std::vector<uint8_t> host;
-  std::vector<std::pair<Device*, MemoryBlock>> replicas;
-};
-
 // Copies every part's host bytes to its replicas: one dispatch per device.
 absl::Status Upload(std::vector<std::vector<Part>>& parts) {
   absl::flat_hash_map<Device*, std::vector<CopyOp>> ops;
@@ -236,50 +175,6 @@ absl::Status Upload(std::vector<std::vector<Part>>& parts) {
   }
   return WhenAll(copies).Wait();
 }
-
-// The demo's job: its processes, this process's devices, the model, and
-// this process's shards of the training state.
-struct DemoJob {
-  std::unique_ptr<Coordinator> coordinator;
-  int rank = 0;
-  int processes = 1;
-  bool lead = true;  // rank 0: prints, and owns the default root
-  std::string root;
-  bool own_root = false;
-  std::pair<int64_t, int64_t> mesh_shape;
-  int64_t mesh_devices = 0;
-  std::string mesh_name;
-  std::unique_ptr<Backend> backend;
-  absl::flat_hash_map<DeviceId, Device*> device_of;
-  GptConfig config;
-  std::vector<ArraySpec> model;
-  int64_t model_bytes = 0;
-  std::vector<std::vector<Part>> parts;  // per array, this process's boxes
-  std::vector<SaveArray> arrays;         // what Save() is given
-};
-
-// What training measured.
-struct Trained {
-  ModeStats modes[2];  // staged, dispatched
-  ModeStats tiers[2];  // durable, local (Tier's order)
-  int64_t last_saved = -1;
-  // Per save, in order: its mode and when it was asked for (seconds after
-  // the first step began).
-  std::vector<int> mode;
-  std::vector<double> requested_at;
-};
-
-// What the restores found.
-struct Restored {
-  bool verified = true;
-  RestoreStats host;
-  RestoreStats mesh;
-  // With a local tier: the latest step (from whichever tier holds it) and
-  // the newest durable step, both onto the training mesh.
-  std::optional<RestoreStats> tiered, durable;
-  std::string other_mesh;
-  int64_t peak_rss = 0;  // the largest process's
-};
 
 // The mesh the demo restores onto: the training mesh transposed.
 absl::StatusOr<Mesh> OtherMesh(const DemoJob& job) {
@@ -476,21 +371,6 @@ absl::StatusOr<DemoJob> SetUp(const DemoFlags& flags, int64_t size) {
   return job;
 }
 
-// What the demo predicts a save will cost, from rates the lead measures on
-// this machine before the pool exists (nothing else competes with it then).
-struct Predicted {
-  bool on = false;
-  SaveRates rates;
-  SavePrediction save;  // one save with nothing in flight
-  double measure_s = 0;
-  // The demo's saves as requested (Schedule): the staged mode's mean
-  // blocked time, every save's mean time to commit, and the mean wait
-  // behind an earlier save.
-  double blocked_s = 0;
-  double save_s = 0;
-  double queued_s = 0;
-};
-
 absl::StatusOr<Predicted> Predict(const DemoFlags& flags, const DemoJob& job,
                                   int64_t pool,
                                   const SavePlanOptions& plan_options) {
@@ -507,9 +387,17 @@ absl::StatusOr<Predicted> Predict(const DemoFlags& flags, const DemoJob& job,
     } else {
       storage = MakePosixStorage();
     }
-    // Beside the root, which the manager creates (and pins its pool) later.
+    // Beside the root, which the manager creates (and pins its pool) later,
+    // with its parents: those first, as the manager would.
     std::string dir = std::filesystem::path(job.root).parent_path().string();
     if (dir.empty()) dir = ".";
+    std::error_code made;
+    std::filesystem::create_directories(dir, made);
+    if (made) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("--root %s: cannot create its parent %s: %s",
+                          job.root, dir, made.message()));
+    }
     const absl::Time start = absl::Now();
     ASSIGN_OR_RETURN(SaveRates rates,
                      MeasureSaveRates(*job.backend, *storage, dir,
@@ -848,158 +736,6 @@ absl::StatusOr<Restored> RestoreTiersAndCheck(DemoJob& job,
   return restored;
 }
 
-// 4. The report: JSON (--json) or the tables, from the lead process.
-void Report(const DemoFlags& flags, const DemoJob& job, const Trained& trained,
-            const Restored& restored, const Predicted& predicted,
-            int64_t latest, int64_t persist_every, bool print) {
-  ModeStats all;
-  for (const ModeStats& m : trained.modes) {
-    all.saves += m.saves;
-    all.blocked.insert(all.blocked.end(), m.blocked.begin(), m.blocked.end());
-    all.committed_s += m.committed_s;
-    all.bytes = std::max(all.bytes, m.bytes);
-    all.dispatches = std::max(all.dispatches, m.dispatches);
-  }
-  const auto mode_json = [](const ModeStats& m) {
-    const double n = std::max(1, m.saves);
-    return nlohmann::json{
-        {"saves", m.saves},
-        {"bytes", m.bytes},
-        {"replicated_bytes", m.replicated_bytes},
-        {"blocked_s", m.blocked_sum() / n},
-        {"blocked_median_s", Median(m.blocked)},
-        {"blocked_max_s",
-         m.blocked.empty()
-             ? 0.0
-             : *std::max_element(m.blocked.begin(), m.blocked.end())},
-        {"dispatch_s", m.dispatch_s / n},
-        {"staged_s", m.staged_s / n},
-        {"save_s", m.committed_s / n}};
-  };
-  const double n = std::max(1, all.saves);
-  if (job.lead && flags.json) {
-    nlohmann::json prediction = nullptr;
-    if (predicted.on) {
-      prediction = {{"d2h_gbps", predicted.rates.d2h_gbps},
-                    {"host_gbps", predicted.rates.host_gbps},
-                    {"write_gbps", predicted.rates.write_gbps},
-                    {"fs_gbps", predicted.rates.fs_gbps},
-                    {"commit_s", predicted.rates.commit_s},
-                    {"measure_s", predicted.measure_s},
-                    {"alone_blocked_s", predicted.save.blocked_s},
-                    {"alone_save_s", predicted.save.save_s},
-                    {"queued_s", predicted.queued_s},
-                    {"blocked_bound", predicted.save.blocked_bound},
-                    {"save_bound", predicted.save.save_bound}};
-    }
-    const auto maybe = [&](double value) {
-      return predicted.on ? nlohmann::json(value) : nlohmann::json(nullptr);
-    };
-    nlohmann::json json = {
-        {"backend", std::string(job.backend->name())},
-        {"arrays", flags.arrays},
-        {"processes", job.processes},
-        {"bytes", all.bytes},
-        {"blocked_s", all.blocked_sum() / n},
-        {"save_s", all.committed_s / n},
-        {"predicted_blocked_s", maybe(predicted.blocked_s)},
-        {"predicted_save_s", maybe(predicted.save_s)},
-        {"prediction", prediction},
-        {"save_gbps", all.bytes / 1e9 / (all.committed_s / n)},
-        {"dispatches", all.dispatches},
-        {"peak_rss_bytes", restored.peak_rss},
-        {"verified", restored.verified},
-        {"latest_step", latest},
-        {"restore_mesh_s", absl::ToDoubleSeconds(restored.mesh.elapsed)},
-        {"restore_host_s", absl::ToDoubleSeconds(restored.host.elapsed)},
-        {"restored_from", restored.tiered
-                              ? nlohmann::json(std::string(
-                                    TierName(restored.tiered->restored_from)))
-                              : nlohmann::json("durable")},
-        {"modes",
-         {{"staged", mode_json(trained.modes[0])},
-          {"dispatched", mode_json(trained.modes[1])}}}};
-    if (restored.tiered) {
-      const auto seconds = [](const std::optional<RestoreStats>& stats) {
-        return stats ? nlohmann::json(absl::ToDoubleSeconds(stats->elapsed))
-                     : nlohmann::json(nullptr);
-      };
-      const RestoreStats& t = *restored.tiered;
-      const bool local = t.restored_from == Tier::kLocal;
-      json["restore_local_s"] = local ? seconds(t) : nlohmann::json(nullptr);
-      json["restore_durable_s"] =
-          local ? seconds(restored.durable) : seconds(t);
-      json["restored_step"] = t.step;
-      json["durable_step"] = restored.durable
-                                 ? nlohmann::json(restored.durable->step)
-                                 : nlohmann::json(nullptr);
-      json["restore_note"] = t.note;
-      json["tiers"] = {{"durable", mode_json(trained.tiers[0])},
-                       {"local", mode_json(trained.tiers[1])},
-                       {"replicas", flags.replicas},
-                       {"persist_every", persist_every},
-                       {"lost_local", flags.lose_local >= 0
-                                          ? nlohmann::json(flags.lose_local)
-                                          : nlohmann::json(nullptr)}};
-    }
-    std::cout << json.dump(2) << "\n";
-    return;
-  }
-  if (!print) return;
-  std::cout << "\n"
-            << absl::StrFormat("%-11s %6s %15s %15s %9s\n", "mode", "saves",
-                               "blocked/save", "committed/save", "blocked");
-  for (int m = 0; m < 2; ++m) {
-    const ModeStats& st = trained.modes[m];
-    if (st.saves == 0) continue;
-    std::cout << absl::StrFormat(
-        "%-11s %6d %14.3fs %14.3fs %8.1f%%\n", m == 0 ? "staged" : "dispatched",
-        st.saves, st.blocked_sum() / st.saves, st.committed_s / st.saves,
-        100.0 * st.blocked_sum() / st.committed_s);
-  }
-  if (predicted.on) {
-    std::cout << absl::StrFormat(
-        "predicted      %14.3fs %14.3fs            (staged mode; a save "
-        "alone %.3fs, %.3fs) from rates\n"
-        "               measured here in %.2fs: copies %.1f GB/s per "
-        "device, %.1f GB/s all at once; writes %.2f GB/s (%d streams); "
-        "commit %.0f ms\n",
-        predicted.blocked_s, predicted.save_s, predicted.save.blocked_s,
-        predicted.save.save_s, predicted.measure_s, predicted.rates.d2h_gbps,
-        predicted.rates.host_gbps, predicted.rates.write_gbps, flags.writers,
-        predicted.rates.commit_s * 1e3);
-  }
-  if (restored.tiered) {
-    const RestoreStats& t = *restored.tiered;
-    std::cout << absl::StrFormat(
-        "\nrestored step %d from the %s tier onto %s in %.3fs: %s\n  (%s)\n",
-        t.step, TierName(t.restored_from), job.mesh_name,
-        absl::ToDoubleSeconds(t.elapsed),
-        restored.verified ? "verified bit-exact" : "MISMATCH", t.note);
-    if (restored.durable) {
-      std::cout << absl::StrFormat(
-          "restored durable step %d onto %s in %.3fs, for comparison\n",
-          restored.durable->step, job.mesh_name,
-          absl::ToDoubleSeconds(restored.durable->elapsed));
-    }
-    std::cout << absl::StrFormat(
-        "peak host memory %s%s\n", FormatBytes(restored.peak_rss),
-        job.processes > 1 ? " in the largest process" : "");
-    return;
-  }
-  std::cout << absl::StrFormat(
-      "\nrestored step %d onto %s in %.3fs (%d dispatches) and into host "
-      "memory in %.3fs: %s\n"
-      "peak host memory %s%s%s\n",
-      latest, restored.other_mesh, absl::ToDoubleSeconds(restored.mesh.elapsed),
-      restored.mesh.dispatches, absl::ToDoubleSeconds(restored.host.elapsed),
-      restored.verified ? "verified bit-exact" : "MISMATCH",
-      FormatBytes(restored.peak_rss),
-      job.processes > 1 ? " in the largest process" : "",
-      job.backend->name() == "host" ? " (the host devices' arrays included)"
-                                    : "");
-}
-
 absl::Status RunDemo(const DemoFlags& flags) {
   ASSIGN_OR_RETURN(int64_t size, ParseBytes(flags.size));
   if (flags.steps < 1 || flags.save_every < 1 ||
@@ -1117,9 +853,10 @@ absl::Status RunDemo(const DemoFlags& flags) {
 }
 
 }  // namespace
+}  // namespace demo
 
 void AddDemoCommand(CLI::App& app) {
-  auto flags = std::make_shared<DemoFlags>();
+  auto flags = std::make_shared<demo::DemoFlags>();
   CLI::App* cmd = app.add_subcommand(
       "demo",
       "The main job: a GPT-style model sharded over 8 devices (2 x 4 mesh) "
@@ -1230,7 +967,7 @@ void AddDemoCommand(CLI::App& app) {
                 "skipped for an s3:// or gs:// root: the rates are the "
                 "local disk's)");
   cmd->callback([flags] {
-    absl::Status status = RunDemo(*flags);
+    absl::Status status = demo::RunDemo(*flags);
     if (!status.ok()) FailCommand("demo", status);
   });
 }

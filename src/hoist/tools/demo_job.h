@@ -1,0 +1,142 @@
+// The demo's shared types: its flags, its job (processes, devices, model,
+// training state), and what training, the prediction and the restores
+// found; demo_command.cc runs the job, demo_report.cc reports it.
+#ifndef HOIST_TOOLS_DEMO_JOB_H_
+#define HOIST_TOOLS_DEMO_JOB_H_
+
+#include <cstdint>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "hoist/box.h"
+#include "hoist/checkpoint_manager.h"
+#include "hoist/predict.h"
+#include "hoist/tools/sample_model.h"
+
+namespace hoist::demo {
+
+struct DemoFlags {
+  std::string root;
+  std::string size = "1GiB";
+  std::string pool = "auto";
+  int steps = 6;
+  int save_every = 2;
+  int writers = 2;
+  int keep = 2;
+  std::string io = "posix";
+  std::string host_copies = "batch";
+  std::string arrays = "registered";
+  std::string step_time = "250ms";
+  int64_t vocab = 50257;
+  std::string trace;
+  std::string backend = "host";
+  std::string mesh = "2x4";
+  std::string coordinator = "auto";
+  bool keep_files = false;
+  bool json = false;
+  bool predict = true;
+  std::string local_root;
+  int replicas = 2;
+  int64_t persist_every = 0;  // 0: 2 x save_every with a local tier, else 1
+  int lose_local = -1;
+  bool cold = false;
+};
+
+struct ModeStats {
+  int saves = 0;
+  double dispatch_s = 0;  // until the saver had enqueued every copy
+  double staged_s = 0;
+  double committed_s = 0;
+  int64_t bytes = 0;
+  int64_t dispatches = 0;
+  int64_t replicated_bytes = 0;  // the job's, per save
+  std::vector<double> blocked;   // each save's blocked time, in order
+
+  double blocked_sum() const {
+    return std::accumulate(blocked.begin(), blocked.end(), 0.0);
+  }
+};
+
+// The training state: per array, per distinct box, the host copy that is
+// the truth, and the device memory of every replica holding it. Devices are
+// only reached through copies, as on a GPU.
+struct Part {
+  Box box;
+  uint64_t seed;
+  std::vector<uint8_t> host;
+  std::vector<std::pair<Device*, MemoryBlock>> replicas;
+};
+
+// The demo's job: its processes, this process's devices, the model, and
+// this process's shards of the training state.
+struct DemoJob {
+  std::unique_ptr<Coordinator> coordinator;
+  int rank = 0;
+  int processes = 1;
+  bool lead = true;  // rank 0: prints, and owns the default root
+  std::string root;
+  bool own_root = false;
+  std::pair<int64_t, int64_t> mesh_shape;
+  int64_t mesh_devices = 0;
+  std::string mesh_name;
+  std::unique_ptr<Backend> backend;
+  absl::flat_hash_map<DeviceId, Device*> device_of;
+  GptConfig config;
+  std::vector<ArraySpec> model;
+  int64_t model_bytes = 0;
+  std::vector<std::vector<Part>> parts;  // per array, this process's boxes
+  std::vector<SaveArray> arrays;         // what Save() is given
+};
+
+// What training measured.
+struct Trained {
+  ModeStats modes[2];  // staged, dispatched
+  ModeStats tiers[2];  // durable, local (Tier's order)
+  int64_t last_saved = -1;
+  // Per save, in order: its mode and when it was asked for (seconds after
+  // the first step began).
+  std::vector<int> mode;
+  std::vector<double> requested_at;
+};
+
+// What the restores found.
+struct Restored {
+  bool verified = true;
+  RestoreStats host;
+  RestoreStats mesh;
+  // With a local tier: the latest step (from whichever tier holds it) and
+  // the newest durable step, both onto the training mesh.
+  std::optional<RestoreStats> tiered, durable;
+  std::string other_mesh;
+  int64_t peak_rss = 0;  // the largest process's
+};
+
+// What the demo predicts a save will cost, from rates the lead measures on
+// this machine before the pool exists (nothing else competes with it then).
+struct Predicted {
+  bool on = false;
+  SaveRates rates;
+  SavePrediction save;  // one save with nothing in flight
+  double measure_s = 0;
+  // The demo's saves as requested (Schedule): the staged mode's mean
+  // blocked time, every save's mean time to commit, and the mean wait
+  // behind an earlier save.
+  double blocked_s = 0;
+  double save_s = 0;
+  double queued_s = 0;
+};
+
+// 4. The report: JSON (--json) or the tables, from the lead process
+// (demo_report.cc).
+void Report(const DemoFlags& flags, const DemoJob& job, const Trained& trained,
+            const Restored& restored, const Predicted& predicted,
+            int64_t latest, int64_t persist_every, bool print);
+
+}  // namespace hoist::demo
+
+#endif  // HOIST_TOOLS_DEMO_JOB_H_
