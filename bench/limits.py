@@ -21,7 +21,6 @@ the rounds' ratios, their range, and the goal and floor of issue 41.
 """
 import argparse
 import json
-import math
 import os
 import shutil
 import statistics
@@ -52,12 +51,10 @@ def log(message):
 
 
 def model_bytes(size):
-    import ml_dtypes
-    import numpy as np
-    return sum(math.prod(a["shape"]) *
-               np.dtype(getattr(ml_dtypes, a["dtype"], None) or
-                        a["dtype"]).itemsize
-               for a in peers.array_list(size))
+    """The bytes of bench/peers.py's model of `size` (its arrays are made
+    empty: never touched, so never in memory)."""
+    return sum(a.nbytes for a in peers.host_arrays(
+        peers.array_list(size), fill=False).values())
 
 
 def disk_rounds(args):

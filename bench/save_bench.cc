@@ -510,8 +510,7 @@ int Main(int argc, char** argv) {
         "both restores verified bit-exact: %s\n"
         "export to safetensors from /dev/shm: %s; disk's write limit "
         "%.2fs, one file's %.2fs\n"
-        "export to safetensors from the disk (page cache dropped): %.2fs, "
-        "%.2f GB/s: %.2fx the disk's read + write limit\n",
+        "export to safetensors from the disk (page cache dropped): %s\n",
         config.layers, config.d_model, FormatBytes(data_bytes), model.size(),
         writers, io, "", "time", "rate", "vs disk", "disk limit: write + fsync",
         raw.write_s, gb / raw.write_s, "",
@@ -535,8 +534,13 @@ int Main(int argc, char** argv) {
                   export_one_file_s / export_memory_s)
             : std::string(no_export ? "not measured (--no-export)"
                                     : "not measured (no room)"),
-        export_write_s, export_one_file_s, export_s, gb / export_s,
-        (raw.read_s + raw.write_s) / export_s);
+        export_write_s, export_one_file_s,
+        no_export
+            ? std::string("not measured (--no-export)")
+            : absl::StrFormat("%.2fs, %.2f GB/s: %.2fx the disk's read + write "
+                              "limit",
+                              export_s, gb / export_s,
+                              (raw.read_s + raw.write_s) / export_s));
   }
   return verified ? 0 : 1;
 }

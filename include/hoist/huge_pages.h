@@ -11,9 +11,12 @@
 #ifndef HOIST_HUGE_PAGES_H_
 #define HOIST_HUGE_PAGES_H_
 
+#include <cstdint>
 #include <string>
 
 namespace hoist {
+
+inline constexpr int64_t kHugePageBytes = int64_t{2} << 20;
 
 // True unless a virtio balloon under `virtio_devices` (a sysfs directory
 // of virtio devices) negotiated free page reporting.
@@ -21,6 +24,12 @@ bool HugePagesPay(const std::string& virtio_devices);
 
 // HugePagesPay("/sys/bus/virtio/devices"), looked up once per process.
 bool AdviseHugePages();
+
+// Advises [data, data + bytes) (fresh memory this process mapped; its first
+// whole 2 MiB blocks, from `data`) for huge pages where AdviseHugePages():
+// advice only, a kernel without THP keeps small pages, and it gives huge
+// pages only to the 2 MiB-aligned blocks.
+void AdviseHugePagesFor(void* data, int64_t bytes);
 
 }  // namespace hoist
 

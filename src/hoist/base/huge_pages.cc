@@ -1,5 +1,7 @@
 #include "hoist/huge_pages.h"
 
+#include <sys/mman.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -31,6 +33,11 @@ bool HugePagesPay(const std::string& virtio_devices) {
 bool AdviseHugePages() {
   static const bool advise = HugePagesPay("/sys/bus/virtio/devices");
   return advise;
+}
+
+void AdviseHugePagesFor(void* data, int64_t bytes) {
+  const int64_t whole = bytes / kHugePageBytes * kHugePageBytes;
+  if (whole > 0 && AdviseHugePages()) madvise(data, whole, MADV_HUGEPAGE);
 }
 
 }  // namespace hoist

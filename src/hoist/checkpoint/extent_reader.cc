@@ -11,6 +11,7 @@
 #include "hoist/base/checked_math.h"
 #include "hoist/base/status_macros.h"
 #include "hoist/base/xxh3.h"
+#include "hoist/huge_pages.h"
 
 namespace hoist {
 
@@ -23,20 +24,19 @@ ReadBuffer::~ReadBuffer() {
 }
 
 uint8_t* ReadBuffer::Get(int64_t bytes) {
-  constexpr int64_t kHugePageBytes = int64_t{2} << 20;
   if (bytes > capacity_) {
     if (data_ != nullptr) munmap(data_, capacity_);
-    // Whole huge pages for a buffer of 2 MiB or more, asked for as such: a
-    // direct read or write of it then pins (and the device sees) a few
-    // large pages, not thousands of 4 KiB ones. mmap aligns a mapping of
-    // whole huge pages to them.
+    // Whole huge pages for a buffer of 2 MiB or more, asked for as such
+    // where they pay (huge_pages.h): a direct read or write of it then pins
+    // (and the device sees) a few large pages, not thousands of 4 KiB ones.
+    // mmap aligns a mapping of whole huge pages to them.
     capacity_ = bytes >= kHugePageBytes
                     ? AlignUp(bytes, kHugePageBytes)
                     : AlignUp(std::max<int64_t>(bytes, 1), int64_t{4096});
     void* data = mmap(nullptr, capacity_, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (data == MAP_FAILED) std::abort();  // as operator new would
-    if (capacity_ >= kHugePageBytes) madvise(data, capacity_, MADV_HUGEPAGE);
+    AdviseHugePagesFor(data, capacity_);
     data_ = static_cast<uint8_t*>(data);
   }
   return data_;

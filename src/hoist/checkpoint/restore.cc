@@ -389,9 +389,8 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
 HostBuffer::HostBuffer(int64_t bytes) : size_(bytes) {
   if (bytes <= 0) return;
   constexpr int64_t kPage = 4096;
-  constexpr int64_t kHugePage = int64_t{2} << 20;
-  const bool huge = bytes >= kHugePage && AdviseHugePages();
-  mapped_ = AlignUp(bytes, kPage) + (huge ? kHugePage : 0);
+  const bool huge = bytes >= kHugePageBytes && AdviseHugePages();
+  mapped_ = AlignUp(bytes, kPage) + (huge ? kHugePageBytes : 0);
   mapping_ = mmap(nullptr, mapped_, PROT_READ | PROT_WRITE,
                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mapping_ == MAP_FAILED) {
@@ -400,10 +399,10 @@ HostBuffer::HostBuffer(int64_t bytes) : size_(bytes) {
   }
   data_ = static_cast<uint8_t*>(mapping_);
   if (huge) {
-    data_ = reinterpret_cast<uint8_t*>(AlignUp(
-        static_cast<int64_t>(reinterpret_cast<uintptr_t>(data_)), kHugePage));
-    // Advice only: a kernel without THP keeps small pages.
-    madvise(data_, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);
+    data_ = reinterpret_cast<uint8_t*>(
+        AlignUp(static_cast<int64_t>(reinterpret_cast<uintptr_t>(data_)),
+                kHugePageBytes));
+    AdviseHugePagesFor(data_, bytes);
   }
 }
 
