@@ -27,7 +27,8 @@ std::string GridManifest(int64_t extents) {
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) {
       array.extents.push_back({Box({r, c}, {1, 1}), "data/r00000_w00.bin",
-                               (r * cols + c) * 4096, 1, 0});
+                               (r * cols + c) * 4096, 1, ExtentHash{},
+                               std::nullopt});
     }
   }
   manifest.arrays.push_back(std::move(array));
@@ -71,7 +72,8 @@ Manifest ManyArrays(int64_t arrays) {
          {256},
          R"({"explicit": [[0, [0], [256]]]})",
          {{Box({0}, {256}), "data/r00000_w00.bin", i * 4096, 1024,
-           0x0123456789abcdefULL + static_cast<uint64_t>(i)}}});
+           ExtentHash{.low = 0x0123456789abcdefULL + static_cast<uint64_t>(i)},
+           std::nullopt}}});
     if (i > 0) tree += ", ";
     tree += R"([")" + name + R"(", {"a": ")" + name + R"(", "k": "numpy"}])";
   }

@@ -119,10 +119,21 @@ struct CheckpointManagerOptions {
   int64_t persist_every = 1;
   LocalTierOptions local;
   RestoreOptions restore;
+  // Deltas (docs/delta.md, default on): a durable save writes only the
+  // extents whose bytes changed since the newest committed step, and
+  // references the others' bytes there. SaveOptions::deltas overrides it
+  // per save. The local tier's parts are always whole.
+  bool deltas = true;
   // When set, every save records its device copies ("device N" tracks), its
   // writes ("writer FILE") and its commit phases ("commit"). It must outlive
   // the manager. Default none.
   Tracer* tracer = nullptr;
+};
+
+// What one save may do differently from the manager's options.
+struct SaveOptions {
+  // Deltas for this save (unset: CheckpointManagerOptions::deltas).
+  std::optional<bool> deltas;
 };
 
 // One array to save: its spec, and where each local device holds its shard
@@ -168,6 +179,9 @@ struct SaveInfo {
   int64_t step = 0;
   std::string path;
   int64_t bytes = 0;       // array bytes this process saved
+  // Of `bytes`, those not written: the same as the newest committed step's,
+  // referenced there (deltas).
+  int64_t referenced_bytes = 0;
   int64_t dispatches = 0;  // device-to-host dispatches
   int64_t waves = 0;
   absl::Duration dispatched;  // from Save() until every copy was enqueued
@@ -283,7 +297,8 @@ class CheckpointManager {
   absl::StatusOr<SaveHandle> Save(int64_t step,
                                   absl::Span<const SaveArray> arrays,
                                   std::string metadata_json = "{}",
-                                  ReturnWhen return_when = ReturnWhen::kStaged);
+                                  ReturnWhen return_when = ReturnWhen::kStaged,
+                                  const SaveOptions& options = {});
 
   // Registers `arrays`, whose shards stay where they are from save to
   // save (PyTorch updates parameters and optimizer state in place), for
@@ -304,7 +319,8 @@ class CheckpointManager {
   absl::StatusOr<SaveHandle> Save(int64_t step,
                                   const RegisteredArrays& registered,
                                   std::string metadata_json = "{}",
-                                  ReturnWhen return_when = ReturnWhen::kStaged);
+                                  ReturnWhen return_when = ReturnWhen::kStaged,
+                                  const SaveOptions& options = {});
 
   // Waits until every accepted save has committed or failed; returns the
   // first background error not yet reported.

@@ -25,10 +25,12 @@
 
 namespace hoist {
 
-// One entry of a root that hoist made: a committed step, or a save that did
-// not commit (removed by the next Open for writing).
+// One entry of a root that hoist made: a committed step; a referenced one
+// (its manifest pruned, its directory keeps the data files that committed
+// steps reference: docs/delta.md; not a checkpoint); or a save that did not
+// commit (removed by the next Open for writing).
 struct RootEntry {
-  enum class Kind { kCommitted, kIncomplete };
+  enum class Kind { kCommitted, kReferenced, kIncomplete };
   Kind kind = Kind::kCommitted;
   int64_t step = 0;
   std::string path;
@@ -79,6 +81,11 @@ class CheckpointRoot {
   // kDataLoss if its name is not a real directory (a link is never read
   // through).
   absl::StatusOr<std::string> StepDir(int64_t step) const;
+  // The sizes of the data files in `step`'s directory, a committed or a
+  // referenced step's (where deltas left holes in a POSIX file, its size
+  // counts them; `du` tells what it occupies). kNotFound if there is no
+  // such directory.
+  absl::StatusOr<int64_t> HeldBytes(int64_t step) const;
   // `step`'s validated manifest (see ReadManifestFile: kDataLoss when it is
   // corrupt or of another step).
   absl::StatusOr<Manifest> ReadManifest(int64_t step) const;
@@ -100,7 +107,11 @@ class CheckpointRoot {
 
   // Deletes committed step `step`: renames it aside (a crash then leaves a
   // temporary entry that the next Open removes), makes that durable, then
-  // removes it, never following a link. kNotFound if there is no such step;
+  // removes it, never following a link. When kept steps reference some of
+  // its data files (deltas), only its manifest goes (durably, first), and
+  // the files nothing references: the step becomes a referenced one
+  // (RootEntry::Kind::kReferenced). Either way, referenced steps whose
+  // files only it read lose them. kNotFound if there is no such step;
   // kFailedPrecondition for a root opened for reading.
   absl::Status Delete(int64_t step);
 

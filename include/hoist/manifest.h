@@ -1,7 +1,9 @@
-// The manifest of a hoist/1 checkpoint: every array's dtype, shape and
-// extents (which bytes of which data file hold which box), written last and
-// atomically. A step directory without a valid MANIFEST.json is not a
-// checkpoint.
+// The manifest of a checkpoint: every array's dtype, shape and extents
+// (which bytes of which data file hold which box, in this step's directory
+// or, for bytes that did not change, in an earlier step's), written last
+// and atomically. A step directory without a valid MANIFEST.json is not a
+// checkpoint. Format hoist/2 (XXH3-128 hashes, references to other steps'
+// bytes) is written; hoist/1 (XXH3-64, no references) is still read.
 //
 // Manifest is a plain struct; EncodeManifest / DecodeManifest turn it into
 // and out of JSON. Decoding trusts nothing: everything a reader relies on is
@@ -21,7 +23,8 @@
 
 namespace hoist {
 
-inline constexpr std::string_view kManifestFormat = "hoist/1";
+inline constexpr std::string_view kManifestFormat = "hoist/2";
+inline constexpr std::string_view kManifestFormatV1 = "hoist/1";
 inline constexpr std::string_view kManifestFileName = "MANIFEST.json";
 
 // What a reader accepts; anything beyond is refused (kDataLoss) before it
@@ -40,13 +43,29 @@ inline constexpr int64_t kExtentAlignmentBytes = 4096;
 inline constexpr int64_t kMaxFileBytes = int64_t{1} << 56;
 //   - rank: kMaxRank (box.h).
 
+// The hash of an extent's bytes: XXH3-128 (hoist/2), or, read from a
+// hoist/1 manifest, XXH3-64 (in `low`; `wide` false). Only a wide hash is
+// strong enough to decide that bytes did not change (deltas).
+struct ExtentHash {
+  uint64_t low = 0;
+  uint64_t high = 0;
+  bool wide = true;
+  friend bool operator==(const ExtentHash&, const ExtentHash&) = default;
+};
+
 // Bytes of a file holding one box of an array, in C order, little-endian.
 struct ManifestExtent {
   Box box;
-  std::string file;  // relative to the step directory: "data/r00000_w00.bin"
+  // Relative to the directory of the step that holds the bytes:
+  // "data/r00000_w00.bin".
+  std::string file;
   int64_t offset_bytes = 0;
   int64_t length_bytes = 0;  // box elements * item size
-  uint64_t xxh3 = 0;         // XXH3-64 of the extent's bytes
+  ExtentHash hash;
+  // Set when the bytes are another step's (a delta: they did not change
+  // since that step wrote them): that step's number. Always the step that
+  // wrote them, never one that references them in turn (one hop).
+  std::optional<int64_t> step;
   friend bool operator==(const ManifestExtent&,
                          const ManifestExtent&) = default;
 };
@@ -84,8 +103,10 @@ struct Manifest {
   const ManifestArray* Find(std::string_view name) const;
 };
 
-// JSON text of `manifest`. kInvalidArgument (nothing thrown) if it could not
-// be read back: metadata that ValidateMetadataJson refuses, an array name
+// JSON text of `manifest`: hoist/2, or hoist/1 when every hash is XXH3-64
+// (a hoist/1 manifest written again). kInvalidArgument (nothing thrown) if
+// it could not be read back: hashes of both widths, a reference in a
+// hoist/1 manifest or to the manifest's own step, metadata that ValidateMetadataJson refuses, an array name
 // that is not UTF-8, or text larger than kMaxManifestBytes.
 absl::StatusOr<std::string> EncodeManifest(const Manifest& manifest);
 
@@ -94,7 +115,8 @@ absl::StatusOr<std::string> EncodeManifest(const Manifest& manifest);
 // kInvalidArgument saying what is wrong otherwise.
 absl::Status ValidateMetadataJson(std::string_view json);
 
-// Parses and validates. kInvalidArgument for a format other than "hoist/1";
+// Parses and validates. kInvalidArgument for a format other than "hoist/2"
+// or "hoist/1";
 // kDataLoss, naming the array and extent, for anything else that is wrong:
 // not JSON, larger or deeper than the limits above, missing or mistyped
 // fields, unknown dtype, negative or overflowing shapes, a rank above

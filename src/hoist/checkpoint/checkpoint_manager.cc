@@ -88,6 +88,7 @@ struct Job {
   // copies prepared from them (null for Save(step, arrays)).
   std::shared_ptr<StableSources> stable;
   std::string metadata_json;
+  bool deltas = true;  // SaveRequest::deltas
   absl::Time start;
   Promise<CopyFences> dispatched;
   Promise<> staged;
@@ -257,15 +258,17 @@ class CheckpointManager::Impl {
   absl::StatusOr<SaveHandle> Save(int64_t step,
                                   absl::Span<const SaveArray> arrays,
                                   std::string metadata_json,
-                                  ReturnWhen return_when) {
-    return SaveWith(step, std::move(metadata_json), return_when,
+                                  ReturnWhen return_when,
+                                  const SaveOptions& save_options) {
+    return SaveWith(step, std::move(metadata_json), return_when, save_options,
                     [&](Job& job) { return PlanFor(arrays, job); });
   }
 
   absl::StatusOr<SaveHandle> Save(int64_t step,
                                   const RegisteredArrays& registered,
                                   std::string metadata_json,
-                                  ReturnWhen return_when) {
+                                  ReturnWhen return_when,
+                                  const SaveOptions& save_options) {
     if (registered.state_ == nullptr || registered.state_->owner != id_) {
       return absl::InvalidArgumentError(
           registered.state_ == nullptr
@@ -274,9 +277,10 @@ class CheckpointManager::Impl {
               : "these arrays were registered with another checkpoint "
                 "manager");
     }
-    return SaveWith(step, std::move(metadata_json), return_when, [&](Job& job) {
-      return PlanRegistered(*registered.state_, job);
-    });
+    return SaveWith(step, std::move(metadata_json), return_when, save_options,
+                    [&](Job& job) {
+                      return PlanRegistered(*registered.state_, job);
+                    });
   }
 
   absl::StatusOr<RegisteredArrays> Register(
@@ -302,6 +306,7 @@ class CheckpointManager::Impl {
   // Save, with `plan` setting the job's plan, layout and sources.
   absl::StatusOr<SaveHandle> SaveWith(
       int64_t step, std::string metadata_json, ReturnWhen return_when,
+      const SaveOptions& save_options,
       absl::FunctionRef<absl::Status(Job&)> plan) {
     RETURN_IF_ERROR(TakeDeferredError());
     StartPinning();  // if a restore has not started it
@@ -332,6 +337,7 @@ class CheckpointManager::Impl {
     job->step = step;
     job->tier = tier;
     job->metadata_json = std::move(metadata_json);
+    job->deltas = save_options.deltas.value_or(options_.deltas);
     RETURN_IF_ERROR(plan(*job));
     // Wait for room, then refuse a step that exists or is being saved.
     // Only this thread adds steps (one Save at a time), so a saver idle
@@ -477,6 +483,17 @@ class CheckpointManager::Impl {
       if (in_flight_steps_.contains(step)) {
         return absl::FailedPreconditionError(
             absl::StrFormat("step %d is being saved", step));
+      }
+      // A save in flight may reference the newest committed step's bytes
+      // (deltas): only its own commit protects them from a delete.
+      if (!in_flight_steps_.empty()) {
+        absl::StatusOr<std::vector<int64_t>> steps = root_->List();
+        if (steps.ok() && !steps->empty() && steps->back() == step) {
+          return absl::FailedPreconditionError(absl::StrFormat(
+              "step %d is the newest committed step, and the save in flight "
+              "may reference its bytes: delete it after WaitUntilFinished()",
+              step));
+        }
       }
     }
     return root_->Delete(step);
@@ -732,6 +749,11 @@ class CheckpointManager::Impl {
     request.layout = job.layout;
     request.stable = job.stable;
     request.metadata_json = job.metadata_json;
+    request.deltas = job.deltas;
+    {
+      MutexLock lock(&mu_);
+      request.base_hint = last_manifest_;
+    }
     request.tracer = options_.tracer;
     request.progress = job.progress.get();
     request.writer_thread_setup = [this] { LowerPriority(); };
@@ -766,12 +788,17 @@ class CheckpointManager::Impl {
       if (result.ok() && !replicated.ok()) return replicated;
     }
     if (!result.ok()) return result.status();
+    if (!local) {
+      MutexLock lock(&mu_);
+      last_manifest_ = result->manifest;
+    }
     SaveInfo info;
     info.step = job.step;
     info.tier = job.tier;
     info.replicated_bytes = replicated_bytes;
     info.path = result->path;
     info.bytes = result->bytes;
+    info.referenced_bytes = result->referenced_bytes;
     info.dispatches = result->transfer.dispatches;
     info.waves = result->transfer.waves;
     info.dispatched = job.dispatched_after;
@@ -844,6 +871,9 @@ class CheckpointManager::Impl {
   // (SaveCheckpoint checks the step too), and at the commit (PublishStep).
   int64_t highest_step_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status deferred_error_ ABSL_GUARDED_BY(mu_);
+  // The manifest of the last durable step this manager committed: the
+  // next save's base when it is still the newest (SaveRequest::base_hint).
+  std::shared_ptr<const Manifest> last_manifest_ ABSL_GUARDED_BY(mu_);
   int64_t skipped_saves_ ABSL_GUARDED_BY(mu_) = 0;
   std::optional<int64_t> last_committed_step_ ABSL_GUARDED_BY(mu_);
   absl::Time last_committed_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
@@ -965,8 +995,9 @@ CheckpointManager::~CheckpointManager() = default;
 
 absl::StatusOr<SaveHandle> CheckpointManager::Save(
     int64_t step, absl::Span<const SaveArray> arrays, std::string metadata_json,
-    ReturnWhen return_when) {
-  return impl_->Save(step, arrays, std::move(metadata_json), return_when);
+    ReturnWhen return_when, const SaveOptions& options) {
+  return impl_->Save(step, arrays, std::move(metadata_json), return_when,
+                     options);
 }
 absl::StatusOr<RegisteredArrays> CheckpointManager::Register(
     absl::Span<const SaveArray> arrays) {
@@ -974,8 +1005,9 @@ absl::StatusOr<RegisteredArrays> CheckpointManager::Register(
 }
 absl::StatusOr<SaveHandle> CheckpointManager::Save(
     int64_t step, const RegisteredArrays& registered, std::string metadata_json,
-    ReturnWhen return_when) {
-  return impl_->Save(step, registered, std::move(metadata_json), return_when);
+    ReturnWhen return_when, const SaveOptions& options) {
+  return impl_->Save(step, registered, std::move(metadata_json), return_when,
+                     options);
 }
 absl::Status CheckpointManager::WaitUntilFinished() {
   return impl_->WaitUntilFinished();

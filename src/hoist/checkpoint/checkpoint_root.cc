@@ -8,10 +8,13 @@
 #include <random>
 
 #include "absl/status/status.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "hoist/base/status_macros.h"
+#include "hoist/checkpoint/delta.h"
 #include "hoist/checkpoint/restore.h"
 #include "hoist/checkpoint/verify.h"
 #include "hoist/format/layout.h"
@@ -31,8 +34,12 @@ namespace {
 //     wrote a manifest, deletes that were under way, and any link or file
 //     someone put under such a name) is removed; a link is removed itself,
 //     never followed, never committed;
-//   - a step directory without a manifest (on an object store, which
-//     writes a step in place: a save that never committed) is removed.
+//   - a step directory without a manifest keeps the data files that
+//     committed steps reference (a pruned step whose bytes later steps
+//     share: docs/delta.md) and loses the rest, and goes when nothing is
+//     left (on an object store, which writes a step in place, a save that
+//     never committed); when a committed manifest cannot be read, what it
+//     references is unknown, and such directories are left as they are.
 // Names hoist does not make are left alone.
 absl::Status Recover(Storage& storage, const std::string& root) {
   ASSIGN_OR_RETURN(std::vector<std::string> names, storage.List(root));
@@ -48,12 +55,13 @@ absl::Status Recover(Storage& storage, const std::string& root) {
     RETURN_IF_ERROR(storage.SyncDir(root));
     return true;
   };
+  std::vector<int64_t> manifestless;
   for (const std::string& name : names) {
-    if (ParseStepDirName(name)) {
+    if (std::optional<int64_t> step = ParseStepDirName(name)) {
       ASSIGN_OR_RETURN(bool committed,
                        storage.HasMarker(JoinPath(root, name),
                                          std::string(kManifestFileName)));
-      if (!committed) debris.push_back(name);
+      if (!committed) manifestless.push_back(*step);
       continue;
     }
     const std::optional<TmpStepDir> tmp = ParseTmpStepDirName(name);
@@ -78,7 +86,21 @@ absl::Status Recover(Storage& storage, const std::string& root) {
     RETURN_IF_ERROR(storage.RemoveAll(JoinPath(root, name)));
   }
   if (!debris.empty()) RETURN_IF_ERROR(storage.SyncDir(root));
-  return absl::OkStatus();
+  if (manifestless.empty()) return absl::OkStatus();
+  absl::StatusOr<absl::flat_hash_set<std::string>> live =
+      FilesReadByCommitted(storage, root);
+  if (!live.ok()) return absl::OkStatus();  // unknown: keep them all
+  return PruneReferenced(storage, root, manifestless, *live);
+}
+
+// True when a path of `live` lies in `step`'s directory.
+bool HoldsLiveFiles(const absl::flat_hash_set<std::string>& live,
+                    int64_t step) {
+  const std::string prefix = StepDirName(step) + "/";
+  for (const std::string& path : live) {
+    if (absl::StartsWith(path, prefix)) return true;
+  }
+  return false;
 }
 
 // "pid PID on HOST, NONCE": who holds a lock, unique to this opening.
@@ -179,16 +201,25 @@ absl::Status CheckpointRoot::CheckLockHolder(const std::string& token) const {
 absl::StatusOr<std::vector<RootEntry>> CheckpointRoot::Entries() const {
   ASSIGN_OR_RETURN(std::vector<std::string> names, storage_.List(path_));
   std::vector<RootEntry> entries;
+  // What committed steps read, once a directory without a manifest needs it.
+  std::optional<absl::StatusOr<absl::flat_hash_set<std::string>>> live;
   for (const std::string& name : names) {
     if (std::optional<int64_t> step = ParseStepDirName(name)) {
-      // A step directory without a manifest: a save still being written in
-      // place (an object store), or that never committed.
+      // A step directory without a manifest: data that committed steps
+      // reference, or a save still being written in place (an object
+      // store), or that never committed.
       ASSIGN_OR_RETURN(bool committed,
                        storage_.HasMarker(JoinPath(path_, name),
                                           std::string(kManifestFileName)));
-      entries.push_back({committed ? RootEntry::Kind::kCommitted
-                                   : RootEntry::Kind::kIncomplete,
-                         *step, JoinPath(path_, name)});
+      if (!committed && !live) {
+        live = FilesReadByCommitted(storage_, path_);
+      }
+      entries.push_back(
+          {committed ? RootEntry::Kind::kCommitted
+           : live->ok() && HoldsLiveFiles(**live, *step)
+               ? RootEntry::Kind::kReferenced
+               : RootEntry::Kind::kIncomplete,
+           *step, JoinPath(path_, name)});
     } else if (std::optional<TmpStepDir> tmp = ParseTmpStepDirName(name)) {
       entries.push_back(
           {RootEntry::Kind::kIncomplete, tmp->step, JoinPath(path_, name)});
@@ -238,6 +269,28 @@ absl::StatusOr<std::string> CheckpointRoot::StepDir(int64_t step) const {
   return dir;
 }
 
+absl::StatusOr<int64_t> CheckpointRoot::HeldBytes(int64_t step) const {
+  const std::string dir = JoinPath(path_, StepDirName(step));
+  ASSIGN_OR_RETURN(bool is_dir, storage_.IsDir(dir));
+  if (!is_dir) {
+    return absl::NotFoundError(
+        absl::StrFormat("%s: no step directory %d", path_, step));
+  }
+  const std::string data = JoinPath(dir, kDataDirName);
+  ASSIGN_OR_RETURN(bool has_data, storage_.Exists(data));
+  if (!has_data) return 0;
+  ASSIGN_OR_RETURN(std::vector<std::string> names, storage_.List(data));
+  int64_t bytes = 0;
+  for (const std::string& name : names) {
+    ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> file,
+                     storage_.OpenReadableBeneath(
+                         dir, JoinPath(std::string(kDataDirName), name)));
+    ASSIGN_OR_RETURN(int64_t size, file->Size());
+    bytes += size;
+  }
+  return bytes;
+}
+
 absl::StatusOr<Manifest> CheckpointRoot::ReadManifest(int64_t step) const {
   ASSIGN_OR_RETURN(const std::string dir, StepDir(step));
   return ReadManifestFile(storage_, dir);
@@ -279,9 +332,45 @@ absl::Status CheckpointRoot::Delete(int64_t step) {
     return absl::NotFoundError(
         absl::StrFormat("%s: no committed step %d", path_, step));
   }
-  const std::string aside =
-      JoinPath(path_, absl::StrCat(TmpStepDirName(step), kDeletingSuffix));
-  return storage_.RemoveCommitted(dir, aside, std::string(kManifestFileName));
+  ASSIGN_OR_RETURN(bool committed,
+                   storage_.HasMarker(dir, std::string(kManifestFileName)));
+  if (!committed) {
+    return absl::NotFoundError(
+        absl::StrFormat("%s: no committed step %d", path_, step));
+  }
+  // The steps whose data this step reads: they may hold nothing kept
+  // steps read once it is gone.
+  std::vector<int64_t> read = {step};
+  if (absl::StatusOr<Manifest> manifest = ReadManifestFile(storage_, dir);
+      manifest.ok()) {
+    for (const ManifestArray& array : manifest->arrays) {
+      for (const ManifestExtent& extent : array.extents) {
+        if (extent.step && std::find(read.begin(), read.end(), *extent.step) ==
+                               read.end()) {
+          read.push_back(*extent.step);
+        }
+      }
+    }
+  }
+  // Kept steps' references to this one's files keep them (and only them)
+  // in place; a manifest that cannot be read could reference any: then
+  // every file stays.
+  absl::StatusOr<absl::flat_hash_set<std::string>> live =
+      FilesReadByCommitted(storage_, path_, step);
+  if (live.ok() && !HoldsLiveFiles(*live, step)) {
+    const std::string aside =
+        JoinPath(path_, absl::StrCat(TmpStepDirName(step), kDeletingSuffix));
+    RETURN_IF_ERROR(
+        storage_.RemoveCommitted(dir, aside, std::string(kManifestFileName)));
+    read.erase(read.begin());
+    return PruneReferenced(storage_, path_, read, *live);
+  }
+  // The manifest goes first (durably): from then on the directory is no
+  // checkpoint, only data that kept steps read.
+  RETURN_IF_ERROR(storage_.RemoveAll(JoinPath(dir, std::string(kManifestFileName))));
+  RETURN_IF_ERROR(storage_.SyncDir(dir));
+  if (!live.ok()) return absl::OkStatus();
+  return PruneReferenced(storage_, path_, read, *live);
 }
 
 absl::StatusOr<std::pair<std::string, int64_t>> SplitStepDir(
@@ -296,10 +385,7 @@ absl::StatusOr<std::pair<std::string, int64_t>> SplitStepDir(
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: not a step directory (ROOT/step_NNNNNNNN)", step_dir));
   }
-  const std::string root = slash == std::string::npos
-                               ? "."
-                               : (slash == 0 ? "/" : path.substr(0, slash));
-  return std::make_pair(root, *step);
+  return std::make_pair(ParentDir(path), *step);
 }
 
 absl::StatusOr<std::pair<std::unique_ptr<CheckpointRoot>, int64_t>> OpenStepAt(

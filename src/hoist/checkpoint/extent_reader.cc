@@ -10,7 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "hoist/base/checked_math.h"
 #include "hoist/base/status_macros.h"
-#include "hoist/base/xxh3.h"
+#include "hoist/format/extent_hash.h"
 #include "hoist/huge_pages.h"
 
 namespace hoist {
@@ -104,28 +104,25 @@ absl::Status ReadExtentInPieces(
     int64_t max_bytes, ReadBuffer& buffer,
     const std::function<void(const Box&, const uint8_t*)>& piece, bool verify) {
   RETURN_IF_ERROR(CheckExtentInFile(file, extent));
-  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(
-      XXH3_createState(), &XXH3_freeState);
-  if (state == nullptr) std::abort();
-  XXH3_64bits_reset(state.get());
+  ExtentHasher hasher(extent.hash);
   int64_t offset = extent.offset_bytes;
   RETURN_IF_ERROR(ForEachContiguousPiece(
       extent.box, item_bytes, max_bytes, [&](const Box& box) {
         const int64_t bytes = box.num_elements() * item_bytes;
         uint8_t* data = buffer.Get(bytes);
         RETURN_IF_ERROR(file.ReadAt(offset, absl::MakeSpan(data, bytes)));
-        if (verify) XXH3_64bits_update(state.get(), data, bytes);
+        if (verify) hasher.Update(data, bytes);
         piece(box, data);
         offset += bytes;
         return absl::OkStatus();
       }));
   // The message does not print the hash of what was read: a hostile
   // manifest could learn a file's contents from it, piece by piece.
-  if (verify && XXH3_64bits_digest(state.get()) != extent.xxh3) {
+  if (verify && !hasher.Matches()) {
     return absl::DataLossError(absl::StrFormat(
         "xxh3 mismatch in %s @ %d: the bytes do not hash to the manifest's "
-        "%016x",
-        extent.file, extent.offset_bytes, extent.xxh3));
+        "%s",
+        extent.file, extent.offset_bytes, FormatExtentHash(extent.hash)));
   }
   return absl::OkStatus();
 }

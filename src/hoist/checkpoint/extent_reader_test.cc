@@ -2,12 +2,12 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <xxhash.h>
 
 #include <numeric>
 
 #include "absl/strings/str_format.h"
 #include "hoist/box.h"
+#include "hoist/format/extent_hash.h"
 #include "hoist/io/memory_storage.h"
 
 namespace hoist {
@@ -82,7 +82,7 @@ TEST(ExtentReaderTest, PiecesHashLikeTheWholeAndMismatchIsDataLoss) {
   }
   ManifestExtent extent{Box({0, 0}, {10, 300}), "f", 8192,
                         static_cast<int64_t>(bytes.size()),
-                        XXH3_64bits(bytes.data(), bytes.size())};
+                        HashExtent(bytes.data(), bytes.size()), std::nullopt};
   auto file = *storage.OpenReadable("/f");
   ReadBuffer buffer;
   std::vector<uint8_t> seen;
@@ -97,14 +97,14 @@ TEST(ExtentReaderTest, PiecesHashLikeTheWholeAndMismatchIsDataLoss) {
   EXPECT_EQ(pieces, 5);
   EXPECT_EQ(seen, bytes);
 
-  extent.xxh3 ^= 1;
+  extent.hash.high ^= 1;
   absl::Status status = ReadExtentInPieces(*file, extent, 4, 2400, buffer,
                                            [](const Box&, const uint8_t*) {});
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(status.message(), HasSubstr("xxh3 mismatch in f @ 8192"));
   // It names the manifest's hash, never the hash of the bytes read.
   const std::string actual =
-      absl::StrFormat("%016x", XXH3_64bits(bytes.data(), bytes.size()));
+      FormatExtentHash(HashExtent(bytes.data(), bytes.size()));
   EXPECT_THAT(status.message(), ::testing::Not(HasSubstr(actual)));
 
   extent.offset_bytes = 16384;  // past the end: refused before reading

@@ -7,14 +7,14 @@
 #include "absl/time/clock.h"
 #include "hoist/base/bytes.h"
 #include "hoist/base/thread_priority.h"
-#include "hoist/base/xxh3.h"
 #include "hoist/checkpoint/io_sizes.h"
+#include "hoist/format/extent_hash.h"
 #include "hoist/format/layout.h"
 
 namespace hoist {
 
 WrittenExtents::WrittenExtents(const SavePlan& plan)
-    : hashes(plan.slices.size(), 0) {
+    : hashes(plan.slices.size()), referenced(plan.slices.size(), 0) {
   offsets.reserve(plan.slices.size());
   for (const PlannedSlice& slice : plan.slices) {
     offsets.push_back(slice.offset_bytes);
@@ -24,9 +24,9 @@ WrittenExtents::WrittenExtents(const SavePlan& plan)
 absl::StatusOr<std::unique_ptr<ExtentWriter>> ExtentWriter::Open(
     Storage& storage, const std::string& dir, const SavePlan& plan, int process,
     int threads_per_file, Tracer* tracer, SaveProgress* progress,
-    std::function<void()> thread_setup) {
+    std::function<void()> thread_setup, const DeltaBase* base) {
   std::unique_ptr<ExtentWriter> writer(
-      new ExtentWriter(plan, tracer, progress));
+      new ExtentWriter(plan, tracer, progress, base));
   {
     MutexLock lock(&writer->mu_);
     writer->written_ = WrittenExtents(plan);
@@ -85,6 +85,11 @@ void ExtentWriter::OnStaged(StagedExtent extent) {
   streams_[file - first_file_]->queue.emplace(offset, std::move(extent));
 }
 
+std::string ExtentWriter::TrackOf(const StagedExtent& extent) const {
+  const PlannedFile& file = plan_.files[plan_.slices[extent.slice].file];
+  return "writer " + DataFileName(file.process, file.stream);
+}
+
 bool ExtentWriter::StreamHasWork(Stream* stream) {
   // Await evaluates this with mu_ held.
   return stream->owner->closing_ || !stream->queue.empty();
@@ -93,7 +98,8 @@ bool ExtentWriter::StreamHasWork(Stream* stream) {
 void ExtentWriter::Run(Stream* stream) {
   std::vector<StagedExtent> run;
   std::vector<absl::Span<const uint8_t>> pieces;
-  std::vector<uint64_t> hashes;
+  std::vector<ExtentHash> hashes;
+  std::vector<uint8_t> skip;     // referenced, not written
   std::vector<int64_t> offsets;  // where each extent of the run lands
   while (true) {
     run.clear();
@@ -115,46 +121,61 @@ void ExtentWriter::Run(Stream* stream) {
         it = stream->queue.erase(it);
       }
     }
-    // Hash each extent while it is hot, pad it to whole blocks, write all.
+    // Hash each extent while it is hot; one that equals its base's is
+    // referenced, not written; pad the others to whole blocks and write
+    // each unbroken run of them as one write.
     const absl::Time hash_start = absl::Now();
-    pieces.clear();
     hashes.clear();
+    skip.clear();
     for (StagedExtent& extent : run) {
       Lease& lease = extent.lease;
-      hashes.push_back(XXH3_64bits(lease.data(), lease.size_bytes()));
-      std::memset(lease.data() + lease.size_bytes(), 0,
-                  lease.reserved_bytes() - lease.size_bytes());
-      pieces.emplace_back(lease.data(), lease.reserved_bytes());
+      hashes.push_back(HashExtent(lease.data(), lease.size_bytes()));
+      const std::optional<ManifestExtent>* same =
+          base_ != nullptr ? &base_->extents[extent.slice] : nullptr;
+      skip.push_back(same != nullptr && same->has_value() &&
+                     (*same)->hash == hashes.back());
+      if (!skip.back()) {
+        std::memset(lease.data() + lease.size_bytes(), 0,
+                    lease.reserved_bytes() - lease.size_bytes());
+      }
     }
-    const int64_t offset = stream->file->sequential()
-                               ? stream->end
-                               : plan_.slices[run.front().slice].offset_bytes;
+    const bool append = stream->file->sequential();
+    int64_t at = append ? stream->end
+                        : plan_.slices[run.front().slice].offset_bytes;
     const absl::Time write_start = absl::Now();
-    absl::Status status = stream->file->WriteAtv(offset, pieces);
     if (tracer_ != nullptr) {
-      int64_t bytes = 0;
-      for (const auto& piece : pieces) bytes += piece.size();
-      const std::string track =
-          "writer " +
-          DataFileName(
-              plan_.files[plan_.slices[run.front().slice].file].process,
-              plan_.files[plan_.slices[run.front().slice].file].stream);
-      tracer_->Span(track, absl::StrFormat("hash %d extents", run.size()),
-                    hash_start, write_start);
-      tracer_->Span(
-          track,
-          absl::StrFormat("write %s @ %d",
-                          FormatBytes(static_cast<double>(bytes)), offset),
-          write_start, absl::Now());
+      tracer_->Span(TrackOf(run.front()),
+                    absl::StrFormat("hash %d extents", run.size()), hash_start,
+                    write_start);
     }
-    offsets.clear();
-    int64_t at = offset;
-    for (StagedExtent& extent : run) {
-      offsets.push_back(at);
-      at += extent.lease.reserved_bytes();
-      extent.lease.Release();
+    absl::Status status;
+    offsets.assign(run.size(), 0);
+    for (size_t i = 0; i < run.size() && status.ok();) {
+      if (skip[i]) {  // a hole where the file is written at planned offsets
+        if (!append) at += run[i].lease.reserved_bytes();
+        ++i;
+        continue;
+      }
+      pieces.clear();
+      const int64_t offset = at;
+      for (; i < run.size() && !skip[i]; ++i) {
+        offsets[i] = at;
+        at += run[i].lease.reserved_bytes();
+        pieces.emplace_back(run[i].lease.data(), run[i].lease.reserved_bytes());
+      }
+      const absl::Time piece_start = absl::Now();
+      status = stream->file->WriteAtv(offset, pieces);
+      if (tracer_ != nullptr) {
+        tracer_->Span(TrackOf(run.front()),
+                      absl::StrFormat("write %s @ %d",
+                                      FormatBytes(static_cast<double>(
+                                          at - offset)),
+                                      offset),
+                      piece_start, absl::Now());
+      }
     }
-    if (stream->file->sequential()) stream->end = at;
+    for (StagedExtent& extent : run) extent.lease.Release();
+    if (append) stream->end = at;
     MutexLock lock(&mu_);
     if (!status.ok()) {
       if (error_.ok()) error_ = status;
@@ -163,7 +184,9 @@ void ExtentWriter::Run(Stream* stream) {
     }
     for (size_t i = 0; i < run.size(); ++i) {
       written_.hashes[run[i].slice] = hashes[i];
-      written_.offsets[run[i].slice] = offsets[i];
+      written_.offsets[run[i].slice] =
+          skip[i] ? base_->extents[run[i].slice]->offset_bytes : offsets[i];
+      written_.referenced[run[i].slice] = skip[i];
       if (progress_ != nullptr) {
         progress_->written_bytes.fetch_add(
             plan_.slices[run[i].slice].length_bytes, std::memory_order_relaxed);

@@ -1,7 +1,10 @@
-// ExtentWriter: the persist stage. A StagedExtentSink that writes each staged
-// extent into its data file at its planned offset, hashes it (XXH3-64) while
-// it is hot in cache, and releases its lease as soon as the write returns, so
-// the staging pool recycles during the save.
+// ExtentWriter: the persist stage. A StagedExtentSink that hashes each
+// staged extent (XXH3-128) while it is hot in cache, writes it into its data
+// file at its planned offset, and releases its lease as soon as the write
+// returns, so the staging pool recycles during the save. An extent whose
+// hash equals its DeltaBase extent's is not written at all (its place in a
+// file that is written at planned offsets stays a hole): the manifest
+// references the base's bytes.
 //
 // It owns `threads_per_file` writer threads per data file of its process
 // (the plan's writer streams), started by Open and joined by Finish or the
@@ -31,6 +34,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "hoist/checkpoint/delta.h"
 #include "hoist/checkpoint_types.h"
 #include "hoist/mutex.h"
 #include "hoist/save_plan.h"
@@ -40,15 +44,17 @@
 
 namespace hoist {
 
-// What the writers did with each slice of a plan: its XXH3-64 and the
-// offset in its data file where it landed (the planned one unless its file
-// is sequential).
+// What the writers did with each slice of a plan: its XXH3-128, the offset
+// in its data file where it landed (the planned one unless its file is
+// sequential), and whether it was referenced (its DeltaBase extent's bytes
+// are the same) instead of written.
 struct WrittenExtents {
   WrittenExtents() = default;
-  // Hashes 0, offsets as planned.
+  // Hashes 0, offsets as planned, nothing referenced.
   explicit WrittenExtents(const SavePlan& plan);
-  std::vector<uint64_t> hashes;
+  std::vector<ExtentHash> hashes;
   std::vector<int64_t> offsets;
+  std::vector<uint8_t> referenced;  // 1: the base's bytes, not written
 };
 
 class ExtentWriter final : public StagedExtentSink {
@@ -56,13 +62,14 @@ class ExtentWriter final : public StagedExtentSink {
   // Creates (truncating) the data files of `process` under `dir` (their plan
   // paths are relative to it; `dir`/data must exist) and starts
   // `threads_per_file` (>= 1) writer threads per file, each of which runs
-  // `thread_setup` first when set. `storage` and `plan` must outlive the
-  // writer.
+  // `thread_setup` first when set. `storage`, `plan` and `base` must
+  // outlive the writer; without `base`, every extent is written.
   static absl::StatusOr<std::unique_ptr<ExtentWriter>> Open(
       Storage& storage, const std::string& dir, const SavePlan& plan,
       int process, int threads_per_file = 2, Tracer* tracer = nullptr,
       SaveProgress* progress = nullptr,
-      std::function<void()> thread_setup = nullptr);
+      std::function<void()> thread_setup = nullptr,
+      const DeltaBase* base = nullptr);
 
   ~ExtentWriter() override;
 
@@ -87,15 +94,19 @@ class ExtentWriter final : public StagedExtentSink {
     int64_t end = 0;
   };
 
-  ExtentWriter(const SavePlan& plan, Tracer* tracer, SaveProgress* progress)
-      : plan_(plan), tracer_(tracer), progress_(progress) {}
+  ExtentWriter(const SavePlan& plan, Tracer* tracer, SaveProgress* progress,
+               const DeltaBase* base)
+      : plan_(plan), tracer_(tracer), progress_(progress), base_(base) {}
   void Run(Stream* stream);
+  // "writer data/r00000_w00.bin": the trace track of an extent's file.
+  std::string TrackOf(const StagedExtent& extent) const;
   static bool StreamHasWork(Stream* stream) ABSL_NO_THREAD_SAFETY_ANALYSIS;
   void StopThreads() ABSL_LOCKS_EXCLUDED(mu_);
 
   const SavePlan& plan_;
   Tracer* const tracer_;          // "writer FILE" tracks, when set
   SaveProgress* const progress_;  // bytes staged and written, when set
+  const DeltaBase* const base_;   // what may be referenced; null: nothing
   std::vector<std::unique_ptr<Stream>> streams_;  // by file index - first
   int first_file_ = 0;
   mutable Mutex mu_;

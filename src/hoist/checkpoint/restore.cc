@@ -35,11 +35,12 @@
 #include "hoist/base/checked_math.h"
 #include "hoist/base/first_error.h"
 #include "hoist/base/status_macros.h"
-#include "hoist/base/xxh3.h"
 #include "hoist/box.h"
 #include "hoist/checkpoint/extent_reader.h"
 #include "hoist/checkpoint/io_sizes.h"
 #include "hoist/checkpoint/save.h"
+#include "hoist/format/extent_hash.h"
+#include "hoist/format/layout.h"
 #include "hoist/format/manifest_file.h"
 #include "hoist/huge_pages.h"
 #include "hoist/restore_plan.h"
@@ -97,7 +98,8 @@ absl::Status ReadWave(Storage& storage, const std::string& step_dir,
   std::sort(order.begin(), order.end(), [&](int a, int b) {
     const ManifestExtent& x = extent_of(a);
     const ManifestExtent& y = extent_of(b);
-    return std::tie(x.file, x.offset_bytes) < std::tie(y.file, y.offset_bytes);
+    return std::tie(x.step, x.file, x.offset_bytes) <
+           std::tie(y.step, y.file, y.offset_bytes);
   });
   std::vector<std::pair<size_t, size_t>> runs;  // [begin, end) of `order`
   for (size_t i = 0; i < order.size();) {
@@ -106,7 +108,7 @@ absl::Status ReadWave(Storage& storage, const std::string& step_dir,
     while (!direct_at[order[i]] && j < order.size() && !direct_at[order[j]]) {
       const ManifestExtent& prev = extent_of(order[j - 1]);
       const ManifestExtent& next = extent_of(order[j]);
-      if (next.file != first.file ||
+      if (next.file != first.file || next.step != first.step ||
           next.offset_bytes != AlignUp(prev.offset_bytes + prev.length_bytes,
                                        kExtentAlignmentBytes) ||
           next.offset_bytes + next.length_bytes - first.offset_bytes >
@@ -130,10 +132,11 @@ absl::Status ReadWave(Storage& storage, const std::string& step_dir,
       const std::string where =
           absl::StrFormat("array '%s': extent %d of %d", head.array->name,
                           head.extent, head.array->extents.size());
-      std::unique_ptr<ReadableFile>& file = files[first.file];
+      const ExtentPlace place = PlaceOfExtent(step_dir, first);
+      std::unique_ptr<ReadableFile>& file = files[place.path];
       if (file == nullptr) {
         absl::StatusOr<std::unique_ptr<ReadableFile>> opened =
-            storage.OpenReadableBeneath(step_dir, first.file);
+            storage.OpenReadableBeneath(place.dir, place.relative);
         if (!opened.ok()) {
           error.Record(absl::Status(
               opened.status().code(),
@@ -181,11 +184,12 @@ absl::Status ReadWave(Storage& storage, const std::string& step_dir,
         const ManifestExtent& extent = extent_of(order[i]);
         const uint8_t* bytes =
             data + (extent.offset_bytes - first.offset_bytes);
-        if (verify && XXH3_64bits(bytes, extent.length_bytes) != extent.xxh3) {
+        if (verify &&
+            !ExtentMatches(extent.hash, bytes, extent.length_bytes)) {
           error.Record(absl::DataLossError(absl::StrFormat(
               "array '%s': extent %d of %d: xxh3 mismatch in %s @ %d",
               task.array->name, task.extent, task.array->extents.size(),
-              extent.file, extent.offset_bytes)));
+              PlaceOfExtent(step_dir, extent).relative, extent.offset_bytes)));
           return;
         }
         bytes_read.fetch_add(extent.length_bytes);

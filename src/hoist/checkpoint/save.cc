@@ -57,9 +57,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "hoist/base/status_macros.h"
 #include "hoist/base/xxh3.h"
+#include "hoist/checkpoint/delta.h"
 #include "hoist/checkpoint/extent_writer.h"
 #include "hoist/dist/status_wire.h"
 #include "hoist/format/layout.h"
@@ -69,47 +71,64 @@
 namespace hoist {
 namespace {
 
-// (slice, hash, offset) of this process's slices, as bytes for the
-// all-gather.
+// (slice, hash, offset, referenced) of this process's slices, as bytes for
+// the all-gather.
+struct WrittenRecord {
+  int32_t slice;
+  uint8_t referenced;
+  uint64_t low, high;
+  int64_t offset;
+};
+
 std::string EncodeWritten(const SavePlan& plan, int process,
                           const WrittenExtents& written) {
   std::string out;
   for (int s : plan.SlicesOfProcess(process)) {
-    const int32_t slice = s;
-    out.append(reinterpret_cast<const char*>(&slice), sizeof slice);
-    out.append(reinterpret_cast<const char*>(&written.hashes[s]),
-               sizeof written.hashes[s]);
-    out.append(reinterpret_cast<const char*>(&written.offsets[s]),
-               sizeof written.offsets[s]);
+    const WrittenRecord record{s, written.referenced[s], written.hashes[s].low,
+                               written.hashes[s].high, written.offsets[s]};
+    out.append(reinterpret_cast<const char*>(&record.slice),
+               sizeof record.slice);
+    out.append(reinterpret_cast<const char*>(&record.referenced),
+               sizeof record.referenced);
+    out.append(reinterpret_cast<const char*>(&record.low), sizeof record.low);
+    out.append(reinterpret_cast<const char*>(&record.high), sizeof record.high);
+    out.append(reinterpret_cast<const char*>(&record.offset),
+               sizeof record.offset);
   }
   return out;
 }
 
 absl::Status DecodeWritten(const std::string& bytes, WrittenExtents& written) {
-  constexpr size_t kRecord =
-      sizeof(int32_t) + sizeof(uint64_t) + sizeof(int64_t);
+  constexpr size_t kRecord = sizeof(int32_t) + sizeof(uint8_t) +
+                             2 * sizeof(uint64_t) + sizeof(int64_t);
   if (bytes.size() % kRecord != 0) {
     return absl::InternalError("malformed extent hashes from a peer");
   }
   for (size_t at = 0; at < bytes.size(); at += kRecord) {
-    int32_t slice;
-    uint64_t hash;
-    int64_t offset;
-    std::memcpy(&slice, bytes.data() + at, sizeof slice);
-    std::memcpy(&hash, bytes.data() + at + sizeof slice, sizeof hash);
-    std::memcpy(&offset, bytes.data() + at + sizeof slice + sizeof hash,
-                sizeof offset);
-    if (slice < 0 || static_cast<size_t>(slice) >= written.hashes.size()) {
+    WrittenRecord record;
+    const char* p = bytes.data() + at;
+    std::memcpy(&record.slice, p, sizeof record.slice);
+    p += sizeof record.slice;
+    std::memcpy(&record.referenced, p, sizeof record.referenced);
+    p += sizeof record.referenced;
+    std::memcpy(&record.low, p, sizeof record.low);
+    p += sizeof record.low;
+    std::memcpy(&record.high, p, sizeof record.high);
+    p += sizeof record.high;
+    std::memcpy(&record.offset, p, sizeof record.offset);
+    if (record.slice < 0 ||
+        static_cast<size_t>(record.slice) >= written.hashes.size()) {
       return absl::InternalError("extent hash for an unknown slice");
     }
-    written.hashes[slice] = hash;
-    written.offsets[slice] = offset;
+    written.hashes[record.slice] = {record.low, record.high, true};
+    written.offsets[record.slice] = record.offset;
+    written.referenced[record.slice] = record.referenced;
   }
   return absl::OkStatus();
 }
 
 Manifest BuildManifest(const SaveRequest& request,
-                       const WrittenExtents& written);
+                       const WrittenExtents& written, const DeltaBase* base);
 
 // What every process must agree on: the manifest without hashes or
 // metadata (arrays, shapes, dtypes, shardings, every slice's place).
@@ -117,14 +136,16 @@ uint64_t PlanFingerprint(const SaveRequest& request) {
   SaveRequest bare = request;
   bare.metadata_json = "{}";
   const absl::StatusOr<std::string> text =
-      EncodeManifest(BuildManifest(bare, WrittenExtents(*request.plan)));
+      EncodeManifest(BuildManifest(bare, WrittenExtents(*request.plan), nullptr));
   // The request was validated before any byte moved; an encoding error
   // would be the same on every rank.
   return text.ok() ? XXH3_64bits(text->data(), text->size()) : 0;
 }
 
+// The step's manifest: a referenced slice's extent is the base's (its
+// bytes, in the step that wrote them).
 Manifest BuildManifest(const SaveRequest& request,
-                       const WrittenExtents& written) {
+                       const WrittenExtents& written, const DeltaBase* base) {
   const SavePlan& plan = *request.plan;
   Manifest manifest;
   manifest.step = request.step;
@@ -140,11 +161,16 @@ Manifest BuildManifest(const SaveRequest& request,
   }
   for (size_t s = 0; s < plan.slices.size(); ++s) {
     const PlannedSlice& slice = plan.slices[s];
+    if (written.referenced[s] && base != nullptr && base->extents[s]) {
+      manifest.arrays[slice.array].extents.push_back(*base->extents[s]);
+      continue;
+    }
     manifest.arrays[slice.array].extents.push_back(
         {slice.box,
          DataFileName(plan.files[slice.file].process,
                       plan.files[slice.file].stream),
-         written.offsets[s], slice.length_bytes, written.hashes[s]});
+         written.offsets[s], slice.length_bytes, written.hashes[s],
+         std::nullopt});
   }
   return manifest;
 }
@@ -170,12 +196,55 @@ absl::Status Commit(Storage& storage, const SaveRequest& request,
   return absl::OkStatus();
 }
 
+// What steps 1 and 2 decide for every rank: the directory to write into,
+// and the base step whose bytes may be referenced (-1: none).
+struct Decided {
+  std::string dir;
+  int64_t base = -1;
+  absl::Status base_error;  // this rank could not read the base's manifest
+};
+
+// Rank 0's base for a save of `request`: the newest committed step other
+// than this one, when deltas are on and its manifest reads (a save never
+// fails for a base it cannot use: it writes every byte). `manifest`
+// receives the base's.
+int64_t ChooseBase(Storage& storage, const SaveRequest& request,
+                   std::shared_ptr<const Manifest>& manifest) {
+  if (!request.deltas || request.part) return -1;
+  absl::StatusOr<std::optional<int64_t>> newest =
+      NewestCommittedStep(storage, request.root, request.step);
+  if (!newest.ok() || !newest->has_value()) return -1;
+  const int64_t base = **newest;
+  if (request.base_hint == nullptr || request.base_hint->step != base) {
+    absl::StatusOr<Manifest> read = ReadManifestFile(
+        storage, JoinPath(request.root, StepDirName(base)));
+    if (!read.ok()) return -1;
+    manifest = std::make_shared<const Manifest>(*std::move(read));
+  } else {
+    manifest = request.base_hint;
+  }
+  return base;
+}
+
+// Refuses to overwrite a step whose bytes kept steps reference (they would
+// read the new step's bytes under the old names).
+absl::Status CheckNotReferenced(Storage& storage, const SaveRequest& request) {
+  ASSIGN_OR_RETURN(std::vector<int64_t> referencing,
+                   StepsReferencing(storage, request.root, request.step));
+  if (referencing.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "%s: step %d cannot be overwritten: steps %s reference its bytes "
+      "(delete them first)",
+      request.root, request.step, absl::StrJoin(referencing, ", ")));
+}
+
 // Steps 1 and 2, decided by rank 0 for everyone: the directory to write
-// into (made), or why there is none (the same error on every rank).
-absl::StatusOr<std::string> DecideTmpDir(Storage& storage,
-                                         Coordinator& coordinator,
-                                         const SaveRequest& request) {
-  std::string dir;  // rank 0's, once begun
+// into (made) and the base, or why there is none (the same error on every
+// rank). `base` receives the base's manifest, on every rank.
+absl::StatusOr<Decided> DecideTmpDir(Storage& storage, Coordinator& coordinator,
+                                     const SaveRequest& request,
+                                     std::shared_ptr<const Manifest>& base) {
+  Decided decided;  // rank 0's, once begun
   absl::Status refused;
   if (coordinator.rank() == 0) {
     const std::string final_dir =
@@ -188,28 +257,55 @@ absl::StatusOr<std::string> DecideTmpDir(Storage& storage,
           "%s: step %d is already committed (ask for overwrite to replace it)",
           final_dir, request.step));
     }
+    if (refused.ok() && *exists) refused = CheckNotReferenced(storage, request);
     if (refused.ok()) {
+      decided.base = ChooseBase(storage, request, base);
       const std::string subdirs[] = {kDataDirName};
       absl::StatusOr<std::string> begun = storage.BeginDir(
           final_dir, JoinPath(request.root, TmpStepDirName(request.step)),
           subdirs, std::string(kManifestFileName), request.overwrite);
       refused = begun.status();
-      if (begun.ok()) dir = *std::move(begun);
+      if (begun.ok()) decided.dir = *std::move(begun);
     }
   }
-  absl::StatusOr<std::string> decided = coordinator.Broadcast(
-      "tmp_dir", refused.ok() ? dir : absl::StrCat("!", EncodeStatus(refused)),
+  absl::StatusOr<std::string> sent = coordinator.Broadcast(
+      "tmp_dir",
+      refused.ok() ? absl::StrCat(decided.base, "|", decided.dir)
+                   : absl::StrCat("!", EncodeStatus(refused)),
       0);
   if (!refused.ok()) return refused;
-  if (!decided.ok()) {
-    if (coordinator.rank() == 0) storage.RemoveAll(dir).IgnoreError();
-    return decided.status();
+  if (!sent.ok()) {
+    if (coordinator.rank() == 0) storage.RemoveAll(decided.dir).IgnoreError();
+    return sent.status();
   }
-  if (decided->empty() || absl::StartsWith(*decided, "!")) {
+  const size_t bar = sent->find('|');
+  if (sent->empty() || absl::StartsWith(*sent, "!") ||
+      bar == std::string::npos) {
     return DecodeStatus(
-        decided->empty() ? "13:no directory" : decided->substr(1), 0);
+        absl::StartsWith(*sent, "!") ? sent->substr(1) : "13:no directory", 0);
   }
-  return *std::move(decided);
+  if (coordinator.rank() == 0) return decided;
+  if (!absl::SimpleAtoi(sent->substr(0, bar), &decided.base)) {
+    return absl::InternalError("malformed base step from rank 0");
+  }
+  decided.dir = sent->substr(bar + 1);
+  if (decided.base >= 0) {
+    if (request.base_hint != nullptr &&
+        request.base_hint->step == decided.base) {
+      base = request.base_hint;
+    } else {
+      // Rank 0 read it: a rank that cannot fails the step at the
+      // barrier (its filesystem is not rank 0's).
+      absl::StatusOr<Manifest> read = ReadManifestFile(
+          storage, JoinPath(request.root, StepDirName(decided.base)));
+      if (!read.ok()) {
+        decided.base_error = read.status();
+        return decided;
+      }
+      base = std::make_shared<const Manifest>(*std::move(read));
+    }
+  }
+  return decided;
 }
 
 // Steps 1-6 for this process; `tmp` is set once steps 1 and 2 made it.
@@ -232,21 +328,32 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
   WrittenExtents written_here(plan);
   DeferredSink own_sink;  // unless the begun save brought its own
   DeferredSink& sink = begun != nullptr ? begun->sink : own_sink;
-  std::unique_ptr<ExtentWriter> writer;  // destroyed before `sink`
+  // The base step's manifest and what this save may reference of it.
+  std::shared_ptr<const Manifest> base_manifest;
+  std::unique_ptr<DeltaBase> delta_base;  // outlives `writer`
+  std::unique_ptr<ExtentWriter> writer;   // destroyed before `sink`
   bool prepared = false;
   const auto prepare = [&]() -> absl::Status {
     prepared = true;
-    absl::StatusOr<std::string> dir =
-        DecideTmpDir(storage, coordinator, request);
+    absl::StatusOr<Decided> dir =
+        DecideTmpDir(storage, coordinator, request, base_manifest);
     if (!dir.ok()) {
       decided = dir.status();
       sink.Attach(nullptr);
       return decided;
     }
-    tmp = *std::move(dir);
-    absl::StatusOr<std::unique_ptr<ExtentWriter>> opened =
-        ExtentWriter::Open(storage, tmp, plan, process, 2, request.tracer,
-                           request.progress, request.writer_thread_setup);
+    tmp = std::move(dir->dir);
+    if (!dir->base_error.ok()) {
+      sink.Attach(nullptr);
+      return dir->base_error;
+    }
+    if (base_manifest != nullptr) {
+      delta_base = std::make_unique<DeltaBase>(
+          MakeDeltaBase(plan, *base_manifest));
+    }
+    absl::StatusOr<std::unique_ptr<ExtentWriter>> opened = ExtentWriter::Open(
+        storage, tmp, plan, process, 2, request.tracer, request.progress,
+        request.writer_thread_setup, delta_base.get());
     if (!opened.ok()) {
       sink.Attach(nullptr);
       return opened.status();
@@ -294,6 +401,11 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
       result.transfer = *staged;
       result.bytes = staged->bytes;
       written_here = *std::move(written);
+      for (int s : plan.SlicesOfProcess(process)) {
+        if (written_here.referenced[s]) {
+          result.referenced_bytes += plan.slices[s].length_bytes;
+        }
+      }
     }
   }
   // 4. Everyone learns whether everyone succeeded, and the hashes.
@@ -348,10 +460,11 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
   const std::string final_dir =
       JoinPath(request.root, StepDirName(request.step));
   absl::Status committed;
+  auto manifest = std::make_shared<const Manifest>(
+      BuildManifest(request, all, delta_base.get()));
   if (coordinator.rank() == 0) {
     traced("barrier + hash all-gather");
-    committed =
-        Commit(storage, request, tmp, BuildManifest(request, all), traced);
+    committed = Commit(storage, request, tmp, *manifest, traced);
   }
   ASSIGN_OR_RETURN(
       std::string outcome,
@@ -360,6 +473,7 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
   RETURN_IF_ERROR(DecodeStatus(outcome, 0));
   traced("committed");
   result.path = final_dir;
+  result.manifest = std::move(manifest);
   result.committed = absl::Now() - start;
   return result;
 }

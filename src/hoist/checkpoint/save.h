@@ -52,6 +52,14 @@ struct SaveRequest {
   // given (TransferEngine::Lay), kept by a caller that saves the same plan
   // again; staging lays it out itself when null. Optional.
   std::shared_ptr<const StagingLayout> layout;
+  // Deltas (docs/delta.md): an extent whose bytes equal those of the same
+  // array's extent in the newest committed step (other than this one)
+  // references them instead of being written. Never for a part.
+  bool deltas = true;
+  // The manifest of the step the caller believes is the newest committed
+  // (the last save's SaveResult::manifest): spares reading the base's
+  // manifest when it is. Optional.
+  std::shared_ptr<const Manifest> base_hint;
   // With `layout`: the sources of arrays that have not moved since the
   // last save given it, and the copies prepared from them
   // (TransferEngine::Begin). Optional.
@@ -62,6 +70,10 @@ struct SaveResult {
   std::string path;  // the committed step directory
   TransferStats transfer;
   int64_t bytes = 0;         // array bytes saved by this process
+  // Of `bytes`, those not written: the newest committed step's (deltas).
+  int64_t referenced_bytes = 0;
+  // The committed manifest (on every rank).
+  std::shared_ptr<const Manifest> manifest;
   absl::Duration staged;     // until every slice was in host memory
   absl::Duration committed;  // until the step was durable and visible
 };

@@ -5,6 +5,7 @@
 #include "hoist/checkpoint/extent_reader.h"
 #include "hoist/checkpoint/io_sizes.h"
 #include "hoist/checkpoint/save.h"
+#include "hoist/format/layout.h"
 #include "hoist/format/manifest_file.h"
 
 namespace hoist {
@@ -23,19 +24,20 @@ VerifyReport VerifyCheckpoint(Storage& storage, const std::string& step_dir) {
     ++report.arrays;
     for (size_t e = 0; e < array.extents.size(); ++e) {
       const ManifestExtent& extent = array.extents[e];
+      const ExtentPlace place = PlaceOfExtent(step_dir, extent);
       const std::string where = absl::StrFormat(
           "array '%s': extent %d of %d (%s @ %d)", array.name, e,
-          array.extents.size(), extent.file, extent.offset_bytes);
-      if (unopenable.contains(extent.file)) continue;  // reported once
-      std::unique_ptr<ReadableFile>& file = files[extent.file];
+          array.extents.size(), place.relative, extent.offset_bytes);
+      if (unopenable.contains(place.path)) continue;  // reported once
+      std::unique_ptr<ReadableFile>& file = files[place.path];
       if (file == nullptr) {
         absl::StatusOr<std::unique_ptr<ReadableFile>> opened =
-            storage.OpenReadableBeneath(step_dir, extent.file);
+            storage.OpenReadableBeneath(place.dir, place.relative);
         if (!opened.ok()) {
           report.problems.push_back(
               absl::StrFormat("%s: %s", where, opened.status().ToString()));
-          unopenable.emplace(extent.file, opened.status());
-          files.erase(extent.file);
+          unopenable.emplace(place.path, opened.status());
+          files.erase(place.path);
           continue;
         }
         file = *std::move(opened);

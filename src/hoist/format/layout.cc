@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "hoist/storage.h"
 
 namespace hoist {
 
@@ -76,6 +77,25 @@ std::optional<int64_t> StepOfDir(std::string_view path) {
     return tmp->step;
   }
   return std::nullopt;
+}
+
+std::string ParentDir(const std::string& step_dir) {
+  std::string path = step_dir;
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+ExtentPlace PlaceOfExtent(const std::string& step_dir,
+                          const ManifestExtent& extent) {
+  if (!extent.step) {
+    return {step_dir, extent.file, JoinPath(step_dir, extent.file)};
+  }
+  const std::string root = ParentDir(step_dir);
+  std::string relative = JoinPath(StepDirName(*extent.step), extent.file);
+  std::string path = JoinPath(root, relative);
+  return {root, std::move(relative), std::move(path)};
 }
 
 }  // namespace hoist

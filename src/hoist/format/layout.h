@@ -1,4 +1,4 @@
-// Every name inside a checkpoint root (format hoist/1), made and parsed here
+// Every name inside a checkpoint root (format hoist/2), made and parsed here
 // and nowhere else:
 //   ROOT/.hoist.lock                            the root's lock
 //   ROOT/step_00001000/                         a committed step
@@ -15,6 +15,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+
+#include "hoist/manifest.h"
 
 namespace hoist {
 
@@ -48,6 +50,21 @@ struct TmpStepDir {
 std::optional<TmpStepDir> ParseTmpStepDirName(std::string_view name);
 // True for names TmpStepDirName makes, with or without a suffix.
 bool IsTmpStepDirName(std::string_view name);
+// Where the bytes of an extent of the step in `step_dir` lie: the
+// directory to open them beneath (Storage::OpenReadableBeneath) and the
+// path beneath it. Its own bytes: (step_dir, file); another step's (a
+// reference): (the root, "step_N/file"), so no link is followed on the way
+// into that step either. `path` is the two joined: one name per file.
+struct ExtentPlace {
+  std::string dir;
+  std::string relative;
+  std::string path;
+};
+ExtentPlace PlaceOfExtent(const std::string& step_dir,
+                          const ManifestExtent& extent);
+// The directory holding `step_dir` (".../ROOT" of ".../ROOT/step_N").
+std::string ParentDir(const std::string& step_dir);
+
 // The step a directory's last path component names, committed or
 // temporary, or nullopt.
 std::optional<int64_t> StepOfDir(std::string_view path);

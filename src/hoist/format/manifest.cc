@@ -21,6 +21,11 @@ using Json = nlohmann::json;
 
 std::string HexOf(uint64_t value) { return absl::StrFormat("%016x", value); }
 
+std::string HexOf(const ExtentHash& hash) {
+  return hash.wide ? absl::StrCat(HexOf(hash.high), HexOf(hash.low))
+                   : HexOf(hash.low);
+}
+
 std::optional<uint64_t> ParseHex64(const std::string& text) {
   if (text.size() != 16) return std::nullopt;
   uint64_t value = 0;
@@ -133,9 +138,18 @@ class Reader {
   std::string where_;
 };
 
+// What a manifest's extents are read against: its format's version and
+// its step.
+struct Context {
+  bool version_1 = false;  // hoist/1: XXH3-64, no references
+  int64_t step = 0;
+  bool part = false;
+};
+
 absl::StatusOr<ManifestExtent> DecodeExtent(const Json& json,
                                             const ManifestArray& array,
-                                            size_t index, size_t count) {
+                                            size_t index, size_t count,
+                                            const Context& context) {
   const Reader r(
       absl::StrFormat("array '%s': extent %d of %d", array.name, index, count));
   ManifestExtent extent;
@@ -182,13 +196,36 @@ absl::StatusOr<ManifestExtent> DecodeExtent(const Json& json,
         "past %d bytes",
         extent.offset_bytes, kExtentAlignmentBytes, kMaxFileBytes));
   }
-  ASSIGN_OR_RETURN(std::string hash, r.String(json, "xxh3"));
-  std::optional<uint64_t> parsed = ParseHex64(hash);
-  if (!parsed) {
-    return r.Error(
-        absl::StrFormat("xxh3 '%s' is not 16 lowercase hex digits", hash));
+  if (context.version_1) {
+    ASSIGN_OR_RETURN(std::string hash, r.String(json, "xxh3"));
+    std::optional<uint64_t> parsed = ParseHex64(hash);
+    if (!parsed) {
+      return r.Error(
+          absl::StrFormat("xxh3 '%s' is not 16 lowercase hex digits", hash));
+    }
+    extent.hash = {.low = *parsed, .high = 0, .wide = false};
+    return extent;
   }
-  extent.xxh3 = *parsed;
+  ASSIGN_OR_RETURN(std::string hash, r.String(json, "xxh128"));
+  std::optional<uint64_t> high =
+      hash.size() == 32 ? ParseHex64(hash.substr(0, 16)) : std::nullopt;
+  std::optional<uint64_t> low =
+      hash.size() == 32 ? ParseHex64(hash.substr(16)) : std::nullopt;
+  if (!high || !low) {
+    return r.Error(
+        absl::StrFormat("xxh128 '%s' is not 32 lowercase hex digits", hash));
+  }
+  extent.hash = {.low = *low, .high = *high, .wide = true};
+  if (json.contains("step")) {
+    ASSIGN_OR_RETURN(const int64_t step, r.Int(json, "step"));
+    if (step < 0 || step == context.step || context.part) {
+      return r.Error(absl::StrFormat(
+          "it references step %d: a step's extents may reference only "
+          "another step (>= 0), and a part none",
+          step));
+    }
+    extent.step = step;
+  }
   return extent;
 }
 
@@ -226,7 +263,8 @@ absl::Status CheckTiling(const ManifestArray& array, int64_t elements,
 }
 
 absl::StatusOr<ManifestArray> DecodeArray(const Json& json, size_t index,
-                                          size_t count, bool part) {
+                                          size_t count,
+                                          const Context& context) {
   const Reader r(absl::StrFormat("array %d of %d", index, count));
   ManifestArray array;
   ASSIGN_OR_RETURN(array.name, r.String(json, "name"));
@@ -259,10 +297,12 @@ absl::StatusOr<ManifestArray> DecodeArray(const Json& json, size_t index,
   array.extents.reserve(extents->size());
   for (size_t i = 0; i < extents->size(); ++i) {
     ASSIGN_OR_RETURN(ManifestExtent extent,
-                     DecodeExtent((*extents)[i], array, i, extents->size()));
+                     DecodeExtent((*extents)[i], array, i, extents->size(),
+                                  context));
     array.extents.push_back(std::move(extent));
   }
-  if (absl::Status status = CheckTiling(array, *elements, part); !status.ok()) {
+  if (absl::Status status = CheckTiling(array, *elements, context.part);
+      !status.ok()) {
     return status;
   }
   return array;
@@ -391,11 +431,31 @@ void AppendInts(std::string& out, absl::Span<const int64_t> values) {
 // One line per extent; the metadata (validated first) goes in as given.
 absl::StatusOr<std::string> EncodeManifest(const Manifest& manifest) {
   RETURN_IF_ERROR(ValidateMetadataJson(manifest.metadata_json));
+  // hoist/1 only for a manifest all of whose hashes are XXH3-64.
+  int wide = 0, narrow = 0;
+  for (const ManifestArray& array : manifest.arrays) {
+    for (const ManifestExtent& extent : array.extents) {
+      (extent.hash.wide ? wide : narrow) += 1;
+      if (extent.step && (!extent.hash.wide || *extent.step == manifest.step ||
+                          *extent.step < 0 || manifest.part)) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "array '%s': an extent references step %d from step %d: only a "
+            "hoist/2 step's extents may reference another step",
+            absl::CHexEscape(array.name), *extent.step, manifest.step));
+      }
+    }
+  }
+  if (wide > 0 && narrow > 0) {
+    return absl::InvalidArgumentError(
+        "a manifest's extents hash with XXH3-128 (hoist/2) or all with "
+        "XXH3-64 (hoist/1), not both");
+  }
+  const bool version_1 = narrow > 0;
   std::string out;
   out.reserve(256 + manifest.metadata_json.size() +
               manifest.arrays.size() * 256);
   absl::StrAppend(&out, "{\"format\": ");
-  AppendJsonString(out, kManifestFormat);
+  AppendJsonString(out, version_1 ? kManifestFormatV1 : kManifestFormat);
   absl::StrAppend(&out, ",\n \"step\": ", manifest.step,
                   ",\n \"metadata\": ", manifest.metadata_json);
   if (manifest.part) {
@@ -431,8 +491,11 @@ absl::StatusOr<std::string> EncodeManifest(const Manifest& manifest) {
       out.append("}, \"file\": ");
       AppendJsonString(out, extent.file);
       absl::StrAppend(&out, ", \"offset\": ", extent.offset_bytes,
-                      ", \"length\": ", extent.length_bytes, ", \"xxh3\": \"",
-                      HexOf(extent.xxh3), "\"}");
+                      ", \"length\": ", extent.length_bytes,
+                      version_1 ? ", \"xxh3\": \"" : ", \"xxh128\": \"",
+                      HexOf(extent.hash), "\"");
+      if (extent.step) absl::StrAppend(&out, ", \"step\": ", *extent.step);
+      out.push_back('}');
     }
     out.append("]}");
   }
@@ -465,10 +528,10 @@ absl::StatusOr<Manifest> DecodeManifest(std::string_view text) {
   }
   const Reader r("top level");
   ASSIGN_OR_RETURN(std::string format, r.String(json, "format"));
-  if (format != kManifestFormat) {
+  if (format != kManifestFormat && format != kManifestFormatV1) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: format '%s' is not supported (this reader knows '%s')",
-        kManifestFileName, format, kManifestFormat));
+        "%s: format '%s' is not supported (this reader knows '%s' and '%s')",
+        kManifestFileName, format, kManifestFormat, kManifestFormatV1));
   }
   Manifest manifest;
   ASSIGN_OR_RETURN(manifest.step, r.Int(json, "step"));
@@ -494,10 +557,12 @@ absl::StatusOr<Manifest> DecodeManifest(std::string_view text) {
                    r.Field(json, "arrays", Json::value_t::array));
   absl::flat_hash_set<std::string> names;
   manifest.arrays.reserve(arrays->size());
+  const Context context{.version_1 = format == kManifestFormatV1,
+                        .step = manifest.step,
+                        .part = manifest.part.has_value()};
   for (size_t i = 0; i < arrays->size(); ++i) {
     ASSIGN_OR_RETURN(ManifestArray array,
-                     DecodeArray((*arrays)[i], i, arrays->size(),
-                                 manifest.part.has_value()));
+                     DecodeArray((*arrays)[i], i, arrays->size(), context));
     if (!names.insert(array.name).second) {
       return r.Error(
           absl::StrFormat("array name '%s' appears twice", array.name));

@@ -10,18 +10,26 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// An extent of a hoist/2 manifest whose bytes are its own step's.
+ManifestExtent Extent(Box box, std::string file, int64_t offset,
+                      int64_t length, uint64_t hash) {
+  return {std::move(box), std::move(file), offset, length,
+          ExtentHash{.low = hash, .high = 0xfedcba9876543210ULL, .wide = true},
+          std::nullopt};
+}
+
 Manifest Sample() {
   Manifest m;
   m.step = 1000;
   m.metadata_json = R"({"lr":0.001,"run":"gpt"})";
   ManifestArray w{"params/w", DType::kBFloat16, {4, 6}, "Named(...)", {}};
   w.extents = {
-      {Box({0, 0}, {2, 6}), "data/r00000_w00.bin", 0, 24,
-       0x0123456789abcdefULL},
-      {Box({2, 0}, {2, 6}), "data/r00001_w00.bin", 4096, 24, 42},
+      Extent(Box({0, 0}, {2, 6}), "data/r00000_w00.bin", 0, 24,
+             0x0123456789abcdefULL),
+      Extent(Box({2, 0}, {2, 6}), "data/r00001_w00.bin", 4096, 24, 42),
   };
   ManifestArray step{"opt/count", DType::kInt32, {}, "", {}};
-  step.extents = {{Box(), "data/r00000_w00.bin", 8192, 4, 7}};
+  step.extents = {Extent(Box(), "data/r00000_w00.bin", 8192, 4, 7)};
   m.arrays = {w, step};
   return m;
 }
@@ -100,10 +108,71 @@ TEST(ManifestTest, NamesNeedingEscapesAndMetadataAsGivenRoundTrip) {
   EXPECT_EQ(decoded->arrays, m.arrays);
 }
 
-TEST(ManifestTest, HashIsSixteenHexDigits) {
+TEST(ManifestTest, HashIsThirtyTwoHexDigits) {
   const std::string json = EncodeManifest(Sample()).value();
-  EXPECT_THAT(json, HasSubstr(R"("xxh3": "0123456789abcdef")"));
-  EXPECT_THAT(json, HasSubstr(R"("format": "hoist/1")"));
+  EXPECT_THAT(json,
+              HasSubstr(R"("xxh128": "fedcba98765432100123456789abcdef")"));
+  EXPECT_THAT(json, HasSubstr(R"("format": "hoist/2")"));
+}
+
+// A hoist/1 manifest (XXH3-64, no references) still reads, and written
+// again it stays hoist/1.
+TEST(ManifestTest, VersionOneStillReads) {
+  nlohmann::json json = nlohmann::json::parse(EncodeManifest(Sample()).value());
+  json["format"] = "hoist/1";
+  for (auto& array : json["arrays"]) {
+    for (auto& extent : array["extents"]) {
+      const std::string wide = extent["xxh128"];
+      extent.erase("xxh128");
+      extent["xxh3"] = wide.substr(16);
+    }
+  }
+  absl::StatusOr<Manifest> decoded = DecodeManifest(json.dump());
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  const ExtentHash& hash = decoded->arrays[0].extents[0].hash;
+  EXPECT_FALSE(hash.wide);
+  EXPECT_EQ(hash.low, 0x0123456789abcdefULL);
+  const std::string again = EncodeManifest(*decoded).value();
+  EXPECT_THAT(again, HasSubstr(R"("format": "hoist/1")"));
+  EXPECT_THAT(again, HasSubstr(R"("xxh3": "0123456789abcdef")"));
+  EXPECT_EQ(DecodeManifest(again).value(), *decoded);
+
+  // hoist/1 knows no references, and no XXH3-128.
+  json["arrays"][0]["extents"][0]["step"] = 3;
+  EXPECT_TRUE(DecodeManifest(json.dump()).ok());  // an unknown field
+  EXPECT_FALSE(DecodeManifest(json.dump()).value().arrays[0].extents[0].step);
+  Manifest mixed = *decoded;
+  mixed.arrays[0].extents[0].hash.wide = true;
+  EXPECT_EQ(EncodeManifest(mixed).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ManifestTest, ReferencesToOtherStepsRoundTrip) {
+  Manifest m = Sample();
+  m.arrays[0].extents[1].step = 7;
+  const std::string json = EncodeManifest(m).value();
+  EXPECT_THAT(json, HasSubstr(R"("step": 7})"));
+  absl::StatusOr<Manifest> decoded = DecodeManifest(json);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(*decoded, m);
+
+  // Never to its own step, a negative one, or from a part; nor from a
+  // hoist/1 manifest.
+  for (int64_t bad : {m.step, int64_t{-1}}) {
+    Manifest refused = m;
+    refused.arrays[0].extents[1].step = bad;
+    EXPECT_EQ(EncodeManifest(refused).status().code(),
+              absl::StatusCode::kInvalidArgument);
+    nlohmann::json edited = nlohmann::json::parse(json);
+    edited["arrays"][0]["extents"][1]["step"] = bad;
+    const absl::Status status = DecodeManifest(edited.dump()).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+    EXPECT_THAT(status.message(), HasSubstr("references step"));
+  }
+  Manifest part = m;
+  part.part = ManifestPart{0, 2};
+  EXPECT_EQ(EncodeManifest(part).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ManifestTest, GarbageAndTruncatedJsonAreDataLoss) {
@@ -172,8 +241,10 @@ TEST(ManifestTest, EveryViolationNamesArrayAndExtent) {
        "not a plain relative path"},
       {[](auto& j) { j["arrays"][0]["extents"][0]["file"] = "/etc/passwd"; },
        "not a plain relative path"},
-      {[](auto& j) { j["arrays"][0]["extents"][0]["xxh3"] = "12"; },
-       "16 lowercase hex"},
+      {[](auto& j) { j["arrays"][0]["extents"][0]["xxh128"] = "12"; },
+       "32 lowercase hex"},
+      {[](auto& j) { j["arrays"][0]["extents"][0]["step"] = "one"; },
+       "field 'step' has type string"},
       {[](auto& j) { j["arrays"][0]["extents"][0]["box"]["shape"] = {2}; },
        "rank"},
       {[](auto& j) { j["arrays"][1]["name"] = "params/w"; }, "appears twice"},
@@ -245,8 +316,8 @@ TEST(ManifestTest, ManyExtentsDecodeAndAnOverlapAmongThemIsFound) {
   a.extents.reserve(kRows * kCols);
   for (int64_t r = 0; r < kRows; ++r) {
     for (int64_t c = 0; c < kCols; ++c) {
-      a.extents.push_back({Box({r, c}, {1, 1}), "data/r00000_w00.bin",
-                           (r * kCols + c) * 4096, 1, 0});
+      a.extents.push_back(Extent(Box({r, c}, {1, 1}), "data/r00000_w00.bin",
+                                 (r * kCols + c) * 4096, 1, 0));
     }
   }
   m.arrays.push_back(std::move(a));

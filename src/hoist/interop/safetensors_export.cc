@@ -49,6 +49,7 @@
 #include "hoist/checkpoint/extent_reader.h"
 #include "hoist/checkpoint/io_sizes.h"
 #include "hoist/checkpoint_root.h"
+#include "hoist/format/extent_hash.h"
 #include "hoist/format/layout.h"
 #include "hoist/interop.h"
 #include "hoist/interop/safetensors_names.h"
@@ -265,14 +266,14 @@ class ExtentStreamer {
         const Box part = piece.box.Intersect(extent.box);
         if (part.empty()) continue;
         Stream& stream = streams_[&extent];
+        const ExtentPlace place = PlaceOfExtent(step_dir_, extent);
         if (stream.hash == nullptr) {
-          stream.hash.reset(XXH3_createState());
-          XXH3_64bits_reset(stream.hash.get());
+          stream.hash = std::make_unique<ExtentHasher>(extent.hash);
           stream.where =
               absl::StrFormat("array '%s': extent at %s @ %d", array.name,
-                              extent.file, extent.offset_bytes);
+                              place.relative, extent.offset_bytes);
         }
-        ASSIGN_OR_RETURN(ReadableFile * file, File(extent.file, stream.where));
+        ASSIGN_OR_RETURN(ReadableFile * file, File(place, stream.where));
         const size_t group =
             group_of.try_emplace(&extent, groups.size()).first->second;
         if (group == groups.size()) groups.emplace_back();
@@ -321,8 +322,7 @@ class ExtentStreamer {
 
  private:
   struct Stream {
-    std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> hash{
-        nullptr, &XXH3_freeState};
+    std::unique_ptr<ExtentHasher> hash;
     int64_t done = 0;  // bytes of the extent read so far
     std::string where;
   };
@@ -339,14 +339,14 @@ class ExtentStreamer {
     const Box* piece_box;
   };
 
-  absl::StatusOr<ReadableFile*> File(const std::string& name,
+  absl::StatusOr<ReadableFile*> File(const ExtentPlace& place,
                                      const std::string& where) {
-    std::unique_ptr<ReadableFile>& file = files_[name];
+    std::unique_ptr<ReadableFile>& file = files_[place.path];
     if (file == nullptr) {
       absl::StatusOr<std::unique_ptr<ReadableFile>> opened =
-          storage_.OpenReadableBeneath(step_dir_, name);
+          storage_.OpenReadableBeneath(place.dir, place.relative);
       if (!opened.ok()) {
-        files_.erase(name);
+        files_.erase(place.path);
         return absl::Status(
             opened.status().code(),
             absl::StrCat(where, ": ", opened.status().message()));
@@ -373,11 +373,10 @@ class ExtentStreamer {
       return absl::Status(s.code(),
                           absl::StrCat(stream.where, ": ", s.message()));
     }
-    XXH3_64bits_update(stream.hash.get(), bytes, length);
+    stream.hash->Update(bytes, length);
     stream.done += length;
     bytes_read_.fetch_add(length);
-    if (stream.done == run.extent->length_bytes &&
-        XXH3_64bits_digest(stream.hash.get()) != run.extent->xxh3) {
+    if (stream.done == run.extent->length_bytes && !stream.hash->Matches()) {
       return absl::DataLossError(
           absl::StrFormat("%s: xxh3 mismatch", stream.where));
     }

@@ -55,6 +55,18 @@ absl::Status Ls(const std::string& path, bool json) {
         std::cout << absl::StrFormat("%-24d %10s %8d  %s\n", entry.step,
                                      FormatBytes(bytes), arrays, state);
       }
+    } else if (entry.kind == RootEntry::Kind::kReferenced) {
+      const int64_t bytes = root->HeldBytes(entry.step).value_or(0);
+      out.push_back({{"step", entry.step},
+                     {"path", entry.path},
+                     {"bytes", bytes},
+                     {"state", "referenced"}});
+      if (!json) {
+        std::cout << absl::StrFormat(
+            "%-24d %10s %8s  %s\n", entry.step, FormatBytes(bytes), "-",
+            "referenced (pruned: no checkpoint, keeps the data files that "
+            "kept steps reference)");
+      }
     } else {
       out.push_back({{"path", entry.path}, {"state", "incomplete"}});
       if (!json) {
@@ -72,13 +84,21 @@ absl::Status Ls(const std::string& path, bool json) {
 
 absl::Status Inspect(const std::string& step_dir, bool json) {
   ASSIGN_OR_RETURN(Manifest manifest, ReadManifestAt(step_dir));
+  // Files by their path from the step directory ("data/r00000_w00.bin"),
+  // or, for another step's bytes, "step 3: data/r00000_w00.bin".
   std::map<std::string, int64_t> file_bytes;
   nlohmann::json arrays = nlohmann::json::array();
+  int64_t referenced = 0;
+  bool version_1 = false;
   for (const ManifestArray& array : manifest.arrays) {
     int64_t bytes = 0;
     for (const ManifestExtent& extent : array.extents) {
       bytes += extent.length_bytes;
-      file_bytes[extent.file] += extent.length_bytes;
+      version_1 = version_1 || !extent.hash.wide;
+      if (extent.step) referenced += extent.length_bytes;
+      file_bytes[extent.step
+                     ? absl::StrCat("step ", *extent.step, ": ", extent.file)
+                     : extent.file] += extent.length_bytes;
     }
     arrays.push_back({{"name", array.name},
                       {"dtype", std::string(DTypeName(array.dtype))},
@@ -87,15 +107,20 @@ absl::Status Inspect(const std::string& step_dir, bool json) {
                       {"bytes", bytes},
                       {"extents", array.extents.size()}});
   }
+  const std::string_view format =
+      version_1 ? kManifestFormatV1 : kManifestFormat;
   if (json) {
     nlohmann::json files = nlohmann::json::object();
     for (const auto& [file, bytes] : file_bytes) files[file] = bytes;
     std::cout << nlohmann::json{{"path", step_dir},
-                                {"format", std::string(kManifestFormat)},
+                                {"format", std::string(format)},
                                 {"step", manifest.step},
                                 {"metadata",
                                  nlohmann::json::parse(manifest.metadata_json)},
                                 {"bytes", ManifestBytes(manifest)},
+                                {"written_bytes",
+                                 ManifestBytes(manifest) - referenced},
+                                {"referenced_bytes", referenced},
                                 {"arrays", arrays},
                                 {"files", files}}
                      .dump(2)
@@ -103,9 +128,12 @@ absl::Status Inspect(const std::string& step_dir, bool json) {
     return absl::OkStatus();
   }
   std::cout << absl::StrFormat(
-      "%s: format %s, step %d, %d arrays, %s\nmetadata: %s\n\n", step_dir,
-      kManifestFormat, manifest.step, manifest.arrays.size(),
-      FormatBytes(ManifestBytes(manifest)), manifest.metadata_json);
+      "%s: format %s, step %d, %d arrays, %s (%s written, %s referenced in "
+      "earlier steps)\nmetadata: %s\n\n",
+      step_dir, format, manifest.step, manifest.arrays.size(),
+      FormatBytes(ManifestBytes(manifest)),
+      FormatBytes(ManifestBytes(manifest) - referenced),
+      FormatBytes(referenced), manifest.metadata_json);
   std::cout << absl::StrFormat("%-40s %-14s %-16s %10s %7s  %s\n", "array",
                                "dtype", "shape", "bytes", "extents",
                                "saved sharding");
