@@ -77,14 +77,19 @@ inline DeviceShards FillShards(const std::vector<ArraySpec>& model,
 
 // Rewrites every shard of `shards` with the contents of `version` (a
 // training step changing the arrays).
+// Refills array `a`'s shards with `version`'s bytes.
+inline void RefillArray(const std::vector<ArraySpec>& model,
+                        DeviceShards& shards, int a, uint64_t version) {
+  for (const DeviceShards::Placed& p : shards.placed[a]) {
+    const std::vector<uint8_t> bytes = BoxBytes(model[a], a, p.box, version);
+    std::memcpy(p.data, bytes.data(), bytes.size());
+  }
+}
+
 inline void Refill(const std::vector<ArraySpec>& model, DeviceShards& shards,
                    uint64_t version) {
   for (size_t a = 0; a < model.size(); ++a) {
-    for (const DeviceShards::Placed& p : shards.placed[a]) {
-      const std::vector<uint8_t> bytes =
-          BoxBytes(model[a], static_cast<int>(a), p.box, version);
-      std::memcpy(p.data, bytes.data(), bytes.size());
-    }
+    RefillArray(model, shards, static_cast<int>(a), version);
   }
 }
 
