@@ -77,7 +77,9 @@ class SaveHandle:
 
     def wait(self):
         """Returns once the step is durable and visible, with its figures:
-        bytes, dispatches, staged_s, committed_s, path, ..."""
+        bytes, referenced_bytes (of bytes, those not written: the same as
+        the newest committed step's, referenced there), dispatches,
+        staged_s, committed_s, path, ..."""
         return _call(self._handle.wait)
 
     def done(self):
@@ -162,6 +164,11 @@ class CheckpointManager:
                    save (default 600 s); then the save fails on every rank
                    that is left, naming the ranks that did not arrive, and
                    the step never becomes visible.
+    deltas:        True (default): a save writes only the arrays' pieces
+                   whose bytes changed since the newest committed step and
+                   references the rest there (frozen weights are written
+                   once; see docs/delta.md). save(deltas=False) turns it
+                   off for one save, deltas=False here for every one.
     storage_options:
                    for an s3:// or gs:// root, what overrides the
                    environment (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...,
@@ -176,7 +183,7 @@ class CheckpointManager:
                  max_in_flight=1, writers=2, io="posix",
                  background_priority="low", when_busy="wait",
                  coordinator="auto", coordinator_timeout_s=600.0,
-                 storage_options=None):
+                 storage_options=None, deltas=True):
         if keep is not None and keep < 1:
             raise ValueError("keep must be >= 1 (or None to keep every step)")
         # A coordinator hoist makes is hoist's to close; a caller's is not.
@@ -193,7 +200,7 @@ class CheckpointManager:
             self._open(path, coordinator, backend, num_devices, pool_bytes,
                        keep, keep_every, max_in_flight, writers, io,
                        background_priority, when_busy,
-                       _storage_options(storage_options))
+                       _storage_options(storage_options), bool(deltas))
         except BaseException:
             self._close_coordinator()
             raise
@@ -208,7 +215,7 @@ class CheckpointManager:
 
     def _open(self, path, coordinator, backend, num_devices, pool_bytes,
               keep, keep_every, max_in_flight, writers, io,
-              background_priority, when_busy, storage_options):
+              background_priority, when_busy, storage_options, deltas):
         rank = coordinator.rank if coordinator is not None else 0
         first, num_devices, ordinals = _local_devices(
             backend, num_devices, coordinator)
@@ -227,11 +234,12 @@ class CheckpointManager:
             _hoist.Manager, os.fspath(path), self._backend, int(pool_bytes),
             int(keep or 0), int(keep_every or 0), int(max_in_flight),
             int(writers), io, background_priority, coordinator, when_busy,
-            storage_options)
+            storage_options, deltas)
 
     # -- saving ------------------------------------------------------------
 
-    def save(self, step, state, *, metadata=None, return_when="staged"):
+    def save(self, step, state, *, metadata=None, return_when="staged",
+             deltas=None):
         """Saves `state` (a pytree) as `step`, an integer (an int, or a
         NumPy/framework integer; a float or a string is a TypeError).
 
@@ -241,13 +249,16 @@ class CheckpointManager:
         copied off the devices (return_when="staged", the default) or once
         the copies are enqueued ("dispatched": call handle.wait_staged()
         before changing the arrays). Writing and committing continue in the
-        background. Non-contiguous arrays are copied first.
+        background. Non-contiguous arrays are copied first. `deltas`
+        (True/False) overrides the manager's for this save.
         """
         step = step_number(step)
         if return_when not in ("staged", "dispatched"):
             raise ValueError("return_when must be 'staged' or 'dispatched'")
         dispatched = return_when == "dispatched"
-        handle = self._save_again(step, state, metadata, dispatched)
+        if deltas is not None:
+            deltas = bool(deltas)
+        handle = self._save_again(step, state, metadata, dispatched, deltas)
         if handle is None:
             self._repeat = None  # until this save is accepted and planned
             with gc_paused():  # many arrays make many objects
@@ -257,7 +268,7 @@ class CheckpointManager:
                     meta["user"] = metadata
                 text = _metadata_text(meta)
                 handle = _call(self._manager.save, step, arrays, text,
-                               dispatched)
+                               dispatched, deltas)
                 plan = _repeat.fast_plan(skeleton, arrays, state)
             self._repeat = None if plan is None else _Repeat(
                 plan, self._manager.generation, meta,
@@ -271,7 +282,7 @@ class CheckpointManager:
                 lag["last_committed_step"], lag["skipped_saves"])
         return SaveHandle(handle)
 
-    def _save_again(self, step, state, metadata, dispatched):
+    def _save_again(self, step, state, metadata, dispatched, deltas):
         """A save of the same structure as the last one (same dicts, array
         names, dtypes and shapes), without describing every array again:
         its handle, or None when the structure differs (save() then walks
@@ -293,7 +304,7 @@ class CheckpointManager:
             repeat.text = _metadata_text(meta)
             repeat.user = copy.deepcopy(metadata)  # the caller's may change
         return _call(self._manager.save_again, step, repeat.generation,
-                     arrays, repeat.text, dispatched)
+                     arrays, repeat.text, dispatched, deltas)
 
     def durability(self):
         """How far the committed steps trail the saves: skipped_saves (by

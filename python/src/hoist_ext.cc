@@ -288,6 +288,7 @@ nb::dict InfoDict(const SaveInfo& info) {
   d["step"] = info.step;
   d["path"] = info.path;
   d["bytes"] = info.bytes;
+  d["referenced_bytes"] = info.referenced_bytes;
   d["dispatches"] = info.dispatches;
   d["waves"] = info.waves;
   d["dispatched_s"] = absl::ToDoubleSeconds(info.dispatched);
@@ -426,7 +427,8 @@ class PyManager {
             int max_in_flight, int writers, const std::string& io,
             const std::string& background_priority, nb::object coordinator,
             const std::string& when_busy,
-            const std::map<std::string, std::string>& storage_options)
+            const std::map<std::string, std::string>& storage_options,
+            bool deltas)
       : backend_(std::move(backend)),
         coordinator_(coordinator.is_none()
                          ? MakeSingleProcessCoordinator()
@@ -454,6 +456,7 @@ class PyManager {
     options.pool_bytes = pool_bytes;
     options.keep_last = keep_last;
     options.keep_every = keep_every;
+    options.deltas = deltas;
     options.max_in_flight = max_in_flight;
     options.plan.writer_streams = writers;
     if (io != "posix" && io != "io_uring") {
@@ -482,7 +485,8 @@ class PyManager {
   std::unique_ptr<PyHandle> Save(
       int64_t step,
       const std::vector<PyArrayOf<std::optional<SavedData>>>& arrays,
-      const std::string& metadata_json, bool dispatched) {
+      const std::string& metadata_json, bool dispatched,
+      std::optional<bool> deltas) {
     Live();
     std::vector<SaveArray> save;
     std::vector<SavedData> sources;
@@ -507,7 +511,8 @@ class PyManager {
       array.spec.sharding = std::move(sharding);
       save.push_back(std::move(array));
     }
-    SaveHandle accepted = Submit(step, save, metadata_json, dispatched);
+    SaveHandle accepted =
+        Submit(step, save, metadata_json, dispatched, deltas);
     // Kept for save_again: the same arrays with new data.
     last_save_ = std::move(save);
     last_bytes_ = std::move(shard_bytes);
@@ -535,7 +540,8 @@ class PyManager {
   std::unique_ptr<PyHandle> SaveAgain(int64_t step, int64_t generation,
                                       const nb::list& data,
                                       const std::string& metadata_json,
-                                      bool dispatched) {
+                                      bool dispatched,
+                                      std::optional<bool> deltas) {
     Live();
     if (generation != generation_ ||
         nb::len(data) != static_cast<size_t>(last_bytes_.size())) {
@@ -568,19 +574,22 @@ class PyManager {
       }
     }
     return std::make_unique<PyHandle>(
-        Submit(step, last_save_, metadata_json, dispatched),
+        Submit(step, last_save_, metadata_json, dispatched, deltas),
         std::move(sources));
   }
 
   // The engine's Save, without the GIL; its error raised.
+  // `deltas`: SaveOptions::deltas (None: the manager's).
   SaveHandle Submit(int64_t step, const std::vector<SaveArray>& arrays,
-                    const std::string& metadata_json, bool dispatched) {
+                    const std::string& metadata_json, bool dispatched,
+                    std::optional<bool> deltas) {
     absl::StatusOr<SaveHandle> handle;
     {
       nb::gil_scoped_release release;
       handle = manager_->Save(
           step, arrays, metadata_json,
-          dispatched ? ReturnWhen::kDispatched : ReturnWhen::kStaged);
+          dispatched ? ReturnWhen::kDispatched : ReturnWhen::kStaged,
+          SaveOptions{.deltas = deltas});
     }
     return Check(std::move(handle));
   }
@@ -854,20 +863,22 @@ NB_MODULE(_hoist, m) {
       .def(nb::init<const std::string&, std::shared_ptr<PyBackend>, int64_t,
                     int, int64_t, int, int, const std::string&,
                     const std::string&, nb::object, const std::string&,
-                    const std::map<std::string, std::string>&>(),
+                    const std::map<std::string, std::string>&, bool>(),
            nb::arg("root"), nb::arg("backend"), nb::arg("pool_bytes"),
            nb::arg("keep_last"), nb::arg("keep_every"),
            nb::arg("max_in_flight"), nb::arg("writers"), nb::arg("io"),
            nb::arg("background_priority") = "low",
            nb::arg("coordinator").none() = nb::none(),
            nb::arg("when_busy") = "wait",
-           nb::arg("storage_options") = std::map<std::string, std::string>())
+           nb::arg("storage_options") = std::map<std::string, std::string>(),
+           nb::arg("deltas") = true)
       .def("durability", &PyManager::DurabilityDict)
       .def("save", &PyManager::Save, nb::arg("step"), nb::arg("arrays"),
-           nb::arg("metadata_json"), nb::arg("dispatched"))
+           nb::arg("metadata_json"), nb::arg("dispatched"),
+           nb::arg("deltas").none() = nb::none())
       .def("save_again", &PyManager::SaveAgain, nb::arg("step"),
            nb::arg("generation"), nb::arg("data"), nb::arg("metadata_json"),
-           nb::arg("dispatched"))
+           nb::arg("dispatched"), nb::arg("deltas").none() = nb::none())
       .def_prop_ro("generation", &PyManager::generation)
       .def("pin_pool", &PyManager::PinPool)
       .def("restore", &PyManager::Restore, nb::arg("step").none(),

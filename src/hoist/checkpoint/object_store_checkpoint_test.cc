@@ -147,6 +147,39 @@ TEST_P(ObjectStoreCheckpointTest, SavesRestoresOntoAnotherMeshAndPrunes) {
   EXPECT_TRUE(report->problems.empty());
 }
 
+// Deltas on an object store: a step that changed nothing uploads no data
+// and references the step before; pruned, that step keeps its objects
+// while a kept step reads them, and loses them after.
+TEST_P(ObjectStoreCheckpointTest, DeltasReferenceEarlierObjectsUntilPruned) {
+  CheckpointManagerOptions options;
+  options.pool_bytes = 1 << 20;
+  options.keep_last = 2;
+  auto manager = Open(options);
+  ASSERT_NE(manager, nullptr);
+  ASSERT_TRUE(SaveVersion(*manager, 1, 1).ok());
+  ASSERT_TRUE(SaveVersion(*manager, 2, 1).ok());  // nothing changed
+  const Manifest two = *manager->ReadManifest(2);
+  for (const ManifestArray& array : two.arrays) {
+    for (const ManifestExtent& extent : array.extents) {
+      EXPECT_EQ(extent.step, 1) << array.name;
+    }
+  }
+  ASSERT_TRUE(SaveVersion(*manager, 3, 3).ok());  // prunes step 1
+  EXPECT_THAT(*manager->List(), ElementsAre(2, 3));
+  auto reader = *CheckpointRoot::OpenForReading(root_);
+  std::vector<RootEntry> entries = *reader->Entries();
+  ASSERT_EQ(entries.size(), 3u);
+  EXPECT_EQ(entries[0].kind, RootEntry::Kind::kReferenced);
+  EXPECT_TRUE(Holds(*manager, 2, 1).ok());
+  EXPECT_TRUE(Holds(*manager, 3, 3).ok());
+  EXPECT_TRUE(reader->Verify(2)->ok());
+  ASSERT_TRUE(SaveVersion(*manager, 4, 4).ok());  // prunes step 2, then 1
+  entries = *reader->Entries();
+  ASSERT_EQ(entries.size(), 2u);
+  EXPECT_EQ(entries[0].step, 3);
+  EXPECT_EQ(reader->HeldBytes(1).status().code(), absl::StatusCode::kNotFound);
+}
+
 TEST_P(ObjectStoreCheckpointTest, ASaveLargerThanThePoolCommitsInWaves) {
   UseModel(Model(4096));  // 2.5 MiB over a 256 KiB pool
   CheckpointManagerOptions options;
