@@ -1,7 +1,7 @@
-// The checkpoint manager. Save() plans on the caller's thread (reusing the
-// last plan when the arrays' specs have not changed, as in a training loop,
-// so planning stays off the time training is blocked) and queues a
-// job; the saver thread runs jobs in order (stage, persist, commit: see
+// The checkpoint manager. Save() plans on the caller's thread (the
+// SavePlanner reuses the last plan when the arrays' specs have not changed,
+// as in a training loop, so planning stays off the time training is
+// blocked) and queues a job; the saver thread runs jobs in order (stage, persist, commit: see
 // save.cc), reporting each stage through the job's promises, then applies
 // retention. A job's error that Save() did not already return is kept and
 // returned by the next call, so no background error is ever lost.
@@ -26,6 +26,7 @@
 #include "hoist/checkpoint/local_tier.h"
 #include "hoist/checkpoint/restore.h"
 #include "hoist/checkpoint/save.h"
+#include "hoist/checkpoint/save_planner.h"
 #include "hoist/checkpoint_root.h"
 #include "hoist/dist/status_wire.h"
 #include "hoist/format/layout.h"
@@ -55,38 +56,10 @@ absl::Status SaveHandle::WaitStagedOn(void* stream) const {
 
 namespace {
 
-// Save walks the caller's arrays on the caller's thread, each array's shard
-// list and spec separate allocations that the training step has likely
-// evicted from the caches, and compares the specs with the cached plan's
-// (as cold): fetching them this many arrays ahead overlaps the misses.
-constexpr size_t kPrefetchArrays = 8;
-
-// Asks for the heap blocks an ArraySpec comparison reads first (its name,
-// unless stored inline, its shape, and its sharding's list).
-void PrefetchSpec(const ArraySpec& spec) {
-  __builtin_prefetch(spec.name.data());
-  __builtin_prefetch(spec.shape.data());
-  if (const NamedSharding* named = spec.sharding.named()) {
-    __builtin_prefetch(named->spec.data());
-  } else if (const ExplicitSharding* shards = spec.sharding.explicit_shards()) {
-    __builtin_prefetch(shards->shards.data());
-  }
-}
-
 struct Job {
   int64_t step = 0;
   Tier tier = Tier::kDurable;
-  // What `plan` was made from, and its layout; all shared with later saves
-  // of the same specs.
-  std::shared_ptr<const std::vector<ArraySpec>> specs;
-  std::shared_ptr<const SavePlan> plan;
-  // Null when the engine refused the share (the saver's staging reports
-  // why).
-  std::shared_ptr<const StagingLayout> layout;
-  std::shared_ptr<const ShardSources> sources;
-  // Registered arrays': their sources resolved for `layout`, and the
-  // copies prepared from them (null for Save(step, arrays)).
-  std::shared_ptr<StableSources> stable;
+  PlannedSave planned;
   std::string metadata_json;
   bool deltas = true;  // SaveRequest::deltas
   absl::Time start;
@@ -104,77 +77,11 @@ struct Job {
   bool error_returned = false;
 };
 
-absl::StatusOr<Topology> GatherTopology(Backend& backend,
-                                        Coordinator& coordinator) {
-  std::string mine;
-  for (Device* device : backend.devices()) {
-    const DeviceId id = device->id();
-    mine.append(reinterpret_cast<const char*>(&id), sizeof id);
-  }
-  ASSIGN_OR_RETURN(std::vector<std::string> all,
-                   coordinator.AllGather("devices", mine));
-  std::vector<std::vector<DeviceId>> process_devices(all.size());
-  for (size_t p = 0; p < all.size(); ++p) {
-    for (size_t at = 0; at + sizeof(DeviceId) <= all[p].size();
-         at += sizeof(DeviceId)) {
-      DeviceId id;
-      std::memcpy(&id, all[p].data() + at, sizeof id);
-      process_devices[p].push_back(id);
-    }
-  }
-  return Topology::Create(std::move(process_devices));
-}
-
-// The topology a process plans its local part with: its own devices as
-// process 0, every other device as process 1 (SavePlanOptions::
-// part_of_process 0 then plans exactly what this process holds, and the
-// part's data files are named as process 0's).
-absl::StatusOr<Topology> PartTopology(const Topology& topology, int rank) {
-  std::vector<std::vector<DeviceId>> processes(1);
-  for (int p = 0; p < topology.num_processes(); ++p) {
-    const std::vector<DeviceId>& devices = topology.devices(p);
-    if (p != rank) {
-      if (processes.size() == 1) processes.emplace_back();
-      processes[1].insert(processes[1].end(), devices.begin(), devices.end());
-    } else {
-      processes[0] = devices;
-    }
-  }
-  return Topology::Create(std::move(processes));
-}
-
 }  // namespace
-
-// A registration: the arrays' specs and shards, and per tier (durable,
-// local) the plan, its layout and the stable sources, made at the first
-// save of the tier (the durable tier's at Register).
-class RegisteredArrays::State {
- public:
-  // A plan of a tier (the manager keeps the last one of each too), and
-  // what it was made from.
-  struct Planned {
-    std::shared_ptr<const std::vector<ArraySpec>> specs;
-    std::shared_ptr<const SavePlan> plan;
-    // This process's share of `plan` laid out for staging (once per plan,
-    // not per save: a pass over the job's slices costs, more so at many
-    // processes and 100,000 arrays); null when the engine refused the
-    // share, and `refused` says why.
-    std::shared_ptr<const StagingLayout> layout;
-    absl::Status refused;
-  };
-
-  uint64_t owner = 0;  // the registering manager's id
-  std::shared_ptr<const std::vector<ArraySpec>> specs;
-  std::shared_ptr<const ShardSources> sources;
-  Mutex mu;
-  Planned tiers[2] ABSL_GUARDED_BY(mu);
-  std::shared_ptr<StableSources> stable[2] ABSL_GUARDED_BY(mu);
-};
 
 class CheckpointManager::Impl {
  public:
   using PoolPinning = CheckpointManagerOptions::PoolPinning;
-  using Planned = RegisteredArrays::State::Planned;
 
   Impl(std::unique_ptr<CheckpointRoot> root, Backend& backend,
        Coordinator& coordinator, CheckpointManagerOptions options,
@@ -187,11 +94,11 @@ class CheckpointManager::Impl {
         backend_(backend),
         coordinator_(coordinator),
         options_(std::move(options)),
-        topology_(std::move(topology)),
-        part_topology_(std::move(part_topology)),
         local_(std::move(local)),
         pool_(std::move(pool)),
-        engine_(*pool_, TransferOptions{.tracer = options_.tracer}) {
+        engine_(*pool_, TransferOptions{.tracer = options_.tracer}),
+        planner_(options_.plan, std::move(topology), std::move(part_topology),
+                 coordinator_.rank(), engine_, backend_) {
     {
       absl::StatusOr<std::vector<int64_t>> steps = root_->List();
       MutexLock lock(&mu_);
@@ -261,7 +168,11 @@ class CheckpointManager::Impl {
                                   ReturnWhen return_when,
                                   const SaveOptions& save_options) {
     return SaveWith(step, std::move(metadata_json), return_when, save_options,
-                    [&](Job& job) { return PlanFor(arrays, job); });
+                    [&](Job& job) -> absl::Status {
+                      ASSIGN_OR_RETURN(job.planned,
+                                       planner_.PlanFor(arrays, job.tier));
+                      return absl::OkStatus();
+                    });
   }
 
   absl::StatusOr<SaveHandle> Save(int64_t step,
@@ -278,28 +189,18 @@ class CheckpointManager::Impl {
                 "manager");
     }
     return SaveWith(step, std::move(metadata_json), return_when, save_options,
-                    [&](Job& job) {
-                      return PlanRegistered(*registered.state_, job);
+                    [&](Job& job) -> absl::Status {
+                      ASSIGN_OR_RETURN(job.planned,
+                                       planner_.PlanRegistered(
+                                           *registered.state_, job.tier));
+                      return absl::OkStatus();
                     });
   }
 
   absl::StatusOr<RegisteredArrays> Register(
       absl::Span<const SaveArray> arrays) {
-    auto state = std::make_shared<RegisteredArrays::State>();
-    state->owner = id_;
-    auto sources = std::make_shared<ShardSources>(local_devices_);
-    sources->Reserve(static_cast<int>(arrays.size()));
-    auto specs = std::make_shared<std::vector<ArraySpec>>();
-    specs->reserve(arrays.size());
-    for (size_t a = 0; a < arrays.size(); ++a) {
-      RETURN_IF_ERROR(AddShards(arrays[a], static_cast<int>(a), *sources));
-      specs->push_back(arrays[a].spec);
-    }
-    state->specs = std::move(specs);
-    state->sources = std::move(sources);
-    // The durable tier's plan now, so that its errors are Register's.
-    MutexLock lock(&state->mu);
-    RETURN_IF_ERROR(PlanTierOf(*state, Tier::kDurable));
+    ASSIGN_OR_RETURN(std::shared_ptr<RegisteredArrays::State> state,
+                     planner_.Register(arrays, id_));
     return RegisteredArrays(std::move(state));
   }
 
@@ -339,6 +240,9 @@ class CheckpointManager::Impl {
     job->metadata_json = std::move(metadata_json);
     job->deltas = save_options.deltas.value_or(options_.deltas);
     RETURN_IF_ERROR(plan(*job));
+    // A refused share's save fails in staging, having staged nothing.
+    job->progress->total_bytes =
+        job->planned.layout != nullptr ? job->planned.layout->bytes : 0;
     // Wait for room, then refuse a step that exists or is being saved.
     // Only this thread adds steps (one Save at a time), so a saver idle
     // now stays idle until this job is queued.
@@ -510,127 +414,6 @@ class CheckpointManager::Impl {
     return restore(dir);
   }
 
-  // Adds `array`'s shards to `sources` as array `a`; kInvalidArgument for
-  // a shard with no data or not on this process's devices. An array with no
-  // elements has nothing to read: its shards may have no data (PyTorch's
-  // empty tensors do not). Runs per array at every save given its arrays:
-  // the shape is looked at only for a shard without data, and not copied.
-  static absl::Status AddShards(const SaveArray& array, int a,
-                                ShardSources& sources) {
-    for (const SaveArray::Shard& shard : array.shards) {
-      if (shard.data == nullptr &&
-          absl::c_linear_search(array.spec.shape, int64_t{0})) {
-        continue;
-      }
-      if (shard.data == nullptr || !sources.Add(a, shard.device, shard.data)) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "array '%s': shard on device %d is not on this process's "
-            "devices or has no data",
-            array.spec.name, shard.device));
-      }
-    }
-    return absl::OkStatus();
-  }
-
-  // The plan of `specs` for `tier` (a local step saves this process's
-  // part), and its layout.
-  absl::StatusOr<Planned> PlanTier(
-      std::shared_ptr<const std::vector<ArraySpec>> specs, Tier tier) const {
-    const bool part = tier == Tier::kLocal;
-    SavePlanOptions plan_options = options_.plan;
-    if (part) plan_options.part_of_process = 0;  // see PartTopology
-    Planned planned;
-    ASSIGN_OR_RETURN(
-        SavePlan plan,
-        MakeSavePlan(*specs, part ? part_topology_ : topology_, plan_options));
-    planned.plan = std::make_shared<const SavePlan>(std::move(plan));
-    planned.specs = std::move(specs);
-    absl::StatusOr<std::shared_ptr<const StagingLayout>> layout =
-        engine_.Lay(*planned.plan, PlanProcess(tier), backend_.devices());
-    if (layout.ok()) {
-      planned.layout = *std::move(layout);
-    } else {
-      planned.refused = layout.status();
-    }
-    return planned;
-  }
-
-  // Sets job.sources from `arrays`' shards (AddShards' errors), and
-  // job.specs, job.plan and job.layout for `arrays` and the job's tier:
-  // the previous save's of that tier if the specs are the same (compared
-  // in place, nothing copied), else new ones. One pass over the arrays
-  // does both: after a training step the caller's arrays and the cached
-  // specs are both cold (at 3 GiB, 1,453 of each), and their misses
-  // overlap, fetched kPrefetchArrays ahead.
-  absl::Status PlanFor(absl::Span<const SaveArray> arrays, Job& job)
-      ABSL_LOCKS_EXCLUDED(plan_mu_) {
-    MutexLock lock(&plan_mu_);
-    Planned& planned = planned_[job.tier == Tier::kLocal ? 1 : 0];
-    const std::vector<ArraySpec>* cached =
-        planned.plan != nullptr && planned.specs->size() == arrays.size()
-            ? planned.specs.get()
-            : nullptr;
-    auto sources = std::make_shared<ShardSources>(local_devices_);
-    sources->Reserve(static_cast<int>(arrays.size()));
-    for (size_t a = 0; a < arrays.size(); ++a) {
-      if (a + kPrefetchArrays < arrays.size()) {
-        __builtin_prefetch(arrays[a + kPrefetchArrays].shards.data());
-        PrefetchSpec(arrays[a + kPrefetchArrays].spec);
-        if (cached != nullptr) PrefetchSpec((*cached)[a + kPrefetchArrays]);
-      }
-      RETURN_IF_ERROR(AddShards(arrays[a], static_cast<int>(a), *sources));
-      if (cached != nullptr && !((*cached)[a] == arrays[a].spec)) {
-        cached = nullptr;
-      }
-    }
-    if (cached == nullptr) {
-      auto specs = std::make_shared<std::vector<ArraySpec>>();
-      specs->reserve(arrays.size());
-      for (const SaveArray& array : arrays) specs->push_back(array.spec);
-      ASSIGN_OR_RETURN(planned, PlanTier(std::move(specs), job.tier));
-    }
-    job.specs = planned.specs;
-    job.plan = planned.plan;
-    job.layout = planned.layout;
-    job.sources = std::move(sources);
-    // A refused share's save fails in staging, having staged nothing.
-    job.progress->total_bytes = job.layout != nullptr ? job.layout->bytes : 0;
-    return absl::OkStatus();
-  }
-
-  // `state`'s plan of `tier`, made at its first use; the engine's refusal
-  // of the share is its error.
-  absl::Status PlanTierOf(RegisteredArrays::State& state, Tier tier) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(state.mu) {
-    const int t = tier == Tier::kLocal ? 1 : 0;
-    if (state.tiers[t].plan != nullptr) return absl::OkStatus();
-    ASSIGN_OR_RETURN(Planned planned, PlanTier(state.specs, tier));
-    RETURN_IF_ERROR(planned.refused);
-    state.tiers[t] = std::move(planned);
-    state.stable[t] = std::make_shared<StableSources>();
-    return absl::OkStatus();
-  }
-
-  // PlanFor for registered arrays: nothing is read per array.
-  absl::Status PlanRegistered(RegisteredArrays::State& state, Job& job) const {
-    MutexLock lock(&state.mu);
-    RETURN_IF_ERROR(PlanTierOf(state, job.tier));
-    const int t = job.tier == Tier::kLocal ? 1 : 0;
-    job.specs = state.specs;
-    job.sources = state.sources;
-    job.plan = state.tiers[t].plan;
-    job.layout = state.tiers[t].layout;
-    job.stable = state.stable[t];
-    job.progress->total_bytes = job.layout->bytes;
-    return absl::OkStatus();
-  }
-
-  // This process's index in a plan of `tier`: its rank, or 0 in a local
-  // part's plan (PartTopology).
-  int PlanProcess(Tier tier) const {
-    return tier == Tier::kLocal ? 0 : coordinator_.rank();
-  }
-
   // Dispatches `job`'s first wave on this (the caller's) thread, for the
   // saver to finish; when that was every copy, the job is dispatched now.
   // The caller returns without waiting for the saver thread to wake, which
@@ -639,10 +422,10 @@ class CheckpointManager::Impl {
   // flight): the engine and the pool serve one save at a time. A share
   // Begin refuses is left to the saver, whose staging reports the error.
   void DispatchHere(Job& job) {
-    if (job.layout == nullptr) return;
+    if (job.planned.layout == nullptr) return;
     absl::StatusOr<std::unique_ptr<BegunSave>> begun =
-        BeginSave(*job.plan, job.layout, engine_, backend_.devices(),
-                  *job.sources, job.stable);
+        BeginSave(*job.planned.plan, job.planned.layout, engine_, backend_.devices(),
+                  *job.planned.sources, job.planned.stable);
     if (!begun.ok()) return;
     job.begun = *std::move(begun);
     if (job.begun->all_dispatched()) {
@@ -744,10 +527,10 @@ class CheckpointManager::Impl {
     SaveRequest request;
     request.root = root();
     request.step = job.step;
-    request.arrays = *job.specs;
-    request.plan = job.plan.get();
-    request.layout = job.layout;
-    request.stable = job.stable;
+    request.arrays = *job.planned.specs;
+    request.plan = job.planned.plan.get();
+    request.layout = job.planned.layout;
+    request.stable = job.planned.stable;
     request.metadata_json = job.metadata_json;
     request.deltas = job.deltas;
     {
@@ -779,7 +562,7 @@ class CheckpointManager::Impl {
     absl::StatusOr<SaveResult> result =
         SaveCheckpoint(local ? local_->own().storage() : storage_,
                        local ? *alone_ : coordinator_, request, engine_,
-                       backend_.devices(), *job.sources, std::move(job.begun));
+                       backend_.devices(), *job.planned.sources, std::move(job.begun));
     int64_t replicated_bytes = 0;
     if (local) {
       // Every rank replicates, or removes its part when a rank failed.
@@ -834,17 +617,8 @@ class CheckpointManager::Impl {
   const std::unique_ptr<CheckpointRoot> root_;
   Storage& storage_;
   Backend& backend_;
-  // The ids of backend_'s devices, which never change: a save's sources
-  // take shards on these only.
-  const std::vector<DeviceId> local_devices_ = [this] {
-    std::vector<DeviceId> ids;
-    for (Device* device : backend_.devices()) ids.push_back(device->id());
-    return ids;
-  }();
   Coordinator& coordinator_;
   const CheckpointManagerOptions options_;
-  const Topology topology_;
-  const Topology part_topology_;            // PartTopology
   const std::unique_ptr<LocalTier> local_;  // null without a local tier
   // The local tier's parts commit alone (rank 0 of 1); replication then
   // goes through coordinator_.
@@ -855,9 +629,8 @@ class CheckpointManager::Impl {
   // any time.
   TransferEngine engine_;
 
-  // The last plan of each tier (durable, local), and what it was made from.
-  Mutex plan_mu_;
-  Planned planned_[2] ABSL_GUARDED_BY(plan_mu_);
+  // Plans saves on the caller's thread (its Lay beside any staging).
+  SavePlanner planner_;
 
   mutable Mutex mu_;
   std::deque<std::shared_ptr<Job>> queue_ ABSL_GUARDED_BY(mu_);
