@@ -10,9 +10,11 @@
 #define HOIST_CHECKPOINT_MANAGER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -124,6 +126,17 @@ struct CheckpointManagerOptions {
   // references the others' bytes there. SaveOptions::deltas overrides it
   // per save. The local tier's parts are always whole.
   bool deltas = true;
+  // Frozen arrays (with deltas): true for the name of an array that never
+  // changes (a fine-tune's frozen base, frozen embeddings). A durable save
+  // copies, hashes and writes a frozen array only when the newest step
+  // this manager committed lacks it (the first save); later saves neither
+  // copy nor hash it, so blocked time drops with it: they reference its
+  // bytes. Every frozen_check_every-th of those saves (default 0: never)
+  // copies and hashes the frozen arrays anyway and fails with
+  // kFailedPrecondition, naming the array, when one changed (a frozen
+  // array that changes is the caller's error). Default: none is frozen.
+  std::function<bool(std::string_view name)> frozen;
+  int frozen_check_every = 0;
   // When set, every save records its device copies ("device N" tracks), its
   // writes ("writer FILE") and its commit phases ("commit"). It must outlive
   // the manager. Default none.

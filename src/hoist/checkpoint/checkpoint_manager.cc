@@ -62,6 +62,9 @@ struct Job {
   PlannedSave planned;
   std::string metadata_json;
   bool deltas = true;  // SaveRequest::deltas
+  // SaveRequest::frozen; frozen_base >= 0 when they are not staged.
+  std::shared_ptr<const std::vector<uint8_t>> frozen;
+  int64_t frozen_base = -1;
   absl::Time start;
   Promise<CopyFences> dispatched;
   Promise<> staged;
@@ -98,7 +101,7 @@ class CheckpointManager::Impl {
         pool_(std::move(pool)),
         engine_(*pool_, TransferOptions{.tracer = options_.tracer}),
         planner_(options_.plan, std::move(topology), std::move(part_topology),
-                 coordinator_.rank(), engine_, backend_) {
+                 coordinator_.rank(), engine_, backend_, options_.frozen) {
     {
       absl::StatusOr<std::vector<int64_t>> steps = root_->List();
       MutexLock lock(&mu_);
@@ -240,6 +243,7 @@ class CheckpointManager::Impl {
     job->metadata_json = std::move(metadata_json);
     job->deltas = save_options.deltas.value_or(options_.deltas);
     RETURN_IF_ERROR(plan(*job));
+    ChooseFrozen(*job);
     // A refused share's save fails in staging, having staged nothing.
     job->progress->total_bytes =
         job->planned.layout != nullptr ? job->planned.layout->bytes : 0;
@@ -388,6 +392,10 @@ class CheckpointManager::Impl {
         return absl::FailedPreconditionError(
             absl::StrFormat("step %d is being saved", step));
       }
+      if (last_manifest_ != nullptr && last_manifest_->step == step) {
+        last_manifest_ = nullptr;  // no longer a base
+        frozen_ready_ = nullptr;
+      }
       // A save in flight may reference the newest committed step's bytes
       // (deltas): only its own commit protects them from a delete.
       if (!in_flight_steps_.empty()) {
@@ -433,6 +441,29 @@ class CheckpointManager::Impl {
       job.dispatch_reported = true;
       job.dispatched.Set(FenceCopies());
     }
+  }
+
+  // Whether `job` copies its frozen arrays (CheckpointManagerOptions::
+  // frozen): not when the last step this manager committed holds them
+  // from the same plan (every slice of it, hashed), unless this save is
+  // one that checks them.
+  void ChooseFrozen(Job& job) {
+    if (job.tier != Tier::kDurable || !job.deltas ||
+        job.planned.frozen == nullptr) {
+      return;
+    }
+    job.frozen = job.planned.frozen;
+    MutexLock lock(&mu_);
+    if (frozen_ready_ != job.planned.plan || last_manifest_ == nullptr ||
+        job.planned.unfrozen_layout == nullptr) {
+      return;
+    }
+    if (options_.frozen_check_every > 0 &&
+        ++frozen_saves_ % options_.frozen_check_every == 0) {
+      return;  // copied and checked against the base
+    }
+    job.frozen_base = last_manifest_->step;
+    job.planned.SkipFrozen();
   }
 
   // A handle whose every wait returns at once: the save was skipped.
@@ -533,6 +564,9 @@ class CheckpointManager::Impl {
     request.stable = job.planned.stable;
     request.metadata_json = job.metadata_json;
     request.deltas = job.deltas;
+    request.frozen = job.frozen;
+    request.frozen_skipped = job.frozen_base >= 0;
+    request.frozen_base = job.frozen_base;
     {
       MutexLock lock(&mu_);
       request.base_hint = last_manifest_;
@@ -574,6 +608,7 @@ class CheckpointManager::Impl {
     if (!local) {
       MutexLock lock(&mu_);
       last_manifest_ = result->manifest;
+      frozen_ready_ = job.planned.plan;
     }
     SaveInfo info;
     info.step = job.step;
@@ -647,6 +682,11 @@ class CheckpointManager::Impl {
   // The manifest of the last durable step this manager committed: the
   // next save's base when it is still the newest (SaveRequest::base_hint).
   std::shared_ptr<const Manifest> last_manifest_ ABSL_GUARDED_BY(mu_);
+  // The plan that step was saved with (with deltas): its frozen arrays'
+  // slices are all in it, so saves of that plan may leave them out.
+  std::shared_ptr<const SavePlan> frozen_ready_ ABSL_GUARDED_BY(mu_);
+  // Saves that could leave the frozen arrays out (frozen_check_every).
+  int64_t frozen_saves_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t skipped_saves_ ABSL_GUARDED_BY(mu_) = 0;
   std::optional<int64_t> last_committed_step_ ABSL_GUARDED_BY(mu_);
   absl::Time last_committed_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
@@ -661,10 +701,12 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
     const std::string& root, Backend& backend, Coordinator& coordinator,
     const CheckpointManagerOptions& options, Storage* storage) {
   if (options.pool_bytes <= 0 || options.keep_last < 0 ||
-      options.keep_every < 0 || options.max_in_flight < 1) {
+      options.keep_every < 0 || options.max_in_flight < 1 ||
+      options.frozen_check_every < 0) {
     return absl::InvalidArgumentError(
         "checkpoint manager options: pool_bytes and max_in_flight must be "
-        "positive, keep_last and keep_every non-negative");
+        "positive, keep_last, keep_every and frozen_check_every "
+        "non-negative");
   }
   if (absl::Status plan = ValidateSavePlanOptions(options.plan); !plan.ok()) {
     return absl::InvalidArgumentError(

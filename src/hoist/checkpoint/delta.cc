@@ -10,10 +10,12 @@
 
 namespace hoist {
 
-DeltaBase MakeDeltaBase(const SavePlan& plan, const Manifest& base) {
+DeltaBase MakeDeltaBase(const SavePlan& plan, const Manifest& base,
+                        const std::vector<uint8_t>* frozen) {
   DeltaBase delta;
   delta.step = base.step;
   delta.extents.resize(plan.slices.size());
+  if (frozen != nullptr) delta.frozen = *frozen;
   if (base.part) return delta;  // a part is never a base
   // Per planned array, the base's array when it matches, and its extents
   // by box (origin then shape).

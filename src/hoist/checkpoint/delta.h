@@ -34,11 +34,15 @@ namespace hoist {
 // base step's extent of the same array (name, dtype, shape) and box, with
 // `step` set to the step whose directory holds its bytes; nullopt where
 // there is none, or where the base's hash is only XXH3-64 (hoist/1).
+// `frozen` (when given, per slice) marks the frozen arrays' slices: their
+// bytes must equal the base's (the writer fails the save when they do not).
 struct DeltaBase {
   int64_t step = -1;
   std::vector<std::optional<ManifestExtent>> extents;  // by plan slice
+  std::vector<uint8_t> frozen;                         // by plan slice
 };
-DeltaBase MakeDeltaBase(const SavePlan& plan, const Manifest& base);
+DeltaBase MakeDeltaBase(const SavePlan& plan, const Manifest& base,
+                        const std::vector<uint8_t>* frozen = nullptr);
 
 // The newest step committed under `root` other than `except`, or nullopt.
 absl::StatusOr<std::optional<int64_t>> NewestCommittedStep(Storage& storage,

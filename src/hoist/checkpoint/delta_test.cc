@@ -200,6 +200,59 @@ TEST_F(DeltaTest, RetentionHoldsOneStatePlusTheChangedParts) {
   EXPECT_EQ(root->ReadManifest(1).status().code(), absl::StatusCode::kNotFound);
 }
 
+CheckpointManagerOptions Frozen(int check_every = 0) {
+  CheckpointManagerOptions options;
+  options.frozen = [](std::string_view name) { return name == "base/w"; };
+  options.frozen_check_every = check_every;
+  return options;
+}
+
+TEST_F(DeltaTest, FrozenArraysAreCopiedOnceThenReferenced) {
+  auto manager = Open(Frozen());
+  absl::StatusOr<SaveHandle> first = [&] {
+    Train(1);
+    return manager->Save(1, testing::SaveArraysOf(model_, shards_));
+  }();
+  ASSERT_TRUE(first.ok() && first->WaitCommitted().ok());
+  EXPECT_EQ(first->progress().staged_bytes.load(), state_bytes_);
+  for (int64_t step : {2, 3}) {
+    Train(step);
+    absl::StatusOr<SaveHandle> handle =
+        manager->Save(step, testing::SaveArraysOf(model_, shards_));
+    ASSERT_TRUE(handle.ok()) << handle.status();
+    absl::StatusOr<SaveInfo> info = handle->WaitCommitted();
+    ASSERT_TRUE(info.ok()) << info.status();
+    // Not even copied off the devices: only the rest was staged.
+    EXPECT_EQ(handle->progress().staged_bytes.load(),
+              state_bytes_ - FrozenBytes());
+    EXPECT_EQ(info->bytes, state_bytes_);
+    EXPECT_EQ(info->referenced_bytes, FrozenBytes());
+  }
+  EXPECT_EQ(manager->ReadManifest(3)->arrays[kFrozen].extents[0].step, 1);
+  auto root = Root();
+  for (int64_t step : {1, 2, 3}) ExpectStep(*root, step);
+}
+
+TEST_F(DeltaTest, AFrozenArrayThatChangesFailsTheSaveThatChecksIt) {
+  auto manager = Open(Frozen(/*check_every=*/2));
+  SaveStep(*manager, 1);  // copies it: nothing to compare with
+  SaveStep(*manager, 2);  // leaves it out
+  testing::RefillArray(model_, shards_, kFrozen, 99);  // the caller's error
+  Train(3);
+  absl::StatusOr<SaveHandle> handle =
+      manager->Save(3, testing::SaveArraysOf(model_, shards_));
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  const absl::Status status = handle->WaitCommitted().status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  EXPECT_THAT(status.message(), HasSubstr("array 'base/w' is frozen"));
+  EXPECT_FALSE(manager->WaitUntilFinished().ok());  // reported once more
+  EXPECT_THAT(*manager->List(), ElementsAre(1, 2));
+  testing::RefillArray(model_, shards_, kFrozen, 0);
+  auto root = Root();
+  ExpectStep(*root, 1);
+  ExpectStep(*root, 2);
+}
+
 TEST_F(DeltaTest, DeleteKeepsReferencedFilesUntilNothingReadsThem) {
   {
     auto manager = Open();

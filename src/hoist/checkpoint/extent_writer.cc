@@ -85,6 +85,21 @@ void ExtentWriter::OnStaged(StagedExtent extent) {
   streams_[file - first_file_]->queue.emplace(offset, std::move(extent));
 }
 
+absl::Status ExtentWriter::FrozenChanged(int slice,
+                                         const ExtentHash& hash) const {
+  if (base_ == nullptr || base_->frozen.empty() || !base_->frozen[slice] ||
+      !base_->extents[slice] || base_->extents[slice]->hash == hash) {
+    return absl::OkStatus();
+  }
+  const PlannedSlice& planned = plan_.slices[slice];
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "array '%s' is frozen, but its box %s changed since step %d, which "
+      "wrote it: a frozen array must never change (leave it out of frozen, "
+      "or keep it fixed)",
+      plan_.arrays[planned.array].name, planned.box.ToString(),
+      *base_->extents[slice]->step));
+}
+
 std::string ExtentWriter::TrackOf(const StagedExtent& extent) const {
   const PlannedFile& file = plan_.files[plan_.slices[extent.slice].file];
   return "writer " + DataFileName(file.process, file.stream);
@@ -183,6 +198,10 @@ void ExtentWriter::Run(Stream* stream) {
       continue;
     }
     for (size_t i = 0; i < run.size(); ++i) {
+      if (absl::Status changed = FrozenChanged(run[i].slice, hashes[i]);
+          !changed.ok() && error_.ok()) {
+        error_ = std::move(changed);
+      }
       written_.hashes[run[i].slice] = hashes[i];
       written_.offsets[run[i].slice] =
           skip[i] ? base_->extents[run[i].slice]->offset_bytes : offsets[i];

@@ -98,6 +98,9 @@ class ExtentWriter final : public StagedExtentSink {
                const DeltaBase* base)
       : plan_(plan), tracer_(tracer), progress_(progress), base_(base) {}
   void Run(Stream* stream);
+  // kFailedPrecondition when `slice` is a frozen array's whose bytes
+  // (`hash`) differ from its base extent's.
+  absl::Status FrozenChanged(int slice, const ExtentHash& hash) const;
   // "writer data/r00000_w00.bin": the trace track of an extent's file.
   std::string TrackOf(const StagedExtent& extent) const;
   static bool StreamHasWork(Stream* stream) ABSL_NO_THREAD_SAFETY_ANALYSIS;

@@ -238,6 +238,18 @@ absl::Status CheckNotReferenced(Storage& storage, const SaveRequest& request) {
       request.root, request.step, absl::StrJoin(referencing, ", ")));
 }
 
+// A save whose frozen arrays were not staged references them in the base
+// its caller expected: kAborted when the newest step is another.
+absl::Status CheckFrozenBase(const SaveRequest& request, int64_t base) {
+  if (!request.frozen_skipped || base == request.frozen_base) {
+    return absl::OkStatus();
+  }
+  return absl::AbortedError(absl::StrFormat(
+      "step %d: its frozen arrays were left to step %d, but the newest "
+      "committed step is %d: save again",
+      request.step, request.frozen_base, base));
+}
+
 // Steps 1 and 2, decided by rank 0 for everyone: the directory to write
 // into (made) and the base, or why there is none (the same error on every
 // rank). `base` receives the base's manifest, on every rank.
@@ -260,6 +272,9 @@ absl::StatusOr<Decided> DecideTmpDir(Storage& storage, Coordinator& coordinator,
     if (refused.ok() && *exists) refused = CheckNotReferenced(storage, request);
     if (refused.ok()) {
       decided.base = ChooseBase(storage, request, base);
+      refused = CheckFrozenBase(request, decided.base);
+    }
+    if (refused.ok()) {
       const std::string subdirs[] = {kDataDirName};
       absl::StatusOr<std::string> begun = storage.BeginDir(
           final_dir, JoinPath(request.root, TmpStepDirName(request.step)),
@@ -289,6 +304,8 @@ absl::StatusOr<Decided> DecideTmpDir(Storage& storage, Coordinator& coordinator,
     return absl::InternalError("malformed base step from rank 0");
   }
   decided.dir = sent->substr(bar + 1);
+  decided.base_error = CheckFrozenBase(request, decided.base);
+  if (!decided.base_error.ok()) return decided;
   if (decided.base >= 0) {
     if (request.base_hint != nullptr &&
         request.base_hint->step == decided.base) {
@@ -306,6 +323,32 @@ absl::StatusOr<Decided> DecideTmpDir(Storage& storage, Coordinator& coordinator,
     }
   }
   return decided;
+}
+
+// The frozen slices of this process that were not staged
+// (SaveRequest::frozen_skipped): referenced in the base, counted as saved.
+// kAborted when the base lacks one (it cannot, unless the root changed
+// under the manager).
+absl::Status ReferenceSkipped(const SaveRequest& request,
+                              const DeltaBase* base, int process,
+                              WrittenExtents& written, SaveResult& result) {
+  if (!request.frozen_skipped) return absl::OkStatus();
+  const SavePlan& plan = *request.plan;
+  for (int s : plan.SlicesOfProcess(process)) {
+    if (!(*request.frozen)[s]) continue;
+    if (base == nullptr || !base->extents[s]) {
+      return absl::AbortedError(absl::StrFormat(
+          "step %d: frozen array '%s' was not copied, but the base step "
+          "lacks its box %s: save again",
+          request.step, plan.arrays[plan.slices[s].array].name,
+          plan.slices[s].box.ToString()));
+    }
+    written.referenced[s] = 1;
+    written.hashes[s] = base->extents[s]->hash;
+    written.offsets[s] = base->extents[s]->offset_bytes;
+    result.bytes += plan.slices[s].length_bytes;
+  }
+  return absl::OkStatus();
 }
 
 // Steps 1-6 for this process; `tmp` is set once steps 1 and 2 made it.
@@ -349,7 +392,7 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
     }
     if (base_manifest != nullptr) {
       delta_base = std::make_unique<DeltaBase>(
-          MakeDeltaBase(plan, *base_manifest));
+          MakeDeltaBase(plan, *base_manifest, request.frozen.get()));
     }
     absl::StatusOr<std::unique_ptr<ExtentWriter>> opened = ExtentWriter::Open(
         storage, tmp, plan, process, 2, request.tracer, request.progress,
@@ -401,6 +444,8 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
       result.transfer = *staged;
       result.bytes = staged->bytes;
       written_here = *std::move(written);
+      local = ReferenceSkipped(request, delta_base.get(), process,
+                               written_here, result);
       for (int s : plan.SlicesOfProcess(process)) {
         if (written_here.referenced[s]) {
           result.referenced_bytes += plan.slices[s].length_bytes;

@@ -56,6 +56,15 @@ struct SaveRequest {
   // array's extent in the newest committed step (other than this one)
   // references them instead of being written. Never for a part.
   bool deltas = true;
+  // Frozen arrays (CheckpointManagerOptions::frozen): per plan slice, 1
+  // for a frozen array's. With `frozen_skipped`, those slices were not
+  // staged (the layout leaves them out): each is referenced in the base,
+  // which must be step `frozen_base` (else kAborted: save again). Without,
+  // each staged one whose base extent differs fails the save
+  // (kFailedPrecondition naming the array): a frozen array changed.
+  std::shared_ptr<const std::vector<uint8_t>> frozen;
+  bool frozen_skipped = false;
+  int64_t frozen_base = -1;
   // The manifest of the step the caller believes is the newest committed
   // (the last save's SaveResult::manifest): spares reading the base's
   // manifest when it is. Optional.

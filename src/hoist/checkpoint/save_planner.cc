@@ -70,8 +70,10 @@ absl::StatusOr<Topology> PartTopology(const Topology& topology, int rank) {
 
 SavePlanner::SavePlanner(SavePlanOptions options, Topology topology,
                          Topology part_topology, int rank,
-                         const TransferEngine& engine, Backend& backend)
+                         const TransferEngine& engine, Backend& backend,
+                         std::function<bool(std::string_view)> frozen)
     : options_(std::move(options)),
+      frozen_(std::move(frozen)),
       topology_(std::move(topology)),
       part_topology_(std::move(part_topology)),
       rank_(rank),
@@ -122,6 +124,24 @@ absl::StatusOr<TierPlan> SavePlanner::PlanTier(
   } else {
     planned.refused = layout.status();
   }
+  // Frozen arrays are the durable tier's (a local part is always whole).
+  if (frozen_ == nullptr || part || !layout.ok()) return planned;
+  std::vector<bool> frozen_array(planned.plan->arrays.size());
+  bool any = false;
+  for (size_t a = 0; a < frozen_array.size(); ++a) {
+    frozen_array[a] = frozen_(planned.plan->arrays[a].name);
+    any = any || frozen_array[a];
+  }
+  if (!any) return planned;
+  auto frozen = std::make_shared<std::vector<uint8_t>>();
+  frozen->reserve(planned.plan->slices.size());
+  for (const PlannedSlice& slice : planned.plan->slices) {
+    frozen->push_back(frozen_array[slice.array]);
+  }
+  absl::StatusOr<std::shared_ptr<const StagingLayout>> unfrozen = engine_.Lay(
+      *planned.plan, PlanProcess(tier), backend_.devices(), frozen.get());
+  if (unfrozen.ok()) planned.unfrozen_layout = *std::move(unfrozen);
+  planned.frozen = std::move(frozen);
   return planned;
 }
 
@@ -157,6 +177,8 @@ absl::StatusOr<PlannedSave> SavePlanner::PlanFor(
   save.plan = planned.plan;
   save.layout = planned.layout;
   save.sources = std::move(sources);
+  save.frozen = planned.frozen;
+  save.unfrozen_layout = planned.unfrozen_layout;
   return save;
 }
 
@@ -168,6 +190,7 @@ absl::Status SavePlanner::PlanTierOf(RegisteredArrays::State& state,
   RETURN_IF_ERROR(planned.refused);
   state.tiers[t] = std::move(planned);
   state.stable[t] = std::make_shared<StableSources>();
+  state.unfrozen_stable[t] = std::make_shared<StableSources>();
   return absl::OkStatus();
 }
 
@@ -201,6 +224,9 @@ absl::StatusOr<PlannedSave> SavePlanner::PlanRegistered(
   save.plan = state.tiers[t].plan;
   save.layout = state.tiers[t].layout;
   save.stable = state.stable[t];
+  save.frozen = state.tiers[t].frozen;
+  save.unfrozen_layout = state.tiers[t].unfrozen_layout;
+  save.unfrozen_stable = state.unfrozen_stable[t];
   return save;
 }
 

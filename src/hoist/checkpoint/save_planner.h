@@ -8,7 +8,9 @@
 #define HOIST_CHECKPOINT_SAVE_PLANNER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -32,6 +34,10 @@ struct TierPlan {
   // share, and `refused` says why.
   std::shared_ptr<const StagingLayout> layout;
   absl::Status refused;
+  // Per plan slice, 1 for a frozen array's (null when there is none), and
+  // the share laid out without them (null when the engine refused it).
+  std::shared_ptr<const std::vector<uint8_t>> frozen;
+  std::shared_ptr<const StagingLayout> unfrozen_layout;
 };
 
 // A registration: the arrays' specs and shards, and per tier (durable,
@@ -44,7 +50,9 @@ class RegisteredArrays::State {
   std::shared_ptr<const ShardSources> sources;
   Mutex mu;
   TierPlan tiers[2] ABSL_GUARDED_BY(mu);
+  // Per tier, for `layout` and for `unfrozen_layout`.
   std::shared_ptr<StableSources> stable[2] ABSL_GUARDED_BY(mu);
+  std::shared_ptr<StableSources> unfrozen_stable[2] ABSL_GUARDED_BY(mu);
 };
 
 // What one save stages.
@@ -60,6 +68,19 @@ struct PlannedSave {
   // Registered arrays': their sources resolved for `layout`, and the
   // copies prepared from them (null for Save(step, arrays)).
   std::shared_ptr<StableSources> stable;
+  // Frozen arrays (CheckpointManagerOptions::frozen), for the durable
+  // tier: per plan slice, 1 for a frozen array's (null when there is
+  // none); the layout and stable sources of the share without them.
+  std::shared_ptr<const std::vector<uint8_t>> frozen;
+  std::shared_ptr<const StagingLayout> unfrozen_layout;
+  std::shared_ptr<StableSources> unfrozen_stable;
+
+  // Leaves the frozen arrays' slices out of staging (they are referenced
+  // in the base step instead).
+  void SkipFrozen() {
+    layout = unfrozen_layout;
+    stable = unfrozen_stable;
+  }
 };
 
 // The job's topology (every process's devices, in rank order), gathered.
@@ -76,9 +97,11 @@ class SavePlanner {
  public:
   // `part_topology`: PartTopology(topology, rank). `engine` and `backend`
   // must outlive the planner.
+  // `frozen`: CheckpointManagerOptions::frozen.
   SavePlanner(SavePlanOptions options, Topology topology,
               Topology part_topology, int rank, const TransferEngine& engine,
-              Backend& backend);
+              Backend& backend,
+              std::function<bool(std::string_view)> frozen = nullptr);
 
   // The plan of `arrays` for `tier`: the previous one of that tier if the
   // specs are the same (compared in place, nothing copied), else a new
@@ -120,6 +143,7 @@ class SavePlanner {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state.mu);
 
   const SavePlanOptions options_;
+  const std::function<bool(std::string_view)> frozen_;
   const Topology topology_;
   const Topology part_topology_;  // PartTopology
   const int rank_;

@@ -147,8 +147,8 @@ absl::StatusOr<std::unique_ptr<StagingRun>> TransferEngine::Begin(
 }
 
 absl::StatusOr<std::shared_ptr<const StagingLayout>> TransferEngine::Lay(
-    const SavePlan& plan, int process,
-    absl::Span<Device* const> devices) const {
+    const SavePlan& plan, int process, absl::Span<Device* const> devices,
+    const std::vector<uint8_t>* skip) const {
   // 1. Check the share and group it by device.
   absl::flat_hash_map<DeviceId, int> local;  // device id -> index in devices
   for (int i = 0; i < static_cast<int>(devices.size()); ++i) {
@@ -159,6 +159,7 @@ absl::StatusOr<std::shared_ptr<const StagingLayout>> TransferEngine::Lay(
   auto layout = std::make_shared<StagingLayout>();
   const std::vector<int> share = plan.SlicesOfProcess(process);
   for (int s : share) {
+    if (skip != nullptr && (*skip)[s]) continue;
     const PlannedSlice& slice = plan.slices[s];
     const std::string& name = plan.arrays[slice.array].name;
     auto it = local.find(slice.device);

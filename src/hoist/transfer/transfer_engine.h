@@ -265,11 +265,13 @@ class TransferEngine {
       StagedExtentSink& sink, std::shared_ptr<StableSources> stable = nullptr);
   // The layout of `process`'s share of `plan` on `devices` through this
   // engine's pool: a pass over every slice of the job (of every process),
-  // which a caller saving the same plan again makes once. Errors: Stage's
-  // kFailedPrecondition and kResourceExhausted.
+  // which a caller saving the same plan again makes once. `skip`, when
+  // given (one entry per plan slice), leaves out the slices it marks: they
+  // are not staged (a save's frozen arrays, referenced instead). Errors:
+  // Stage's kFailedPrecondition and kResourceExhausted.
   absl::StatusOr<std::shared_ptr<const StagingLayout>> Lay(
-      const SavePlan& plan, int process,
-      absl::Span<Device* const> devices) const;
+      const SavePlan& plan, int process, absl::Span<Device* const> devices,
+      const std::vector<uint8_t>* skip = nullptr) const;
   absl::StatusOr<TransferStats> Finish(
       std::unique_ptr<StagingRun> run,
       const std::function<void()>& on_dispatched = nullptr,
