@@ -110,6 +110,21 @@ class _Repeat:
         self.meta, self.user, self.text = meta, user, text
 
 
+def _frozen(frozen):
+    """frozen as the extension takes it: None, a callable, or a list of
+    names (a single name is refused: it would be taken letter by letter)."""
+    if frozen is None or callable(frozen):
+        return frozen
+    if isinstance(frozen, (str, bytes)):
+        raise TypeError("frozen: a list of array names or a callable, not "
+                        "one string")
+    names = list(frozen)
+    for name in names:
+        if not isinstance(name, str):
+            raise TypeError(f"frozen: {name!r} is not an array name")
+    return names
+
+
 def _storage_options(options):
     """storage_options as the extension takes them: names to strings."""
     if options is None:
@@ -169,6 +184,17 @@ class CheckpointManager:
                    references the rest there (frozen weights are written
                    once; see docs/delta.md). save(deltas=False) turns it
                    off for one save, deltas=False here for every one.
+    frozen:        arrays that never change (a fine-tune's frozen base):
+                   a list of their names ("model/embed/w"), or a callable
+                   taking a name and returning True for a frozen one. A
+                   frozen array is copied and written once; later saves
+                   do not even copy it off the devices (blocked time
+                   drops with it) and reference its bytes.
+    frozen_check_every:
+                   copy and check the frozen arrays every Nth of those
+                   saves anyway (default 0: never); a save whose frozen
+                   array changed fails with a precondition error naming
+                   it.
     storage_options:
                    for an s3:// or gs:// root, what overrides the
                    environment (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...,
@@ -183,7 +209,8 @@ class CheckpointManager:
                  max_in_flight=1, writers=2, io="posix",
                  background_priority="low", when_busy="wait",
                  coordinator="auto", coordinator_timeout_s=600.0,
-                 storage_options=None, deltas=True):
+                 storage_options=None, deltas=True, frozen=None,
+                 frozen_check_every=0):
         if keep is not None and keep < 1:
             raise ValueError("keep must be >= 1 (or None to keep every step)")
         # A coordinator hoist makes is hoist's to close; a caller's is not.
@@ -200,7 +227,8 @@ class CheckpointManager:
             self._open(path, coordinator, backend, num_devices, pool_bytes,
                        keep, keep_every, max_in_flight, writers, io,
                        background_priority, when_busy,
-                       _storage_options(storage_options), bool(deltas))
+                       _storage_options(storage_options), bool(deltas),
+                       _frozen(frozen), int(frozen_check_every))
         except BaseException:
             self._close_coordinator()
             raise
@@ -215,7 +243,8 @@ class CheckpointManager:
 
     def _open(self, path, coordinator, backend, num_devices, pool_bytes,
               keep, keep_every, max_in_flight, writers, io,
-              background_priority, when_busy, storage_options, deltas):
+              background_priority, when_busy, storage_options, deltas,
+              frozen, frozen_check_every):
         rank = coordinator.rank if coordinator is not None else 0
         first, num_devices, ordinals = _local_devices(
             backend, num_devices, coordinator)
@@ -234,7 +263,7 @@ class CheckpointManager:
             _hoist.Manager, os.fspath(path), self._backend, int(pool_bytes),
             int(keep or 0), int(keep_every or 0), int(max_in_flight),
             int(writers), io, background_priority, coordinator, when_busy,
-            storage_options, deltas)
+            storage_options, deltas, frozen, frozen_check_every)
 
     # -- saving ------------------------------------------------------------
 

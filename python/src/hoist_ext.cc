@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
@@ -418,6 +419,33 @@ ObjectStoreOptions ObjectStoreOptionsOf(
   return options;
 }
 
+// CheckpointManagerOptions::frozen from Python: None (no frozen array), a
+// list of array names, or a callable taking a name (called with the GIL
+// taken, from the thread that saves, when a plan is made).
+std::function<bool(std::string_view)> FrozenPredicate(nb::object frozen) {
+  if (frozen.is_none()) return nullptr;
+  if (PyCallable_Check(frozen.ptr())) {
+    auto callable = std::make_shared<nb::object>(frozen);
+    return [callable](std::string_view name) {
+      nb::gil_scoped_acquire gil;
+      try {
+        return nb::cast<bool>((*callable)(nb::str(name.data(), name.size())));
+      } catch (nb::python_error& error) {
+        // Never through the engine: printed, and the array is not frozen.
+        error.discard_as_unraisable("hoist: the frozen predicate");
+        return false;
+      } catch (nb::cast_error&) {
+        return false;
+      }
+    };
+  }
+  auto names = std::make_shared<absl::flat_hash_set<std::string>>();
+  for (nb::handle name : frozen) names->insert(nb::cast<std::string>(name));
+  return [names](std::string_view name) {
+    return names->contains(std::string(name));
+  };
+}
+
 class PyManager {
  public:
   // `coordinator`: a Python coordinator (see PyCoordinator), or None for a
@@ -428,7 +456,7 @@ class PyManager {
             const std::string& background_priority, nb::object coordinator,
             const std::string& when_busy,
             const std::map<std::string, std::string>& storage_options,
-            bool deltas)
+            bool deltas, nb::object frozen, int frozen_check_every)
       : backend_(std::move(backend)),
         coordinator_(coordinator.is_none()
                          ? MakeSingleProcessCoordinator()
@@ -457,6 +485,8 @@ class PyManager {
     options.keep_last = keep_last;
     options.keep_every = keep_every;
     options.deltas = deltas;
+    options.frozen = FrozenPredicate(frozen);
+    options.frozen_check_every = frozen_check_every;
     options.max_in_flight = max_in_flight;
     options.plan.writer_streams = writers;
     if (io != "posix" && io != "io_uring") {
@@ -863,7 +893,8 @@ NB_MODULE(_hoist, m) {
       .def(nb::init<const std::string&, std::shared_ptr<PyBackend>, int64_t,
                     int, int64_t, int, int, const std::string&,
                     const std::string&, nb::object, const std::string&,
-                    const std::map<std::string, std::string>&, bool>(),
+                    const std::map<std::string, std::string>&, bool,
+                    nb::object, int>(),
            nb::arg("root"), nb::arg("backend"), nb::arg("pool_bytes"),
            nb::arg("keep_last"), nb::arg("keep_every"),
            nb::arg("max_in_flight"), nb::arg("writers"), nb::arg("io"),
@@ -871,7 +902,8 @@ NB_MODULE(_hoist, m) {
            nb::arg("coordinator").none() = nb::none(),
            nb::arg("when_busy") = "wait",
            nb::arg("storage_options") = std::map<std::string, std::string>(),
-           nb::arg("deltas") = true)
+           nb::arg("deltas") = true, nb::arg("frozen").none() = nb::none(),
+           nb::arg("frozen_check_every") = 0)
       .def("durability", &PyManager::DurabilityDict)
       .def("save", &PyManager::Save, nb::arg("step"), nb::arg("arrays"),
            nb::arg("metadata_json"), nb::arg("dispatched"),

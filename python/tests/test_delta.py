@@ -4,6 +4,7 @@ bit-exact, also after retention pruned the step that wrote the bytes."""
 import os
 
 import numpy as np
+import pytest
 
 import hoist
 
@@ -62,3 +63,31 @@ def test_deltas_off_for_the_manager_or_one_save(root):
         for step in range(1, 6):
             assert mgr.restore(step)["lora"]["a"].tobytes() == \
                 lora_state(step)["lora"]["a"].tobytes()
+
+
+def test_frozen_arrays_are_not_copied_again_and_checked(root):
+    frozen = 256 * 256 * 4
+    for spec in (["base/w"], lambda name: name.startswith("base/")):
+        with hoist.CheckpointManager(root, frozen=spec,
+                                     frozen_check_every=2) as mgr:
+            step0 = (mgr.latest or 0) + 1
+            first = mgr.save(step0, lora_state(step0))
+            first.wait()
+            second = mgr.save(step0 + 1, lora_state(step0 + 1))
+            info = second.wait()
+            assert info["referenced_bytes"] == frozen
+            assert second.progress()[0] == info["bytes"] - frozen
+            # The check save: a frozen array that changed fails it.
+            changed = lora_state(step0 + 2)
+            changed["base"]["w"] = changed["base"]["w"] + 1
+            with pytest.raises(ValueError,
+                               match="'base/w' is frozen"):
+                mgr.save(step0 + 2, changed).wait()
+            with pytest.raises(ValueError):  # reported once more
+                mgr.wait_until_finished()
+            assert mgr.latest == step0 + 1
+            restored = mgr.restore(step0 + 1)
+            assert restored["base"]["w"].tobytes() == \
+                lora_state(0)["base"]["w"].tobytes()
+    with pytest.raises(TypeError, match="not one string"):
+        hoist.CheckpointManager(root, frozen="base/w")
