@@ -97,6 +97,8 @@ class DeltaTest : public ::testing::Test {
     HostArrays host = WholeArraysInHost(model_);
     absl::StatusOr<RestoreStats> stats = root.Read(step, host.targets);
     ASSERT_TRUE(stats.ok()) << "step " << step << ": " << stats.status();
+    // References cost no extra reads: each extent once.
+    EXPECT_EQ(stats->bytes_read, stats->target_bytes) << "step " << step;
     for (size_t a = 0; a < model_.size(); ++a) {
       const std::vector<uint8_t> expected = testing::BoxBytes(
           model_[a], static_cast<int>(a), Box::FromShape(model_[a].shape),

@@ -46,7 +46,7 @@ print(" ".join(str(e["step"]) for e in json.load(open(sys.argv[1]))
                if e.get("state") == "committed"))' "$dir/ls.json")
 [ "$steps" = "2 3 4" ] || fail "ls lists committed steps '$steps', not '2 3 4'"
 
-"$hoist" inspect "$dir/r/step_00000004" --json | grep -q '"format": "hoist/1"' ||
+"$hoist" inspect "$dir/r/step_00000004" --json | grep -q '"format": "hoist/2"' ||
   fail "inspect"
 "$hoist" verify "$dir/r/step_00000004" >/dev/null || fail "verify of a good step"
 # A root: its newest step, named.
@@ -95,6 +95,36 @@ a, b = (json.load(open(p)) for p in sys.argv[1:])
 assert a["arrays"] == b["tensors"] and a["bytes"] == b["bytes"], (a, b)' \
   "$dir/import.json" "$dir/export.json" || fail "import figures"
 "$hoist" verify "$dir/imported/step_00000009" >/dev/null || fail "verify import"
+# Deltas: the same file imported again as step 10 references step 9's
+# bytes; once step 9 is removed its directory stays as a referenced step
+# (ls says so), and step 10 still inspects, verifies and exports whole.
+"$hoist" import "$dir/hf2" "$dir/imported" 10 >/dev/null || fail "import again"
+"$hoist" inspect "$dir/imported/step_00000010" --json >"$dir/inspect10.json"
+python3 -c 'import json, sys
+i, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert i["written_bytes"] == 0 and i["referenced_bytes"] == b["bytes"], i'   "$dir/inspect10.json" "$dir/export.json" || fail "inspect of a delta step"
+"$hoist" rm "$dir/imported" 9 >/dev/null || fail "rm of a referenced step"
+"$hoist" ls "$dir/imported" >"$dir/ls-delta.txt" || fail "ls of a delta root"
+grep -q "referenced (pruned" "$dir/ls-delta.txt" || fail "ls shows no referenced step"
+"$hoist" verify "$dir/imported/step_00000010" >/dev/null || fail "verify delta"
+"$hoist" export "$dir/imported" "$dir/hf3" --json >"$dir/export3.json" ||
+  fail "export of a delta step"
+python3 - "$dir/hf/model.safetensors" "$dir/hf3/model.safetensors" <<'PY' ||
+import json, struct, sys
+def tensors(path):
+    data = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    header.pop("__metadata__")
+    return {k: (v["dtype"], v["shape"],
+                data[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in header.items()}
+a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
+assert a == b, sorted(set(a) ^ set(b))[:5]
+PY
+  fail "a delta step exports other tensors"
+"$hoist" rm "$dir/imported" 10 >/dev/null || fail "rm of the last step"
+[ -z "$(ls "$dir/imported" | grep step_)" ] || fail "rm left referenced data"
 head -c 20 "$dir/hf/model.safetensors" >"$dir/cut.safetensors"
 if "$hoist" import "$dir/cut.safetensors" "$dir/nothing" 1 2>"$dir/import.err"; then
   fail "import of a truncated file"
@@ -132,7 +162,10 @@ grep -q "neither a step directory nor a root with a committed step" \
   "$dir/empty.err" || fail "verify of a root without steps: text"
 
 "$hoist" rm "$dir/r" 2 >/dev/null || fail "rm"
-[ ! -e "$dir/r/step_00000002" ] || fail "rm left the step"
+# Step 3's manifest is garbage now: what it references is unknown, so step
+# 2's data files stay (docs/delta.md); step 2 is no checkpoint any more.
+[ ! -e "$dir/r/step_00000002/MANIFEST.json" ] || fail "rm left the step"
+"$hoist" ls "$dir/r" | grep -q "^2 .*committed" && fail "rm: step 2 listed"
 if "$hoist" rm "$dir/r" 2 2>/dev/null; then fail "rm of a missing step"; fi
 
 # Hostile roots: every reader exits 1 with the reason, within seconds
