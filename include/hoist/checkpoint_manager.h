@@ -191,7 +191,7 @@ enum class ReturnWhen {
 struct SaveInfo {
   int64_t step = 0;
   std::string path;
-  int64_t bytes = 0;       // array bytes this process saved
+  int64_t bytes = 0;  // array bytes this process saved
   // Of `bytes`, those not written: the same as the newest committed step's,
   // referenced there (deltas).
   int64_t referenced_bytes = 0;

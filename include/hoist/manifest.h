@@ -106,8 +106,9 @@ struct Manifest {
 // JSON text of `manifest`: hoist/2, or hoist/1 when every hash is XXH3-64
 // (a hoist/1 manifest written again). kInvalidArgument (nothing thrown) if
 // it could not be read back: hashes of both widths, a reference in a
-// hoist/1 manifest or to the manifest's own step, metadata that ValidateMetadataJson refuses, an array name
-// that is not UTF-8, or text larger than kMaxManifestBytes.
+// hoist/1 manifest or to the manifest's own step, metadata that
+// ValidateMetadataJson refuses, an array name that is not UTF-8, or text larger
+// than kMaxManifestBytes.
 absl::StatusOr<std::string> EncodeManifest(const Manifest& manifest);
 
 // OK if `json` can be a step's user metadata: a JSON object, valid UTF-8,

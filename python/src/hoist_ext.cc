@@ -541,8 +541,7 @@ class PyManager {
       array.spec.sharding = std::move(sharding);
       save.push_back(std::move(array));
     }
-    SaveHandle accepted =
-        Submit(step, save, metadata_json, dispatched, deltas);
+    SaveHandle accepted = Submit(step, save, metadata_json, dispatched, deltas);
     // Kept for save_again: the same arrays with new data.
     last_save_ = std::move(save);
     last_bytes_ = std::move(shard_bytes);
@@ -893,8 +892,8 @@ NB_MODULE(_hoist, m) {
       .def(nb::init<const std::string&, std::shared_ptr<PyBackend>, int64_t,
                     int, int64_t, int, int, const std::string&,
                     const std::string&, nb::object, const std::string&,
-                    const std::map<std::string, std::string>&, bool,
-                    nb::object, int>(),
+                    const std::map<std::string, std::string>&, bool, nb::object,
+                    int>(),
            nb::arg("root"), nb::arg("backend"), nb::arg("pool_bytes"),
            nb::arg("keep_last"), nb::arg("keep_every"),
            nb::arg("max_in_flight"), nb::arg("writers"), nb::arg("io"),

@@ -1,10 +1,11 @@
 // The checkpoint manager. Save() plans on the caller's thread (the
 // SavePlanner reuses the last plan when the arrays' specs have not changed,
 // as in a training loop, so planning stays off the time training is
-// blocked) and queues a job; the saver thread runs jobs in order (stage, persist, commit: see
-// save.cc), reporting each stage through the job's promises, then applies
-// retention. A job's error that Save() did not already return is kept and
-// returned by the next call, so no background error is ever lost.
+// blocked) and queues a job; the saver thread runs jobs in order (stage,
+// persist, commit: see save.cc), reporting each stage through the job's
+// promises, then applies retention. A job's error that Save() did not already
+// return is kept and returned by the next call, so no background error is ever
+// lost.
 #include "hoist/checkpoint_manager.h"
 
 #include <algorithm>
@@ -432,8 +433,8 @@ class CheckpointManager::Impl {
   void DispatchHere(Job& job) {
     if (job.planned.layout == nullptr) return;
     absl::StatusOr<std::unique_ptr<BegunSave>> begun =
-        BeginSave(*job.planned.plan, job.planned.layout, engine_, backend_.devices(),
-                  *job.planned.sources, job.planned.stable);
+        BeginSave(*job.planned.plan, job.planned.layout, engine_,
+                  backend_.devices(), *job.planned.sources, job.planned.stable);
     if (!begun.ok()) return;
     job.begun = *std::move(begun);
     if (job.begun->all_dispatched()) {
@@ -593,10 +594,10 @@ class CheckpointManager::Impl {
       request.overwrite = true;
       request.part = ManifestPart{coordinator_.rank(), coordinator_.size()};
     }
-    absl::StatusOr<SaveResult> result =
-        SaveCheckpoint(local ? local_->own().storage() : storage_,
-                       local ? *alone_ : coordinator_, request, engine_,
-                       backend_.devices(), *job.planned.sources, std::move(job.begun));
+    absl::StatusOr<SaveResult> result = SaveCheckpoint(
+        local ? local_->own().storage() : storage_,
+        local ? *alone_ : coordinator_, request, engine_, backend_.devices(),
+        *job.planned.sources, std::move(job.begun));
     int64_t replicated_bytes = 0;
     if (local) {
       // Every rank replicates, or removes its part when a rank failed.

@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <random>
 
-#include "absl/status/status.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -214,12 +214,11 @@ absl::StatusOr<std::vector<RootEntry>> CheckpointRoot::Entries() const {
       if (!committed && !live) {
         live = FilesReadByCommitted(storage_, path_);
       }
-      entries.push_back(
-          {committed ? RootEntry::Kind::kCommitted
-           : live->ok() && HoldsLiveFiles(**live, *step)
-               ? RootEntry::Kind::kReferenced
-               : RootEntry::Kind::kIncomplete,
-           *step, JoinPath(path_, name)});
+      entries.push_back({committed ? RootEntry::Kind::kCommitted
+                         : live->ok() && HoldsLiveFiles(**live, *step)
+                             ? RootEntry::Kind::kReferenced
+                             : RootEntry::Kind::kIncomplete,
+                         *step, JoinPath(path_, name)});
     } else if (std::optional<TmpStepDir> tmp = ParseTmpStepDirName(name)) {
       entries.push_back(
           {RootEntry::Kind::kIncomplete, tmp->step, JoinPath(path_, name)});
@@ -345,8 +344,8 @@ absl::Status CheckpointRoot::Delete(int64_t step) {
       manifest.ok()) {
     for (const ManifestArray& array : manifest->arrays) {
       for (const ManifestExtent& extent : array.extents) {
-        if (extent.step && std::find(read.begin(), read.end(), *extent.step) ==
-                               read.end()) {
+        if (extent.step &&
+            std::find(read.begin(), read.end(), *extent.step) == read.end()) {
           read.push_back(*extent.step);
         }
       }
@@ -367,7 +366,8 @@ absl::Status CheckpointRoot::Delete(int64_t step) {
   }
   // The manifest goes first (durably): from then on the directory is no
   // checkpoint, only data that kept steps read.
-  RETURN_IF_ERROR(storage_.RemoveAll(JoinPath(dir, std::string(kManifestFileName))));
+  RETURN_IF_ERROR(
+      storage_.RemoveAll(JoinPath(dir, std::string(kManifestFileName))));
   RETURN_IF_ERROR(storage_.SyncDir(dir));
   if (!live.ok()) return absl::OkStatus();
   return PruneReferenced(storage_, path_, read, *live);

@@ -156,8 +156,7 @@ absl::Status PruneReferenced(Storage& storage, const std::string& root,
     int kept = 0;
     bool removed_file = false;
     for (const std::string& file : files) {
-      const std::string relative =
-          JoinPath(name, JoinPath(kDataDirName, file));
+      const std::string relative = JoinPath(name, JoinPath(kDataDirName, file));
       if (live.contains(relative)) {
         ++kept;
         continue;

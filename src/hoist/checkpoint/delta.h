@@ -45,9 +45,8 @@ DeltaBase MakeDeltaBase(const SavePlan& plan, const Manifest& base,
                         const std::vector<uint8_t>* frozen = nullptr);
 
 // The newest step committed under `root` other than `except`, or nullopt.
-absl::StatusOr<std::optional<int64_t>> NewestCommittedStep(Storage& storage,
-                                                           const std::string& root,
-                                                           int64_t except);
+absl::StatusOr<std::optional<int64_t>> NewestCommittedStep(
+    Storage& storage, const std::string& root, int64_t except);
 
 // The steps committed under `root`, ascending.
 absl::StatusOr<std::vector<int64_t>> CommittedSteps(Storage& storage,

@@ -28,7 +28,10 @@ constexpr int kFrozen = 0;
 std::vector<ArraySpec> LoraModel() {
   const Mesh mesh = *Mesh::Create({"data", "model"}, {2, 4});
   return {
-      {"base/w", DType::kFloat32, {256, 256}, NamedSharding{mesh, {{}, {"model"}}}},
+      {"base/w",
+       DType::kFloat32,
+       {256, 256},
+       NamedSharding{mesh, {{}, {"model"}}}},
       {"lora/a", DType::kFloat32, {64, 32}, NamedSharding{mesh, {{"data"}}}},
       {"count", DType::kInt32, {}, Sharding::Replicated(mesh)},
   };
@@ -37,8 +40,7 @@ std::vector<ArraySpec> LoraModel() {
 // The bytes regular files under `dir` occupy on disk (holes excluded).
 int64_t DiskBytes(const std::string& dir) {
   int64_t bytes = 0;
-  for (const auto& entry :
-       std::filesystem::recursive_directory_iterator(dir)) {
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
     struct stat st;
     if (entry.is_regular_file() && ::stat(entry.path().c_str(), &st) == 0) {
       bytes += static_cast<int64_t>(st.st_blocks) * 512;
@@ -55,8 +57,8 @@ class DeltaTest : public ::testing::Test {
     shards_ = testing::FillShards(model_, backend_->devices());
     root_ = temp_.path() + "/ckpt";
     for (const ArraySpec& spec : model_) {
-      state_bytes_ += Box::FromShape(spec.shape).num_elements() *
-                      ItemSize(spec.dtype);
+      state_bytes_ +=
+          Box::FromShape(spec.shape).num_elements() * ItemSize(spec.dtype);
     }
   }
 
@@ -172,8 +174,8 @@ TEST_F(DeltaTest, DeltasCanBeTurnedOffPerManagerAndPerSave) {
             FrozenBytes());
   manager.reset();
   manager = Open();
-  EXPECT_EQ(SaveStep(*manager, 4, SaveOptions{.deltas = false}).referenced_bytes,
-            0);
+  EXPECT_EQ(
+      SaveStep(*manager, 4, SaveOptions{.deltas = false}).referenced_bytes, 0);
   EXPECT_EQ(SaveStep(*manager, 5).referenced_bytes, FrozenBytes());
   auto root = Root();
   for (int64_t step : {1, 2, 3, 4, 5}) ExpectStep(*root, step);
@@ -289,7 +291,8 @@ TEST_F(DeltaTest, RecoveryKeepsReferencedFilesAndRemovesTheRest) {
   std::filesystem::create_directories(root_ + "/step_00000009/data");
   std::ofstream(root_ + "/step_00000009/data/r00000_w00.bin") << "orphan";
   auto manager = Open();
-  EXPECT_FALSE(std::filesystem::exists(root_ + "/step_00000001/data/stray.bin"));
+  EXPECT_FALSE(
+      std::filesystem::exists(root_ + "/step_00000001/data/stray.bin"));
   EXPECT_FALSE(std::filesystem::exists(root_ + "/step_00000009"));
   EXPECT_TRUE(std::filesystem::exists(root_ + "/step_00000001"));
   EXPECT_THAT(*manager->List(), ElementsAre(2));

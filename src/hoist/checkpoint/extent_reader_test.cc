@@ -80,9 +80,12 @@ TEST(ExtentReaderTest, PiecesHashLikeTheWholeAndMismatchIsDataLoss) {
     auto file = *storage.OpenWritable("/f");
     ASSERT_TRUE(file->WriteAt(8192, bytes).ok());
   }
-  ManifestExtent extent{Box({0, 0}, {10, 300}), "f", 8192,
+  ManifestExtent extent{Box({0, 0}, {10, 300}),
+                        "f",
+                        8192,
                         static_cast<int64_t>(bytes.size()),
-                        HashExtent(bytes.data(), bytes.size()), std::nullopt};
+                        HashExtent(bytes.data(), bytes.size()),
+                        std::nullopt};
   auto file = *storage.OpenReadable("/f");
   ReadBuffer buffer;
   std::vector<uint8_t> seen;

@@ -155,8 +155,8 @@ void ExtentWriter::Run(Stream* stream) {
       }
     }
     const bool append = stream->file->sequential();
-    int64_t at = append ? stream->end
-                        : plan_.slices[run.front().slice].offset_bytes;
+    int64_t at =
+        append ? stream->end : plan_.slices[run.front().slice].offset_bytes;
     const absl::Time write_start = absl::Now();
     if (tracer_ != nullptr) {
       tracer_->Span(TrackOf(run.front()),
@@ -181,12 +181,12 @@ void ExtentWriter::Run(Stream* stream) {
       const absl::Time piece_start = absl::Now();
       status = stream->file->WriteAtv(offset, pieces);
       if (tracer_ != nullptr) {
-        tracer_->Span(TrackOf(run.front()),
-                      absl::StrFormat("write %s @ %d",
-                                      FormatBytes(static_cast<double>(
-                                          at - offset)),
-                                      offset),
-                      piece_start, absl::Now());
+        tracer_->Span(
+            TrackOf(run.front()),
+            absl::StrFormat("write %s @ %d",
+                            FormatBytes(static_cast<double>(at - offset)),
+                            offset),
+            piece_start, absl::Now());
       }
     }
     for (StagedExtent& extent : run) extent.lease.Release();

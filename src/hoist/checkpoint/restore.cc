@@ -184,8 +184,7 @@ absl::Status ReadWave(Storage& storage, const std::string& step_dir,
         const ManifestExtent& extent = extent_of(order[i]);
         const uint8_t* bytes =
             data + (extent.offset_bytes - first.offset_bytes);
-        if (verify &&
-            !ExtentMatches(extent.hash, bytes, extent.length_bytes)) {
+        if (verify && !ExtentMatches(extent.hash, bytes, extent.length_bytes)) {
           error.Record(absl::DataLossError(absl::StrFormat(
               "array '%s': extent %d of %d: xxh3 mismatch in %s @ %d",
               task.array->name, task.extent, task.array->extents.size(),

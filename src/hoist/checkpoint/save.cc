@@ -135,8 +135,8 @@ Manifest BuildManifest(const SaveRequest& request,
 uint64_t PlanFingerprint(const SaveRequest& request) {
   SaveRequest bare = request;
   bare.metadata_json = "{}";
-  const absl::StatusOr<std::string> text =
-      EncodeManifest(BuildManifest(bare, WrittenExtents(*request.plan), nullptr));
+  const absl::StatusOr<std::string> text = EncodeManifest(
+      BuildManifest(bare, WrittenExtents(*request.plan), nullptr));
   // The request was validated before any byte moved; an encoding error
   // would be the same on every rank.
   return text.ok() ? XXH3_64bits(text->data(), text->size()) : 0;
@@ -216,8 +216,8 @@ int64_t ChooseBase(Storage& storage, const SaveRequest& request,
   if (!newest.ok() || !newest->has_value()) return -1;
   const int64_t base = **newest;
   if (request.base_hint == nullptr || request.base_hint->step != base) {
-    absl::StatusOr<Manifest> read = ReadManifestFile(
-        storage, JoinPath(request.root, StepDirName(base)));
+    absl::StatusOr<Manifest> read =
+        ReadManifestFile(storage, JoinPath(request.root, StepDirName(base)));
     if (!read.ok()) return -1;
     manifest = std::make_shared<const Manifest>(*std::move(read));
   } else {
@@ -329,9 +329,9 @@ absl::StatusOr<Decided> DecideTmpDir(Storage& storage, Coordinator& coordinator,
 // (SaveRequest::frozen_skipped): referenced in the base, counted as saved.
 // kAborted when the base lacks one (it cannot, unless the root changed
 // under the manager).
-absl::Status ReferenceSkipped(const SaveRequest& request,
-                              const DeltaBase* base, int process,
-                              WrittenExtents& written, SaveResult& result) {
+absl::Status ReferenceSkipped(const SaveRequest& request, const DeltaBase* base,
+                              int process, WrittenExtents& written,
+                              SaveResult& result) {
   if (!request.frozen_skipped) return absl::OkStatus();
   const SavePlan& plan = *request.plan;
   for (int s : plan.SlicesOfProcess(process)) {
@@ -444,8 +444,8 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
       result.transfer = *staged;
       result.bytes = staged->bytes;
       written_here = *std::move(written);
-      local = ReferenceSkipped(request, delta_base.get(), process,
-                               written_here, result);
+      local = ReferenceSkipped(request, delta_base.get(), process, written_here,
+                               result);
       for (int s : plan.SlicesOfProcess(process)) {
         if (written_here.referenced[s]) {
           result.referenced_bytes += plan.slices[s].length_bytes;

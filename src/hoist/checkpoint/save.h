@@ -78,7 +78,7 @@ struct SaveRequest {
 struct SaveResult {
   std::string path;  // the committed step directory
   TransferStats transfer;
-  int64_t bytes = 0;         // array bytes saved by this process
+  int64_t bytes = 0;  // array bytes saved by this process
   // Of `bytes`, those not written: the newest committed step's (deltas).
   int64_t referenced_bytes = 0;
   // The committed manifest (on every rank).

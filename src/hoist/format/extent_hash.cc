@@ -52,8 +52,7 @@ bool ExtentHasher::Matches() const {
   return hash.low64 == expected_.low && hash.high64 == expected_.high;
 }
 
-bool ExtentMatches(const ExtentHash& expected, const void* data,
-                   size_t bytes) {
+bool ExtentMatches(const ExtentHash& expected, const void* data, size_t bytes) {
   if (!expected.wide) return XXH3_64bits(data, bytes) == expected.low;
   return HashExtent(data, bytes) == expected;
 }

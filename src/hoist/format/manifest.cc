@@ -296,9 +296,9 @@ absl::StatusOr<ManifestArray> DecodeArray(const Json& json, size_t index,
   }
   array.extents.reserve(extents->size());
   for (size_t i = 0; i < extents->size(); ++i) {
-    ASSIGN_OR_RETURN(ManifestExtent extent,
-                     DecodeExtent((*extents)[i], array, i, extents->size(),
-                                  context));
+    ASSIGN_OR_RETURN(
+        ManifestExtent extent,
+        DecodeExtent((*extents)[i], array, i, extents->size(), context));
     array.extents.push_back(std::move(extent));
   }
   if (absl::Status status = CheckTiling(array, *elements, context.part);

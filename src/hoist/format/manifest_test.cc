@@ -11,9 +11,12 @@ namespace {
 using ::testing::HasSubstr;
 
 // An extent of a hoist/2 manifest whose bytes are its own step's.
-ManifestExtent Extent(Box box, std::string file, int64_t offset,
-                      int64_t length, uint64_t hash) {
-  return {std::move(box), std::move(file), offset, length,
+ManifestExtent Extent(Box box, std::string file, int64_t offset, int64_t length,
+                      uint64_t hash) {
+  return {std::move(box),
+          std::move(file),
+          offset,
+          length,
           ExtentHash{.low = hash, .high = 0xfedcba9876543210ULL, .wide = true},
           std::nullopt};
 }
