@@ -501,6 +501,17 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
   for (const std::string& bytes : gathered) {
     RETURN_IF_ERROR(DecodeWritten(bytes, all));
   }
+  // Every rank referenced the same base's extents (it read the manifest
+  // of the step rank 0 chose): one this rank's base lacks cannot be.
+  for (size_t s = 0; s < plan.slices.size(); ++s) {
+    if (all.referenced[s] &&
+        (delta_base == nullptr || !delta_base->extents[s])) {
+      return absl::InternalError(absl::StrFormat(
+          "step %d aborted: a process referenced a box of '%s' that the base "
+          "step lacks",
+          request.step, plan.arrays[plan.slices[s].array].name));
+    }
+  }
   // 5: rank 0 commits, and tells everyone how it went (step 6).
   const std::string final_dir =
       JoinPath(request.root, StepDirName(request.step));
