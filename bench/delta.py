@@ -33,7 +33,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -255,15 +254,16 @@ def main():
     parser.add_argument("--out", default=os.path.join(ROOT, "bench-results"))
     parser.add_argument("--json", action="store_true",
                         help="print the report as JSON")
+    parser.add_argument("--dir", help="where the roots go (default: a new "
+                        "directory in the repository, removed after)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
-    parser.add_argument("--dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.saves < 3:
         parser.error("--saves must be at least 3")
     if args.child:
         child(args)
         return
-    work = tempfile.mkdtemp(prefix="hoist-delta-", dir=ROOT)
+    work = tempfile.mkdtemp(prefix="hoist-delta-", dir=args.dir or ROOT)
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     report = {"size": args.size, "saves": args.saves, "lora": {}}
     try:

@@ -1,6 +1,7 @@
-"""bench/peers.py runs end to end and writes the report the README shows
-(a small model, two systems, one round, no scaling figures; the real run is
-`bench/peers.py`)."""
+"""The benchmarks run end to end, small: bench/peers.py writes the report
+the README shows (a small model, two systems, one round, no scaling
+figures; the real run is `bench/peers.py`); bench/many_arrays.py and
+bench/delta.py theirs."""
 import json
 import pathlib
 import subprocess
@@ -55,3 +56,28 @@ def test_many_arrays_benchmark_restores_bit_exact(tmp_path):
         assert row["torch_s"] > 0, row
         for key in ("first_blocked_s", "repeat_blocked_s", "torch_save_s"):
             assert isinstance(row[key], float), row
+
+
+def test_delta_benchmark_meets_its_byte_goals(tmp_path):
+    """bench/delta.py end to end, small: the bytes written and kept on disk
+    are a function of the state, not of the machine's speed."""
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [sys.executable, str(REPO / "bench/delta.py"), "--size", "32MiB",
+         "--saves", "4", "--dir", str(tmp_path), "--out", str(out),
+         "--json"], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    lora = report["lora"]
+    for system in ("hoist_full", "hoist_delta", "hoist_frozen"):
+        assert lora[system]["verified"] is True, lora[system]
+    for system in ("dcp", "orbax"):
+        assert "error" not in lora[system], lora[system]
+    ratios = report["ratios"]
+    assert ratios["written / full save (delta; goal <= 0.08)"] <= 0.08
+    assert ratios["on disk / one state (delta, keep=3; goal <= 1.3)"] <= 1.3
+    assert 2.9 <= ratios["on disk / one state (full, keep=3)"] <= 3.1
+    assert lora["hoist_frozen"]["written_bytes"] == \
+        lora["hoist_delta"]["written_bytes"]
+    assert report["pretrain"]["check_cost"] > 0
+    assert json.loads((out / "delta.json").read_text()) == report
