@@ -349,6 +349,23 @@ class CheckpointManager {
   // once its own work after the restore is done. Any thread.
   void PinPool();
 
+  // What a Restore(step, ...) would restore, decided before any array is
+  // read, for a caller that makes its targets from the manifest (Python's
+  // restore): the step (with `step` unset, the newest across the tiers),
+  // the tier it comes from, and its manifest (from the local tier, this
+  // process's part's: every array, with only its own boxes' extents).
+  // Collective with a local tier, as Restore is: every rank's part of a
+  // local step is brought here (a lost part fetched from a peer), so the
+  // Restore that follows reads it locally. kNotFound when no tier holds
+  // the step.
+  struct PreparedRestore {
+    int64_t step = 0;
+    Tier tier = Tier::kDurable;
+    Manifest manifest;
+    std::string note;  // with a local tier: what was chosen and why
+  };
+  absl::StatusOr<PreparedRestore> PrepareRestore(std::optional<int64_t> step);
+
   // Restores `targets` from `step` (the latest committed step if nullopt).
   // kNotFound when there is no such step.
   // `receiver` gets the staged parts of destinations without a device or

@@ -45,8 +45,22 @@ _LOG = logging.getLogger("hoist")
 class SaveHandle:
     """One save in flight: wait for it, or poll it."""
 
-    def __init__(self, handle):
+    def __init__(self, handle, tier=None):
         self._handle = handle
+        self._tier = tier
+
+    @property
+    def tier(self):
+        """Where the step goes: "durable", "local" (the local tier), or
+        None when it is not saved (skipped, or neither a durable nor a
+        local step)."""
+        return None if self._handle.skipped else self._tier
+
+    @property
+    def replicated_bytes(self):
+        """The bytes this process sent its replica holders (a local step;
+        0 otherwise), once the save has committed (this waits for it)."""
+        return self.wait()["replicated_bytes"]
 
     @property
     def step(self):
@@ -78,8 +92,8 @@ class SaveHandle:
     def wait(self):
         """Returns once the step is durable and visible, with its figures:
         bytes, referenced_bytes (of bytes, those not written: the same as
-        the newest committed step's, referenced there), dispatches,
-        staged_s, committed_s, path, ..."""
+        the newest committed step's, referenced there), tier,
+        replicated_bytes, dispatches, staged_s, committed_s, path, ..."""
         return _call(self._handle.wait)
 
     def done(self):
@@ -184,6 +198,20 @@ class CheckpointManager:
                    references the rest there (frozen weights are written
                    once; see docs/delta.md). save(deltas=False) turns it
                    off for one save, deltas=False here for every one.
+    persist_every: only steps divisible by this go to the durable root
+                   (default 1: every step); with a local tier the others
+                   go there (docs/tiers.md).
+    local_root:    a local tier: each process's own fast storage, "{rank}"
+                   replaced by its rank ("/dev/shm/ckpt/{rank}", a node's
+                   NVMe). Steps divisible by local_every that are not
+                   durable steps are saved there, each process's part
+                   sent to replicas - 1 peers (over the coordinator's
+                   exchange()); restore takes the newest step either tier
+                   can rebuild, fetching a lost part from its replica.
+    local_every, replicas, local_keep_last:
+                   the local tier's: every Nth step (default 1), copies
+                   of each part (default 2: its own and one peer's), local
+                   steps kept (default 2).
     frozen:        arrays that never change (a fine-tune's frozen base):
                    a list of their names ("model/embed/w"), or a callable
                    taking a name and returning True for a frozen one. A
@@ -210,7 +238,8 @@ class CheckpointManager:
                  background_priority="low", when_busy="wait",
                  coordinator="auto", coordinator_timeout_s=600.0,
                  storage_options=None, deltas=True, frozen=None,
-                 frozen_check_every=0):
+                 frozen_check_every=0, persist_every=1, local_root=None,
+                 local_every=1, replicas=2, local_keep_last=2):
         if keep is not None and keep < 1:
             raise ValueError("keep must be >= 1 (or None to keep every step)")
         # A coordinator hoist makes is hoist's to close; a caller's is not.
@@ -228,7 +257,12 @@ class CheckpointManager:
                        keep, keep_every, max_in_flight, writers, io,
                        background_priority, when_busy,
                        _storage_options(storage_options), bool(deltas),
-                       _frozen(frozen), int(frozen_check_every))
+                       _frozen(frozen), int(frozen_check_every),
+                       dict(persist_every=int(persist_every),
+                            local_root=os.fspath(local_root or ""),
+                            local_every=int(local_every),
+                            replicas=int(replicas),
+                            local_keep_last=int(local_keep_last)))
         except BaseException:
             self._close_coordinator()
             raise
@@ -244,7 +278,7 @@ class CheckpointManager:
     def _open(self, path, coordinator, backend, num_devices, pool_bytes,
               keep, keep_every, max_in_flight, writers, io,
               background_priority, when_busy, storage_options, deltas,
-              frozen, frozen_check_every):
+              frozen, frozen_check_every, tiers):
         rank = coordinator.rank if coordinator is not None else 0
         first, num_devices, ordinals = _local_devices(
             backend, num_devices, coordinator)
@@ -263,7 +297,8 @@ class CheckpointManager:
             _hoist.Manager, os.fspath(path), self._backend, int(pool_bytes),
             int(keep or 0), int(keep_every or 0), int(max_in_flight),
             int(writers), io, background_priority, coordinator, when_busy,
-            storage_options, deltas, frozen, frozen_check_every)
+            storage_options, deltas, frozen, frozen_check_every, **tiers)
+        self._tiers = tiers
 
     # -- saving ------------------------------------------------------------
 
@@ -309,7 +344,17 @@ class CheckpointManager:
                 "(storage slow or stuck); last committed step %s; %d "
                 "skipped so far", step, lag["in_flight"],
                 lag["last_committed_step"], lag["skipped_saves"])
-        return SaveHandle(handle)
+        return SaveHandle(handle, self._tier_of(step))
+
+    def _tier_of(self, step):
+        """The tier `step` goes to, as the engine decides it: durable,
+        local, or None (not saved)."""
+        tiers = self._tiers
+        if step % tiers["persist_every"] == 0:
+            return "durable"
+        if tiers["local_root"] and step % tiers["local_every"] == 0:
+            return "local"
+        return None
 
     def _save_again(self, step, state, metadata, dispatched, deltas):
         """A save of the same structure as the last one (same dicts, array
@@ -362,22 +407,30 @@ class CheckpointManager:
         leaves restores those, and names=["params/w", ...] (array names, as
         inspect() lists them) restores just those arrays as a flat dict
         name -> array. An array the step does not hold is a KeyError naming
-        it. mgr.last_restore has the engine's figures (bytes read, ...).
+        it. mgr.last_restore has the engine's figures: bytes_read (from
+        storage, this process), tier ("local" or "durable": where the step
+        came from, the same on every rank), step, note (with a local tier,
+        which replicas served which ranks), ...
+
+        With a local tier (local_root=), every rank of the job must call
+        restore together.
         """
         if like is not None and names is not None:
             raise ValueError("give like= or names=, not both")
-        if step is None:
-            step = self.latest
-            if step is None:
-                raise FileNotFoundError(
-                    f"no committed step in {self._manager.root}")
-        step = step_number(step)
-        manifest = self._manifest(step)
+        if step is not None:
+            step = step_number(step)
+        # The step (the newest of either tier unless asked for) and its
+        # manifest, before any array is read; with a local tier, every
+        # rank takes part, and a lost part is fetched from its replica.
+        step, _, text, note = _call(self._manager.prepare_restore, step)
+        manifest = json.loads(text)
         meta = manifest.get("metadata") or {}
 
         def run(targets, received_targets, receive):
             self.last_restore = _call(self._manager.restore, step,
                                       targets, received_targets, receive)
+            if note:  # the choice, made (and parts fetched) before
+                self.last_restore["note"] = note
 
         try:
             return unflatten(

@@ -13,7 +13,11 @@ transport of hoist's:
 
 A coordinator is any object with `rank` and `size` attributes and the
 methods barrier(name), all_gather(name, data: bytes) -> [bytes, ...] by rank
-and broadcast(name, data: bytes, root) -> bytes. Every rank makes the same
+and broadcast(name, data: bytes, root) -> bytes; a local tier also needs
+exchange(name, data, to, from_, receive), bulk point to point: this rank
+sends `data` (a uint8 NumPy array) to rank `to` while rank `from_` sends it
+its own, handed to receive(piece) in order, piece by bounded piece (1-D
+uint8 NumPy arrays); every rank calls it at once, as a shift. Every rank makes the same
 calls in the same order; the manager calls them from its saver thread (one
 at a time), so they must not use a group or channel the training loop uses
 at the same time. An operation that a rank does not reach within the
@@ -27,8 +31,15 @@ import itertools
 import re
 import sys
 import time
+import zlib
 
 _DEFAULT_TIMEOUT_S = 600.0
+# exchange() moves bulk data in pieces of at most this: over torch's gloo
+# group, and (smaller, each relayed by the coordination service) over JAX's
+# key-value store, with at most _WINDOW pieces unacknowledged per sender.
+_PIECE_BYTES = 64 << 20
+_KV_PIECE_BYTES = 4 << 20
+_WINDOW = 4
 
 
 def job_coordinator(timeout_s=_DEFAULT_TIMEOUT_S):
@@ -139,6 +150,58 @@ class TorchCoordinator:
         _check_names(name, [box[0][0]])
         return box[0][1]
 
+    def exchange(self, name, data, to, from_, receive):
+        """Bulk point to point over the gloo group: a header (length and
+        the name's CRC) each way, then pieces of at most 64 MiB, each
+        sent from a copy (memory stays bounded) while the peer's arrives."""
+        import numpy as np
+        import torch
+        if to == from_ == self.rank:
+            for at in range(0, len(data), _PIECE_BYTES):
+                receive(data[at:at + _PIECE_BYTES])
+            return
+        group, dist = self._group, self._dist
+        sent = torch.tensor([len(data), zlib.crc32(name.encode())],
+                            dtype=torch.int64)
+        header = torch.zeros(2, dtype=torch.int64)
+        self._wait(name, from_, [
+            dist.isend(sent, dist.get_global_rank(group, to), group=group),
+            dist.irecv(header, dist.get_global_rank(group, from_),
+                       group=group)])
+        length, crc = (int(v) for v in header)
+        if crc != zlib.crc32(name.encode()):
+            raise RuntimeError(f"exchange '{name}': rank {from_} sent under "
+                               "another name (every rank must take the same "
+                               "path)")
+        inbox = torch.empty(min(length, _PIECE_BYTES), dtype=torch.uint8)
+        for at in range(0, max(len(data), length), _PIECE_BYTES):
+            work = []
+            if at < len(data):
+                piece = torch.from_numpy(np.array(data[at:at + _PIECE_BYTES]))
+                work.append(dist.isend(piece, dist.get_global_rank(group, to),
+                                       group=group))
+            size = min(_PIECE_BYTES, length - at)
+            if size > 0:
+                work.append(dist.irecv(inbox[:size], dist.get_global_rank(
+                    group, from_), group=group))
+            self._wait(name, from_, work)
+            if size > 0:
+                receive(inbox[:size].numpy())
+
+    def _wait(self, name, peer, work):
+        """Waits for point-to-point operations; a peer that does not answer
+        within the timeout is a TimeoutError naming it."""
+        try:
+            for w in work:
+                w.wait()
+        except RuntimeError as error:
+            text = (str(error).strip().splitlines() or [""])[0]
+            if "imed out" in text or "imeout" in text:
+                raise TimeoutError(f"exchange '{name}': rank {peer} did not "
+                                   f"answer: {text}") from None
+            raise RuntimeError(f"exchange '{name}' with rank {peer}: "
+                               f"{text}") from None
+
     def close(self):
         """Releases the group (local: no other rank takes part)."""
         if self._group is not None and self._dist.is_initialized():
@@ -209,6 +272,64 @@ class JaxCoordinator:
 
     def broadcast(self, name, data, root):
         return self._exchange(name, data if self.rank == root else b"")[root]
+
+    def exchange(self, name, data, to, from_, receive):
+        """Bulk point to point through the key-value store, in pieces of at
+        most 4 MiB: the receiver deletes each piece it read and
+        acknowledges it, and a sender has at most _WINDOW pieces
+        unacknowledged, so the coordination service holds at most that
+        much of it at once. Slower than a collective transport: the
+        coordination service's process relays every byte."""
+        if to == from_ == self.rank:
+            for at in range(0, len(data), _KV_PIECE_BYTES):
+                receive(data[at:at + _KV_PIECE_BYTES])
+            return
+        import numpy as np
+        sequence = self._sequence
+        self._sequence += 1
+        key = f"{self._prefix}/x{sequence}"
+        mine, theirs = f"{key}/{self.rank}", f"{key}/{from_}"
+        self._client.key_value_set_bytes(
+            f"{mine}/h", name.encode() + b"\0" + str(len(data)).encode())
+        other, _, length = self._get(name, from_, f"{theirs}/h").partition(
+            b"\0")
+        if other.decode() != name:
+            raise RuntimeError(f"exchange '{name}': rank {from_} sent "
+                               f"'{other.decode()}' (every rank must take "
+                               "the same path)")
+        length = int(length)
+        self._client.key_value_delete(f"{theirs}/h")
+        sends = -(-len(data) // _KV_PIECE_BYTES)
+        receives = -(-length // _KV_PIECE_BYTES)
+        for i in range(max(sends, receives)):
+            if i < sends:
+                if i >= _WINDOW:  # the peer has read piece i - _WINDOW
+                    self._get(name, to, f"{mine}/a{i - _WINDOW}")
+                    self._client.key_value_delete(f"{mine}/a{i - _WINDOW}")
+                at = i * _KV_PIECE_BYTES
+                self._client.key_value_set_bytes(
+                    f"{mine}/{i}", data[at:at + _KV_PIECE_BYTES].tobytes())
+            if i < receives:
+                piece = self._get(name, from_, f"{theirs}/{i}")
+                self._client.key_value_delete(f"{theirs}/{i}")
+                self._client.key_value_set_bytes(f"{theirs}/a{i}", b"")
+                receive(np.frombuffer(piece, dtype=np.uint8))
+        for i in range(max(0, sends - _WINDOW), sends):  # the last acks
+            self._get(name, to, f"{mine}/a{i}")
+            self._client.key_value_delete(f"{mine}/a{i}")
+
+    def _get(self, name, rank, key):
+        try:
+            return bytes(self._client.blocking_key_value_get_bytes(
+                key, int(self._timeout_s * 1000)))
+        except Exception as error:  # jaxlib's XlaRuntimeError
+            text = str(error).strip().splitlines()[0]
+            if "DEADLINE_EXCEEDED" in text:
+                raise TimeoutError(f"exchange '{name}': rank {rank} did not "
+                                   f"answer within {self._timeout_s:g} s "
+                                   f"({text})") from None
+            raise RuntimeError(f"exchange '{name}': waiting for rank "
+                               f"{rank}: {text}") from None
 
     def close(self):
         pass

@@ -244,6 +244,41 @@ class PyCoordinator final : public Coordinator {
     if (!status.ok()) return status;
     return out;
   }
+  // exchange(name, data, to, from_, receive): `data` a read-only NumPy
+  // view of the bytes to send (valid during the call), `receive` called
+  // with each piece received (a 1-D uint8 NumPy array), in order. A coordinator
+  // without exchange() cannot move bulk data (kUnimplemented).
+  absl::Status Exchange(std::string_view name, absl::Span<const uint8_t> data,
+                        int to, int from,
+                        const ReceivePiece& receive) override {
+    if (to < 0 || to >= size_ || from < 0 || from >= size_) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "exchange '%s': rank %d or %d of %d", name, to, from, size_));
+    }
+    absl::Status received;
+    absl::Status status = Call(name, [&] {
+      if (!nb::hasattr(object_, "exchange")) {
+        received = absl::UnimplementedError(absl::StrFormat(
+            "exchange '%s': the coordinator has no exchange() to move bulk "
+            "data (a local tier needs one)",
+            name));
+        return;
+      }
+      nb::ndarray<nb::numpy, const uint8_t, nb::ndim<1>> view(
+          data.data(), {data.size()}, nb::handle());
+      nb::object sink = nb::cpp_function(
+          [&](nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig> piece) {
+            if (!received.ok()) return;
+            received = receive(absl::MakeConstSpan(piece.data(), piece.size()));
+            if (!received.ok()) {
+              throw std::runtime_error(std::string(received.message()));
+            }
+          });
+      object_.attr("exchange")(Str(name), view, to, from, sink);
+    });
+    if (!received.ok()) return received;
+    return status;
+  }
 
  private:
   static nb::str Str(std::string_view s) { return nb::str(s.data(), s.size()); }
@@ -290,6 +325,12 @@ nb::dict InfoDict(const SaveInfo& info) {
   d["path"] = info.path;
   d["bytes"] = info.bytes;
   d["referenced_bytes"] = info.referenced_bytes;
+  if (info.skipped) {
+    d["tier"] = nb::none();
+  } else {
+    d["tier"] = TierName(info.tier).data();
+  }
+  d["replicated_bytes"] = info.replicated_bytes;
   d["dispatches"] = info.dispatches;
   d["waves"] = info.waves;
   d["dispatched_s"] = absl::ToDoubleSeconds(info.dispatched);
@@ -456,7 +497,9 @@ class PyManager {
             const std::string& background_priority, nb::object coordinator,
             const std::string& when_busy,
             const std::map<std::string, std::string>& storage_options,
-            bool deltas, nb::object frozen, int frozen_check_every)
+            bool deltas, nb::object frozen, int frozen_check_every,
+            int64_t persist_every, const std::string& local_root,
+            int64_t local_every, int replicas, int local_keep_last)
       : backend_(std::move(backend)),
         coordinator_(coordinator.is_none()
                          ? MakeSingleProcessCoordinator()
@@ -487,6 +530,11 @@ class PyManager {
     options.deltas = deltas;
     options.frozen = FrozenPredicate(frozen);
     options.frozen_check_every = frozen_check_every;
+    options.persist_every = persist_every;
+    options.local.root = local_root;
+    options.local.every = local_every;
+    options.local.replicas = replicas;
+    options.local.keep_last = local_keep_last;
     options.max_in_flight = max_in_flight;
     options.plan.writer_streams = writers;
     if (io != "posix" && io != "io_uring") {
@@ -697,7 +745,21 @@ class PyManager {
     d["waves"] = s.waves;
     d["target_bytes"] = s.target_bytes;
     d["elapsed_s"] = absl::ToDoubleSeconds(s.elapsed);
+    d["step"] = s.step;
+    d["tier"] = TierName(s.restored_from).data();
+    d["note"] = s.note;
     return d;
+  }
+
+  // What restore(step) would restore: (step, tier, manifest JSON, note);
+  // collective with a local tier (see CheckpointManager::PrepareRestore).
+  std::tuple<int64_t, std::string, std::string, std::string> PrepareRestore(
+      std::optional<int64_t> step) {
+    Live();
+    const CheckpointManager::PreparedRestore prepared =
+        WithoutGil([&] { return manager_->PrepareRestore(step); });
+    return {prepared.step, std::string(TierName(prepared.tier)),
+            Check(EncodeManifest(prepared.manifest)), prepared.note};
   }
 
   // Committed step `step`'s manifest, as JSON text.
@@ -893,7 +955,7 @@ NB_MODULE(_hoist, m) {
                     int, int64_t, int, int, const std::string&,
                     const std::string&, nb::object, const std::string&,
                     const std::map<std::string, std::string>&, bool, nb::object,
-                    int>(),
+                    int, int64_t, const std::string&, int64_t, int, int>(),
            nb::arg("root"), nb::arg("backend"), nb::arg("pool_bytes"),
            nb::arg("keep_last"), nb::arg("keep_every"),
            nb::arg("max_in_flight"), nb::arg("writers"), nb::arg("io"),
@@ -902,7 +964,9 @@ NB_MODULE(_hoist, m) {
            nb::arg("when_busy") = "wait",
            nb::arg("storage_options") = std::map<std::string, std::string>(),
            nb::arg("deltas") = true, nb::arg("frozen").none() = nb::none(),
-           nb::arg("frozen_check_every") = 0)
+           nb::arg("frozen_check_every") = 0, nb::arg("persist_every") = 1,
+           nb::arg("local_root") = "", nb::arg("local_every") = 1,
+           nb::arg("replicas") = 2, nb::arg("local_keep_last") = 2)
       .def("durability", &PyManager::DurabilityDict)
       .def("save", &PyManager::Save, nb::arg("step"), nb::arg("arrays"),
            nb::arg("metadata_json"), nb::arg("dispatched"),
@@ -918,6 +982,8 @@ NB_MODULE(_hoist, m) {
            nb::arg("receive").none() = nb::none())
       .def("steps", &PyManager::Steps)
       .def("manifest", &PyManager::Manifest, nb::arg("step"))
+      .def("prepare_restore", &PyManager::PrepareRestore,
+           nb::arg("step").none())
       .def("verify", &PyManager::Verify)
       .def("delete", &PyManager::Delete)
       .def("wait_until_finished", &PyManager::WaitUntilFinished)

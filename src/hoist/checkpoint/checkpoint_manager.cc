@@ -31,6 +31,7 @@
 #include "hoist/checkpoint_root.h"
 #include "hoist/dist/status_wire.h"
 #include "hoist/format/layout.h"
+#include "hoist/format/manifest_file.h"
 #include "hoist/mutex.h"
 #include "hoist/save_plan.h"
 #include "hoist/transfer/transfer_engine.h"
@@ -312,6 +313,51 @@ class CheckpointManager::Impl {
     out.last_committed = last_committed_;
     out.in_flight = static_cast<int64_t>(in_flight_steps_.size());
     return out;
+  }
+
+  absl::StatusOr<PreparedRestore> PrepareRestore(std::optional<int64_t> step) {
+    RETURN_IF_ERROR(TakeDeferredError());
+    PreparedRestore prepared;
+    if (local_ != nullptr && options_.restore.local_tier) {
+      {
+        MutexLock lock(&mu_);
+        mu_.Await(Condition(this, &Impl::Idle));
+      }
+      Storage& storage = local_->own().storage();
+      ASSIGN_OR_RETURN(
+          LocalTier::Outcome outcome,
+          local_->Restore(
+              step, List().value_or(std::vector<int64_t>{}),
+              [&](const std::string& dir) -> absl::StatusOr<RestoreStats> {
+                ASSIGN_OR_RETURN(prepared.manifest,
+                                 ReadManifestFile(storage, dir));
+                return RestoreStats{};
+              }));
+      if (outcome.none) {
+        return absl::NotFoundError(absl::StrFormat(
+            "%s and the local tier hold no step to restore%s (%s)", root(),
+            step ? absl::StrFormat(" numbered %d", *step) : "", outcome.note));
+      }
+      prepared.step = outcome.step;
+      prepared.note = outcome.note;
+      if (outcome.stats) {
+        prepared.tier = Tier::kLocal;
+        return prepared;
+      }
+      step = outcome.step;
+    }
+    if (!step) {
+      ASSIGN_OR_RETURN(std::vector<int64_t> steps, List());
+      if (steps.empty()) {
+        return absl::NotFoundError(
+            absl::StrFormat("%s holds no committed step", root()));
+      }
+      step = steps.back();
+    }
+    prepared.step = *step;
+    prepared.tier = Tier::kDurable;
+    ASSIGN_OR_RETURN(prepared.manifest, root_->ReadManifest(*step));
+    return prepared;
   }
 
   absl::StatusOr<RestoreStats> Restore(
@@ -835,6 +881,10 @@ absl::StatusOr<RestoreStats> CheckpointManager::Restore(
     const RestoreReceiver& receiver,
     const std::optional<RestoreOptions>& options) {
   return impl_->Restore(step, targets, receiver, options);
+}
+absl::StatusOr<CheckpointManager::PreparedRestore>
+CheckpointManager::PrepareRestore(std::optional<int64_t> step) {
+  return impl_->PrepareRestore(step);
 }
 absl::StatusOr<std::vector<int64_t>> CheckpointManager::List() const {
   return impl_->List();

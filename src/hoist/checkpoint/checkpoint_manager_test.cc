@@ -455,6 +455,21 @@ TEST_F(ManagerTest, LocalTierTakesTheStepsBetweenDurableOnes) {
   EXPECT_TRUE(std::filesystem::exists(local + "/step_00000010/MANIFEST.json"));
   EXPECT_TRUE(std::filesystem::exists(local + "/step_00000006"));
   EXPECT_FALSE(std::filesystem::exists(local + "/step_00000002"));  // pruned
+  // PrepareRestore names what a restore takes, before reading any array:
+  // the newest step, local, with its part's manifest; or the one asked for.
+  absl::StatusOr<CheckpointManager::PreparedRestore> prepared =
+      manager->PrepareRestore(std::nullopt);
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  EXPECT_EQ(prepared->step, 10);
+  EXPECT_EQ(prepared->tier, Tier::kLocal);
+  EXPECT_TRUE(prepared->manifest.part.has_value());
+  EXPECT_EQ(prepared->manifest.arrays.size(), model_.size());
+  prepared = manager->PrepareRestore(8);
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  EXPECT_EQ(prepared->tier, Tier::kDurable);
+  EXPECT_FALSE(prepared->manifest.part.has_value());
+  EXPECT_EQ(manager->PrepareRestore(7).status().code(),
+            absl::StatusCode::kNotFound);
   // The newest step is local; the same sharding restores from it.
   std::vector<ShardBuffers> buffers;
   std::vector<RestoreTarget> targets;

@@ -1,0 +1,132 @@
+"""One rank of a job that saves to the local tier and recovers from it
+(run by test_tiers.py): under torchrun (DTensors on a 2 x 2 data x model
+mesh, gloo) or as one of several jax.distributed processes (global arrays,
+CPU backend).
+
+  tiers_worker.py torch save ROOT LOCAL STEPS
+  tiers_worker.py torch restore ROOT LOCAL OUT
+  tiers_worker.py jax PORT PROCESS NPROC save ROOT LOCAL STEPS
+  tiers_worker.py jax PORT PROCESS NPROC restore ROOT LOCAL OUT
+
+save: steps 1..STEPS, each to the local tier (local every step, its part
+sent to one peer) and every 4th to the durable root. restore: the newest
+step either tier can rebuild; every rank checks its shards bit-exact and
+rank 0 writes the restore's figures to OUT. Step s's arrays come from seed
+s, so every rank knows what its shards must hold.
+"""
+import json
+import os
+import sys
+
+FRAMEWORK = sys.argv[1]
+if FRAMEWORK == "jax":
+    PORT, PROCESS, NPROC = (int(a) for a in sys.argv[2:5])
+    ARGS = sys.argv[5:]
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+    os.environ["JAX_PLATFORMS"] = "cpu"
+else:
+    ARGS = sys.argv[2:]
+
+import numpy as np  # noqa: E402
+
+import hoist  # noqa: E402
+
+
+def full(step):
+    """name -> the full array of `step`."""
+    rng = np.random.default_rng(step)
+    return {"w": rng.standard_normal((16, 8)).astype(np.float32),
+            "opt": rng.standard_normal((12, 10)).astype(np.float32)}
+
+
+def manager(root, local):
+    return hoist.CheckpointManager(root, pool_bytes=8 << 20, persist_every=4,
+                                   local_root=os.path.join(local, "{rank}"),
+                                   local_every=1, replicas=2)
+
+
+def torch_state(step):
+    """w: sharded over "model", replicated over "data" (a data-parallel
+    replica holds each box twice); opt: sharded over both."""
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("data", "model"))
+    arrays = full(step)
+    return {"w": distribute_tensor(torch.from_numpy(arrays["w"]), mesh,
+                                   [Replicate(), Shard(1)]),
+            "opt": distribute_tensor(torch.from_numpy(arrays["opt"]), mesh,
+                                     [Shard(0), Shard(1)]),
+            "step": step}
+
+
+def jax_state(step):
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    mesh = jax.sharding.Mesh(np.array(jax.devices()).reshape(2, -1),
+                             ("data", "model"))
+    arrays = full(step)
+    out = {}
+    for name, spec in (("w", P(None, "model")), ("opt", P("data", "model"))):
+        sharding = NamedSharding(mesh, spec)
+        out[name] = jax.make_array_from_callback(
+            arrays[name].shape, sharding, lambda index, a=arrays[name]: a[index])
+    out["step"] = step
+    return out
+
+
+def local_shards(array):
+    """(index, NumPy data) of this process's shards of a DTensor or a
+    jax.Array."""
+    if FRAMEWORK == "jax":
+        return [(s.index, np.asarray(s.data)) for s in array.addressable_shards]
+    from torch.distributed.tensor._utils import (
+        compute_local_shape_and_global_offset)
+    shape, offset = compute_local_shape_and_global_offset(
+        array.shape, array.device_mesh, array.placements)
+    index = tuple(slice(o, o + n) for o, n in zip(offset, shape))
+    return [(index, array.to_local().numpy())]
+
+
+def main():
+    phase, root, local, last = ARGS
+    if FRAMEWORK == "jax":
+        import jax
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        jax.distributed.initialize(f"localhost:{PORT}", NPROC, PROCESS)
+        make, rank = jax_state, jax.process_index()
+    else:
+        import torch.distributed as dist
+        dist.init_process_group("gloo")
+        make, rank = torch_state, dist.get_rank()
+    with manager(root, local) as mgr:
+        if phase == "save":
+            tiers = []
+            for step in range(1, int(last) + 1):
+                handle = mgr.save(step, make(step))
+                info = handle.wait()
+                tiers.append((handle.tier, info["tier"]))
+            assert tiers[3] == ("durable", "durable"), tiers
+            assert all(t == ("local", "local") for i, t in enumerate(tiers)
+                       if i != 3), tiers
+        else:
+            template = make(0)
+            restored = mgr.restore(like=template)
+            figures = mgr.last_restore
+            step = restored["step"]
+            assert figures["step"] == step, (figures, step)
+            expected = full(step)
+            for name in ("w", "opt"):
+                for index, data in local_shards(restored[name]):
+                    assert data.tobytes() == expected[name][index].tobytes(), (
+                        name, index)
+            if rank == 0:
+                with open(last, "w") as f:
+                    json.dump(figures, f)
+    if FRAMEWORK == "torch":
+        import outcome  # beside this script
+        outcome.exit_without_teardown()
+
+
+if __name__ == "__main__":
+    main()

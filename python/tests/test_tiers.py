@@ -1,0 +1,57 @@
+"""The local tier from Python jobs, under the real launchers: torchrun (4
+ranks, DTensors on a 2 x 2 data x model mesh) and 2 jax.distributed
+processes (CPU backend). Steps go to each process's local root (every step)
+and every 4th to the durable root; one rank's local directory is lost; a
+new job restores the newest step from the local tier, that rank's part
+from its replica, bit-exact."""
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from test_multiprocess import HERE, _env, _free_port, torchrun
+
+pytest.importorskip("torch")
+pytest.importorskip("jax")
+
+
+def jax_job(nproc, *args, timeout=180):
+    port = _free_port()
+    procs = [subprocess.Popen(
+        [sys.executable, str(HERE / "tiers_worker.py"), "jax", str(port),
+         str(p), str(nproc), *map(str, args)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env=_env()) for p in range(nproc)]
+    outputs = [p.communicate(timeout=timeout)[0] for p in procs]
+    for p, out in zip(procs, outputs):
+        if p.returncode != 0:
+            pytest.fail(f"jax process failed {args}:\n{out[-6000:]}")
+
+
+def check_recovery(figures, lost_rank):
+    assert figures["tier"] == "local", figures
+    assert figures["step"] == 6, figures
+    assert f"rank {lost_rank}'s part from rank" in figures["note"], figures
+
+
+def test_torchrun_recovers_a_lost_local_root_from_its_replica(tmp_path):
+    root, local = tmp_path / "durable", tmp_path / "local"
+    torchrun(4, "torch", "save", root, local, 6,
+             script="tiers_worker.py")
+    assert sorted(p.name for p in root.glob("step_*")) == ["step_00000004"]
+    shutil.rmtree(local / "1")  # rank 1's node lost its local storage
+    out = tmp_path / "restore.json"
+    torchrun(4, "torch", "restore", root, local, out,
+             script="tiers_worker.py")
+    check_recovery(json.loads(out.read_text()), 1)
+
+
+def test_jax_processes_recover_a_lost_local_root_from_its_replica(tmp_path):
+    root, local = tmp_path / "durable", tmp_path / "local"
+    jax_job(2, "save", root, local, 6)
+    shutil.rmtree(local / "0")
+    out = tmp_path / "restore.json"
+    jax_job(2, "restore", root, local, out)
+    check_recovery(json.loads(out.read_text()), 0)
