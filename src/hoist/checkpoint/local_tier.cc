@@ -228,7 +228,8 @@ absl::StatusOr<std::unique_ptr<LocalTier>> LocalTier::Open(
           "local tier: replicas %d copies each process's part to other "
           "processes through Coordinator::Exchange, which this job's "
           "coordinator lacks (%s); use replicas 1 (no copy: a lost node's "
-          "steps come from the durable tier) or the MPI coordinator",
+          "steps come from the durable tier), or a coordinator that moves bulk "
+          "data (MPI; Python's torch and JAX coordinators)",
           replicas, probe.message()));
     }
     RETURN_IF_ERROR(probe);
