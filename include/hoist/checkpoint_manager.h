@@ -147,7 +147,14 @@ struct CheckpointManagerOptions {
 struct SaveOptions {
   // Deltas for this save (unset: CheckpointManagerOptions::deltas).
   std::optional<bool> deltas;
+  // State that differs per process (RNG states, a data loader's position),
+  // as a JSON value, small (at most kMaxPerRankJsonBytes). When given (on
+  // every rank of the save, or on none), the step's metadata gains
+  // "per_rank": [rank 0's value, rank 1's, ...], gathered by the saver
+  // with the extents' hashes (no collective on the caller's thread).
+  std::string per_rank_json;
 };
+inline constexpr int64_t kMaxPerRankJsonBytes = int64_t{16} << 20;
 
 // One array to save: its spec, and where each local device holds its shard
 // (the shard's bytes, dense, row-major, in that device's memory). `data` is

@@ -24,7 +24,8 @@ import weakref
 import ml_dtypes  # noqa: F401  (registers bfloat16 and float8 with numpy)
 import numpy as np
 
-from . import _hoist, _repeat
+from . import _hoist, _per_rank, _repeat
+from ._per_rank import PerRank
 from ._errors import CoordinationError, DataLossError
 from ._errors import call as _call
 from ._errors import step_number
@@ -35,7 +36,8 @@ from ._unflatten import unflatten
 
 __all__ = ["CheckpointManager", "SaveHandle", "DataLossError",
            "CoordinationError", "inspect", "verify", "export",
-           "import_checkpoint", "TorchCoordinator", "JaxCoordinator"]
+           "import_checkpoint", "TorchCoordinator", "JaxCoordinator",
+           "PerRank"]
 __version__ = "0.1.0"
 
 _FORMAT_KEY = "hoist.python"
@@ -280,6 +282,8 @@ class CheckpointManager:
               background_priority, when_busy, storage_options, deltas,
               frozen, frozen_check_every, tiers):
         rank = coordinator.rank if coordinator is not None else 0
+        self._rank = rank
+        self._size = coordinator.size if coordinator is not None else 1
         first, num_devices, ordinals = _local_devices(
             backend, num_devices, coordinator)
         self._backend = _call(_hoist.Backend, backend, num_devices, first,
@@ -326,13 +330,14 @@ class CheckpointManager:
         if handle is None:
             self._repeat = None  # until this save is accepted and planned
             with gc_paused():  # many arrays make many objects
-                arrays, skeleton = flatten(state, self._devices)
+                arrays, skeleton, per_rank = flatten(state, self._devices)
                 meta = {_FORMAT_KEY: 1, "tree": skeleton}
                 if metadata is not None:
                     meta["user"] = metadata
                 text = _metadata_text(meta)
                 handle = _call(self._manager.save, step, arrays, text,
-                               dispatched, deltas)
+                               dispatched, deltas,
+                               json.dumps(per_rank) if per_rank else "")
                 plan = _repeat.fast_plan(skeleton, arrays, state)
             self._repeat = None if plan is None else _Repeat(
                 plan, self._manager.generation, meta,
@@ -393,7 +398,7 @@ class CheckpointManager:
 
     # -- restoring ---------------------------------------------------------
 
-    def restore(self, step=None, like=None, names=None):
+    def restore(self, step=None, like=None, names=None, per_rank=None):
         """Restores `step` (default: the latest).
 
         like=None rebuilds the saved pytree with NumPy arrays for NumPy and
@@ -414,6 +419,11 @@ class CheckpointManager:
 
         With a local tier (local_root=), every rank of the job must call
         restore together.
+
+        hoist.PerRank leaves come back to the rank that saved them; when
+        the world size changed, restore raises ValueError unless
+        per_rank="all" (each then comes back as the list of every saved
+        rank's value).
         """
         if like is not None and names is not None:
             raise ValueError("give like= or names=, not both")
@@ -435,7 +445,10 @@ class CheckpointManager:
         try:
             return unflatten(
                 manifest, meta.get("tree") if meta.get(_FORMAT_KEY) else None,
-                like, run, names=None if names is None else list(names))
+                like, run, names=None if names is None else list(names),
+                per_rank=_per_rank.Values(meta.get("per_rank"), self._rank,
+                                          self._size, per_rank,
+                                          manifest.get("part")))
         finally:
             # Once the restored arrays are in place (JAX shards handed to
             # their devices), not beside that: the pool, if still to pin.

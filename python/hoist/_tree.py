@@ -30,6 +30,7 @@ import ml_dtypes
 import numpy as np
 
 from . import _hoist
+from ._per_rank import PerRank, encode as encode_per_rank
 
 
 _SCALARS = (bool, int, float, str, type(None))
@@ -455,14 +456,16 @@ def gc_paused():
 
 
 def flatten(tree, devices):
-    """(arrays, skeleton) of `tree`; `devices` (Devices) says where its
-    arrays are."""
+    """(arrays, skeleton, per_rank) of `tree`; `devices` (Devices) says
+    where its arrays are; per_rank: the encoded values of its PerRank
+    leaves, in order (a skeleton node {"r": i} stands for the i-th)."""
     with gc_paused():
         return _flatten(tree, devices)
 
 
 def _flatten(tree, devices):
     arrays = []
+    per_rank = []
     names = set()
     jax, torch = _module("jax"), _module("torch")
     jax_array = jax.Array if jax is not None else ()
@@ -529,6 +532,9 @@ def _flatten(tree, devices):
             return array(x, path)
         if isinstance(x, _SCALARS):
             return _scalar_node(x)
+        if isinstance(x, PerRank):  # into the metadata, per rank
+            per_rank.append(encode_per_rank(x.value, path or "the state"))
+            return {"r": len(per_rank) - 1}
         if _is_stateful(x):  # saved as its state dict, under its path
             return {"s": walk(x.state_dict(), path)}
         node = _jax_children(x)
@@ -555,4 +561,5 @@ def _flatten(tree, devices):
             "with state_dict()/load_state_dict(), and int/float/str/bool/None "
             "leaves)")
 
-    return arrays, walk(tree, "")
+    skeleton = walk(tree, "")
+    return arrays, skeleton, per_rank

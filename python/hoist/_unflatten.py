@@ -8,6 +8,7 @@ import math
 import numpy as np
 
 from ._errors import DataLossError
+from ._per_rank import PerRank
 from ._tree import (
     _SCALARS,
     _aligned_bytes,
@@ -346,9 +347,9 @@ def _children(node):
 
 
 def _leaves(skeleton):
-    """(path -> value of every non-array leaf, array name -> its node) of a
-    checked skeleton."""
-    scalars, arrays = {}, {}
+    """(path -> value of every scalar leaf, array name -> its node, path ->
+    index of every per-rank leaf) of a checked skeleton."""
+    scalars, arrays, per_rank = {}, {}, {}
     pending = [(skeleton, [])]
     while pending:
         node, path = pending.pop()
@@ -356,10 +357,12 @@ def _leaves(skeleton):
             arrays[node["a"]] = node
         elif "v" in node or "f" in node:
             scalars["/".join(path)] = _decode_value(node)
+        elif "r" in node:
+            per_rank["/".join(path)] = node["r"]
         else:
             pending.extend((c, path if part is None else path + [part])
                            for part, c in _children(node))
-    return scalars, arrays
+    return scalars, arrays, per_rank
 
 
 def _resolve(tree):
@@ -424,6 +427,10 @@ def check_skeleton(skeleton, saved_names):
         elif "f" in node and len(node) == 1:
             if node["f"] not in _NONFINITE:
                 raise bad(f"float {node['f']!r}")
+        elif "r" in node and len(node) == 1:
+            if isinstance(node["r"], bool) or not isinstance(node["r"], int) \
+                    or node["r"] < 0:
+                raise bad(f"per-rank index {node['r']!r}")
         elif "a" in node and set(node) <= {"a", "k", "i"}:
             if "i" in node and not isinstance(node["i"], str):
                 raise bad(f"PRNG key implementation {node['i']!r}")
@@ -435,14 +442,15 @@ def check_skeleton(skeleton, saved_names):
             raise bad(f"unknown node {sorted(node)!r}")
 
 
-def unflatten(manifest, skeleton, like, restore, names=None):
+def unflatten(manifest, skeleton, like, restore, names=None, per_rank=None):
     """The restored tree: shaped like `like`; or the arrays in `names` as a
     flat dict name -> array (in the kind they were saved as); or rebuilt
     from `skeleton` (else a flat dict name -> numpy array).
-    `restore(targets)` runs the engine. The garbage collector is paused
+    `restore(targets)` runs the engine; `per_rank` (_per_rank.Values) hands
+    out the PerRank leaves' values. The garbage collector is paused
     meanwhile (gc_paused)."""
     with gc_paused():
-        return _unflatten(manifest, skeleton, like, restore, names)
+        return _unflatten(manifest, skeleton, like, restore, names, per_rank)
 
 
 def _subtree(skeleton, path):
@@ -457,11 +465,12 @@ def _subtree(skeleton, path):
     return node
 
 
-def _unflatten(manifest, skeleton, like, restore, names):
+def _unflatten(manifest, skeleton, like, restore, names, per_rank):
     targets = _Targets(manifest)
     if skeleton is not None:
         check_skeleton(skeleton, targets.saved)
-    scalars, arrays = _leaves(skeleton) if skeleton is not None else ({}, {})
+    scalars, arrays, ranked = (_leaves(skeleton) if skeleton is not None
+                               else ({}, {}, {}))
 
     def from_skeleton(node):
         if "d" in node or "n" in node:  # a registered node comes back a dict
@@ -482,6 +491,8 @@ def _unflatten(manifest, skeleton, like, restore, names):
             if kind == "jax" and _module("jax") is not None:
                 return targets.jax(node["a"])  # on the default device
             return targets.numpy(node["a"])
+        if "r" in node:
+            return per_rank.get(node["r"])
         return _decode_value(node)
 
 
@@ -518,6 +529,15 @@ def _unflatten(manifest, skeleton, like, restore, names):
             if name in arrays:  # a counter saved as an array (a jitted
                 return targets.numpy(name)  # step): host data, any device
             return x
+        if isinstance(x, PerRank):  # this rank's value (or every rank's)
+            if name not in ranked:
+                targets.missing.append(f"{name} (a per-rank value)")
+                return x.value
+            value = per_rank.get(ranked[name])
+            if _is_stateful(x.value) and per_rank.mode is None:
+                return _Pending(lambda: (x.value.load_state_dict(value),
+                                         x.value)[1])
+            return value
         if _is_stateful(x):  # in place, through load_state_dict, as DCP
             node = _subtree(skeleton, path) if skeleton is not None else None
             if node is None or "s" not in node:

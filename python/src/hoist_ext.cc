@@ -564,7 +564,7 @@ class PyManager {
       int64_t step,
       const std::vector<PyArrayOf<std::optional<SavedData>>>& arrays,
       const std::string& metadata_json, bool dispatched,
-      std::optional<bool> deltas) {
+      std::optional<bool> deltas, const std::string& per_rank_json) {
     Live();
     std::vector<SaveArray> save;
     std::vector<SavedData> sources;
@@ -589,7 +589,8 @@ class PyManager {
       array.spec.sharding = std::move(sharding);
       save.push_back(std::move(array));
     }
-    SaveHandle accepted = Submit(step, save, metadata_json, dispatched, deltas);
+    SaveHandle accepted =
+        Submit(step, save, metadata_json, dispatched, deltas, per_rank_json);
     // Kept for save_again: the same arrays with new data.
     last_save_ = std::move(save);
     last_bytes_ = std::move(shard_bytes);
@@ -656,17 +657,21 @@ class PyManager {
   }
 
   // The engine's Save, without the GIL; its error raised.
-  // `deltas`: SaveOptions::deltas (None: the manager's).
+  // `deltas`: SaveOptions::deltas (None: the manager's); `per_rank_json`:
+  // SaveOptions::per_rank_json.
   SaveHandle Submit(int64_t step, const std::vector<SaveArray>& arrays,
                     const std::string& metadata_json, bool dispatched,
-                    std::optional<bool> deltas) {
+                    std::optional<bool> deltas,
+                    const std::string& per_rank_json = "") {
+    SaveOptions options;
+    options.deltas = deltas;
+    options.per_rank_json = per_rank_json;
     absl::StatusOr<SaveHandle> handle;
     {
       nb::gil_scoped_release release;
       handle = manager_->Save(
           step, arrays, metadata_json,
-          dispatched ? ReturnWhen::kDispatched : ReturnWhen::kStaged,
-          SaveOptions{.deltas = deltas});
+          dispatched ? ReturnWhen::kDispatched : ReturnWhen::kStaged, options);
     }
     return Check(std::move(handle));
   }
@@ -970,7 +975,7 @@ NB_MODULE(_hoist, m) {
       .def("durability", &PyManager::DurabilityDict)
       .def("save", &PyManager::Save, nb::arg("step"), nb::arg("arrays"),
            nb::arg("metadata_json"), nb::arg("dispatched"),
-           nb::arg("deltas").none() = nb::none())
+           nb::arg("deltas").none() = nb::none(), nb::arg("per_rank_json") = "")
       .def("save_again", &PyManager::SaveAgain, nb::arg("step"),
            nb::arg("generation"), nb::arg("data"), nb::arg("metadata_json"),
            nb::arg("dispatched"), nb::arg("deltas").none() = nb::none())

@@ -3,7 +3,9 @@ ranks, DTensors on a 2 x 2 data x model mesh) and 2 jax.distributed
 processes (CPU backend). Steps go to each process's local root (every step)
 and every 4th to the durable root; one rank's local directory is lost; a
 new job restores the newest step from the local tier, that rank's part
-from its replica, bit-exact."""
+from its replica, bit-exact, and each rank's RNG states and data position
+(hoist.PerRank) as it saved them. Per-rank state restored on another world
+size is refused, or handed over whole with per_rank="all"."""
 import json
 import shutil
 import subprocess
@@ -55,3 +57,13 @@ def test_jax_processes_recover_a_lost_local_root_from_its_replica(tmp_path):
     out = tmp_path / "restore.json"
     jax_job(2, "restore", root, local, out)
     check_recovery(json.loads(out.read_text()), 0)
+
+
+def test_per_rank_state_on_another_world_size(tmp_path):
+    root = tmp_path / "durable"
+    torchrun(4, "torch", "ranks_save", root, "-", "-",
+             script="tiers_worker.py")
+    torchrun(4, "torch", "ranks_restore", root, "-", 4,
+             script="tiers_worker.py")
+    torchrun(2, "torch", "ranks_restore", root, "-", 4,
+             script="tiers_worker.py")

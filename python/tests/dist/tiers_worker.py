@@ -7,12 +7,18 @@ CPU backend).
   tiers_worker.py torch restore ROOT LOCAL OUT
   tiers_worker.py jax PORT PROCESS NPROC save ROOT LOCAL STEPS
   tiers_worker.py jax PORT PROCESS NPROC restore ROOT LOCAL OUT
+  tiers_worker.py torch ranks_save ROOT - -
+  tiers_worker.py torch ranks_restore ROOT - SAVED_WORLD
 
 save: steps 1..STEPS, each to the local tier (local every step, its part
 sent to one peer) and every 4th to the durable root. restore: the newest
 step either tier can rebuild; every rank checks its shards bit-exact and
 rank 0 writes the restore's figures to OUT. Step s's arrays come from seed
-s, so every rank knows what its shards must hold.
+s, so every rank knows what its shards must hold; each rank's RNG states
+and data position (hoist.PerRank) come from its rank and the step.
+ranks_save / ranks_restore: per-rank state alone (durable root only),
+restored on as many ranks as saved it (each its own), or on another
+number (ValueError; per_rank="all" gives every saved rank's).
 """
 import json
 import os
@@ -37,6 +43,44 @@ def full(step):
     rng = np.random.default_rng(step)
     return {"w": rng.standard_normal((16, 8)).astype(np.float32),
             "opt": rng.standard_normal((12, 10)).astype(np.float32)}
+
+
+class Loader:
+    """A data loader's position: a stateful object, as StatefulDataLoader."""
+
+    def __init__(self, position=0):
+        self.position = position
+
+    def state_dict(self):
+        return {"position": self.position, "epoch": 1}
+
+    def load_state_dict(self, state):
+        self.position = state["position"]
+
+
+def ranked(rank, step):
+    """This rank's per-rank state at `step`: RNG states and a loader."""
+    import random
+    random.seed(100 * rank + step)
+    np.random.seed(100 * rank + step)
+    out = {"python": random.getstate(), "numpy": np.random.get_state()}
+    if FRAMEWORK == "torch":
+        import torch
+        torch.manual_seed(100 * rank + step)
+        out["torch"] = torch.get_rng_state()
+    return {"rng": hoist.PerRank(out),
+            "data": hoist.PerRank(Loader(1000 * rank + step))}
+
+
+def check_ranked(restored, rank, step):
+    expected = ranked(rank, step)
+    got, want = restored["rng"], expected["rng"].value
+    assert got["python"] == want["python"], rank
+    assert got["numpy"][1].tobytes() == want["numpy"][1].tobytes(), rank
+    if FRAMEWORK == "torch":
+        assert got["torch"].equal(want["torch"]), rank
+    assert restored["data"].position == 1000 * rank + step, (
+        rank, restored["data"].position)
 
 
 def manager(root, local):
@@ -99,18 +143,50 @@ def main():
         import torch.distributed as dist
         dist.init_process_group("gloo")
         make, rank = torch_state, dist.get_rank()
+    if phase.startswith("ranks_"):
+        ranks(phase, root, rank, last)
+    else:
+        tiers(phase, root, local, last, make, rank)
+    if FRAMEWORK == "torch":
+        import outcome  # beside this script
+        outcome.exit_without_teardown()
+
+
+def ranks(phase, root, rank, saved_world):
+    import torch.distributed as dist
+    with hoist.CheckpointManager(root, pool_bytes=8 << 20) as mgr:
+        if phase == "ranks_save":
+            mgr.save(1, {"w": np.arange(4.0), **ranked(rank, 1)}).wait()
+            return
+        template = {"w": np.zeros(4), "rng": hoist.PerRank({}),
+                    "data": hoist.PerRank(Loader())}
+        if int(saved_world) == dist.get_world_size():
+            check_ranked(mgr.restore(like=template), rank, 1)
+            return
+        try:
+            mgr.restore(like=template)
+            raise AssertionError("a restore on another world size passed")
+        except ValueError as error:
+            assert "per_rank='all'" in str(error), error
+        every = mgr.restore(like=template, per_rank="all")
+        assert [d["position"] for d in every["data"]] == [
+            1000 * r + 1 for r in range(int(saved_world))], every["data"]
+
+
+def tiers(phase, root, local, last, make, rank):
     with manager(root, local) as mgr:
         if phase == "save":
             tiers = []
             for step in range(1, int(last) + 1):
-                handle = mgr.save(step, make(step))
+                handle = mgr.save(step, {**make(step), **ranked(rank, step)})
                 info = handle.wait()
                 tiers.append((handle.tier, info["tier"]))
             assert tiers[3] == ("durable", "durable"), tiers
             assert all(t == ("local", "local") for i, t in enumerate(tiers)
                        if i != 3), tiers
         else:
-            template = make(0)
+            template = {**make(0), "rng": hoist.PerRank({}),
+                        "data": hoist.PerRank(Loader())}
             restored = mgr.restore(like=template)
             figures = mgr.last_restore
             step = restored["step"]
@@ -120,12 +196,10 @@ def main():
                 for index, data in local_shards(restored[name]):
                     assert data.tobytes() == expected[name][index].tobytes(), (
                         name, index)
+            check_ranked(restored, rank, step)
             if rank == 0:
                 with open(last, "w") as f:
                     json.dump(figures, f)
-    if FRAMEWORK == "torch":
-        import outcome  # beside this script
-        outcome.exit_without_teardown()
 
 
 if __name__ == "__main__":

@@ -63,7 +63,8 @@ struct Job {
   Tier tier = Tier::kDurable;
   PlannedSave planned;
   std::string metadata_json;
-  bool deltas = true;  // SaveRequest::deltas
+  bool deltas = true;         // SaveRequest::deltas
+  std::string per_rank_json;  // SaveRequest::per_rank_json
   // SaveRequest::frozen; frozen_base >= 0 when they are not staged.
   std::shared_ptr<const std::vector<uint8_t>> frozen;
   int64_t frozen_base = -1;
@@ -244,6 +245,18 @@ class CheckpointManager::Impl {
     job->tier = tier;
     job->metadata_json = std::move(metadata_json);
     job->deltas = save_options.deltas.value_or(options_.deltas);
+    if (!save_options.per_rank_json.empty()) {
+      if (static_cast<int64_t>(save_options.per_rank_json.size()) >
+          kMaxPerRankJsonBytes) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "per-rank state of %d bytes: at most %d (it is for small state: "
+            "RNG states, a data loader's position)",
+            save_options.per_rank_json.size(), kMaxPerRankJsonBytes));
+      }
+      RETURN_IF_ERROR(ValidateMetadataJson(
+          absl::StrCat("{\"per_rank\": ", save_options.per_rank_json, "}")));
+      job->per_rank_json = save_options.per_rank_json;
+    }
     RETURN_IF_ERROR(plan(*job));
     ChooseFrozen(*job);
     // A refused share's save fails in staging, having staged nothing.
@@ -611,6 +624,7 @@ class CheckpointManager::Impl {
     request.stable = job.planned.stable;
     request.metadata_json = job.metadata_json;
     request.deltas = job.deltas;
+    request.per_rank_json = job.per_rank_json;
     request.frozen = job.frozen;
     request.frozen_skipped = job.frozen_base >= 0;
     request.frozen_base = job.frozen_base;

@@ -502,6 +502,53 @@ TEST_F(ManagerTest, LocalTierTakesTheStepsBetweenDurableOnes) {
   EXPECT_EQ(part->part->processes, 1);
 }
 
+// A process with nothing to stage (no arrays here; in a job, a rank whose
+// devices hold only boxes other ranks save) still commits its step: it
+// used to abort the process (an OK status made into a StatusOr).
+TEST_F(ManagerTest, ASaveWithNothingToStageCommits) {
+  auto manager = Open();
+  absl::StatusOr<SaveHandle> handle =
+      manager->Save(1, std::vector<SaveArray>{}, R"({"empty": 1})");
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  ASSERT_TRUE(handle->WaitCommitted().ok());
+  EXPECT_TRUE(manager->ReadManifest(1)->arrays.empty());
+}
+
+// Per-rank state reaches the metadata as "per_rank": [rank 0's, ...],
+// beside the caller's metadata or alone; what is not JSON, or too large,
+// is refused before the step is accepted.
+TEST_F(ManagerTest, PerRankStateIsGatheredIntoTheMetadata) {
+  auto manager = Open();
+  SaveOptions options;
+  options.per_rank_json = R"({"rng": [1, 2, 3]})";
+  for (const auto& [step, metadata] :
+       std::vector<std::pair<int64_t, std::string>>{{1, "{}"},
+                                                    {2, R"({"lr": 0.5})"}}) {
+    absl::StatusOr<SaveHandle> handle =
+        manager->Save(step, Arrays(), metadata, ReturnWhen::kStaged, options);
+    ASSERT_TRUE(handle.ok()) << handle.status();
+    ASSERT_TRUE(handle->WaitCommitted().ok());
+    const nlohmann::json saved =
+        nlohmann::json::parse(manager->ReadManifest(step)->metadata_json);
+    EXPECT_EQ(saved["per_rank"],
+              nlohmann::json::parse(R"([{"rng": [1, 2, 3]}])"))
+        << saved;
+    if (step == 2) {
+      EXPECT_EQ(saved["lr"], 0.5);
+    }
+  }
+  options.per_rank_json = "{not json";
+  EXPECT_EQ(manager->Save(3, Arrays(), "{}", ReturnWhen::kStaged, options)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  options.per_rank_json = std::string(kMaxPerRankJsonBytes + 1, '1');
+  EXPECT_THAT(manager->Save(3, Arrays(), "{}", ReturnWhen::kStaged, options)
+                  .status()
+                  .message(),
+              HasSubstr("small state"));
+}
+
 // A plan option out of range fails at Open, naming it, not at the first
 // save; nothing is made.
 TEST_F(ManagerTest, PlanOptionsAreCheckedAtOpen) {

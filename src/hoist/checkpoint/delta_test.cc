@@ -49,6 +49,12 @@ int64_t DiskBytes(const std::string& dir) {
   return bytes;
 }
 
+SaveOptions Deltas(bool on) {
+  SaveOptions options;
+  options.deltas = on;
+  return options;
+}
+
 class DeltaTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -170,12 +176,11 @@ TEST_F(DeltaTest, DeltasCanBeTurnedOffPerManagerAndPerSave) {
   auto manager = Open(off);
   SaveStep(*manager, 1);
   EXPECT_EQ(SaveStep(*manager, 2).referenced_bytes, 0);
-  EXPECT_EQ(SaveStep(*manager, 3, SaveOptions{.deltas = true}).referenced_bytes,
+  EXPECT_EQ(SaveStep(*manager, 3, Deltas(true)).referenced_bytes,
             FrozenBytes());
   manager.reset();
   manager = Open();
-  EXPECT_EQ(
-      SaveStep(*manager, 4, SaveOptions{.deltas = false}).referenced_bytes, 0);
+  EXPECT_EQ(SaveStep(*manager, 4, Deltas(false)).referenced_bytes, 0);
   EXPECT_EQ(SaveStep(*manager, 5).referenced_bytes, FrozenBytes());
   auto root = Root();
   for (int64_t step : {1, 2, 3, 4, 5}) ExpectStep(*root, step);

@@ -52,6 +52,7 @@
 #include <functional>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -351,6 +352,32 @@ absl::Status ReferenceSkipped(const SaveRequest& request, const DeltaBase* base,
   return absl::OkStatus();
 }
 
+// `request` whose metadata gains "per_rank": every rank's per-rank state
+// (SaveRequest::per_rank_json), when they gave some; kInvalidArgument when
+// some ranks did and others did not.
+absl::StatusOr<SaveRequest> WithPerRank(const SaveRequest& request,
+                                        const std::vector<std::string>& all) {
+  SaveRequest out = request;
+  const size_t given = absl::c_count_if(
+      all, [](const std::string& json) { return !json.empty(); });
+  if (given == 0) return out;
+  if (given != all.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "step %d: %d of %d ranks gave per-rank state: all or none must",
+        request.step, given, all.size()));
+  }
+  std::string& metadata = out.metadata_json;
+  const size_t close = metadata.find_last_of('}');
+  if (close == std::string::npos) {
+    return absl::InvalidArgumentError("metadata is not a JSON object");
+  }
+  const bool empty =
+      metadata.find_first_not_of(" \t\r\n", metadata.find('{') + 1) == close;
+  metadata = absl::StrCat(metadata.substr(0, close), empty ? "" : ", ",
+                          "\"per_rank\": [", absl::StrJoin(all, ", "), "]}");
+  return out;
+}
+
 // Steps 1-6 for this process; `tmp` is set once steps 1 and 2 made it.
 absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
                                      const SaveRequest& request,
@@ -428,7 +455,7 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
   // got to its first wave.
   if (!prepared) {
     const absl::Status prepared_late = prepare();
-    if (staged.ok()) staged = prepared_late;
+    if (staged.ok() && !prepared_late.ok()) staged = prepared_late;
   }
   if (!decided.ok()) return decided;  // the same on every rank
   if (!dispatched && request.on_dispatched) {
@@ -494,12 +521,28 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
           request.step, r));
     }
   }
+  // Each rank's per-rank state, length-prefixed, then its records.
+  std::string mine(sizeof(uint32_t), '\0');
+  const uint32_t per_rank_bytes =
+      static_cast<uint32_t>(request.per_rank_json.size());
+  std::memcpy(mine.data(), &per_rank_bytes, sizeof per_rank_bytes);
+  mine += request.per_rank_json;
+  mine += EncodeWritten(plan, process, written_here);
   ASSIGN_OR_RETURN(std::vector<std::string> gathered,
-                   coordinator.AllGather(
-                       "hashes", EncodeWritten(plan, process, written_here)));
+                   coordinator.AllGather("hashes", std::move(mine)));
   WrittenExtents all(plan);
+  std::vector<std::string> per_rank;
   for (const std::string& bytes : gathered) {
-    RETURN_IF_ERROR(DecodeWritten(bytes, all));
+    uint32_t length = 0;
+    if (bytes.size() < sizeof length) {
+      return absl::InternalError("malformed extent hashes from a peer");
+    }
+    std::memcpy(&length, bytes.data(), sizeof length);
+    if (bytes.size() - sizeof length < length) {
+      return absl::InternalError("malformed per-rank state from a peer");
+    }
+    per_rank.push_back(bytes.substr(sizeof length, length));
+    RETURN_IF_ERROR(DecodeWritten(bytes.substr(sizeof length + length), all));
   }
   // Every rank referenced the same base's extents (it read the manifest
   // of the step rank 0 chose): one this rank's base lacks cannot be.
@@ -516,8 +559,9 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
   const std::string final_dir =
       JoinPath(request.root, StepDirName(request.step));
   absl::Status committed;
+  ASSIGN_OR_RETURN(SaveRequest with_per_rank, WithPerRank(request, per_rank));
   auto manifest = std::make_shared<const Manifest>(
-      BuildManifest(request, all, delta_base.get()));
+      BuildManifest(with_per_rank, all, delta_base.get()));
   if (coordinator.rank() == 0) {
     traced("barrier + hash all-gather");
     committed = Commit(storage, request, tmp, *manifest, traced);

@@ -65,6 +65,10 @@ struct SaveRequest {
   std::shared_ptr<const std::vector<uint8_t>> frozen;
   bool frozen_skipped = false;
   int64_t frozen_base = -1;
+  // This process's per-rank state (SaveOptions::per_rank_json): gathered
+  // with the hashes; rank 0 adds "per_rank": [every rank's] to the
+  // metadata. Empty on every rank, or on none.
+  std::string per_rank_json;
   // The manifest of the step the caller believes is the newest committed
   // (the last save's SaveResult::manifest): spares reading the base's
   // manifest when it is. Optional.
