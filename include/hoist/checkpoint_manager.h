@@ -369,7 +369,8 @@ class CheckpointManager {
     int64_t step = 0;
     Tier tier = Tier::kDurable;
     Manifest manifest;
-    std::string note;  // with a local tier: what was chosen and why
+    std::string note;            // with a local tier: what was chosen and why
+    int64_t bytes_received = 0;  // parts fetched from peers, as Restore's
   };
   absl::StatusOr<PreparedRestore> PrepareRestore(std::optional<int64_t> step);
 

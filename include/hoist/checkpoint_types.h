@@ -143,6 +143,9 @@ struct RestoreStats {
   int64_t step = -1;
   Tier restored_from = Tier::kDurable;
   std::string note;
+  // With a local tier: the bytes of parts this process got from peers (a
+  // part it had lost), not read from storage.
+  int64_t bytes_received = 0;
 };
 
 // Live byte counts of one save, updated as it runs (this process's share).

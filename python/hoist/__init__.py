@@ -413,9 +413,10 @@ class CheckpointManager:
         inspect() lists them) restores just those arrays as a flat dict
         name -> array. An array the step does not hold is a KeyError naming
         it. mgr.last_restore has the engine's figures: bytes_read (from
-        storage, this process), tier ("local" or "durable": where the step
-        came from, the same on every rank), step, note (with a local tier,
-        which replicas served which ranks), ...
+        storage, this process), bytes_received (with a local tier: of the
+        parts it got from peers), tier ("local" or "durable": where the
+        step came from, the same on every rank), step, note (with a local
+        tier, which replicas served which ranks), ...
 
         With a local tier (local_root=), every rank of the job must call
         restore together.
@@ -432,7 +433,8 @@ class CheckpointManager:
         # The step (the newest of either tier unless asked for) and its
         # manifest, before any array is read; with a local tier, every
         # rank takes part, and a lost part is fetched from its replica.
-        step, _, text, note = _call(self._manager.prepare_restore, step)
+        step, _, text, note, received = _call(self._manager.prepare_restore,
+                                              step)
         manifest = json.loads(text)
         meta = manifest.get("metadata") or {}
 
@@ -441,6 +443,7 @@ class CheckpointManager:
                                       targets, received_targets, receive)
             if note:  # the choice, made (and parts fetched) before
                 self.last_restore["note"] = note
+            self.last_restore["bytes_received"] += received
 
         try:
             return unflatten(

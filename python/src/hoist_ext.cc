@@ -753,18 +753,21 @@ class PyManager {
     d["step"] = s.step;
     d["tier"] = TierName(s.restored_from).data();
     d["note"] = s.note;
+    d["bytes_received"] = s.bytes_received;
     return d;
   }
 
-  // What restore(step) would restore: (step, tier, manifest JSON, note);
-  // collective with a local tier (see CheckpointManager::PrepareRestore).
-  std::tuple<int64_t, std::string, std::string, std::string> PrepareRestore(
-      std::optional<int64_t> step) {
+  // What restore(step) would restore: (step, tier, manifest JSON, note,
+  // bytes received from peers); collective with a local tier (see
+  // CheckpointManager::PrepareRestore).
+  std::tuple<int64_t, std::string, std::string, std::string, int64_t>
+  PrepareRestore(std::optional<int64_t> step) {
     Live();
     const CheckpointManager::PreparedRestore prepared =
         WithoutGil([&] { return manager_->PrepareRestore(step); });
     return {prepared.step, std::string(TierName(prepared.tier)),
-            Check(EncodeManifest(prepared.manifest)), prepared.note};
+            Check(EncodeManifest(prepared.manifest)), prepared.note,
+            prepared.bytes_received};
   }
 
   // Committed step `step`'s manifest, as JSON text.

@@ -33,9 +33,14 @@ def jax_job(nproc, *args, timeout=180):
 
 
 def check_recovery(figures, lost_rank):
+    """`figures`: rank 0's last_restore, and every rank's bytes_received."""
     assert figures["tier"] == "local", figures
     assert figures["step"] == 6, figures
     assert f"rank {lost_rank}'s part from rank" in figures["note"], figures
+    received = figures["received_by_rank"]
+    assert received[lost_rank] > 0, received
+    assert all(r == 0 for i, r in enumerate(received) if i != lost_rank), (
+        received)
 
 
 def test_torchrun_recovers_a_lost_local_root_from_its_replica(tmp_path):

@@ -83,6 +83,18 @@ def check_ranked(restored, rank, step):
         rank, restored["data"].position)
 
 
+def all_ranks(value):
+    """Every rank's `value` (an int), in rank order."""
+    if FRAMEWORK == "jax":
+        from jax.experimental import multihost_utils
+        return [int(v) for v in multihost_utils.process_allgather(
+            np.array(value, dtype=np.int64))]
+    import torch.distributed as dist
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, value)
+    return out
+
+
 def manager(root, local):
     return hoist.CheckpointManager(root, pool_bytes=8 << 20, persist_every=4,
                                    local_root=os.path.join(local, "{rank}"),
@@ -197,6 +209,7 @@ def tiers(phase, root, local, last, make, rank):
                     assert data.tobytes() == expected[name][index].tobytes(), (
                         name, index)
             check_ranked(restored, rank, step)
+            figures["received_by_rank"] = all_ranks(figures["bytes_received"])
             if rank == 0:
                 with open(last, "w") as f:
                     json.dump(figures, f)

@@ -353,6 +353,7 @@ class CheckpointManager::Impl {
       }
       prepared.step = outcome.step;
       prepared.note = outcome.note;
+      prepared.bytes_received = outcome.received_bytes;
       if (outcome.stats) {
         prepared.tier = Tier::kLocal;
         return prepared;
@@ -360,12 +361,7 @@ class CheckpointManager::Impl {
       step = outcome.step;
     }
     if (!step) {
-      ASSIGN_OR_RETURN(std::vector<int64_t> steps, List());
-      if (steps.empty()) {
-        return absl::NotFoundError(
-            absl::StrFormat("%s holds no committed step", root()));
-      }
-      step = steps.back();
+      ASSIGN_OR_RETURN(step, NewestDurable());
     }
     prepared.step = *step;
     prepared.tier = Tier::kDurable;
@@ -419,15 +415,11 @@ class CheckpointManager::Impl {
       if (stats.ok()) {
         stats->step = outcome.step;
         stats->note = outcome.note;
+        stats->bytes_received = outcome.received_bytes;
       }
     } else {
       if (!step) {
-        ASSIGN_OR_RETURN(std::vector<int64_t> steps, List());
-        if (steps.empty()) {
-          return absl::NotFoundError(
-              absl::StrFormat("%s holds no committed step", root()));
-        }
-        step = steps.back();
+        ASSIGN_OR_RETURN(step, NewestDurable());
       }
       stats = RestoreDurable(*step, restore);
       if (stats.ok()) stats->step = *step;
@@ -474,6 +466,16 @@ class CheckpointManager::Impl {
   const std::string& root() const { return root_->path(); }
 
  private:
+  // The newest committed durable step; kNotFound when there is none.
+  absl::StatusOr<int64_t> NewestDurable() const {
+    ASSIGN_OR_RETURN(std::vector<int64_t> steps, List());
+    if (steps.empty()) {
+      return absl::NotFoundError(
+          absl::StrFormat("%s holds no committed step", root()));
+    }
+    return steps.back();
+  }
+
   absl::StatusOr<RestoreStats> RestoreDurable(
       int64_t step,
       const std::function<absl::StatusOr<RestoreStats>(const std::string&)>&

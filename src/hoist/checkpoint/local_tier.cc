@@ -289,7 +289,7 @@ std::vector<int> LocalTier::replica_holders() const {
 
 absl::Status LocalTier::Shift(const std::string& name, int64_t step, int offset,
                               const std::string& send_dir, CheckpointRoot* into,
-                              int64_t* sent) {
+                              int64_t* sent, int64_t* received) {
   const int n = coordinator_.size(), rank = coordinator_.rank();
   const int to = (rank + offset) % n, from = (rank - offset + n) % n;
   absl::Status first;  // this rank's first error; the shift goes on
@@ -377,6 +377,7 @@ absl::Status LocalTier::Shift(const std::string& name, int64_t step, int offset,
           }
           return absl::OkStatus();
         }));
+    if (received != nullptr) *received += at;
     if (out != nullptr) {
       if (at != theirs[i].size) {
         first = absl::DataLossError(absl::StrFormat(
@@ -556,7 +557,8 @@ absl::StatusOr<LocalTier::Outcome> LocalTier::Restore(
       const bool receives = from[rank][cursor[rank]] == back && back != rank;
       absl::Status shifted =
           Shift(absl::StrFormat("local restore %d try %d +%d", s, attempt, d),
-                s, d, send, receives ? own_.get() : nullptr);
+                s, d, send, receives ? own_.get() : nullptr, nullptr,
+                &outcome.received_bytes);
       if (receives && mine.ok()) mine = shifted;
     }
     absl::StatusOr<RestoreStats> stats = [&]() -> absl::StatusOr<RestoreStats> {

@@ -81,6 +81,7 @@ class LocalTier {
     bool durable = false;  // restore `step` from the durable tier
     bool none = false;     // neither tier holds a step to restore
     std::string note;      // what was chosen and why, for logs
+    int64_t received_bytes = 0;  // of parts this rank got from peers
   };
 
   // Collective. Picks the step to restore: `step` if given, else the newest
@@ -105,10 +106,11 @@ class LocalTier {
   // Collective shift by `offset`: this rank sends the step directory
   // `send_dir` (empty: nothing) to rank + offset, and commits what rank -
   // offset sends (if anything) as `step` of `into` (replacing it there).
-  // Adds the bytes it sent to `sent` when given.
+  // Adds the bytes it sent to `sent` and those it received to `received`
+  // when given.
   absl::Status Shift(const std::string& name, int64_t step, int offset,
                      const std::string& send_dir, CheckpointRoot* into,
-                     int64_t* sent = nullptr);
+                     int64_t* sent = nullptr, int64_t* received = nullptr);
   absl::Status Prune(CheckpointRoot& root);
 
   Coordinator& coordinator_;

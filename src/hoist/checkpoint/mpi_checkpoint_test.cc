@@ -388,6 +388,8 @@ TEST_F(Tiers, LostPartIsRestoredFromItsReplicaAndAnotherMeshFromDurable) {
   EXPECT_EQ(stats.restored_from, Tier::kLocal) << stats.note;
   EXPECT_EQ(stats.step, 7);
   EXPECT_THAT(stats.note, HasSubstr("rank 2's part from rank 3's replica"));
+  // Only rank 2 received bytes: its part, over the transport.
+  EXPECT_EQ(stats.bytes_received > 0, rank == 2) << stats.bytes_received;
   // Rank 2 has its part back.
   if (rank == 2) {
     EXPECT_TRUE(
