@@ -214,9 +214,18 @@ class S3Server(_Server):
             connect_timeout=2, request_timeout=5)
         try:
             info = fs.get_file_info(self.bucket)
+            if info.type != pafs.FileType.Directory:
+                return False
+            # The bucket answering is the filer; data needs the volume
+            # server too, which a restart brings back later (until then a
+            # read is an INTERNAL_FAILURE): ready once an object round-trips.
+            probe = f"{self.bucket}/.ready-probe"
+            with fs.open_output_stream(probe) as out:
+                out.write(b"ready")
+            with fs.open_input_stream(probe) as source:
+                return source.read() == b"ready"
         except OSError:
             return False
-        return info.type == pafs.FileType.Directory
 
 
 class GcsServer(_Server):
