@@ -10,6 +10,7 @@ into the metadata as "per_rank": [rank 0's list, rank 1's, ...].
 """
 import base64
 import math
+import sys
 
 import numpy as np
 
@@ -53,13 +54,12 @@ def encode(value, where="per-rank state"):
     if isinstance(value, np.ndarray):
         return {"np": [value.dtype.str, list(value.shape), base64.b64encode(
             np.ascontiguousarray(value).tobytes()).decode()]}
-    if type(value).__module__.startswith("torch") and hasattr(value, "numpy"):
-        host = value.detach().cpu()
-        return {"pt": [str(host.dtype).removeprefix("torch."),
-                       list(host.shape), base64.b64encode(
-                           host.contiguous().view(-1).view(
-                               __import__("torch").uint8).numpy().tobytes()
-                       ).decode()]}
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        host = value.detach().cpu().contiguous().view(-1)
+        return {"pt": [str(value.dtype).removeprefix("torch."),
+                       list(value.shape), base64.b64encode(
+                           host.view(torch.uint8).numpy().tobytes()).decode()]}
     if isinstance(value, dict):
         items = []
         for key, child in value.items():

@@ -65,8 +65,7 @@ struct Job {
   std::string metadata_json;
   bool deltas = true;         // SaveRequest::deltas
   std::string per_rank_json;  // SaveRequest::per_rank_json
-  // SaveRequest::frozen; frozen_base >= 0 when they are not staged.
-  std::shared_ptr<const std::vector<uint8_t>> frozen;
+  // SaveRequest::frozen_base: >= 0 when the frozen arrays are not staged.
   int64_t frozen_base = -1;
   absl::Time start;
   Promise<CopyFences> dispatched;
@@ -346,11 +345,7 @@ class CheckpointManager::Impl {
                                  ReadManifestFile(storage, dir));
                 return RestoreStats{};
               }));
-      if (outcome.none) {
-        return absl::NotFoundError(absl::StrFormat(
-            "%s and the local tier hold no step to restore%s (%s)", root(),
-            step ? absl::StrFormat(" numbered %d", *step) : "", outcome.note));
-      }
+      if (outcome.none) return NoStepInEitherTier(step, outcome.note);
       prepared.step = outcome.step;
       prepared.note = outcome.note;
       prepared.bytes_received = outcome.received_bytes;
@@ -401,11 +396,7 @@ class CheckpointManager::Impl {
           LocalTier::Outcome outcome,
           local_->Restore(step, List().value_or(std::vector<int64_t>{}),
                           restore_from(local_->own().storage())));
-      if (outcome.none) {
-        return absl::NotFoundError(absl::StrFormat(
-            "%s and the local tier hold no step to restore%s (%s)", root(),
-            step ? absl::StrFormat(" numbered %d", *step) : "", outcome.note));
-      }
+      if (outcome.none) return NoStepInEitherTier(step, outcome.note);
       if (outcome.stats) {
         stats = *std::move(outcome.stats);
         stats->restored_from = Tier::kLocal;
@@ -466,6 +457,14 @@ class CheckpointManager::Impl {
   const std::string& root() const { return root_->path(); }
 
  private:
+  // kNotFound for a restore that neither tier can serve.
+  absl::Status NoStepInEitherTier(std::optional<int64_t> step,
+                                  const std::string& note) const {
+    return absl::NotFoundError(absl::StrFormat(
+        "%s and the local tier hold no step to restore%s (%s)", root(),
+        step ? absl::StrFormat(" numbered %d", *step) : "", note));
+  }
+
   // The newest committed durable step; kNotFound when there is none.
   absl::StatusOr<int64_t> NewestDurable() const {
     ASSIGN_OR_RETURN(std::vector<int64_t> steps, List());
@@ -514,7 +513,6 @@ class CheckpointManager::Impl {
         job.planned.frozen == nullptr) {
       return;
     }
-    job.frozen = job.planned.frozen;
     MutexLock lock(&mu_);
     if (frozen_ready_ != job.planned.plan || last_manifest_ == nullptr ||
         job.planned.unfrozen_layout == nullptr) {
@@ -627,7 +625,10 @@ class CheckpointManager::Impl {
     request.metadata_json = job.metadata_json;
     request.deltas = job.deltas;
     request.per_rank_json = job.per_rank_json;
-    request.frozen = job.frozen;
+    // Frozen arrays are checked or referenced by durable delta saves only.
+    if (job.tier == Tier::kDurable && job.deltas) {
+      request.frozen = job.planned.frozen;
+    }
     request.frozen_skipped = job.frozen_base >= 0;
     request.frozen_base = job.frozen_base;
     {

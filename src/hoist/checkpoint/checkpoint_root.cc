@@ -227,14 +227,10 @@ absl::StatusOr<std::vector<RootEntry>> CheckpointRoot::Entries() const {
   return entries;
 }
 
+// Not through Entries(): telling a referenced step from an incomplete one
+// reads every manifest, and the manager lists the root at every save.
 absl::StatusOr<std::vector<int64_t>> CheckpointRoot::List() const {
-  ASSIGN_OR_RETURN(std::vector<RootEntry> entries, Entries());
-  std::vector<int64_t> steps;
-  for (const RootEntry& entry : entries) {
-    if (entry.kind == RootEntry::Kind::kCommitted) steps.push_back(entry.step);
-  }
-  std::sort(steps.begin(), steps.end());
-  return steps;
+  return CommittedSteps(storage_, path_);
 }
 
 absl::StatusOr<std::optional<int64_t>> CheckpointRoot::Latest() const {

@@ -352,30 +352,28 @@ absl::Status ReferenceSkipped(const SaveRequest& request, const DeltaBase* base,
   return absl::OkStatus();
 }
 
-// `request` whose metadata gains "per_rank": every rank's per-rank state
-// (SaveRequest::per_rank_json), when they gave some; kInvalidArgument when
+// `request`'s metadata with "per_rank": every rank's per-rank state
+// (SaveRequest::per_rank_json) when they gave some; kInvalidArgument when
 // some ranks did and others did not.
-absl::StatusOr<SaveRequest> WithPerRank(const SaveRequest& request,
-                                        const std::vector<std::string>& all) {
-  SaveRequest out = request;
+absl::StatusOr<std::string> MetadataWithPerRank(
+    const SaveRequest& request, const std::vector<std::string>& all) {
   const size_t given = absl::c_count_if(
       all, [](const std::string& json) { return !json.empty(); });
-  if (given == 0) return out;
+  if (given == 0) return request.metadata_json;
   if (given != all.size()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "step %d: %d of %d ranks gave per-rank state: all or none must",
         request.step, given, all.size()));
   }
-  std::string& metadata = out.metadata_json;
+  const std::string& metadata = request.metadata_json;
   const size_t close = metadata.find_last_of('}');
   if (close == std::string::npos) {
     return absl::InvalidArgumentError("metadata is not a JSON object");
   }
   const bool empty =
       metadata.find_first_not_of(" \t\r\n", metadata.find('{') + 1) == close;
-  metadata = absl::StrCat(metadata.substr(0, close), empty ? "" : ", ",
-                          "\"per_rank\": [", absl::StrJoin(all, ", "), "]}");
-  return out;
+  return absl::StrCat(metadata.substr(0, close), empty ? "" : ", ",
+                      "\"per_rank\": [", absl::StrJoin(all, ", "), "]}");
 }
 
 // Steps 1-6 for this process; `tmp` is set once steps 1 and 2 made it.
@@ -559,9 +557,11 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
   const std::string final_dir =
       JoinPath(request.root, StepDirName(request.step));
   absl::Status committed;
-  ASSIGN_OR_RETURN(SaveRequest with_per_rank, WithPerRank(request, per_rank));
-  auto manifest = std::make_shared<const Manifest>(
-      BuildManifest(with_per_rank, all, delta_base.get()));
+  ASSIGN_OR_RETURN(std::string metadata,
+                   MetadataWithPerRank(request, per_rank));
+  Manifest built = BuildManifest(request, all, delta_base.get());
+  built.metadata_json = std::move(metadata);
+  auto manifest = std::make_shared<const Manifest>(std::move(built));
   if (coordinator.rank() == 0) {
     traced("barrier + hash all-gather");
     committed = Commit(storage, request, tmp, *manifest, traced);
