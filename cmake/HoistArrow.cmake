@@ -12,13 +12,25 @@
 # root then gets an error saying how to build it in. Sanitizer builds leave
 # it out too: Arrow is not built for ASan or TSan.
 #
-# Sets HOIST_OBJECT_STORE (ON/OFF) and, when ON, HOIST_ARROW_INCLUDE_DIR and
+# Sets HOIST_OBJECT_STORE (ON/OFF) and, when ON, HOIST_ARROW_INCLUDE_DIR,
 # HOIST_ARROW_LIBRARIES (full paths and the rpath: plain values, not a
-# target, so that the installed package's export can name them).
+# target, so that the installed package's export can name them),
+# HOIST_ARROW_LIBRARY_FILES (the paths alone) and HOIST_ARROW_LIB_DIR.
+#
+# HOIST_OBJECT_STORE_PLUGIN (the Python build's default) puts the object
+# stores in a module loaded at the first s3:// or gs:// root
+# (src/hoist/io/CMakeLists.txt) instead of linking Arrow into hoist_io.
 set(HOIST_PYARROW_MAJOR 26)  # python/requirements.txt pins pyarrow==26.*
 option(HOIST_WITH_OBJECT_STORE
        "Build S3/GCS roots when a Python with pyarrow is found" ON)
 set(HOIST_OBJECT_STORE OFF)
+set(plugin_default OFF)
+if(SKBUILD)
+  set(plugin_default ON)
+endif()
+option(HOIST_OBJECT_STORE_PLUGIN
+       "Object stores in a module loaded on first use (Python wheels)"
+       ${plugin_default})
 
 function(hoist_find_arrow)
   if(NOT HOIST_WITH_OBJECT_STORE OR HOIST_SANITIZE OR HOIST_TSAN OR HOIST_FUZZ)
@@ -69,6 +81,7 @@ function(hoist_find_arrow)
   set(HOIST_ARROW_INCLUDE_DIR "${include_dir}" PARENT_SCOPE)
   set(HOIST_ARROW_LIBRARIES "${arrow_s3}" "${arrow}" "-Wl,-rpath,${lib_dir}"
       PARENT_SCOPE)
+  set(HOIST_ARROW_LIBRARY_FILES "${arrow_s3}" "${arrow}" PARENT_SCOPE)
   set(HOIST_OBJECT_STORE ON PARENT_SCOPE)
   set(HOIST_ARROW_LIB_DIR "${lib_dir}" PARENT_SCOPE)
   set(HOIST_ARROW_PYTHON_FOUND "${python}" PARENT_SCOPE)

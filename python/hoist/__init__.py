@@ -33,12 +33,12 @@ from ._interop import export, import_checkpoint
 from ._dist import JaxCoordinator, TorchCoordinator, job_coordinator
 from ._tree import Devices, flatten, gc_paused
 from ._unflatten import unflatten
+from ._version import __version__
 
 __all__ = ["CheckpointManager", "SaveHandle", "DataLossError",
            "CoordinationError", "inspect", "verify", "export",
            "import_checkpoint", "TorchCoordinator", "JaxCoordinator",
            "PerRank"]
-__version__ = "0.1.0"
 
 _FORMAT_KEY = "hoist.python"
 _LOG = logging.getLogger("hoist")

@@ -1,14 +1,86 @@
 // Which Storage holds a root: an object store for an s3:// or gs:// URL,
-// else the local filesystem the caller chose.
+// else the local filesystem the caller chose. The object stores are either
+// linked in (the C++ builds) or, in HOIST_OBJECT_STORE_PLUGIN builds (the
+// Python wheel), a module of their own loaded at the first such root, found
+// beside the binary this code is in.
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "hoist/base/status_macros.h"
 #include "hoist/storage.h"
-#ifdef HOIST_OBJECT_STORE
+#ifdef HOIST_OBJECT_STORE_PLUGIN
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "hoist/io/object_store_plugin.h"
+#elif defined(HOIST_OBJECT_STORE)
 #include "hoist/io/object_storage.h"
 #endif
 
 namespace hoist {
+#ifdef HOIST_OBJECT_STORE_PLUGIN
+namespace {
+
+// The directory of the binary (the Python extension, or the CLI) that holds
+// this function.
+std::string DirOfThisBinary() {
+  Dl_info info{};
+  std::string path;
+  if (dladdr(reinterpret_cast<void*>(&DirOfThisBinary), &info) != 0 &&
+      info.dli_fname != nullptr &&
+      std::strcmp(info.dli_fname, program_invocation_name) != 0) {
+    path = info.dli_fname;  // a shared object: the path it was loaded by
+  } else {
+    // The main program: dladdr names it by argv[0].
+    char exe[PATH_MAX];
+    const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) path.assign(exe, n);
+  }
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+// The module's entry, loaded once (and never unloaded: Storages it made
+// may live until exit).
+using OpenObjectStoreFn = decltype(&hoist_open_object_store_v1);
+
+absl::StatusOr<OpenObjectStoreFn> ObjectStoreModule(const std::string& root) {
+  static const absl::StatusOr<OpenObjectStoreFn>* const loaded = [] {
+    const std::string path = JoinPath(DirOfThisBinary(), kObjectStoreModule);
+    void* module = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (module == nullptr) {
+      const std::string why = dlerror();
+      if (absl::StrContains(why, "libarrow")) {
+        return new absl::StatusOr<OpenObjectStoreFn>(
+            absl::FailedPreconditionError(absl::StrFormat(
+                "object storage needs pyarrow 26 installed beside hoist "
+                "(pip install 'hoist[s3]', or 'pyarrow==26.*'): %s",
+                why)));
+      }
+      return new absl::StatusOr<OpenObjectStoreFn>(absl::InternalError(
+          absl::StrFormat("cannot load hoist's object-store module: %s", why)));
+    }
+    void* entry = dlsym(module, kObjectStoreEntry);
+    if (entry == nullptr) {
+      return new absl::StatusOr<OpenObjectStoreFn>(absl::InternalError(
+          absl::StrFormat("%s lacks its entry (another hoist version?): %s",
+                          path, dlerror())));
+    }
+    return new absl::StatusOr<OpenObjectStoreFn>(
+        reinterpret_cast<OpenObjectStoreFn>(entry));
+  }();
+  if (loaded->ok()) return *loaded;
+  return absl::Status(loaded->status().code(),
+                      absl::StrCat(root, ": ", loaded->status().message()));
+}
+
+}  // namespace
+#endif
 
 bool ObjectStoresBuiltIn() {
 #ifdef HOIST_OBJECT_STORE
@@ -36,7 +108,12 @@ absl::StatusOr<std::unique_ptr<Storage>> OpenStorageFor(
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: no bucket (%s://BUCKET/PREFIX)", root, scheme));
   }
-#ifdef HOIST_OBJECT_STORE
+#ifdef HOIST_OBJECT_STORE_PLUGIN
+  ASSIGN_OR_RETURN(OpenObjectStoreFn open, ObjectStoreModule(root));
+  absl::StatusOr<std::unique_ptr<Storage>> storage;
+  open(scheme.c_str(), &options, &storage);
+  return storage;
+#elif defined(HOIST_OBJECT_STORE)
   if (scheme == "s3") return MakeS3Storage(options);
   return MakeGcsStorage(options);
 #else

@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
       "Run 'hoist COMMAND --help' for a command's options.",
       "hoist");
   app.require_subcommand(1);
-  app.set_version_flag("--version", "hoist 0.1.0");
+  app.set_version_flag("--version", "hoist " HOIST_VERSION);
   // Object stores, for every command (given before or after it): each flag
   // sets the variable the client reads, so it overrides the environment.
   // Keys stay in the environment or a profile: never on a command line.

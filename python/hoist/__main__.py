@@ -1,0 +1,5 @@
+"""`python -m hoist`: the `hoist` command."""
+
+from ._cli import main
+
+main()
