@@ -20,7 +20,12 @@
 # HOIST_OBJECT_STORE_PLUGIN (the Python build's default) puts the object
 # stores in a module loaded at the first s3:// or gs:// root
 # (src/hoist/io/CMakeLists.txt) instead of linking Arrow into hoist_io.
-set(HOIST_PYARROW_MAJOR 26)  # python/requirements.txt pins pyarrow==26.*
+# The Arrow major versions hoist is built and tested against. The first is
+# what python/requirements.txt pins and what the C++ builds use; 25 builds
+# the CPython 3.10 wheel (pyarrow 26 needs Python 3.11). HOIST_PYARROW_MAJOR
+# becomes the one found.
+set(HOIST_PYARROW_MAJORS 26 25)
+list(GET HOIST_PYARROW_MAJORS 0 HOIST_PYARROW_MAJOR)
 option(HOIST_WITH_OBJECT_STORE
        "Build S3/GCS roots when a Python with pyarrow is found" ON)
 set(HOIST_OBJECT_STORE OFF)
@@ -65,23 +70,28 @@ function(hoist_find_arrow)
   list(GET out 0 major)
   list(GET out 1 include_dir)
   list(GET out 2 lib_dir)
-  if(NOT major STREQUAL HOIST_PYARROW_MAJOR)
+  if(NOT major IN_LIST HOIST_PYARROW_MAJORS)
     message(STATUS "object storage (S3, GCS): off (pyarrow ${major} in "
                    "${python}; hoist needs pyarrow==${HOIST_PYARROW_MAJOR}.*)")
     return()
   endif()
-  set(arrow "${lib_dir}/libarrow.so.${HOIST_PYARROW_MAJOR}00")
-  set(arrow_s3 "${lib_dir}/libarrow_s3.so.${HOIST_PYARROW_MAJOR}00")
-  if(NOT EXISTS "${arrow}" OR NOT EXISTS "${arrow_s3}"
+  set(HOIST_PYARROW_MAJOR ${major} PARENT_SCOPE)
+  # Arrow 26 moved S3 out of libarrow into libarrow_s3.
+  set(arrow "${lib_dir}/libarrow.so.${major}00")
+  set(arrow_s3 "")
+  if(major GREATER_EQUAL 26)
+    set(arrow_s3 "${lib_dir}/libarrow_s3.so.${major}00")
+  endif()
+  if(NOT EXISTS "${arrow}" OR (arrow_s3 AND NOT EXISTS "${arrow_s3}")
      OR NOT EXISTS "${include_dir}/arrow/filesystem/s3fs.h")
     message(STATUS "object storage (S3, GCS): off (${lib_dir} lacks "
                    "libarrow or libarrow_s3, or their headers)")
     return()
   endif()
   set(HOIST_ARROW_INCLUDE_DIR "${include_dir}" PARENT_SCOPE)
-  set(HOIST_ARROW_LIBRARIES "${arrow_s3}" "${arrow}" "-Wl,-rpath,${lib_dir}"
+  set(HOIST_ARROW_LIBRARIES ${arrow_s3} "${arrow}" "-Wl,-rpath,${lib_dir}"
       PARENT_SCOPE)
-  set(HOIST_ARROW_LIBRARY_FILES "${arrow_s3}" "${arrow}" PARENT_SCOPE)
+  set(HOIST_ARROW_LIBRARY_FILES ${arrow_s3} "${arrow}" PARENT_SCOPE)
   set(HOIST_OBJECT_STORE ON PARENT_SCOPE)
   set(HOIST_ARROW_LIB_DIR "${lib_dir}" PARENT_SCOPE)
   set(HOIST_ARROW_PYTHON_FOUND "${python}" PARENT_SCOPE)

@@ -68,7 +68,7 @@ if(hoist_missing)
     "  RHEL, Fedora, Rocky: dnf install ${rhel}"
     "   (abseil and CLI11 from EPEL on RHEL)\n"
     "Or install a prebuilt wheel, which needs none of them: "
-    "pip install --only-binary hoist hoist\n"
+    "pip install --only-binary :all: hoist-checkpoint\n"
     "(Headers are looked for in: ${hoist_include_dirs}; set CPATH or "
     "CMAKE_PREFIX_PATH for others.)\n")
 endif()

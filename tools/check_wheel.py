@@ -2,6 +2,10 @@
 from outside the wheel, only the C and C++ runtimes, and pyarrow's Arrow
 for the object-store module alone; the libraries it needs from inside must
 be there; the package must carry the extension, the CLI and the module.
+Libraries a binary may load with dlopen are found as the library names its
+bytes hold: each must be one of the above, or the NVIDIA driver's
+libcuda.so.1 (which the static CUDA runtime loads when backend="cuda" is
+used, and which no wheel can carry: it must match the machine's driver).
 Prints each wheel's tag, its size, and the newest glibc symbol version its
 binaries use (the floor of the systems it installs on).
 
@@ -19,8 +23,11 @@ from elftools.elf.gnuversions import GNUVerNeedSection
 # The runtime every Linux has, and that manylinux lets a wheel use.
 SYSTEM = re.compile(r"^(libc|libm|libpthread|libdl|librt|libstdc\+\+|"
                     r"libgcc_s|ld-linux-x86-64|ld-linux-aarch64)\.so(\.\d+)*$")
-# pyarrow's, and only for the object-store module (hoist[s3]).
+# pyarrow's, and only for the object-store module (hoist-checkpoint[s3]).
 ARROW = re.compile(r"^libarrow(_s3)?\.so\.\d+$")
+# The GPU driver, loaded by the CUDA runtime only for backend="cuda".
+DRIVER = {"libcuda.so.1"}
+LIBRARY_NAME = re.compile(rb"lib[A-Za-z0-9_+-]+\.so(?:\.[0-9]+)*")
 MODULE = "hoist/libhoist_object_store.so"
 REQUIRED = ["hoist/_hoist_cli", MODULE, "hoist/__init__.py",
             "hoist/_version.py"]
@@ -52,13 +59,15 @@ def check(path):
                 problems.append(f"{required} is missing")
         if not any(re.match(r"hoist/_hoist\..*\.so$", f) for f in files):
             problems.append("the extension hoist/_hoist.*.so is missing")
+        # auditwheel renames what it copies in (libxxhash.so.0 becomes
+        # libxxhash-<hash>.so.0.8.1); the old names stay among the strings.
+        grafted = {re.sub(r"-[0-9a-f]{8}\.so", ".so", n) for n in inside}
         floor = (2, 0)
         for name in files:
-            with wheel.open(name) as f:
-                if f.read(4) != b"\x7fELF":
-                    continue
-            elf = ELFFile(io.BytesIO(wheel.read(name)))
-            needed, glibc = needs(elf)
+            data = wheel.read(name)
+            if not data.startswith(b"\x7fELF"):
+                continue
+            needed, glibc = needs(ELFFile(io.BytesIO(data)))
             floor = max([floor] + glibc)
             for lib in needed:
                 if lib in inside or SYSTEM.match(lib):
@@ -67,6 +76,14 @@ def check(path):
                     continue
                 problems.append(f"{name} needs {lib}, which is neither in "
                                 "the wheel nor a system runtime library")
+            for match in sorted(set(LIBRARY_NAME.findall(data))):
+                lib = match.decode()
+                if (lib in inside or SYSTEM.match(lib) or lib in DRIVER or
+                        any(g.startswith(lib) for g in grafted) or
+                        (ARROW.match(lib) and name == MODULE)):
+                    continue
+                problems.append(f"{name} names {lib} (loaded with dlopen?), "
+                                "which is neither in the wheel nor allowed")
     size = sum(i.file_size for i in zipfile.ZipFile(path).infolist())
     print(f"{path.rsplit('/', 1)[-1]}: {size / 2**20:.1f} MiB unpacked, "
           f"glibc >= {floor[0]}.{floor[1]}")

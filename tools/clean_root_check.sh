@@ -72,7 +72,7 @@ grep -q "^ *2 " /tmp/ls.txt || fail "hoist ls lists no step 2"
 if /opt/venv/bin/hoist ls s3://bucket/run 2>/tmp/s3.txt; then
   fail "an s3:// root opened without pyarrow"
 fi
-grep -q "pip install 'hoist\[s3\]'" /tmp/s3.txt || fail "$(cat /tmp/s3.txt)"
+grep -q "pip install 'hoist-checkpoint\[s3\]'" /tmp/s3.txt || fail "$(cat /tmp/s3.txt)"
 
 step "pip install of the sdist stops at once, saying what is missing"
 if "${pip[@]}" "$sdist" >/tmp/sdist.txt 2>&1; then

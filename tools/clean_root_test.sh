@@ -19,9 +19,9 @@ HOIST_DEBS=(debootstrap)
 install_debs
 
 work="$HOIST_ROOT/build/cleanroot"
-wheel=$(ls "$HOIST_ROOT"/dist/hoist-*-cp311-cp311-manylinux*.whl 2>/dev/null |
+wheel=$(ls "$HOIST_ROOT"/dist/hoist_checkpoint-*-cp311-cp311-manylinux*.whl 2>/dev/null |
   tail -1)
-sdist=$(ls "$HOIST_ROOT"/dist/hoist-*.tar.gz 2>/dev/null | tail -1)
+sdist=$(ls "$HOIST_ROOT"/dist/hoist_checkpoint-*.tar.gz 2>/dev/null | tail -1)
 if [[ -z "$wheel" || -z "$sdist" ]]; then
   echo "no cp311 wheel or sdist in dist/: run tools/wheel.sh 3.11 first" >&2
   exit 1

@@ -96,6 +96,11 @@ python_requirements() {
 # python_hoist: the hoist package, built from this tree into the virtualenv.
 python_hoist() {
   log "building the hoist Python package"
+  # Until 0.1.0 the distribution was named "hoist" (an unrelated project's
+  # name on PyPI); an old .venv's copy goes first, or its files would stay.
+  if "$HOIST_VENV/bin/pip" show -q hoist >/dev/null 2>&1; then
+    "$HOIST_VENV/bin/pip" uninstall -q -y hoist
+  fi
   "$HOIST_VENV/bin/pip" install -q --disable-pip-version-check \
     --no-build-isolation "$HOIST_ROOT"
 }

@@ -9,22 +9,24 @@
 # Then checks every ELF file in every wheel: what it needs from outside the
 # wheel must be the C/C++ runtime (libc, libm, libpthread, libdl, librt,
 # libstdc++, libgcc_s, the loader), or, for the object-store module alone,
-# pyarrow's libarrow and libarrow_s3.
+# pyarrow's libarrow and libarrow_s3 (tools/check_wheel.py); and installs
+# each into a new virtualenv with pip and uses it on POSIX, S3 and GCS roots
+# (tools/wheel_smoke.py, with the test servers of the project's .venv).
 #
 # Usage: tools/wheel.sh [PYTHON_VERSION...]   (default: 3.10 3.11 3.12 3.13)
-# A second run reuses each version's build directory (build/wheel/cpXY) and
-# ccache's cache. docs/development.md: the release steps.
+# A second run reuses each version's build directory (build/wheel/cpXY).
+# docs/development.md: the release steps.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-HOIST_DEBS+=(ccache)
 install_debs
+python_requirements python/requirements.txt  # the object-store servers
 
 versions=("$@")
 ((${#versions[@]})) || versions=(3.10 3.11 3.12 3.13)
 out="$HOIST_ROOT/dist"
 work="$HOIST_ROOT/build/wheel"
 mkdir -p "$out" "$work/raw"
-rm -f "$work"/raw/*.whl "$out"/hoist-*
+rm -f "$work"/raw/*.whl "$out"/hoist_checkpoint-*
 
 # auditwheel and the sdist builder, in a virtualenv of their own (pinned).
 tools="$work/tools-venv"
@@ -53,13 +55,15 @@ for v in "${versions[@]}"; do
     continue
   fi
   tag="cp${v/./}"
+  # A virtualenv per version, for a pip that passes build options (-C).
+  venv="$work/venv-$tag"
+  if [[ ! -x "$venv/bin/pip" ]]; then
+    "$python" -m venv "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check pip==26.3
+  fi
   log "building the $tag wheel ($python)"
-  # ccache: the C++ core compiles once for every Python version.
-  "$python" -m pip wheel -q --disable-pip-version-check --no-deps \
-    -w "$work/raw" \
-    -C build-dir="$work/$tag" \
-    -C cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache \
-    "$HOIST_ROOT"
+  "$venv/bin/pip" wheel -q --disable-pip-version-check --no-deps \
+    -w "$work/raw" -C build-dir="$work/$tag" "$HOIST_ROOT"
   built+=("$tag")
 done
 ((${#built[@]})) || { echo "no Python to build a wheel for" >&2; exit 1; }
@@ -76,5 +80,8 @@ log "building the sdist"
 "$tools/bin/python" -m build --sdist --outdir "$out" "$HOIST_ROOT" >/dev/null
 
 log "checking what each wheel's binaries need from outside it"
-"$tools/bin/python" "$HOIST_ROOT/tools/check_wheel.py" "$out"/hoist-*.whl
+"$tools/bin/python" "$HOIST_ROOT/tools/check_wheel.py" "$out"/hoist_checkpoint-*.whl
+log "installing each wheel with pip and using it"
+"$HOIST_VENV/bin/python" "$HOIST_ROOT/tools/wheel_smoke.py" \
+  "$out"/hoist_checkpoint-*.whl
 ls -l "$out"

@@ -23,7 +23,7 @@ def test_the_version_is_cmakes_everywhere():
     version = line.split()[2]
     assert hoist.__version__ == version
     from importlib.metadata import version as dist_version
-    assert dist_version("hoist") == version
+    assert dist_version("hoist-checkpoint") == version
     out = subprocess.run([BIN / "hoist", "--version"], check=True,
                          capture_output=True, text=True).stdout
     assert out.strip() == f"hoist {version}"
@@ -64,7 +64,7 @@ def test_without_pyarrow_posix_works_and_object_stores_say_why(tmp_path):
             try:
                 hoist.CheckpointManager(root)
             except Exception as e:
-                assert "pip install 'hoist[s3]'" in str(e), e
+                assert "pip install 'hoist-checkpoint[s3]'" in str(e), e
                 assert "libarrow" in str(e), e
             else:
                 raise AssertionError(root + " opened without pyarrow")
@@ -77,7 +77,7 @@ def test_without_pyarrow_posix_works_and_object_stores_say_why(tmp_path):
     cli = subprocess.run([site / "hoist" / "_hoist_cli", "ls",
                           "s3://bucket/run"], capture_output=True, text=True)
     assert cli.returncode == 1
-    assert "pip install 'hoist[s3]'" in cli.stderr, cli.stderr
+    assert "pip install 'hoist-checkpoint[s3]'" in cli.stderr, cli.stderr
     listed = subprocess.run([site / "hoist" / "_hoist_cli", "ls",
                              str(tmp_path / "ckpt")], capture_output=True,
                             text=True)

@@ -58,9 +58,9 @@ absl::StatusOr<OpenObjectStoreFn> ObjectStoreModule(const std::string& root) {
       if (absl::StrContains(why, "libarrow")) {
         return new absl::StatusOr<OpenObjectStoreFn>(
             absl::FailedPreconditionError(absl::StrFormat(
-                "object storage needs pyarrow 26 installed beside hoist "
-                "(pip install 'hoist[s3]', or 'pyarrow==26.*'): %s",
-                why)));
+                "object storage needs pyarrow %s installed beside hoist "
+                "(pip install 'hoist-checkpoint[s3]', or 'pyarrow==%s.*'): %s",
+                HOIST_PYARROW_MAJOR, HOIST_PYARROW_MAJOR, why)));
       }
       return new absl::StatusOr<OpenObjectStoreFn>(absl::InternalError(
           absl::StrFormat("cannot load hoist's object-store module: %s", why)));
@@ -120,10 +120,10 @@ absl::StatusOr<std::unique_ptr<Storage>> OpenStorageFor(
   (void)options;
   return absl::UnimplementedError(absl::StrFormat(
       "%s: this build of hoist has no object storage. It is built in when "
-      "CMake finds pyarrow %s (`pip install 'pyarrow==26.*'` into the "
+      "CMake finds pyarrow %s (`pip install 'pyarrow==%s.*'` into the "
       "Python it uses: the project's .venv, or -DHOIST_ARROW_PYTHON=PATH), "
       "outside sanitizer builds; see docs/object-storage.md",
-      root, "26"));
+      root, HOIST_PYARROW_MAJOR, HOIST_PYARROW_MAJOR));
 #endif
 }
 
