@@ -5,7 +5,6 @@
 // beside the binary this code is in.
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "hoist/base/status_macros.h"
 #include "hoist/storage.h"
@@ -15,6 +14,7 @@
 #include <limits.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 
 #include "hoist/io/object_store_plugin.h"
@@ -45,38 +45,35 @@ std::string DirOfThisBinary() {
   return slash == std::string::npos ? "." : path.substr(0, slash);
 }
 
-// The module's entry, loaded once (and never unloaded: Storages it made
-// may live until exit).
+// The module's entry. Loaded at the first call that finds it, and never
+// unloaded (Storages it made may live until exit); a failure is not kept, so
+// a process that installs pyarrow later can still open one.
 using OpenObjectStoreFn = decltype(&hoist_open_object_store_v1);
 
 absl::StatusOr<OpenObjectStoreFn> ObjectStoreModule(const std::string& root) {
-  static const absl::StatusOr<OpenObjectStoreFn>* const loaded = [] {
-    const std::string path = JoinPath(DirOfThisBinary(), kObjectStoreModule);
-    void* module = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (module == nullptr) {
-      const std::string why = dlerror();
-      if (absl::StrContains(why, "libarrow")) {
-        return new absl::StatusOr<OpenObjectStoreFn>(
-            absl::FailedPreconditionError(absl::StrFormat(
-                "object storage needs pyarrow %s installed beside hoist "
-                "(pip install 'hoist-checkpoint[s3]', or 'pyarrow==%s.*'): %s",
-                HOIST_PYARROW_MAJOR, HOIST_PYARROW_MAJOR, why)));
-      }
-      return new absl::StatusOr<OpenObjectStoreFn>(absl::InternalError(
-          absl::StrFormat("cannot load hoist's object-store module: %s", why)));
+  static std::atomic<OpenObjectStoreFn> loaded{nullptr};
+  if (OpenObjectStoreFn entry = loaded.load()) return entry;
+  const std::string path = JoinPath(DirOfThisBinary(), kObjectStoreModule);
+  void* module = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (module == nullptr) {
+    const std::string why = dlerror();
+    if (absl::StrContains(why, "libarrow")) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s: object storage needs pyarrow %s installed beside hoist (pip "
+          "install 'hoist-checkpoint[s3]', or 'pyarrow==%s.*'): %s",
+          root, HOIST_PYARROW_MAJOR, HOIST_PYARROW_MAJOR, why));
     }
-    void* entry = dlsym(module, kObjectStoreEntry);
-    if (entry == nullptr) {
-      return new absl::StatusOr<OpenObjectStoreFn>(absl::InternalError(
-          absl::StrFormat("%s lacks its entry (another hoist version?): %s",
-                          path, dlerror())));
-    }
-    return new absl::StatusOr<OpenObjectStoreFn>(
-        reinterpret_cast<OpenObjectStoreFn>(entry));
-  }();
-  if (loaded->ok()) return *loaded;
-  return absl::Status(loaded->status().code(),
-                      absl::StrCat(root, ": ", loaded->status().message()));
+    return absl::InternalError(absl::StrFormat(
+        "%s: cannot load hoist's object-store module: %s", root, why));
+  }
+  void* entry = dlsym(module, kObjectStoreEntry);
+  if (entry == nullptr) {
+    return absl::InternalError(
+        absl::StrFormat("%s: %s lacks its entry (another hoist version?): %s",
+                        root, path, dlerror()));
+  }
+  loaded.store(reinterpret_cast<OpenObjectStoreFn>(entry));
+  return loaded.load();
 }
 
 }  // namespace
