@@ -1,9 +1,10 @@
 """The local tier from Python jobs, under the real launchers: torchrun (4
 ranks, DTensors on a 2 x 2 data x model mesh) and 2 jax.distributed
 processes (CPU backend). Steps go to each process's local root (every step)
-and every 4th to the durable root; one rank's local directory is lost; a
-new job restores the newest step from the local tier, that rank's part
-from its replica, bit-exact, and each rank's RNG states and data position
+and every 4th to the durable root; one rank's local directory is lost (under
+torchrun, and that rank killed with the next step in flight); a new job
+restores the newest step from the local tier, that rank's part from its
+replica, bit-exact, and each rank's RNG states and data position
 (hoist.PerRank) as it saved them. Per-rank state restored on another world
 size is refused, or handed over whole with per_rank="all"."""
 import json
@@ -43,12 +44,20 @@ def check_recovery(figures, lost_rank):
         received)
 
 
-def test_torchrun_recovers_a_lost_local_root_from_its_replica(tmp_path):
+def test_torchrun_recovers_a_killed_rank_with_its_local_root_lost(tmp_path):
     root, local = tmp_path / "durable", tmp_path / "local"
-    torchrun(4, "torch", "save", root, local, 6,
-             script="tiers_worker.py")
+    # Steps 1-6 saved; step 7 in flight when rank 1 loses its local root
+    # and is killed. The others' step 7 fails (on the lost peer, a
+    # CoordinationError; or, when rank 1's saver saw its storage vanish
+    # before the kill, an OSError naming its failed part), or torchrun stops
+    # them first; torchrun fails the job.
+    killed = torchrun(4, "torch", "save_kill", root, local, 6, check=False,
+                      script="tiers_worker.py")
+    assert killed.returncode != 0, killed.stdout[-2000:]
+    assert (tmp_path / "killed").read_text() == "rank 1 at step 7"
+    assert "completed without rank 1" not in killed.stderr
+    assert not (local / "1").exists()  # rank 1's node lost it
     assert sorted(p.name for p in root.glob("step_*")) == ["step_00000004"]
-    shutil.rmtree(local / "1")  # rank 1's node lost its local storage
     out = tmp_path / "restore.json"
     torchrun(4, "torch", "restore", root, local, out,
              script="tiers_worker.py")

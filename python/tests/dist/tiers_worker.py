@@ -4,6 +4,7 @@ mesh, gloo) or as one of several jax.distributed processes (global arrays,
 CPU backend).
 
   tiers_worker.py torch save ROOT LOCAL STEPS
+  tiers_worker.py torch save_kill ROOT LOCAL STEPS
   tiers_worker.py torch restore ROOT LOCAL OUT
   tiers_worker.py jax PORT PROCESS NPROC save ROOT LOCAL STEPS
   tiers_worker.py jax PORT PROCESS NPROC restore ROOT LOCAL OUT
@@ -11,7 +12,9 @@ CPU backend).
   tiers_worker.py torch ranks_restore ROOT - SAVED_WORLD
 
 save: steps 1..STEPS, each to the local tier (local every step, its part
-sent to one peer) and every 4th to the durable root. restore: the newest
+sent to one peer) and every 4th to the durable root. save_kill: the same,
+then step STEPS + 1 is saved, and while it is in flight rank 1's node dies:
+its local root is removed and its process SIGKILLed. restore: the newest
 step either tier can rebuild; every rank checks its shards bit-exact and
 rank 0 writes the restore's figures to OUT. Step s's arrays come from seed
 s, so every rank knows what its shards must hold; each rank's RNG states
@@ -22,6 +25,8 @@ number (ValueError; per_rank="all" gives every saved rank's).
 """
 import json
 import os
+import shutil
+import signal
 import sys
 
 FRAMEWORK = sys.argv[1]
@@ -187,7 +192,7 @@ def ranks(phase, root, rank, saved_world):
 
 def tiers(phase, root, local, last, make, rank):
     with manager(root, local) as mgr:
-        if phase == "save":
+        if phase in ("save", "save_kill"):
             tiers = []
             for step in range(1, int(last) + 1):
                 handle = mgr.save(step, {**make(step), **ranked(rank, step)})
@@ -196,7 +201,24 @@ def tiers(phase, root, local, last, make, rank):
             assert tiers[3] == ("durable", "durable"), tiers
             assert all(t == ("local", "local") for i, t in enumerate(tiers)
                        if i != 3), tiers
-        else:
+        if phase == "save_kill":
+            step = int(last) + 1
+            mgr.save(step, {**make(step), **ranked(rank, step)})
+            if rank == 1:
+                # The storage goes at once (moved away: its saver thread
+                # may be writing into it), then the process.
+                lost = os.path.join(os.path.dirname(local), "lost-1")
+                os.rename(os.path.join(local, "1"), lost)
+                shutil.rmtree(lost, ignore_errors=True)
+                with open(os.path.join(os.path.dirname(local), "killed"),
+                          "w") as f:
+                    f.write(f"rank 1 at step {step}")
+                os.kill(os.getpid(), signal.SIGKILL)
+            # The others wait for a step that cannot complete, until
+            # torchrun stops them.
+            mgr.wait_until_finished()
+            raise AssertionError(f"step {step} completed without rank 1")
+        elif phase == "restore":
             template = {**make(0), "rng": hoist.PerRank({}),
                         "data": hoist.PerRank(Loader())}
             restored = mgr.restore(like=template)
