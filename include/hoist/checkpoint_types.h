@@ -125,6 +125,15 @@ struct RestoreOptions {
   // slows it (Python hands each restored JAX shard to its device after the
   // engine returns: 3.3x slower beside a 1.2 GiB pool being pinned).
   bool pin_pool_after = true;
+  // CheckpointManager::Restore of a durable step, in a job of several
+  // processes (default true): collective (every rank restores the same
+  // step, each its own targets). A saved extent that several ranks need
+  // (data-parallel replicas restoring the same boxes) is read from storage
+  // by one of them and sent to the others through the coordinator's
+  // Exchange: the job reads each byte once. Staged through the manager's
+  // pool, half of it at a time. false: each rank reads all it needs
+  // itself, and the restore is not collective.
+  bool shared_reads = true;
 };
 
 struct RestoreStats {

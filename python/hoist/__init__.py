@@ -38,7 +38,7 @@ from ._version import __version__
 __all__ = ["CheckpointManager", "SaveHandle", "DataLossError",
            "CoordinationError", "inspect", "verify", "export",
            "import_checkpoint", "TorchCoordinator", "JaxCoordinator",
-           "PerRank"]
+           "PerRank", "__version__"]
 
 _FORMAT_KEY = "hoist.python"
 _LOG = logging.getLogger("hoist")
@@ -225,6 +225,12 @@ class CheckpointManager:
                    saves anyway (default 0: never); a save whose frozen
                    array changed fails with a precondition error naming
                    it.
+    shared_reads:  in a job of several processes, a durable restore
+                   reads each saved byte once per job (default True): a
+                   box several ranks need (data-parallel replicas) is read
+                   by one of them and sent to the others over the
+                   coordinator's exchange(); every rank must then call
+                   restore together. False: each rank reads all it needs.
     storage_options:
                    for an s3:// or gs:// root, what overrides the
                    environment (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...,
@@ -241,7 +247,8 @@ class CheckpointManager:
                  coordinator="auto", coordinator_timeout_s=600.0,
                  storage_options=None, deltas=True, frozen=None,
                  frozen_check_every=0, persist_every=1, local_root=None,
-                 local_every=1, replicas=2, local_keep_last=2):
+                 local_every=1, replicas=2, local_keep_last=2,
+                 shared_reads=True):
         if keep is not None and keep < 1:
             raise ValueError("keep must be >= 1 (or None to keep every step)")
         # A coordinator hoist makes is hoist's to close; a caller's is not.
@@ -264,7 +271,8 @@ class CheckpointManager:
                             local_root=os.fspath(local_root or ""),
                             local_every=int(local_every),
                             replicas=int(replicas),
-                            local_keep_last=int(local_keep_last)))
+                            local_keep_last=int(local_keep_last),
+                            shared_reads=bool(shared_reads)))
         except BaseException:
             self._close_coordinator()
             raise
@@ -418,8 +426,9 @@ class CheckpointManager:
         step came from, the same on every rank), step, note (with a local
         tier, which replicas served which ranks), ...
 
-        With a local tier (local_root=), every rank of the job must call
-        restore together.
+        In a job of several processes (with shared_reads, the default, or
+        a local tier), every rank of the job must call restore together:
+        the ranks share the reading (each byte read once per job).
 
         hoist.PerRank leaves come back to the rank that saved them; when
         the world size changed, restore raises ValueError unless

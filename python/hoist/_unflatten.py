@@ -562,6 +562,7 @@ def _unflatten(manifest, skeleton, like, restore, names, per_rank):
             return [from_like(v, path + [str(i)]) for i, v in enumerate(x)]
         raise TypeError(f"{name}: cannot restore into a {type(x).__name__}")
 
+    called = False
     try:
         if like is not None:
             tree = from_like(like, [])
@@ -573,10 +574,21 @@ def _unflatten(manifest, skeleton, like, restore, names, per_rank):
         else:  # not saved from Python: every array, by name
             tree = {name: targets.numpy(name) for name in targets.saved}
         targets.raise_mismatches()
+        called = True
         restore(targets.list, targets.received_list,
                 targets.receive if targets.received_list else None)
         targets.adopt()
         return _resolve(tree)
+    except Exception:
+        if not called:
+            # The restore is collective in a job of several processes: take
+            # part with nothing to restore, so that the other ranks are not
+            # left waiting for this one, then raise this rank's error.
+            try:
+                restore([], [], None)
+            except Exception:  # noqa: BLE001 (this rank's error is raised)
+                pass
+        raise
     finally:
         # The two recursive closures reach themselves (and `targets`, which
         # holds every restored array): unbound here, the restored memory is

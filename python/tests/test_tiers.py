@@ -73,6 +73,24 @@ def test_jax_processes_recover_a_lost_local_root_from_its_replica(tmp_path):
     check_recovery(json.loads(out.read_text()), 0)
 
 
+def test_data_parallel_replicas_read_each_byte_once(tmp_path):
+    """torchrun, 4 ranks on a 2 x 2 mesh: "w" is replicated over "data",
+    so two ranks need each of its boxes. With shared reads the job reads
+    each byte once (one rank reads, the other receives it over gloo);
+    without, each rank reads all it needs."""
+    out = tmp_path / "read.json"
+    torchrun(4, "torch", "read_once", tmp_path / "durable", "-", out,
+             script="tiers_worker.py")
+    figures = json.loads(out.read_text())
+    shared, separate = figures["shared"], figures["separate"]
+    assert figures["unique"] <= shared["bytes_read"] <= (
+        figures["unique"] * 1.1), figures
+    assert shared["bytes_received"] > 0, figures
+    assert separate["bytes_received"] == 0, figures
+    assert separate["bytes_read"] == (
+        shared["bytes_read"] + shared["bytes_received"]), figures
+
+
 def test_per_rank_state_on_another_world_size(tmp_path):
     root = tmp_path / "durable"
     torchrun(4, "torch", "ranks_save", root, "-", "-",

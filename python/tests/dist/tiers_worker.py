@@ -8,6 +8,7 @@ CPU backend).
   tiers_worker.py torch restore ROOT LOCAL OUT
   tiers_worker.py jax PORT PROCESS NPROC save ROOT LOCAL STEPS
   tiers_worker.py jax PORT PROCESS NPROC restore ROOT LOCAL OUT
+  tiers_worker.py torch read_once ROOT - OUT
   tiers_worker.py torch ranks_save ROOT - -
   tiers_worker.py torch ranks_restore ROOT - SAVED_WORLD
 
@@ -19,6 +20,9 @@ step either tier can rebuild; every rank checks its shards bit-exact and
 rank 0 writes the restore's figures to OUT. Step s's arrays come from seed
 s, so every rank knows what its shards must hold; each rank's RNG states
 and data position (hoist.PerRank) come from its rank and the step.
+read_once: a durable step restored with shared reads (each byte read once
+per job) and without (each rank reads all it needs); rank 0 writes both
+restores' bytes read and received, summed over the ranks, to OUT.
 ranks_save / ranks_restore: per-rank state alone (durable root only),
 restored on as many ranks as saved it (each its own), or on another
 number (ValueError; per_rank="all" gives every saved rank's).
@@ -162,6 +166,8 @@ def main():
         make, rank = torch_state, dist.get_rank()
     if phase.startswith("ranks_"):
         ranks(phase, root, rank, last)
+    elif phase == "read_once":
+        read_once(root, rank, last, make)
     else:
         tiers(phase, root, local, last, make, rank)
     if FRAMEWORK == "torch":
@@ -188,6 +194,27 @@ def ranks(phase, root, rank, saved_world):
         every = mgr.restore(like=template, per_rank="all")
         assert [d["position"] for d in every["data"]] == [
             1000 * r + 1 for r in range(int(saved_world))], every["data"]
+
+
+def read_once(root, rank, out, make):
+    with hoist.CheckpointManager(root, pool_bytes=8 << 20) as mgr:
+        mgr.save(1, make(1)).wait()
+    figures = {}
+    for shared in (True, False):
+        with hoist.CheckpointManager(root, pool_bytes=8 << 20,
+                                     shared_reads=shared) as mgr:
+            restored = mgr.restore(like=make(0))
+            expected = full(1)
+            for name in ("w", "opt"):
+                for index, data in local_shards(restored[name]):
+                    assert data.tobytes() == expected[name][index].tobytes()
+            figures["shared" if shared else "separate"] = {
+                key: sum(all_ranks(mgr.last_restore[key]))
+                for key in ("bytes_read", "bytes_received")}
+    figures["unique"] = sum(a.nbytes for a in full(1).values())
+    if rank == 0:
+        with open(out, "w") as f:
+            json.dump(figures, f)
 
 
 def tiers(phase, root, local, last, make, rank):

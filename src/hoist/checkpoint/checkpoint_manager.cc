@@ -28,6 +28,7 @@
 #include "hoist/checkpoint/restore.h"
 #include "hoist/checkpoint/save.h"
 #include "hoist/checkpoint/save_planner.h"
+#include "hoist/checkpoint/shared_restore.h"
 #include "hoist/checkpoint_root.h"
 #include "hoist/dist/status_wire.h"
 #include "hoist/format/layout.h"
@@ -384,7 +385,22 @@ class CheckpointManager::Impl {
                                  receiver);
       };
     };
-    const auto restore = restore_from(storage_);
+    // A durable step, in a job of several processes: read once per job
+    // (shared_restore.h), collectively; not beside a save, which may be
+    // using the coordinator.
+    const auto restore =
+        [&](const std::string& dir) -> absl::StatusOr<RestoreStats> {
+      if (coordinator_.size() == 1 || !chosen.shared_reads) {
+        return RestoreCheckpoint(storage_, dir, targets, *pool_, chosen,
+                                 receiver);
+      }
+      {
+        MutexLock lock(&mu_);
+        mu_.Await(Condition(this, &Impl::Idle));
+      }
+      return SharedRestore(coordinator_, storage_, dir, targets, *pool_, chosen,
+                           receiver);
+    };
     absl::StatusOr<RestoreStats> stats;
     if (local_ != nullptr && chosen.local_tier) {
       // Collective: the saver thread must not use the coordinator beside it.

@@ -17,11 +17,14 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "hoist/checkpoint/restore.h"
 #include "hoist/checkpoint/save.h"
@@ -87,18 +90,23 @@ class Job : public ::testing::Test {
   }
 
   // Restores `model` (any sharding) from `step` onto this rank's devices,
-  // checks every byte, and checks that only the extents its boxes need were
-  // read.
+  // checks every byte, and checks what was read: with shared reads (the
+  // default), the job read each extent its ranks' boxes need once (the sum
+  // over ranks, within the 4 KiB alignment gaps between extents read
+  // together), else each rank read exactly the extents its boxes need.
   void ExpectRestores(CheckpointManager& manager,
                       const std::vector<ArraySpec>& model, int64_t step,
-                      uint64_t version) {
+                      uint64_t version, bool shared_reads = true) {
     std::vector<ShardBuffers> buffers;
     std::vector<RestoreTarget> targets;
     for (const ArraySpec& spec : model) {
       buffers.push_back(*AllocateShards(spec, backend_->devices()));
       targets.push_back(buffers.back().target);
     }
-    absl::StatusOr<RestoreStats> stats = manager.Restore(step, targets);
+    RestoreOptions options;
+    options.shared_reads = shared_reads;
+    absl::StatusOr<RestoreStats> stats =
+        manager.Restore(step, targets, nullptr, options);
     ASSERT_TRUE(stats.ok()) << stats.status();
     for (size_t a = 0; a < model.size(); ++a) {
       for (const RestoreDestination& dest : targets[a].destinations) {
@@ -113,18 +121,61 @@ class Job : public ::testing::Test {
     const Manifest manifest = *ReadManifestFile(
         *MakePosixStorage(), Root() + "/" + absl::StrFormat("step_%08d", step));
     int64_t needed = 0;
+    std::string ids;  // "array/extent " of each extent needed
     for (const RestoreTarget& target : targets) {
-      for (const ManifestExtent& extent : manifest.Find(target.name)->extents) {
+      const ManifestArray& array = *manifest.Find(target.name);
+      for (size_t e = 0; e < array.extents.size(); ++e) {
         for (const RestoreDestination& dest : target.destinations) {
-          if (!extent.box.Intersect(dest.box).empty()) {
-            needed += extent.length_bytes;
+          if (!array.extents[e].box.Intersect(dest.box).empty()) {
+            needed += array.extents[e].length_bytes;
+            absl::StrAppendFormat(&ids, "%s/%d %d\n", array.name, e,
+                                  array.extents[e].length_bytes);
             break;
           }
         }
       }
     }
-    EXPECT_EQ(stats->bytes_read, needed) << "rank " << coordinator_->rank();
+    if (coordinator_->size() == 1 || !shared_reads) {
+      EXPECT_EQ(stats->bytes_read, needed) << "rank " << coordinator_->rank();
+      EXPECT_EQ(stats->bytes_received, 0);
+      return;
+    }
+    // The job's unique needs against what its ranks read and received.
+    const std::vector<std::string> all = *coordinator_->AllGather(
+        "needed " + std::to_string(step),
+        absl::StrFormat("%d %d %d\n%s", stats->bytes_read,
+                        stats->bytes_received, needed, ids));
+    std::map<std::string, int64_t> unique;
+    int64_t read = 0, received = 0, separately = 0;
+    for (const std::string& rank : all) {
+      std::vector<std::string> lines =
+          absl::StrSplit(rank, '\n', absl::SkipEmpty());
+      int64_t r = 0, got = 0, own = 0;
+      ASSERT_EQ(std::sscanf(lines[0].c_str(), "%ld %ld %ld", &r, &got, &own),
+                3);
+      read += r;
+      received += got;
+      separately += own;
+      for (size_t i = 1; i < lines.size(); ++i) {
+        const size_t space = lines[i].rfind(' ');
+        unique[lines[i].substr(0, space)] = std::stoll(lines[i].substr(space));
+      }
+    }
+    int64_t once = 0;
+    for (const auto& [id, bytes] : unique) once += bytes;
+    EXPECT_GE(read, once) << "rank " << coordinator_->rank();
+    EXPECT_LE(read, once + once / 10) << "rank " << coordinator_->rank();
+    EXPECT_EQ(received, separately - once)
+        << "each extent is received by each rank that needs it but did not "
+           "read it";
+    stats_ = *stats;
+    job_read_ = read;
+    job_once_ = once;
+    job_separately_ = separately;
   }
+
+  RestoreStats stats_;
+  int64_t job_read_ = 0, job_once_ = 0, job_separately_ = 0;
 
   std::unique_ptr<hoist::Coordinator> coordinator_;
   std::unique_ptr<Backend> backend_;
@@ -279,6 +330,28 @@ TEST_F(Restore, OntoAnotherTopologyBitExact) {
   for (int64_t step : {1, 2}) {
     ExpectRestores(*manager, Reshard(Model(MeshOf(2, 4)), target), step, step);
   }
+}
+
+// On 2 ranks, a 2 x 4 (data x model) mesh puts each data-parallel replica
+// on its own rank: both need the same boxes. Shared reads read each byte
+// once per job and send the other rank its share; each rank reading for
+// itself reads them twice.
+TEST_F(Restore, DataParallelReplicasReadEachByteOnce) {
+  if (coordinator_->size() != 2) GTEST_SKIP() << "2 ranks";
+  auto manager = Open(*coordinator_);
+  ASSERT_NE(manager, nullptr);
+  const std::vector<ArraySpec> model = Model(MeshOf(2, 4));
+  ExpectRestores(*manager, model, 2, 2);
+  if (coordinator_->rank() == 0) {
+    std::printf(
+        "shared reads: the job read %ld bytes, needed %ld once (%ld summed "
+        "over ranks); rank 0 received %ld\n",
+        job_read_, job_once_, job_separately_, stats_.bytes_received);
+  }
+  EXPECT_GT(stats_.bytes_received, 0);
+  EXPECT_LT(job_read_, job_separately_ * 3 / 4)
+      << "read " << job_read_ << " of " << job_separately_;
+  ExpectRestores(*manager, model, 2, 2, /*shared_reads=*/false);
 }
 
 // The local tier: a durable root and per-rank local roots under `name`.

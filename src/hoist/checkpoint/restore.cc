@@ -61,7 +61,7 @@ struct WaveImage {
 };
 
 // Reads, verifies and scatters `tasks` with `threads` readers.
-absl::Status ReadWave(Storage& storage, const std::string& step_dir,
+absl::Status ReadWave(const ExtentFileOpener& open, const std::string& step_dir,
                       const std::vector<ReadTask>& tasks,
                       const std::vector<WaveImage>& images, bool verify,
                       std::vector<ReadBuffer>& buffers,
@@ -135,8 +135,7 @@ absl::Status ReadWave(Storage& storage, const std::string& step_dir,
       const ExtentPlace place = PlaceOfExtent(step_dir, first);
       std::unique_ptr<ReadableFile>& file = files[place.path];
       if (file == nullptr) {
-        absl::StatusOr<std::unique_ptr<ReadableFile>> opened =
-            storage.OpenReadableBeneath(place.dir, place.relative);
+        absl::StatusOr<std::unique_ptr<ReadableFile>> opened = open(place);
         if (!opened.ok()) {
           error.Record(absl::Status(
               opened.status().code(),
@@ -234,12 +233,30 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
     Storage& storage, const std::string& step_dir,
     absl::Span<const RestoreTarget> targets, StagingPool& pool,
     const RestoreOptions& options, const RestoreReceiver& receiver) {
+  const absl::Time start = absl::Now();
+  ASSIGN_OR_RETURN(const Manifest manifest,
+                   ReadManifestFile(storage, step_dir));
+  ASSIGN_OR_RETURN(
+      RestoreStats stats,
+      RestoreCheckpoint(manifest, step_dir, targets, pool, options, receiver,
+                        [&storage](const ExtentPlace& place) {
+                          return storage.OpenReadableBeneath(place.dir,
+                                                             place.relative);
+                        }));
+  stats.elapsed = absl::Now() - start;  // the manifest's read included
+  return stats;
+}
+
+absl::StatusOr<RestoreStats> RestoreCheckpoint(
+    const Manifest& manifest, const std::string& step_dir,
+    absl::Span<const RestoreTarget> targets, StagingPool& pool,
+    const RestoreOptions& options, const RestoreReceiver& receiver,
+    const ExtentFileOpener& open) {
   static_assert(StagingPool::kAlignment == 4096,
                 "PlanRestore assumes 4 KiB leases");
   const absl::Time start = absl::Now();
   RestoreStats stats;
-  // 1. The manifest, each target matched against it, and the plan.
-  ASSIGN_OR_RETURN(Manifest manifest, ReadManifestFile(storage, step_dir));
+  // 1. Each target matched against the manifest, and the plan.
   absl::flat_hash_map<std::string_view, const ManifestArray*> by_name;
   for (const ManifestArray& array : manifest.arrays) {
     by_name.emplace(array.name, &array);
@@ -335,7 +352,7 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
       for (int i : read.images) task.images.push_back(image_at.at(i));
       tasks.push_back(std::move(task));
     }
-    status = ReadWave(storage, step_dir, tasks, images, options.verify_xxh3,
+    status = ReadWave(open, step_dir, tasks, images, options.verify_xxh3,
                       buffers, bytes_read);
     if (!status.ok()) break;
     stats.extents_read += static_cast<int64_t>(tasks.size());

@@ -10,6 +10,8 @@
 #ifndef HOIST_CHECKPOINT_RESTORE_H_
 #define HOIST_CHECKPOINT_RESTORE_H_
 
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,8 @@
 #include "hoist/array_spec.h"
 #include "hoist/checkpoint_types.h"
 #include "hoist/device.h"
+#include "hoist/format/layout.h"
+#include "hoist/manifest.h"
 #include "hoist/storage.h"
 #include "hoist/transfer/staging_pool.h"
 
@@ -47,6 +51,21 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
     absl::Span<const RestoreTarget> targets, StagingPool& pool,
     const RestoreOptions& options = {},
     const RestoreReceiver& receiver = nullptr);
+
+// Opens the data file an extent is in (`place`: PlaceOfExtent of the step
+// directory). The overload above opens it in `storage`, below the
+// directory; SharedRestore (shared_restore.h) serves some extents from
+// memory instead.
+using ExtentFileOpener =
+    std::function<absl::StatusOr<std::unique_ptr<ReadableFile>>(
+        const ExtentPlace& place)>;
+// As above, with the step's `manifest` (already read and validated) and
+// its files opened by `open`.
+absl::StatusOr<RestoreStats> RestoreCheckpoint(
+    const Manifest& manifest, const std::string& step_dir,
+    absl::Span<const RestoreTarget> targets, StagingPool& pool,
+    const RestoreOptions& options, const RestoreReceiver& receiver,
+    const ExtentFileOpener& open);
 
 }  // namespace hoist
 
