@@ -14,7 +14,11 @@ training), Adam moments sharded over both, and each rank's RNG states
 machine's disk). Then, each in a new torchrun job (a restart):
   - local: restore the newest step (6) with every local root intact;
   - lost: rank 1's local root removed first; its part comes from its replica;
-  - durable: a manager without a local tier restores the durable step 4.
+  - durable: a manager without a local tier restores the durable step 4,
+    each byte read once per job (shared reads, the default: a box two
+    ranks need is read by one and sent to the other over gloo);
+  - separate: the same with shared_reads=False: each rank reads all it
+    needs (the baseline for shared reads).
 Each restore's time is the job's, barrier to barrier (the slowest rank).
 Also per local save: bytes written locally, bytes sent to replica holders,
 and the durable save's bytes (the state once); and per restore, the bytes
@@ -67,9 +71,10 @@ def worker(args):
     import hoist
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    tiers = {} if args.phase == "durable" else dict(
-        persist_every=4, local_root=os.path.join(args.local, "{rank}"),
-        local_every=1, replicas=2)
+    tiers = dict(persist_every=4, local_root=os.path.join(args.local, "{rank}"),
+                 local_every=1, replicas=2)
+    if args.phase in ("durable", "separate"):
+        tiers = {"shared_reads": args.phase == "durable"}
     out = {}
     with hoist.CheckpointManager(args.root, pool_bytes=args.size + (
             64 << 20), **tiers) as mgr:
@@ -90,6 +95,7 @@ def worker(args):
             dist.barrier()
             out = {"seconds": time.perf_counter() - start,
                    "bytes_read": mgr.last_restore["bytes_read"],
+                   "bytes_received": mgr.last_restore["bytes_received"],
                    "target_bytes": mgr.last_restore["target_bytes"],
                    "tier": mgr.last_restore["tier"],
                    "step": mgr.last_restore["step"]}
@@ -132,15 +138,16 @@ def one_run(args):
                   "replicated_bytes": sum(r["replicated_bytes"]
                                           for r in saved),
                   "durable_bytes": sum(r["durable_bytes"] for r in saved)}
-        for name in ("local", "lost", "durable"):
+        for name in ("local", "lost", "durable", "separate"):
             if name == "lost":
                 shutil.rmtree(os.path.join(local, "1"))
-            ranks = job(args, "durable" if name == "durable" else "restore",
-                        root, local, out)
+            ranks = job(args, name if name in ("durable", "separate")
+                        else "restore", root, local, out)
             result[name] = {
                 "seconds": max(r["seconds"] for r in ranks),
                 "tier": ranks[0]["tier"], "step": ranks[0]["step"],
                 "bytes_read": sum(r["bytes_read"] for r in ranks),
+                "bytes_received": sum(r["bytes_received"] for r in ranks),
                 "target_bytes": sum(r["target_bytes"] for r in ranks)}
         return result
     finally:
@@ -175,7 +182,7 @@ def main():
         return statistics.median(values)
     report = {"np": args.np, "size": args.size, "local_dir": args.local_dir,
               "repeats": args.repeats, "runs": runs}
-    for name in ("local", "lost", "durable"):
+    for name in ("local", "lost", "durable", "separate"):
         report[f"restore_{name}_s"] = median([name, "seconds"])
         report[f"restore_{name}_tier"] = runs[-1][name]["tier"]
         # Over the unique bytes the job needs (the state once), not each
@@ -186,6 +193,8 @@ def main():
                                     report["restore_durable_s"])
     report["lost_over_durable"] = (report["restore_lost_s"] /
                                    report["restore_durable_s"])
+    report["shared_over_separate"] = (report["restore_durable_s"] /
+                                      report["restore_separate_s"])
     for key in ("local_bytes", "replicated_bytes", "durable_bytes"):
         report[key] = median([key])
     os.makedirs(os.path.join(REPO, "bench-results"), exist_ok=True)
@@ -198,12 +207,13 @@ def main():
     mib = 1 << 20
     print(f"torchrun {args.np} ranks, {args.size / mib:.0f} MiB state, local "
           f"root in {args.local_dir}, medians of {args.repeats}")
-    for name in ("local", "lost", "durable"):
+    for name in ("local", "lost", "durable", "separate"):
         print(f"  restore {name:8} {report[f'restore_{name}_s']:.3f} s "
               f"(tier {report[f'restore_{name}_tier']}; bytes read over the "
               f"job / unique {report[f'restore_{name}_read_over_unique']:.2f})")
     print(f"  local / durable {report['local_over_durable']:.2f}, lost / "
-          f"durable {report['lost_over_durable']:.2f}")
+          f"durable {report['lost_over_durable']:.2f}, durable (shared reads) "
+          f"/ separate {report['shared_over_separate']:.2f}")
     print(f"  per local save: {report['local_bytes'] / mib:.0f} MiB written "
           f"locally, {report['replicated_bytes'] / mib:.0f} MiB sent to "
           f"replicas; durable save {report['durable_bytes'] / mib:.0f} MiB")

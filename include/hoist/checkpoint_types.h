@@ -125,15 +125,21 @@ struct RestoreOptions {
   // slows it (Python hands each restored JAX shard to its device after the
   // engine returns: 3.3x slower beside a 1.2 GiB pool being pinned).
   bool pin_pool_after = true;
-  // CheckpointManager::Restore of a durable step, in a job of several
-  // processes (default true): collective (every rank restores the same
-  // step, each its own targets). A saved extent that several ranks need
-  // (data-parallel replicas restoring the same boxes) is read from storage
-  // by one of them and sent to the others through the coordinator's
-  // Exchange: the job reads each byte once. Staged through the manager's
-  // pool, half of it at a time. false: each rank reads all it needs
-  // itself, and the restore is not collective.
-  bool shared_reads = true;
+  // CheckpointManager::Restore of a durable step in a job of several
+  // processes is collective (every rank restores the same step, each its
+  // own targets) unless kNever. With shared reads, a saved extent that
+  // several ranks need (data-parallel replicas restoring the same boxes) is
+  // read from storage by one of them and sent to the others through the
+  // coordinator's Exchange: the job reads each byte once, holding at most
+  // half the pool's size of such extents at a time. kAuto (the default)
+  // shares when the root is on an object store or the job spans several
+  // hosts (a root they all read is shared storage); on one host with a
+  // local root each rank reads for itself, which was faster here (a page
+  // cache or a local disk serves a read in one copy; a shared extent takes
+  // several). kAlways shares regardless; kNever never (and is not
+  // collective).
+  enum class SharedReads { kAuto, kAlways, kNever };
+  SharedReads shared_reads = SharedReads::kAuto;
 };
 
 struct RestoreStats {

@@ -150,6 +150,15 @@ def _storage_options(options):
     return {str(k): str(v) for k, v in options.items()}
 
 
+
+def _shared_reads(value):
+    """shared_reads= as the engine's: "auto", "always" or "never"."""
+    if isinstance(value, str) and value == "auto":
+        return "auto"
+    if isinstance(value, bool):
+        return "always" if value else "never"
+    raise ValueError(f"shared_reads={value!r}: use 'auto', True or False")
+
 class CheckpointManager:
     """Saves and restores the steps of one checkpoint root.
 
@@ -225,12 +234,15 @@ class CheckpointManager:
                    saves anyway (default 0: never); a save whose frozen
                    array changed fails with a precondition error naming
                    it.
-    shared_reads:  in a job of several processes, a durable restore
-                   reads each saved byte once per job (default True): a
-                   box several ranks need (data-parallel replicas) is read
-                   by one of them and sent to the others over the
-                   coordinator's exchange(); every rank must then call
-                   restore together. False: each rank reads all it needs.
+    shared_reads:  in a job of several processes, whether a durable
+                   restore reads each saved byte once per job: a box
+                   several ranks need (data-parallel replicas) is read by
+                   one of them and sent to the others over the
+                   coordinator's exchange(). "auto" (default): when the
+                   root is on an object store or the job spans several
+                   hosts; on one host with a local root each rank reads
+                   for itself (faster there). True: always; False: never.
+                   Unless False, every rank must call restore together.
     storage_options:
                    for an s3:// or gs:// root, what overrides the
                    environment (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...,
@@ -248,7 +260,7 @@ class CheckpointManager:
                  storage_options=None, deltas=True, frozen=None,
                  frozen_check_every=0, persist_every=1, local_root=None,
                  local_every=1, replicas=2, local_keep_last=2,
-                 shared_reads=True):
+                 shared_reads="auto"):
         if keep is not None and keep < 1:
             raise ValueError("keep must be >= 1 (or None to keep every step)")
         # A coordinator hoist makes is hoist's to close; a caller's is not.
@@ -272,7 +284,7 @@ class CheckpointManager:
                             local_every=int(local_every),
                             replicas=int(replicas),
                             local_keep_last=int(local_keep_last),
-                            shared_reads=bool(shared_reads)))
+                            shared_reads=_shared_reads(shared_reads)))
         except BaseException:
             self._close_coordinator()
             raise
@@ -426,9 +438,10 @@ class CheckpointManager:
         step came from, the same on every rank), step, note (with a local
         tier, which replicas served which ranks), ...
 
-        In a job of several processes (with shared_reads, the default, or
-        a local tier), every rank of the job must call restore together:
-        the ranks share the reading (each byte read once per job).
+        In a job of several processes (unless shared_reads=False, and
+        with a local tier), every rank of the job must call restore
+        together: the ranks may share the reading (each byte read once
+        per job).
 
         hoist.PerRank leaves come back to the rank that saved them; when
         the world size changed, restore raises ValueError unless

@@ -368,7 +368,7 @@ class PyManager {
             bool deltas, nb::object frozen, int frozen_check_every,
             int64_t persist_every, const std::string& local_root,
             int64_t local_every, int replicas, int local_keep_last,
-            bool shared_reads)
+            const std::string& shared_reads)
       : backend_(std::move(backend)),
         coordinator_(coordinator.is_none()
                          ? MakeSingleProcessCoordinator()
@@ -414,7 +414,10 @@ class PyManager {
     // The Python side pins the pool (pin_pool) once a restore's arrays are
     // in place: JAX shards reach their devices after the engine returns.
     options.restore.pin_pool_after = false;
-    options.restore.shared_reads = shared_reads;
+    using Shared = RestoreOptions::SharedReads;
+    options.restore.shared_reads = shared_reads == "always"  ? Shared::kAlways
+                                   : shared_reads == "never" ? Shared::kNever
+                                                             : Shared::kAuto;
     nb::gil_scoped_release release;
     manager_ = Check(
         CheckpointManager::Open(root, backend_->get(), *coordinator_, options));
@@ -829,24 +832,24 @@ NB_MODULE(_hoist, m) {
       .def("progress", &PyHandle::Progress);
 
   nb::class_<PyManager>(m, "Manager")
-      .def(
-          nb::init<const std::string&, std::shared_ptr<PyBackend>, int64_t, int,
-                   int64_t, int, int, const std::string&, const std::string&,
-                   nb::object, const std::string&,
-                   const std::map<std::string, std::string>&, bool, nb::object,
-                   int, int64_t, const std::string&, int64_t, int, int, bool>(),
-          nb::arg("root"), nb::arg("backend"), nb::arg("pool_bytes"),
-          nb::arg("keep_last"), nb::arg("keep_every"), nb::arg("max_in_flight"),
-          nb::arg("writers"), nb::arg("io"),
-          nb::arg("background_priority") = "low",
-          nb::arg("coordinator").none() = nb::none(),
-          nb::arg("when_busy") = "wait",
-          nb::arg("storage_options") = std::map<std::string, std::string>(),
-          nb::arg("deltas") = true, nb::arg("frozen").none() = nb::none(),
-          nb::arg("frozen_check_every") = 0, nb::arg("persist_every") = 1,
-          nb::arg("local_root") = "", nb::arg("local_every") = 1,
-          nb::arg("replicas") = 2, nb::arg("local_keep_last") = 2,
-          nb::arg("shared_reads") = true)
+      .def(nb::init<const std::string&, std::shared_ptr<PyBackend>, int64_t,
+                    int, int64_t, int, int, const std::string&,
+                    const std::string&, nb::object, const std::string&,
+                    const std::map<std::string, std::string>&, bool, nb::object,
+                    int, int64_t, const std::string&, int64_t, int, int,
+                    const std::string&>(),
+           nb::arg("root"), nb::arg("backend"), nb::arg("pool_bytes"),
+           nb::arg("keep_last"), nb::arg("keep_every"),
+           nb::arg("max_in_flight"), nb::arg("writers"), nb::arg("io"),
+           nb::arg("background_priority") = "low",
+           nb::arg("coordinator").none() = nb::none(),
+           nb::arg("when_busy") = "wait",
+           nb::arg("storage_options") = std::map<std::string, std::string>(),
+           nb::arg("deltas") = true, nb::arg("frozen").none() = nb::none(),
+           nb::arg("frozen_check_every") = 0, nb::arg("persist_every") = 1,
+           nb::arg("local_root") = "", nb::arg("local_every") = 1,
+           nb::arg("replicas") = 2, nb::arg("local_keep_last") = 2,
+           nb::arg("shared_reads") = "auto")
       .def("durability", &PyManager::DurabilityDict)
       .def("save", &PyManager::Save, nb::arg("step"), nb::arg("arrays"),
            nb::arg("metadata_json"), nb::arg("dispatched"),

@@ -409,3 +409,11 @@ def test_a_repeat_save_that_fails_changes_nothing_and_the_next_succeeds(root):
         mgr.save(2, state).wait()
         assert same_bits(mgr.restore(1)["w"], random_array(np.float32, (64,), 1))
         assert same_bits(mgr.restore(2)["w"], state["w"])
+
+
+def test_shared_reads_takes_auto_or_a_bool(tmp_path):
+    for value in ("auto", True, False):
+        hoist.CheckpointManager(tmp_path / str(value),
+                                shared_reads=value).close()
+    with pytest.raises(ValueError, match="shared_reads='yes'"):
+        hoist.CheckpointManager(tmp_path / "bad", shared_reads="yes")

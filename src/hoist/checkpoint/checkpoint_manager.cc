@@ -390,7 +390,8 @@ class CheckpointManager::Impl {
     // using the coordinator.
     const auto restore =
         [&](const std::string& dir) -> absl::StatusOr<RestoreStats> {
-      if (coordinator_.size() == 1 || !chosen.shared_reads) {
+      using Shared = RestoreOptions::SharedReads;
+      if (coordinator_.size() == 1 || chosen.shared_reads == Shared::kNever) {
         return RestoreCheckpoint(storage_, dir, targets, *pool_, chosen,
                                  receiver);
       }
@@ -398,8 +399,9 @@ class CheckpointManager::Impl {
         MutexLock lock(&mu_);
         mu_.Await(Condition(this, &Impl::Idle));
       }
-      return SharedRestore(coordinator_, storage_, dir, targets, *pool_, chosen,
-                           receiver);
+      return SharedRestore(
+          coordinator_, storage_, dir, targets, *pool_, chosen, receiver,
+          chosen.shared_reads == Shared::kAlways || IsObjectStoreUrl(root()));
     };
     absl::StatusOr<RestoreStats> stats;
     if (local_ != nullptr && chosen.local_tier) {

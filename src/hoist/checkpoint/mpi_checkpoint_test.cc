@@ -90,13 +90,15 @@ class Job : public ::testing::Test {
   }
 
   // Restores `model` (any sharding) from `step` onto this rank's devices,
-  // checks every byte, and checks what was read: with shared reads (the
-  // default), the job read each extent its ranks' boxes need once (the sum
-  // over ranks, within the 4 KiB alignment gaps between extents read
-  // together), else each rank read exactly the extents its boxes need.
+  // checks every byte, and checks what was read: with shared reads
+  // (kAlways), the job read each extent its ranks' boxes need once, else
+  // (kNever; kAuto, every rank being on this host) each rank read exactly
+  // the extents its boxes need.
   void ExpectRestores(CheckpointManager& manager,
                       const std::vector<ArraySpec>& model, int64_t step,
-                      uint64_t version, bool shared_reads = true) {
+                      uint64_t version,
+                      RestoreOptions::SharedReads shared =
+                          RestoreOptions::SharedReads::kAlways) {
     std::vector<ShardBuffers> buffers;
     std::vector<RestoreTarget> targets;
     for (const ArraySpec& spec : model) {
@@ -104,7 +106,7 @@ class Job : public ::testing::Test {
       targets.push_back(buffers.back().target);
     }
     RestoreOptions options;
-    options.shared_reads = shared_reads;
+    options.shared_reads = shared;
     absl::StatusOr<RestoreStats> stats =
         manager.Restore(step, targets, nullptr, options);
     ASSERT_TRUE(stats.ok()) << stats.status();
@@ -135,7 +137,8 @@ class Job : public ::testing::Test {
         }
       }
     }
-    if (coordinator_->size() == 1 || !shared_reads) {
+    if (coordinator_->size() == 1 ||
+        shared != RestoreOptions::SharedReads::kAlways) {
       EXPECT_EQ(stats->bytes_read, needed) << "rank " << coordinator_->rank();
       EXPECT_EQ(stats->bytes_received, 0);
       return;
@@ -335,7 +338,7 @@ TEST_F(Restore, OntoAnotherTopologyBitExact) {
 // On 2 ranks, a 2 x 4 (data x model) mesh puts each data-parallel replica
 // on its own rank: both need the same boxes. Shared reads read each byte
 // once per job and send the other rank its share; each rank reading for
-// itself reads them twice.
+// itself (kNever, and kAuto here: one host, a local root) reads them twice.
 TEST_F(Restore, DataParallelReplicasReadEachByteOnce) {
   if (coordinator_->size() != 2) GTEST_SKIP() << "2 ranks";
   auto manager = Open(*coordinator_);
@@ -351,7 +354,9 @@ TEST_F(Restore, DataParallelReplicasReadEachByteOnce) {
   EXPECT_GT(stats_.bytes_received, 0);
   EXPECT_LT(job_read_, job_separately_ * 3 / 4)
       << "read " << job_read_ << " of " << job_separately_;
-  ExpectRestores(*manager, model, 2, 2, /*shared_reads=*/false);
+  ExpectRestores(*manager, model, 2, 2, RestoreOptions::SharedReads::kNever);
+  // The default, with every rank on this host and a local root: alone.
+  ExpectRestores(*manager, model, 2, 2, RestoreOptions::SharedReads::kAuto);
 }
 
 // The local tier: a durable root and per-rank local roots under `name`.

@@ -14,6 +14,8 @@
 //      served from the buffer and the rest from storage.
 #include "hoist/checkpoint/shared_restore.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -24,6 +26,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -164,7 +167,8 @@ class CachedFile final : public ReadableFile {
 absl::StatusOr<RestoreStats> SharedRestore(
     Coordinator& coordinator, Storage& storage, const std::string& step_dir,
     absl::Span<const RestoreTarget> targets, StagingPool& pool,
-    const RestoreOptions& options, const RestoreReceiver& receiver) {
+    const RestoreOptions& options, const RestoreReceiver& receiver,
+    bool on_one_host) {
   const int n = coordinator.size(), rank = coordinator.rank();
   if (n == 1) {
     return RestoreCheckpoint(storage, step_dir, targets, pool, options,
@@ -178,6 +182,8 @@ absl::StatusOr<RestoreStats> SharedRestore(
   std::vector<int64_t> first_id;  // per array: the flat id of its extent 0
   absl::flat_hash_map<std::string_view, int> index_of;
   int64_t count = 0;
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
   std::string mine = "!";
   if (manifest.ok()) {
     for (size_t a = 0; a < manifest->arrays.size(); ++a) {
@@ -187,10 +193,18 @@ absl::StatusOr<RestoreStats> SharedRestore(
     }
     mine = EncodeIds(NeededExtents(*manifest, first_id, index_of, targets));
   }
+  // "HOST\nIDS": a host name has no line break.
   ASSIGN_OR_RETURN(std::vector<std::string> lists,
-                   coordinator.AllGather("shared restore " + step_dir, mine));
+                   coordinator.AllGather("shared restore " + step_dir,
+                                         absl::StrCat(host, "\n", mine)));
+  std::set<std::string> hosts;
+  for (std::string& list : lists) {
+    const size_t line = list.find('\n');
+    hosts.insert(list.substr(0, line));
+    list.erase(0, line == std::string::npos ? list.size() : line + 1);
+  }
   std::vector<std::vector<int64_t>> needs(n);
-  bool alone = !manifest.ok();
+  bool alone = !manifest.ok() || (hosts.size() == 1 && !on_one_host);
   for (int r = 0; r < n && !alone; ++r) {
     absl::StatusOr<std::vector<int64_t>> ids =
         lists[r] == "!" ? absl::DataLossError("")

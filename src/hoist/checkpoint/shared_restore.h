@@ -29,15 +29,19 @@ namespace hoist {
 //
 // RestoreStats::bytes_read is the bytes of extents this rank read from
 // storage (as RestoreCheckpoint counts them: not the alignment gaps between
-// extents read together); bytes_received what it received from other ranks. Errors: as
-// RestoreCheckpoint's, on the rank whose targets or reads fail (an extent
-// its reader could not read reaches the others as bytes that fail their
+// extents read together); bytes_received what it received from other ranks.
+// Errors: as RestoreCheckpoint's, on the rank whose targets or reads fail (an
+// extent its reader could not read reaches the others as bytes that fail their
 // hash: kDataLoss there too); the coordinator's (a lost rank) on all.
+//
+// `on_one_host`: whether to share when every rank is on one host (the ranks
+// learn each other's host names with what they need); when not, they all
+// restore alone there, as RestoreCheckpoint does.
 absl::StatusOr<RestoreStats> SharedRestore(
     Coordinator& coordinator, Storage& storage, const std::string& step_dir,
     absl::Span<const RestoreTarget> targets, StagingPool& pool,
-    const RestoreOptions& options = {},
-    const RestoreReceiver& receiver = nullptr);
+    const RestoreOptions& options, const RestoreReceiver& receiver,
+    bool on_one_host);
 
 }  // namespace hoist
 
