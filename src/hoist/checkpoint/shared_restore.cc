@@ -77,7 +77,8 @@ std::string EncodeIds(const std::vector<int64_t>& ids) {
   for (size_t i = 0; i < ids.size();) {
     size_t j = i;
     while (j + 1 < ids.size() && ids[j + 1] == ids[j] + 1) ++j;
-    absl::StrAppendFormat(&out, out.empty() ? "%d" : ",%d", ids[i]);
+    if (!out.empty()) out += ',';
+    absl::StrAppendFormat(&out, "%d", ids[i]);
     if (j > i) absl::StrAppendFormat(&out, "-%d", ids[j]);
     i = j + 1;
   }
