@@ -287,10 +287,11 @@ absl::StatusOr<RestoreStats> SharedRestore(
   std::atomic<int64_t> read{0}, served{0};
   for (size_t k = 0; k < rounds.size(); ++k) {
     const auto [first_array, end_array] = rounds[k];
-    const int64_t lo = first_id[first_array];
-    const int64_t hi = end_array < static_cast<int>(first_id.size())
-                           ? first_id[end_array]
-                           : count;
+    // (A manifest without arrays is one empty round.)
+    const auto id_of = [&](int a) {
+      return a < static_cast<int>(first_id.size()) ? first_id[a] : count;
+    };
+    const int64_t lo = id_of(first_array), hi = id_of(end_array);
     // This rank's shared extents of the round, grouped by reader (its own
     // first), each group in id order; and the offsets that carry any.
     std::vector<std::vector<int64_t>> by_reader(n);
