@@ -8,8 +8,8 @@
 #   2. the `hoist` command lists and verifies the steps, and an s3:// root
 #      says how to get object storage (pyarrow is not installed);
 #   3. `pip install` of the sdist stops at once, listing what is missing.
-# Slower than the suite (about 6 minutes with the downloads cached, which
-# take 3 GB, mostly torch's CUDA libraries), so it runs on its own:
+# It runs on its own, outside the suite: about 80 s with the downloads
+# cached, but the first run downloads 3 GB (mostly torch's CUDA libraries):
 #   tools/wheel.sh 3.11 && tools/clean_root_test.sh
 # Needs root (chroot, mounts) and Debian's archive and PyPI (the first run).
 # The root filesystem and the wheelhouse are kept in build/cleanroot.
