@@ -309,10 +309,7 @@ class CheckpointManager::Impl {
   }
 
   absl::Status WaitUntilFinished() {
-    {
-      MutexLock lock(&mu_);
-      mu_.Await(Condition(this, &Impl::Idle));
-    }
+    AwaitIdle();
     return TakeDeferredError();
   }
 
@@ -332,10 +329,7 @@ class CheckpointManager::Impl {
     RETURN_IF_ERROR(TakeDeferredError());
     PreparedRestore prepared;
     if (local_ != nullptr && options_.restore.local_tier) {
-      {
-        MutexLock lock(&mu_);
-        mu_.Await(Condition(this, &Impl::Idle));
-      }
+      AwaitIdle();
       Storage& storage = local_->own().storage();
       ASSIGN_OR_RETURN(
           LocalTier::Outcome outcome,
@@ -395,10 +389,7 @@ class CheckpointManager::Impl {
         return RestoreCheckpoint(storage_, dir, targets, *pool_, chosen,
                                  receiver);
       }
-      {
-        MutexLock lock(&mu_);
-        mu_.Await(Condition(this, &Impl::Idle));
-      }
+      AwaitIdle();
       return SharedRestore(
           coordinator_, storage_, dir, targets, *pool_, chosen, receiver,
           chosen.shared_reads == Shared::kAlways || IsObjectStoreUrl(root()));
@@ -406,10 +397,7 @@ class CheckpointManager::Impl {
     absl::StatusOr<RestoreStats> stats;
     if (local_ != nullptr && chosen.local_tier) {
       // Collective: the saver thread must not use the coordinator beside it.
-      {
-        MutexLock lock(&mu_);
-        mu_.Await(Condition(this, &Impl::Idle));
-      }
+      AwaitIdle();
       ASSIGN_OR_RETURN(
           LocalTier::Outcome outcome,
           local_->Restore(step, List().value_or(std::vector<int64_t>{}),
@@ -566,6 +554,12 @@ class CheckpointManager::Impl {
   }
   bool Idle() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return in_flight_steps_.empty();
+  }
+  // Returns once no save is in flight (the saver then leaves the
+  // coordinator to the caller's collectives).
+  void AwaitIdle() {
+    MutexLock lock(&mu_);
+    mu_.Await(Condition(this, &Impl::Idle));
   }
   bool HasJobOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return stopping_ || !queue_.empty();

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "hoist/base/host_name.h"
 #include "hoist/base/status_macros.h"
 #include "hoist/checkpoint/delta.h"
 #include "hoist/checkpoint/restore.h"
@@ -105,10 +106,8 @@ bool HoldsLiveFiles(const absl::flat_hash_set<std::string>& live,
 
 // "pid PID on HOST, NONCE": who holds a lock, unique to this opening.
 std::string LockToken() {
-  char host[128] = {0};
-  gethostname(host, sizeof host - 1);
   return absl::StrFormat(
-      "pid %d on %s, %016x", getpid(), host,
+      "pid %d on %s, %016x", getpid(), HostName(),
       std::random_device{}() * uint64_t{0x9e3779b97f4a7c15} ^
           static_cast<uint64_t>(absl::ToUnixNanos(absl::Now())));
 }

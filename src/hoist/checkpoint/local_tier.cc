@@ -22,6 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "hoist/base/host_name.h"
 #include "hoist/base/status_macros.h"
 #include "hoist/checkpoint/save.h"
 #include "hoist/format/layout.h"
@@ -29,12 +30,6 @@
 
 namespace hoist {
 namespace {
-
-std::string HostName() {
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  return host;
-}
 
 // A file mapped read-only for sending (no copy: the coordinator copies
 // each piece it sends).

@@ -14,8 +14,6 @@
 //      served from the buffer and the rest from storage.
 #include "hoist/checkpoint/shared_restore.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -31,6 +29,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "hoist/base/first_error.h"
+#include "hoist/base/host_name.h"
 #include "hoist/base/status_macros.h"
 #include "hoist/box.h"
 #include "hoist/checkpoint/restore.h"
@@ -115,7 +114,6 @@ class CachedFile final : public ReadableFile {
       : cached_(cached), open_(std::move(open)), served_(served) {}
 
   absl::Status ReadAt(int64_t offset, absl::Span<uint8_t> out) override {
-    if (cached_ == nullptr) return ReadStored(offset, out);
     const int64_t end = offset + static_cast<int64_t>(out.size());
     for (int64_t at = offset; at < end;) {
       auto next = cached_->upper_bound(at);
@@ -183,8 +181,6 @@ absl::StatusOr<RestoreStats> SharedRestore(
   std::vector<int64_t> first_id;  // per array: the flat id of its extent 0
   absl::flat_hash_map<std::string_view, int> index_of;
   int64_t count = 0;
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
   std::string mine = "!";
   if (manifest.ok()) {
     for (size_t a = 0; a < manifest->arrays.size(); ++a) {
@@ -197,7 +193,7 @@ absl::StatusOr<RestoreStats> SharedRestore(
   // "HOST\nIDS": a host name has no line break.
   ASSIGN_OR_RETURN(std::vector<std::string> lists,
                    coordinator.AllGather("shared restore " + step_dir,
-                                         absl::StrCat(host, "\n", mine)));
+                                         absl::StrCat(HostName(), "\n", mine)));
   std::set<std::string> hosts;
   for (std::string& list : lists) {
     const size_t line = list.find('\n');
@@ -367,12 +363,26 @@ absl::StatusOr<RestoreStats> SharedRestore(
     // Send each offset's share; receive into the group of its reader.
     for (int d : offsets) {
       const int to = (rank + d) % n, from = (rank - d + n) % n;
-      std::vector<uint8_t> send;
+      // What `to` needs of this rank's reads: all of them (data-parallel
+      // replicas), sent from the buffer as it is; else a copy of its share.
+      std::vector<uint8_t> copy;
+      int64_t own_bytes = 0;
+      bool all = true;
       for (int64_t id : by_reader[rank]) {
+        own_bytes += extent_of[id]->length_bytes;
         const std::vector<int>& who = needers.at(id);
-        if (std::find(who.begin(), who.end(), to) == who.end()) continue;
-        const uint8_t* at = buffer.data() + slot.at(id);
-        send.insert(send.end(), at, at + extent_of[id]->length_bytes);
+        all &= std::find(who.begin(), who.end(), to) != who.end();
+      }
+      absl::Span<const uint8_t> send(buffer.data() + group_at[rank],
+                                     static_cast<size_t>(own_bytes));
+      if (!all) {
+        for (int64_t id : by_reader[rank]) {
+          const std::vector<int>& who = needers.at(id);
+          if (std::find(who.begin(), who.end(), to) == who.end()) continue;
+          const uint8_t* at = buffer.data() + slot.at(id);
+          copy.insert(copy.end(), at, at + extent_of[id]->length_bytes);
+        }
+        send = copy;
       }
       int64_t expected = 0;
       for (int64_t id : by_reader[from])
@@ -417,13 +427,12 @@ absl::StatusOr<RestoreStats> SharedRestore(
         *manifest, step_dir, round_targets, pool, options, receiver,
         [&](const ExtentPlace& place)
             -> absl::StatusOr<std::unique_ptr<ReadableFile>> {
+          const auto open = [&storage, place] {
+            return storage.OpenReadableBeneath(place.dir, place.relative);
+          };
           auto found = cached.find(place.path);
-          return std::make_unique<CachedFile>(
-              found == cached.end() ? nullptr : &found->second,
-              [&storage, place] {
-                return storage.OpenReadableBeneath(place.dir, place.relative);
-              },
-              &served);
+          if (found == cached.end()) return open();
+          return std::make_unique<CachedFile>(&found->second, open, &served);
         });
     if (!round.ok()) {
       failed = round.status();

@@ -47,6 +47,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "hoist/base/bytes.h"
+#include "hoist/base/host_name.h"
 #include "hoist/base/status_macros.h"
 #include "hoist/box.h"
 #include "hoist/checkpoint_manager.h"
@@ -230,8 +231,7 @@ absl::Status CheckMemory(const DemoFlags& flags, const DemoJob& job,
   const int64_t mine =
       std::max(training + parts + pool + whole, restored + pool + whole);
   // This host's processes: those whose host name is this one's.
-  char name[256] = {};
-  gethostname(name, sizeof name - 1);
+  const std::string name = HostName();
   ASSIGN_OR_RETURN(
       std::vector<std::string> all,
       job.coordinator->AllGather("memory", absl::StrCat(mine, " ", name)));
