@@ -211,8 +211,9 @@ struct SaveInfo {
   // neither a durable nor a local step (persist_every, local.every).
   bool skipped = false;
   Tier tier = Tier::kDurable;  // where it was saved
-  // A local step: the bytes this process sent its replica holders (its
-  // part, once per holder).
+  // A local step: the bytes of extents this process sent its replica
+  // holders: those of its part that fewer than `local.replicas` processes
+  // hold (0 where data-parallel replicas hold every box that often).
   int64_t replicated_bytes = 0;
 };
 

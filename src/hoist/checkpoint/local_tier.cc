@@ -1,169 +1,265 @@
-// The local tier: see local_tier.h. Parts move between processes through
-// Coordinator::Exchange, one file per exchange, straight from the mapped
-// file (the coordinator sends it in pieces), and are committed on the
-// receiving side as any step is: data files written and fsynced, the
-// manifest last, then the directory renamed into place.
+// The local tier: see local_tier.h.
+//
+// A local save, once every rank's part committed (Replicate):
+//   1. the ranks all-gather the extents of their parts (replica_plan.h);
+//   2. each evaluates PlanReplication on them: an extent is sent only while
+//      fewer than `replicas` processes (hosts, across hosts) hold it, so a
+//      data-parallel replica's extents are not sent;
+//   3. for each replica offset d, a shift (peer_shift.h): each rank sends
+//      rank + d a copy of its part holding only the extents planned for it
+//      (one data file, each extent at a multiple of 4 KiB, and a
+//      MANIFEST.json naming them) and its whole manifest as PART.json (what
+//      the part holds, and its per-rank metadata), even when no extent goes.
+//      The receiver writes them into a temporary directory, fsyncs them,
+//      checks the manifest and renames the directory to
+//      peers/rNNNNN/step_N, replacing an older copy.
+// A local restore (Restore):
+//   1. the ranks all-gather which steps they hold, of their own and copies;
+//      a step is a candidate when every rank's part of it is here or
+//      described by a copy (its PART.json);
+//   2. for the newest candidate, they all-gather the extents of every part
+//      and copy they hold, and the whole manifest of each lost part;
+//   3. each evaluates PlanRecovery: for each extent of a lost part, the
+//      process that serves it (a data-parallel replica's own part, or a
+//      copy), spreading the bytes over them;
+//   4. shifts move those extents; the lost rank checks each one's hash,
+//      writes its part's manifest pointing at the received files, fsyncs
+//      and renames the directory into place: its part is back;
+//   5. every rank restores from its part. A part or copy found bad is left
+//      out and 2-5 run again; when no source is left, the next candidate.
 #include "hoist/checkpoint/local_tier.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <set>
+#include <unordered_map>
 
 #include "absl/status/status.h"
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "hoist/base/checked_math.h"
 #include "hoist/base/host_name.h"
 #include "hoist/base/status_macros.h"
+#include "hoist/checkpoint/peer_shift.h"
+#include "hoist/checkpoint/replica_plan.h"
 #include "hoist/checkpoint/save.h"
+#include "hoist/format/extent_hash.h"
 #include "hoist/format/layout.h"
+#include "hoist/format/manifest_file.h"
 #include "hoist/manifest.h"
 
 namespace hoist {
 namespace {
 
-// A file mapped read-only for sending (no copy: the coordinator copies
-// each piece it sends).
-class MappedFile {
- public:
-  static absl::StatusOr<MappedFile> Open(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) {
-      return absl::NotFoundError(
-          absl::StrFormat("%s: %s", path, std::strerror(errno)));
-    }
-    struct stat st;
-    MappedFile file;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-      ::close(fd);
-      return absl::DataLossError(
-          absl::StrFormat("%s: not a regular file", path));
-    }
-    file.size_ = st.st_size;
-    if (file.size_ > 0) {
-      void* at = mmap(nullptr, file.size_, PROT_READ, MAP_SHARED, fd, 0);
-      if (at == MAP_FAILED) {
-        const int error = errno;
-        ::close(fd);
-        return absl::InternalError(
-            absl::StrFormat("mmap %s: %s", path, std::strerror(error)));
-      }
-      file.data_ = static_cast<const uint8_t*>(at);
-    }
-    ::close(fd);
-    return file;
-  }
-  MappedFile() = default;
-  MappedFile(MappedFile&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)),
-        size_(std::exchange(other.size_, 0)) {}
-  MappedFile& operator=(MappedFile&& other) noexcept {
-    std::swap(data_, other.data_);
-    std::swap(size_, other.size_);
-    return *this;
-  }
-  ~MappedFile() {
-    if (data_ != nullptr) munmap(const_cast<uint8_t*>(data_), size_);
-  }
-  absl::Span<const uint8_t> bytes() const {
-    return {data_, static_cast<size_t>(size_)};
-  }
-
- private:
-  const uint8_t* data_ = nullptr;
-  int64_t size_ = 0;
-};
-
-struct StepFile {
-  std::string path;  // relative to the step directory
-  int64_t size = 0;
-};
-
-// A committed step directory's files: its data files, then its manifest
-// (sent last, so that a receiver that dies mid-way leaves no manifest).
-absl::StatusOr<std::vector<StepFile>> StepFiles(Storage& storage,
-                                                const std::string& dir) {
-  std::vector<StepFile> files;
-  const std::string data = JoinPath(dir, kDataDirName);
-  ASSIGN_OR_RETURN(bool has_data, storage.Exists(data));
-  std::vector<std::string> names;
-  if (has_data) {
-    ASSIGN_OR_RETURN(names, storage.List(data));
-  }
-  names.push_back("");  // the manifest
-  for (const std::string& name : names) {
-    const std::string relative =
-        name.empty() ? std::string(kManifestFileName)
-                     : absl::StrFormat("%s/%s", kDataDirName, name);
-    ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> file,
-                     storage.OpenReadableBeneath(dir, relative));
-    ASSIGN_OR_RETURN(int64_t size, file->Size());
-    files.push_back({relative, size});
-  }
-  return files;
-}
-
-std::string EncodeFiles(int64_t step, const std::vector<StepFile>& files) {
-  std::string out = absl::StrFormat("%d\n", step);
-  for (const StepFile& file : files) {
-    absl::StrAppendFormat(&out, "%s\t%d\n", file.path, file.size);
-  }
-  return out;
-}
-
-// A header EncodeFiles made on another rank; checked as anything read.
-absl::StatusOr<std::vector<StepFile>> DecodeFiles(absl::string_view text,
-                                                  int64_t step, int from) {
-  std::vector<StepFile> files;
-  if (text.empty()) return files;  // it sends nothing
-  const auto bad = [&](std::string_view why) {
-    return absl::DataLossError(absl::StrFormat(
-        "the part of step %d rank %d sent: %s", step, from, why));
-  };
-  std::vector<absl::string_view> lines =
-      absl::StrSplit(text, '\n', absl::SkipEmpty());
-  int64_t sent_step = -1;
-  if (lines.empty() || !absl::SimpleAtoi(lines[0], &sent_step) ||
-      sent_step != step) {
-    return bad("it is of another step");
-  }
-  for (size_t i = 1; i < lines.size(); ++i) {
-    std::vector<absl::string_view> fields = absl::StrSplit(lines[i], '\t');
-    StepFile file;
-    if (fields.size() != 2 || !absl::SimpleAtoi(fields[1], &file.size) ||
-        file.size < 0) {
-      return bad(absl::StrFormat("line %d is not 'path<TAB>size'", i + 1));
-    }
-    file.path = std::string(fields[0]);
-    const bool data_file =
-        absl::StartsWith(file.path, std::string(kDataDirName) + "/") &&
-        file.path.find('/', sizeof kDataDirName) == std::string::npos;
-    if (!IsSafeRelativePath(file.path) ||
-        (!data_file && file.path != kManifestFileName)) {
-      return bad(absl::StrFormat("'%s' is not a file of a step", file.path));
-    }
-    files.push_back(std::move(file));
-  }
-  if (files.empty() || files.back().path != kManifestFileName) {
-    return bad("it does not end with its manifest");
-  }
-  return files;
-}
-
 // "<tag> <rank> <step>,<step>,..." lines: what one rank holds.
-void AppendSteps(std::string& out, std::string_view tag, int rank,
+void AppendSteps(std::string& out, absl::string_view tag, int rank,
                  const std::vector<int64_t>& steps) {
   absl::StrAppendFormat(&out, "%s %d %s\n", tag, rank,
                         absl::StrJoin(steps, ","));
+}
+
+// Length-prefixed records ("<size>:<bytes>"), for messages whose fields
+// may hold any byte.
+void AppendRecord(std::string& out, absl::string_view record) {
+  absl::StrAppend(&out, record.size(), ":", record);
+}
+
+absl::StatusOr<std::vector<absl::string_view>> SplitRecords(
+    absl::string_view text, absl::string_view what) {
+  std::vector<absl::string_view> records;
+  while (!text.empty()) {
+    const size_t colon = text.find(':');
+    size_t size = 0;
+    if (colon == absl::string_view::npos ||
+        !absl::SimpleAtoi(text.substr(0, colon), &size) ||
+        size > text.size() - colon - 1) {
+      return absl::DataLossError(
+          absl::StrFormat("%s: a record is cut short", what));
+    }
+    records.push_back(text.substr(colon + 1, size));
+    text.remove_prefix(colon + 1 + size);
+  }
+  return records;
+}
+
+absl::StatusOr<std::string> ReadText(const std::string& path) {
+  ASSIGN_OR_RETURN(MappedFile file, MappedFile::Open(path));
+  return std::string(reinterpret_cast<const char*>(file.bytes().data()),
+                     file.bytes().size());
+}
+
+// The data file of a copy made by rank `rank` of rank `origin`'s part's
+// extents (its own part's: origin == rank).
+std::string CopyFileName(int rank, int origin) {
+  return rank == origin ? absl::StrFormat("%s/r%05d.bin", kDataDirName, rank)
+                        : absl::StrFormat("%s/r%05d_of_r%05d.bin", kDataDirName,
+                                          rank, origin);
+}
+
+// Offsets of extents of `lengths` bytes laid one after another in a file,
+// each at a multiple of kExtentAlignmentBytes.
+std::vector<int64_t> PackedOffsets(const std::vector<int64_t>& lengths) {
+  std::vector<int64_t> offsets;
+  int64_t end = 0;
+  for (int64_t length : lengths) {
+    offsets.push_back(AlignUp(end, kExtentAlignmentBytes));
+    end = offsets.back() + length;
+  }
+  return offsets;
+}
+
+// A part, or a copy of one, held by this rank and opened to send extents.
+struct HeldPart {
+  std::string dir;
+  Manifest manifest;
+  std::vector<PartExtent> extents;         // PartExtents(manifest)
+  std::vector<std::pair<int, int>> where;  // (array, extent) of each
+  std::unordered_map<std::string, int> by_key;
+  std::map<std::string, MappedFile> files;  // mapped on first use
+};
+
+absl::StatusOr<std::unique_ptr<HeldPart>> OpenHeldPart(Storage& storage,
+                                                       const std::string& dir) {
+  auto part = std::make_unique<HeldPart>();
+  part->dir = dir;
+  ASSIGN_OR_RETURN(part->manifest, ReadManifestFile(storage, dir));
+  for (size_t a = 0; a < part->manifest.arrays.size(); ++a) {
+    for (size_t e = 0; e < part->manifest.arrays[a].extents.size(); ++e) {
+      part->where.push_back({static_cast<int>(a), static_cast<int>(e)});
+    }
+  }
+  part->extents = PartExtents(part->manifest);
+  for (size_t i = 0; i < part->extents.size(); ++i) {
+    part->by_key.emplace(part->extents[i].key, static_cast<int>(i));
+  }
+  return part;
+}
+
+// The bytes of extent `i` of `part`, in its mapped data file.
+absl::StatusOr<absl::Span<const uint8_t>> ExtentBytes(HeldPart& part, int i) {
+  const auto [a, e] = part.where[i];
+  const ManifestExtent& extent = part.manifest.arrays[a].extents[e];
+  const std::string path = JoinPath(part.dir, extent.file);
+  if (extent.step) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s: array '%s' references step %d: a part holds its own bytes",
+        part.dir, part.manifest.arrays[a].name, *extent.step));
+  }
+  auto it = part.files.find(extent.file);
+  if (it == part.files.end()) {
+    ASSIGN_OR_RETURN(MappedFile file, MappedFile::Open(path));
+    it = part.files.emplace(extent.file, std::move(file)).first;
+  }
+  const absl::Span<const uint8_t> bytes = it->second.bytes();
+  if (extent.offset_bytes + extent.length_bytes >
+      static_cast<int64_t>(bytes.size())) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s: %d bytes, but array '%s' %s ends at %d", path, bytes.size(),
+        part.manifest.arrays[a].name, extent.box.ToString(),
+        extent.offset_bytes + extent.length_bytes));
+  }
+  return bytes.subspan(extent.offset_bytes, extent.length_bytes);
+}
+
+// A data file `path` of `part`'s extents `indices` (in that order), packed.
+absl::StatusOr<OutgoingFile> PackedFile(HeldPart& part, std::string path,
+                                        const std::vector<int>& indices) {
+  OutgoingFile file{std::move(path), {}};
+  int64_t end = 0;
+  for (int i : indices) {
+    ASSIGN_OR_RETURN(absl::Span<const uint8_t> bytes, ExtentBytes(part, i));
+    const int64_t at = AlignUp(end, kExtentAlignmentBytes);
+    if (at > end) file.pieces.push_back(ZeroPadding(at - end));
+    file.pieces.push_back(bytes);
+    end = at + static_cast<int64_t>(bytes.size());
+  }
+  return file;
+}
+
+// What a rank sends a holder after a local save: a copy of its part with
+// the extents `indices` (ascending) in one data file, and the whole part's
+// manifest `part_text`. The strings the files point into live here.
+struct PartCopy {
+  std::string manifest;
+  std::vector<OutgoingFile> files;
+  int64_t data_bytes = 0;
+};
+
+absl::StatusOr<std::unique_ptr<PartCopy>> CopyOfPart(
+    HeldPart& part, const std::string& part_text,
+    const std::vector<int>& indices, int rank) {
+  auto copy = std::make_unique<PartCopy>();
+  const std::string path = CopyFileName(rank, rank);
+  ASSIGN_OR_RETURN(OutgoingFile data, PackedFile(part, path, indices));
+  Manifest kept;
+  kept.step = part.manifest.step;
+  kept.metadata_json = part.manifest.metadata_json;
+  kept.part = part.manifest.part;
+  std::vector<int64_t> lengths;
+  for (int i : indices) lengths.push_back(part.extents[i].length_bytes);
+  const std::vector<int64_t> offsets = PackedOffsets(lengths);
+  int last_array = -1;
+  for (size_t k = 0; k < indices.size(); ++k) {
+    const auto [a, e] = part.where[indices[k]];
+    const ManifestArray& array = part.manifest.arrays[a];
+    if (a != last_array) {
+      kept.arrays.push_back(
+          {array.name, array.dtype, array.shape, array.sharding, {}});
+      last_array = a;
+    }
+    ManifestExtent extent = array.extents[e];
+    extent.file = path;
+    extent.offset_bytes = offsets[k];
+    copy->data_bytes += extent.length_bytes;
+    kept.arrays.back().extents.push_back(std::move(extent));
+  }
+  ASSIGN_OR_RETURN(copy->manifest, EncodeManifest(kept));
+  const auto span = [](const std::string& text) {
+    return absl::Span<const uint8_t>(
+        reinterpret_cast<const uint8_t*>(text.data()), text.size());
+  };
+  copy->files.push_back(std::move(data));
+  copy->files.push_back({kPartManifestFileName, {span(part_text)}});
+  copy->files.push_back(
+      {std::string(kManifestFileName), {span(copy->manifest)}});
+  return copy;
+}
+
+absl::Status WriteSynced(Storage& storage, const std::string& path,
+                         absl::string_view text) {
+  ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file,
+                   storage.OpenWritable(path));
+  absl::Status written = file->WriteAt(
+      0, {reinterpret_cast<const uint8_t*>(text.data()), text.size()});
+  if (written.ok()) written = file->Sync();
+  if (absl::Status closed = file->Close(); written.ok()) written = closed;
+  return written;
+}
+
+// Syncs the temporary step directory `tmp` and renames it to step `step` of
+// `root`, replacing it; removes `tmp` on an error.
+absl::Status Publish(Storage& storage, const std::string& root, int64_t step,
+                     const std::string& tmp) {
+  absl::Status status = storage.SyncDir(JoinPath(tmp, kDataDirName));
+  if (status.ok()) status = storage.SyncDir(tmp);
+  if (status.ok()) status = PublishStep(storage, root, step, tmp, true);
+  if (!status.ok()) storage.RemoveAll(tmp).IgnoreError();
+  return status;
+}
+
+// Creates the temporary directory of `step` under `root`, with data/.
+absl::StatusOr<std::string> MakeTmpStep(Storage& storage,
+                                        const std::string& root, int64_t step) {
+  const std::string tmp = JoinPath(root, TmpStepDirName(step));
+  if (absl::StatusOr<bool> there = storage.Exists(tmp); there.ok() && *there) {
+    RETURN_IF_ERROR(storage.RemoveAll(tmp));
+  }
+  RETURN_IF_ERROR(storage.CreateDir(tmp));
+  RETURN_IF_ERROR(storage.CreateDir(JoinPath(tmp, kDataDirName)));
+  return tmp;
 }
 
 }  // namespace
@@ -255,20 +351,23 @@ absl::StatusOr<std::unique_ptr<LocalTier>> LocalTier::Open(
           outcomes[p]));
     }
   }
-  return std::unique_ptr<LocalTier>(new LocalTier(coordinator, storage,
-                                                  std::move(own), offsets,
-                                                  std::move(kept), keep_last));
+  return std::unique_ptr<LocalTier>(
+      new LocalTier(coordinator, storage, std::move(own), std::move(hosts),
+                    offsets, replicas, std::move(kept), keep_last));
 }
 
 LocalTier::LocalTier(Coordinator& coordinator, Storage& storage,
                      std::unique_ptr<CheckpointRoot> own,
-                     std::vector<int> offsets,
+                     std::vector<std::string> hosts, std::vector<int> offsets,
+                     int replicas,
                      std::map<int, std::unique_ptr<CheckpointRoot>> kept,
                      int keep_last)
     : coordinator_(coordinator),
       storage_(storage),
       own_(std::move(own)),
+      hosts_(std::move(hosts)),
       offsets_(std::move(offsets)),
+      replicas_(replicas),
       kept_(std::move(kept)),
       keep_last_(keep_last) {}
 
@@ -280,117 +379,6 @@ std::vector<int> LocalTier::replica_holders() const {
     holders.push_back((coordinator_.rank() + d) % coordinator_.size());
   }
   return holders;
-}
-
-absl::Status LocalTier::Shift(const std::string& name, int64_t step, int offset,
-                              const std::string& send_dir, CheckpointRoot* into,
-                              int64_t* sent, int64_t* received) {
-  const int n = coordinator_.size(), rank = coordinator_.rank();
-  const int to = (rank + offset) % n, from = (rank - offset + n) % n;
-  absl::Status first;  // this rank's first error; the shift goes on
-  std::vector<StepFile> files;
-  if (!send_dir.empty()) {
-    absl::StatusOr<std::vector<StepFile>> listed =
-        StepFiles(storage_, send_dir);
-    if (listed.ok()) {
-      files = *std::move(listed);
-    } else {
-      first = listed.status();
-    }
-  }
-  // Every rank makes as many exchanges as the rank sending the most files.
-  ASSIGN_OR_RETURN(std::vector<std::string> counts,
-                   coordinator_.AllGather(name + " files",
-                                          absl::StrFormat("%d", files.size())));
-  size_t rounds = 0;
-  for (const std::string& count : counts) {
-    size_t c = 0;
-    if (absl::SimpleAtoi(count, &c)) rounds = std::max(rounds, c);
-  }
-  const std::string header = files.empty() ? "" : EncodeFiles(step, files);
-  std::string their_header;
-  RETURN_IF_ERROR(coordinator_.Exchange(
-      name + " header",
-      {reinterpret_cast<const uint8_t*>(header.data()), header.size()}, to,
-      from, [&](absl::Span<const uint8_t> piece) {
-        their_header.append(reinterpret_cast<const char*>(piece.data()),
-                            piece.size());
-        return absl::OkStatus();
-      }));
-  std::vector<StepFile> theirs;
-  if (absl::StatusOr<std::vector<StepFile>> decoded =
-          DecodeFiles(their_header, step, from);
-      decoded.ok()) {
-    theirs = *std::move(decoded);
-  } else if (first.ok()) {
-    first = decoded.status();
-  }
-  if (!theirs.empty() && into == nullptr && first.ok()) {
-    first = absl::InternalError(absl::StrFormat(
-        "rank %d sent a part of step %d that nothing here takes", from, step));
-  }
-  std::string tmp;
-  if (!theirs.empty() && into != nullptr && first.ok()) {
-    tmp = JoinPath(into->path(), TmpStepDirName(step));
-    first = storage_.CreateDir(tmp);
-    if (first.ok()) first = storage_.CreateDir(JoinPath(tmp, kDataDirName));
-  }
-  for (size_t i = 0; i < rounds; ++i) {
-    MappedFile mapped;
-    if (i < files.size()) {
-      absl::StatusOr<MappedFile> m =
-          MappedFile::Open(JoinPath(send_dir, files[i].path));
-      if (m.ok()) {
-        mapped = *std::move(m);
-      } else if (first.ok()) {
-        first = m.status();  // sends nothing: its receiver sees a short file
-      }
-    }
-    std::unique_ptr<WritableFile> out;
-    if (i < theirs.size() && !tmp.empty() && first.ok()) {
-      absl::StatusOr<std::unique_ptr<WritableFile>> opened =
-          storage_.OpenWritable(JoinPath(tmp, theirs[i].path));
-      if (opened.ok()) {
-        out = *std::move(opened);
-      } else {
-        first = opened.status();
-      }
-    }
-    if (sent != nullptr) *sent += static_cast<int64_t>(mapped.bytes().size());
-    int64_t at = 0;
-    // The receiver never fails the exchange: the sender must not be left
-    // mid-send, so a write's error is kept and the rest dropped.
-    RETURN_IF_ERROR(coordinator_.Exchange(
-        absl::StrFormat("%s file %d", name, i), mapped.bytes(), to, from,
-        [&](absl::Span<const uint8_t> piece) {
-          if (out == nullptr) return absl::OkStatus();
-          absl::Status written = out->WriteAt(at, piece);
-          at += static_cast<int64_t>(piece.size());
-          if (!written.ok()) {
-            if (first.ok()) first = written;
-            out.reset();
-          }
-          return absl::OkStatus();
-        }));
-    if (received != nullptr) *received += at;
-    if (out != nullptr) {
-      if (at != theirs[i].size) {
-        first = absl::DataLossError(absl::StrFormat(
-            "%s of step %d from rank %d: %d of its %d bytes arrived",
-            theirs[i].path, step, from, at, theirs[i].size));
-      }
-      if (first.ok()) first = out->Sync();
-      if (absl::Status closed = out->Close(); first.ok()) first = closed;
-    }
-  }
-  if (tmp.empty()) return first;
-  if (first.ok()) first = storage_.SyncDir(JoinPath(tmp, kDataDirName));
-  if (first.ok()) first = storage_.SyncDir(tmp);
-  if (first.ok()) {
-    first = PublishStep(storage_, into->path(), step, tmp, /*overwrite=*/true);
-  }
-  if (!first.ok()) storage_.RemoveAll(tmp).IgnoreError();
-  return first;
 }
 
 absl::Status LocalTier::Prune(CheckpointRoot& root) {
@@ -419,15 +407,88 @@ absl::Status LocalTier::Replicate(int64_t step, const absl::Status& saved,
         "its part",
         step, absl::StrJoin(failed, ", "), outcomes[failed[0]]));
   }
-  absl::Status first;
-  const std::string dir = own_->StepDir(step).value_or("");
-  const int n = coordinator_.size();
+  const int n = coordinator_.size(), rank = coordinator_.rank();
+  // 1. Every rank's extents.
+  absl::Status first;  // this rank's first error; it still takes part
+  std::unique_ptr<HeldPart> part;
+  std::string part_text;
+  if (absl::Status opened = [&]() -> absl::Status {
+        ASSIGN_OR_RETURN(const std::string dir, own_->StepDir(step));
+        ASSIGN_OR_RETURN(part, OpenHeldPart(storage_, dir));
+        ASSIGN_OR_RETURN(
+            part_text, ReadText(JoinPath(dir, std::string(kManifestFileName))));
+        return absl::OkStatus();
+      }();
+      !opened.ok()) {
+    first = opened;
+    part = nullptr;
+  }
+  ASSIGN_OR_RETURN(
+      std::vector<std::string> listed,
+      coordinator_.AllGather(
+          absl::StrFormat("local step %d extents", step),
+          EncodePartExtents(part ? part->extents : std::vector<PartExtent>{})));
+  std::vector<std::vector<PartExtent>> parts(n);
+  for (int p = 0; p < n; ++p) {
+    absl::StatusOr<std::vector<PartExtent>> decoded = DecodePartExtents(
+        listed[p], absl::StrFormat("rank %d's part of step %d", p, step));
+    if (decoded.ok()) {
+      parts[p] = *std::move(decoded);
+    } else if (first.ok()) {
+      first = decoded.status();
+    }
+  }
+  // 2. What goes where.
+  const std::vector<ReplicationSends> plan =
+      PlanReplication(parts, hosts_, offsets_, replicas_);
+  // 3. A copy to each holder; the copies this rank keeps.
   for (int d : offsets_) {
-    const int origin = (coordinator_.rank() - d + n) % n;
-    absl::Status shifted =
-        Shift(absl::StrFormat("local step %d +%d", step, d), step, d, dir,
-              kept_.at(origin).get(), sent_bytes);
-    if (first.ok()) first = shifted;
+    const int origin = (rank - d + n) % n;
+    std::unique_ptr<PartCopy> copy;
+    if (part != nullptr) {
+      const auto it = plan[rank].find(d);
+      absl::StatusOr<std::unique_ptr<PartCopy>> made = CopyOfPart(
+          *part, part_text,
+          it == plan[rank].end() ? std::vector<int>{} : it->second, rank);
+      if (made.ok()) {
+        copy = *std::move(made);
+      } else if (first.ok()) {
+        first = made.status();
+      }
+    }
+    CheckpointRoot& into = *kept_.at(origin);
+    absl::StatusOr<std::string> tmp = MakeTmpStep(storage_, into.path(), step);
+    absl::Status kept =
+        ShiftFiles(coordinator_, storage_,
+                   absl::StrFormat("local step %d +%d", step, d), step, d,
+                   copy ? absl::Span<const OutgoingFile>(copy->files)
+                        : absl::Span<const OutgoingFile>(),
+                   tmp.value_or(""));
+    if (copy != nullptr && sent_bytes != nullptr) {
+      *sent_bytes += copy->data_bytes;
+    }
+    if (!tmp.ok()) {
+      kept = tmp.status();
+    } else if (kept.ok()) {
+      // What arrived is a part of `origin`'s, of this step.
+      absl::StatusOr<Manifest> manifest = ReadManifestFile(storage_, *tmp);
+      if (!manifest.ok()) {
+        kept = absl::DataLossError(
+            absl::StrFormat("the copy of its part of step %d rank %d sent: %s",
+                            step, origin, manifest.status().message()));
+      } else if (!manifest->part || manifest->part->process != origin) {
+        kept = absl::DataLossError(absl::StrFormat(
+            "the copy of step %d rank %d sent is not its part", step, origin));
+      }
+    }
+    if (tmp.ok()) {
+      if (kept.ok()) {
+        kept = Publish(storage_, into.path(), step, *tmp);
+      } else {
+        storage_.RemoveAll(*tmp).IgnoreError();
+      }
+    }
+    if (first.ok()) first = kept;
   }
   if (absl::Status pruned = Prune(*own_); first.ok()) first = pruned;
   for (const auto& [origin, root] : kept_) {
@@ -435,13 +496,394 @@ absl::Status LocalTier::Replicate(int64_t step, const absl::Status& saved,
   }
   return first;
 }
+namespace {
+
+// What a restore from the local tier works with on this rank.
+struct Tier {
+  Coordinator& coordinator;
+  Storage& storage;
+  CheckpointRoot& own;
+  const std::map<int, std::unique_ptr<CheckpointRoot>>& kept;
+};
+
+// One try at rebuilding the lost parts of a step (steps 2-4 of a restore).
+struct Attempt {
+  int64_t step = 0;
+  std::set<int> lost;                             // ranks whose part is rebuilt
+  std::map<int, std::unique_ptr<HeldPart>> held;  // this rank's, by origin
+  std::vector<ExtentSource> sources;              // every rank's, gathered
+  std::vector<std::vector<PartExtent>> needs;     // of each lost part
+  Manifest manifest;                              // this rank's, when lost
+  std::vector<std::vector<int>> plan;  // PlanRecovery(needs, sources)
+  std::set<int> bad;                   // sources this rank found bad (indices)
+  int64_t received = 0;                // bytes this rank received
+};
+
+std::string SourceName(const ExtentSource& source, int lost) {
+  if (source.rank == source.origin) {
+    return absl::StrFormat("rank %d's part", source.rank);
+  }
+  if (source.origin == lost) {
+    return absl::StrFormat("rank %d's replica of it", source.rank);
+  }
+  return absl::StrFormat("rank %d's replica of rank %d's part", source.rank,
+                         source.origin);
+}
+
+// The indices of `r`'s extents that source `b` serves, ascending.
+std::vector<int> Served(const Attempt& attempt, int r, int b) {
+  std::vector<int> indices;
+  for (size_t i = 0; i < attempt.plan[r].size(); ++i) {
+    if (attempt.plan[r][i] == b) indices.push_back(static_cast<int>(i));
+  }
+  return indices;
+}
+
+// Step 2: each rank's holdings of the step, gathered. This rank's part
+// (unless lost), and its copies not found bad, are opened in `held`; a
+// holder of a lost part's copy adds the part's whole manifest. False when
+// a part was missing that the ranks thought there: it is lost now, and its
+// holders describe it in the next try.
+absl::StatusOr<bool> GatherHoldings(
+    Tier tier, Attempt& attempt, const std::set<std::pair<int, int>>& excluded,
+    const std::string& tag) {
+  const int n = tier.coordinator.size(), rank = tier.coordinator.rank();
+  std::string message;
+  const auto hold = [&](int origin, CheckpointRoot& root) {
+    absl::StatusOr<std::string> dir = root.StepDir(attempt.step);
+    if (!dir.ok()) return;
+    absl::StatusOr<std::unique_ptr<HeldPart>> opened =
+        OpenHeldPart(tier.storage, *dir);
+    if (!opened.ok()) return;  // an unreadable part serves nothing
+    AppendRecord(message, origin == rank ? "own" : "kept");
+    AppendRecord(message, absl::StrCat(origin));
+    AppendRecord(message, EncodePartExtents((*opened)->extents));
+    if (attempt.lost.contains(origin)) {
+      // A copy made before PART.json existed holds the whole part.
+      absl::StatusOr<std::string> text =
+          ReadText(JoinPath(*dir, kPartManifestFileName));
+      if (!text.ok())
+        text = ReadText(JoinPath(*dir, std::string(kManifestFileName)));
+      if (text.ok()) {
+        AppendRecord(message, "part");
+        AppendRecord(message, absl::StrCat(origin));
+        AppendRecord(message, *text);
+      }
+    }
+    attempt.held[origin] = *std::move(opened);
+  };
+  if (!attempt.lost.contains(rank)) hold(rank, tier.own);
+  for (const auto& [origin, root] : tier.kept) {
+    if (!excluded.contains({rank, origin})) hold(origin, *root);
+  }
+  ASSIGN_OR_RETURN(std::vector<std::string> all,
+                   tier.coordinator.AllGather(tag + " holdings", message));
+  std::set<int> own;
+  std::map<int, std::vector<absl::string_view>> texts;
+  for (int p = 0; p < n; ++p) {
+    const std::string what = absl::StrFormat("rank %d's holdings", p);
+    ASSIGN_OR_RETURN(std::vector<absl::string_view> records,
+                     SplitRecords(all[p], what));
+    for (size_t i = 0; i + 2 < records.size(); i += 3) {
+      int origin = -1;
+      if (!absl::SimpleAtoi(records[i + 1], &origin) || origin < 0 ||
+          origin >= n) {
+        return absl::DataLossError(absl::StrFormat("%s: no rank", what));
+      }
+      if (records[i] == "part") {
+        texts[origin].push_back(records[i + 2]);
+        continue;
+      }
+      ASSIGN_OR_RETURN(std::vector<PartExtent> extents,
+                       DecodePartExtents(records[i + 2], what));
+      if (records[i] == "own") own.insert(p);
+      attempt.sources.push_back({p, origin, std::move(extents)});
+    }
+  }
+  bool more_lost = false;
+  for (int r = 0; r < n; ++r) {
+    if (!attempt.lost.contains(r) && !own.contains(r)) {
+      attempt.lost.insert(r);
+      more_lost = true;
+    }
+  }
+  if (more_lost) return false;
+  // Each lost part's own manifest: what it held, and its metadata.
+  attempt.needs.assign(n, {});
+  for (int r : attempt.lost) {
+    bool found = false;
+    for (absl::string_view text : texts[r]) {
+      absl::StatusOr<Manifest> manifest =
+          DecodeManifest(std::string_view(text.data(), text.size()));
+      if (!manifest.ok() || !manifest->part || manifest->part->process != r ||
+          manifest->step != attempt.step) {
+        continue;
+      }
+      attempt.needs[r] = PartExtents(*manifest);
+      if (r == rank) attempt.manifest = *std::move(manifest);
+      found = true;
+      break;
+    }
+    if (!found) {
+      return absl::NotFoundError(absl::StrFormat(
+          "no process holds a readable copy of rank %d's part", r));
+    }
+  }
+  return true;
+}
+
+// Checks the extents of this rank's lost part that arrived in `tmp`, and
+// writes its manifest there, pointing at them.
+absl::Status WriteRebuiltManifest(Tier tier, Attempt& attempt,
+                                  const std::string& tmp) {
+  const int rank = tier.coordinator.rank();
+  std::map<int, std::vector<int64_t>> offsets;  // by source
+  std::map<int, size_t> next;
+  std::map<int, MappedFile> files;
+  absl::Status status;
+  Manifest manifest = attempt.manifest;
+  size_t i = 0;
+  for (ManifestArray& array : manifest.arrays) {
+    for (ManifestExtent& extent : array.extents) {
+      const int b = attempt.plan[rank][i++];
+      const ExtentSource& source = attempt.sources[b];
+      if (!offsets.contains(b)) {
+        std::vector<int64_t> lengths;
+        for (int k : Served(attempt, rank, b)) {
+          lengths.push_back(attempt.needs[rank][k].length_bytes);
+        }
+        offsets[b] = PackedOffsets(lengths);
+        ASSIGN_OR_RETURN(files[b],
+                         MappedFile::Open(JoinPath(
+                             tmp, CopyFileName(source.rank, source.origin))));
+      }
+      extent.file = CopyFileName(source.rank, source.origin);
+      extent.offset_bytes = offsets[b][next[b]++];
+      const absl::Span<const uint8_t> bytes = files[b].bytes();
+      if (extent.offset_bytes + extent.length_bytes >
+              static_cast<int64_t>(bytes.size()) ||
+          !ExtentMatches(extent.hash, bytes.data() + extent.offset_bytes,
+                         extent.length_bytes)) {
+        attempt.bad.insert(b);
+        if (status.ok()) {
+          status = absl::DataLossError(absl::StrFormat(
+              "array '%s' %s from %s: its bytes do not match its hash",
+              array.name, extent.box.ToString(), SourceName(source, rank)));
+        }
+      }
+    }
+  }
+  RETURN_IF_ERROR(status);
+  ASSIGN_OR_RETURN(const std::string text, EncodeManifest(manifest));
+  return WriteSynced(tier.storage,
+                     JoinPath(tmp, std::string(kManifestFileName)), text);
+}
+
+// Steps 3-4: moves the extents of the lost parts to their ranks, which
+// check them and commit their parts again. Errors: this rank's, as a lost
+// part; a source this rank could not send from is put in `attempt.bad`.
+absl::Status Rebuild(Tier tier, Attempt& attempt) {
+  const int n = tier.coordinator.size(), rank = tier.coordinator.rank();
+  std::set<int> offsets;
+  for (int r : attempt.lost) {
+    for (int b : attempt.plan[r]) {
+      offsets.insert((r - attempt.sources[b].rank + n) % n);
+    }
+  }
+  const bool lost = attempt.lost.contains(rank);
+  absl::Status first;
+  std::string tmp;
+  if (lost) {
+    absl::StatusOr<std::string> made =
+        MakeTmpStep(tier.storage, tier.own.path(), attempt.step);
+    if (made.ok()) {
+      tmp = *made;
+    } else {
+      first = made.status();
+    }
+  }
+  for (int d : offsets) {
+    const int to = (rank + d) % n, from = (rank - d + n) % n;
+    std::vector<OutgoingFile> files;
+    for (size_t b = 0; b < attempt.sources.size() && attempt.lost.contains(to);
+         ++b) {
+      const ExtentSource& source = attempt.sources[b];
+      if (source.rank != rank) continue;
+      const std::vector<int> served = Served(attempt, to, b);
+      if (served.empty()) continue;
+      HeldPart& part = *attempt.held.at(source.origin);
+      std::vector<int> indices;
+      for (int i : served) {
+        indices.push_back(part.by_key.at(attempt.needs[to][i].key));
+      }
+      absl::StatusOr<OutgoingFile> file =
+          PackedFile(part, CopyFileName(rank, source.origin), indices);
+      if (file.ok()) {
+        files.push_back(*std::move(file));
+      } else {
+        attempt.bad.insert(static_cast<int>(b));  // it arrives short
+      }
+    }
+    const bool receives =
+        lost && absl::c_any_of(attempt.plan[rank], [&](int b) {
+          return attempt.sources[b].rank == from;
+        });
+    absl::Status shifted =
+        ShiftFiles(tier.coordinator, tier.storage,
+                   absl::StrFormat("local restore %d +%d", attempt.step, d),
+                   attempt.step, d, files, receives && first.ok() ? tmp : "",
+                   nullptr, &attempt.received);
+    if (receives && first.ok()) first = shifted;
+  }
+  if (!lost) return absl::OkStatus();
+  if (first.ok()) first = WriteRebuiltManifest(tier, attempt, tmp);
+  if (first.ok())
+    return Publish(tier.storage, tier.own.path(), attempt.step, tmp);
+  if (!tmp.empty()) tier.storage.RemoveAll(tmp).IgnoreError();
+  return first;
+}
+
+// How many ranks' errors a try's note names.
+constexpr int kNotedFailures = 2;
+
+// How restoring step `s` from the local tier went.
+struct StepResult {
+  std::optional<LocalTier::Outcome> outcome;  // set when it was restored
+  bool another_sharding = false;              // a rank's part does not serve it
+  std::vector<std::string> notes;
+};
+
+// Steps 2-5 for step `s`, whose parts of `lost` ranks are not where they
+// were saved.
+absl::StatusOr<StepResult> RestoreStep(
+    Tier tier, int64_t s, std::set<int> lost,
+    const std::function<absl::StatusOr<RestoreStats>(const std::string&)>&
+        restore) {
+  const int n = tier.coordinator.size();
+  std::set<std::pair<int, int>> excluded;  // copies found bad
+  StepResult result;
+  for (int t = 0; t < 4 * n + 4; ++t) {
+    const std::string tag = absl::StrFormat("local restore %d try %d", s, t);
+    Attempt attempt;
+    attempt.step = s;
+    attempt.lost = lost;
+    absl::StatusOr<bool> gathered =
+        GatherHoldings(tier, attempt, excluded, tag);
+    if (absl::IsNotFound(gathered.status())) {
+      result.notes.push_back(std::string(gathered.status().message()));
+      return result;
+    }
+    RETURN_IF_ERROR(gathered.status());
+    if (!*gathered) {
+      lost = attempt.lost;
+      continue;
+    }
+    absl::StatusOr<std::vector<std::vector<int>>> plan =
+        PlanRecovery(attempt.needs, attempt.sources);
+    if (!plan.ok()) {
+      result.notes.push_back(std::string(plan.status().message()));
+      return result;
+    }
+    attempt.plan = *std::move(plan);
+    absl::Status rebuilt = Rebuild(tier, attempt);
+    absl::StatusOr<RestoreStats> stats = [&]() -> absl::StatusOr<RestoreStats> {
+      RETURN_IF_ERROR(rebuilt);
+      ASSIGN_OR_RETURN(const std::string dir, tier.own.StepDir(s));
+      return restore(dir);
+    }();
+    ASSIGN_OR_RETURN(
+        std::vector<std::string> results,
+        tier.coordinator.AllGather(
+            tag, absl::StrFormat("%d\t%s\t%s",
+                                 static_cast<int>(stats.status().code()),
+                                 absl::StrJoin(attempt.bad, ","),
+                                 stats.ok() ? "" : stats.status().ToString())));
+    bool all_ok = true, stuck = false;
+    int failures = 0;
+    for (int r = 0; r < n; ++r) {
+      std::vector<std::string> fields =
+          absl::StrSplit(results[r], absl::MaxSplits('\t', 2));
+      int code = static_cast<int>(absl::StatusCode::kUnknown);
+      if (fields.size() != 3 || !absl::SimpleAtoi(fields[0], &code)) {
+        fields = {"", "", results[r]};
+      }
+      bool bad_found = false;
+      for (absl::string_view at :
+           absl::StrSplit(fields[1], ',', absl::SkipEmpty())) {
+        size_t b = 0;
+        if (!absl::SimpleAtoi(at, &b) || b >= attempt.sources.size()) continue;
+        const ExtentSource& source = attempt.sources[b];
+        bad_found = true;
+        if (source.rank == source.origin) {
+          lost.insert(source.rank);  // its own part is bad
+        } else {
+          excluded.insert({source.rank, source.origin});
+        }
+      }
+      if (static_cast<absl::StatusCode>(code) == absl::StatusCode::kOk)
+        continue;
+      all_ok = false;
+      const bool was_lost = attempt.lost.contains(r);
+      // The first few ranks' errors (a job of many ranks fails alike).
+      if (++failures <= kNotedFailures) {
+        result.notes.push_back(absl::StrFormat(
+            "rank %d's %spart: %s", r, was_lost ? "rebuilt " : "", fields[2]));
+      }
+      if (static_cast<absl::StatusCode>(code) ==
+          absl::StatusCode::kFailedPrecondition) {
+        result.another_sharding = true;
+      } else if (!was_lost) {
+        lost.insert(r);  // its part is bad: rebuild it
+      } else if (!bad_found) {
+        stuck = true;  // no source to blame: trying again cannot help
+      }
+    }
+    if (all_ok) {
+      std::vector<std::string> used;
+      for (int r : attempt.lost) {
+        std::map<int, int64_t> bytes;  // by source
+        for (size_t i = 0; i < attempt.plan[r].size(); ++i) {
+          bytes[attempt.plan[r][i]] += attempt.needs[r][i].length_bytes;
+        }
+        std::vector<std::string> from;
+        for (const auto& [b, size] : bytes) {
+          from.push_back(absl::StrFormat(
+              "%s (%d bytes)", SourceName(attempt.sources[b], r), size));
+        }
+        used.push_back(absl::StrFormat("rank %d's part from %s", r,
+                                       absl::StrJoin(from, ", ")));
+      }
+      LocalTier::Outcome outcome;
+      outcome.stats = *std::move(stats);
+      outcome.step = s;
+      outcome.received_bytes = attempt.received;
+      outcome.note = absl::StrFormat(
+          "local step %d%s%s%s", s, used.empty() ? "" : ": ",
+          absl::StrJoin(used, "; "),
+          result.notes.empty()
+              ? ""
+              : " (after: " + absl::StrJoin(result.notes, "; ") + ")");
+      result.outcome = std::move(outcome);
+      return result;
+    }
+    if (failures > kNotedFailures) {
+      result.notes.push_back(
+          absl::StrFormat("and %d more ranks", failures - kNotedFailures));
+    }
+    if (result.another_sharding || stuck) return result;
+  }
+  result.notes.push_back("every try failed");
+  return result;
+}
+
+}  // namespace
 
 absl::StatusOr<LocalTier::Outcome> LocalTier::Restore(
     std::optional<int64_t> step, const std::vector<int64_t>& durable_steps,
     const std::function<absl::StatusOr<RestoreStats>(const std::string&)>&
         restore) {
   const int n = coordinator_.size(), rank = coordinator_.rank();
-  // 1. What every rank holds.
+  // 1. Which steps every rank holds.
   std::string inventory;
   AppendSteps(inventory, "durable", rank, durable_steps);
   AppendSteps(inventory, "own", rank,
@@ -455,8 +897,7 @@ absl::StatusOr<LocalTier::Outcome> LocalTier::Restore(
       coordinator_.AllGather("local restore inventory", inventory));
   std::vector<int64_t> durable;  // rank 0's view decides
   std::vector<std::set<int64_t>> own(n);
-  std::map<std::pair<int, int64_t>, std::vector<int>>
-      holders;  // (origin, step)
+  std::set<std::pair<int, int64_t>> described;  // (origin, step) copies
   std::set<int64_t> seen;
   for (int p = 0; p < n; ++p) {
     for (absl::string_view line :
@@ -477,38 +918,20 @@ absl::StatusOr<LocalTier::Outcome> LocalTier::Restore(
           own[p].insert(at);
           seen.insert(at);
         } else if (fields[0] == "kept") {
-          holders[{origin, at}].push_back(p);
+          described.insert({origin, at});
           seen.insert(at);
         }
       }
     }
   }
-  // Where each rank's part of `s` can come from: itself, then its holders
-  // nearest first.
-  const auto sources = [&](int64_t s) {
-    std::vector<std::vector<int>> from(n);
+  // A candidate: every rank's part is where it was saved or described by
+  // a copy.
+  const auto candidate = [&](int64_t s) {
     for (int r = 0; r < n; ++r) {
-      if (own[r].contains(s)) from[r].push_back(r);
-      auto it = holders.find({r, s});
-      if (it == holders.end()) continue;
-      std::vector<int> h = it->second;
-      std::sort(h.begin(), h.end(), [&](int a, int b) {
-        return (a - r + n) % n < (b - r + n) % n;
-      });
-      from[r].insert(from[r].end(), h.begin(), h.end());
-    }
-    return from;
-  };
-  const auto complete = [&](int64_t s) {
-    for (const std::vector<int>& f : sources(s)) {
-      if (f.empty()) return false;
+      if (!own[r].contains(s) && !described.contains({r, s})) return false;
     }
     return true;
   };
-  std::optional<int64_t> local;
-  for (auto it = seen.rbegin(); it != seen.rend() && !local; ++it) {
-    if ((!step || *it == *step) && complete(*it)) local = *it;
-  }
   std::optional<int64_t> newest_durable;
   for (int64_t s : durable) {
     if (!step || s == *step) {
@@ -526,89 +949,30 @@ absl::StatusOr<LocalTier::Outcome> LocalTier::Restore(
             : absl::StrFormat("no step to restore: %s", why);
     return outcome;
   };
-  if (!local) return use_durable("no local step has every rank's part");
-  if (newest_durable && *newest_durable >= *local) {
-    return use_durable(absl::StrFormat(
-        "it is at least as new as the newest complete local step, %d", *local));
-  }
-  // 2. Each rank's part from its next source until every rank restores.
-  const int64_t s = *local;
-  const std::vector<std::vector<int>> from = sources(s);
-  std::vector<size_t> cursor(n, 0);
+  // 2-5, for each candidate, newest first, newer than the durable step.
   std::vector<std::string> notes;
-  for (int attempt = 0;; ++attempt) {
-    std::set<int> offsets;
+  for (auto it = seen.rbegin(); it != seen.rend(); ++it) {
+    const int64_t s = *it;
+    if ((step && s != *step) || !candidate(s)) continue;
+    if (newest_durable && *newest_durable >= s) {
+      if (!notes.empty()) break;
+      return use_durable(absl::StrFormat(
+          "it is at least as new as the newest complete local step, %d", s));
+    }
+    std::set<int> lost;
     for (int r = 0; r < n; ++r) {
-      if (from[r][cursor[r]] != r)
-        offsets.insert((r - from[r][cursor[r]] + n) % n);
+      if (!own[r].contains(s)) lost.insert(r);
     }
-    absl::Status mine;
-    for (int d : offsets) {
-      const int to = (rank + d) % n, back = (rank - d + n) % n;
-      std::string send;
-      if (from[to][cursor[to]] == rank && to != rank) {
-        send = kept_.at(to)->StepDir(s).value_or("");
-      }
-      const bool receives = from[rank][cursor[rank]] == back && back != rank;
-      absl::Status shifted =
-          Shift(absl::StrFormat("local restore %d try %d +%d", s, attempt, d),
-                s, d, send, receives ? own_.get() : nullptr, nullptr,
-                &outcome.received_bytes);
-      if (receives && mine.ok()) mine = shifted;
-    }
-    absl::StatusOr<RestoreStats> stats = [&]() -> absl::StatusOr<RestoreStats> {
-      RETURN_IF_ERROR(mine);
-      ASSIGN_OR_RETURN(const std::string dir, own_->StepDir(s));
-      return restore(dir);
-    }();
     ASSIGN_OR_RETURN(
-        std::vector<std::string> results,
-        coordinator_.AllGather(
-            absl::StrFormat("local restore %d try %d", s, attempt),
-            stats.ok() ? ""
-                       : absl::StrFormat(
-                             "%d %s", static_cast<int>(stats.status().code()),
-                             stats.status().ToString())));
-    bool all_ok = true, give_up = false;
-    for (int r = 0; r < n; ++r) {
-      if (results[r].empty()) continue;
-      all_ok = false;
-      int code = 0;
-      if (!absl::SimpleAtoi(results[r].substr(0, results[r].find(' ')),
-                            &code)) {
-        code = static_cast<int>(absl::StatusCode::kUnknown);
-      }
-      notes.push_back(absl::StrFormat(
-          "rank %d's part from rank %d: %s", r, from[r][cursor[r]],
-          results[r].substr(results[r].find(' ') + 1)));
-      if (static_cast<absl::StatusCode>(code) ==
-              absl::StatusCode::kFailedPrecondition ||
-          ++cursor[r] >= from[r].size()) {
-        give_up = true;
-      }
-    }
-    if (all_ok) {
-      std::vector<std::string> used;
-      for (int r = 0; r < n; ++r) {
-        if (from[r][cursor[r]] != r) {
-          used.push_back(absl::StrFormat(
-              "rank %d's part from rank %d's replica", r, from[r][cursor[r]]));
-        }
-      }
-      outcome.stats = *std::move(stats);
-      outcome.step = s;
-      outcome.note = absl::StrFormat(
-          "local step %d%s%s%s", s, used.empty() ? "" : ": ",
-          absl::StrJoin(used, "; "),
-          notes.empty() ? "" : " (after: " + absl::StrJoin(notes, "; ") + ")");
-      return outcome;
-    }
-    if (give_up) {
-      return use_durable(
-          absl::StrFormat("local step %d could not be restored: %s", s,
-                          absl::StrJoin(notes, "; ")));
-    }
+        StepResult result,
+        RestoreStep({coordinator_, storage_, *own_, kept_}, s, lost, restore));
+    if (result.outcome) return *std::move(result.outcome);
+    notes.push_back(absl::StrFormat("local step %d could not be restored: %s",
+                                    s, absl::StrJoin(result.notes, "; ")));
+    if (result.another_sharding) break;
   }
+  if (notes.empty()) return use_durable("no local step has every rank's part");
+  return use_durable(absl::StrJoin(notes, "; "));
 }
 
 }  // namespace hoist

@@ -1,13 +1,18 @@
 // The local tier (CheckpointManagerOptions::local): each process saves its
 // part of a step (every box its devices hold) under its own node-local root,
-// sends that part to replicas - 1 peer processes (on other hosts when the job
-// has them), and recovery rebuilds the newest step every process can find a
-// verified part of, locally or on a live peer.
+// and copies of the extents of it that too few other processes hold (not a
+// data-parallel replica's, which that replica holds itself) to up to
+// replicas - 1 peer processes (on other hosts when the job has them).
+// Recovery rebuilds a lost part from what the job still holds, the other
+// processes' parts and the copies, and restores the newest step every
+// process has, or can rebuild, a verified part of.
 //
 // Layout of one process's local root (every directory a CheckpointRoot,
 // with its lock, its recovery and its commit protocol):
 //   LOCAL/step_N/               this process's part of step N
-//   LOCAL/peers/r00002/step_N/  rank 2's part of step N, kept for it
+//   LOCAL/peers/r00002/step_N/  rank 2's part of step N as kept for it: the
+//                               extents sent, their MANIFEST.json, and the
+//                               whole part's manifest (PART.json)
 //
 // Every method that takes part in the job is collective: each rank calls it
 // in the same order, from one thread at a time (the manager's saver thread
@@ -62,14 +67,17 @@ class LocalTier {
   std::vector<int> replica_holders() const;
 
   // Collective, after this rank's part of `step` committed (`saved` OK) or
-  // failed. When every rank's part committed, each sends its part to its
-  // replica holders and commits the parts it keeps for others, then prunes
-  // both to keep_last; else each removes its part (a step with a missing
-  // part is never a local step) and returns kAborted naming the ranks that
-  // failed, or `saved` on the rank that failed. OK means this rank's part
-  // is committed here and sent; a holder that failed to keep it reports
-  // its own error.
-  // `sent_bytes`, when given, gets the bytes this rank sent.
+  // failed. When every rank's part committed, each sends its replica
+  // holders a copy of its part with the extents PlanReplication gives them
+  // (replica_plan.h: those fewer than `replicas` processes hold) and its
+  // whole manifest, and commits the copies it keeps for others, then
+  // prunes both to keep_last; else each removes its part (a step with a
+  // missing part is never a local step) and returns kAborted naming the
+  // ranks that failed, or `saved` on the rank that failed. OK means this
+  // rank's part is committed here and its copies sent; a holder that failed
+  // to keep one reports its own error.
+  // `sent_bytes`, when given, gets the bytes of extents this rank sent (its
+  // manifest, sent too, is not counted).
   absl::Status Replicate(int64_t step, const absl::Status& saved,
                          int64_t* sent_bytes = nullptr);
 
@@ -85,14 +93,17 @@ class LocalTier {
   };
 
   // Collective. Picks the step to restore: `step` if given, else the newest
-  // step that every rank's part of is here or on a live peer, unless the
-  // durable tier (`durable_steps`, rank 0's list is used) holds a newer one.
-  // For a local step, each rank whose part is missing here gets it from a
-  // peer, then every rank restores through `restore` (given the step
-  // directory of its part); a part that fails (corrupt: kDataLoss, or
-  // missing) is fetched from the next peer keeping it; when a rank has no
-  // source left, or its destinations reach outside its part (another
-  // sharding: kFailedPrecondition), the outcome is the durable step.
+  // step every rank's part of is here or described by a live peer's copy,
+  // unless the durable tier (`durable_steps`, rank 0's list is used) holds
+  // one at least as new. Each rank whose part of it is missing gets its
+  // extents from the processes that hold them (data-parallel replicas'
+  // parts, copies; spread over them), checks their hashes and commits its
+  // part again; then every rank restores through `restore` (given the step
+  // directory of its part). A part found bad (kDataLoss) is rebuilt, and a
+  // copy found bad left out, until no source is left; then the next older
+  // step is tried, and when none is left, or a rank's destinations reach
+  // outside its part (another sharding: kFailedPrecondition), the outcome
+  // is the durable step.
   absl::StatusOr<Outcome> Restore(
       std::optional<int64_t> step, const std::vector<int64_t>& durable_steps,
       const std::function<absl::StatusOr<RestoreStats>(const std::string&)>&
@@ -100,23 +111,18 @@ class LocalTier {
 
  private:
   LocalTier(Coordinator& coordinator, Storage& storage,
-            std::unique_ptr<CheckpointRoot> own, std::vector<int> offsets,
+            std::unique_ptr<CheckpointRoot> own, std::vector<std::string> hosts,
+            std::vector<int> offsets, int replicas,
             std::map<int, std::unique_ptr<CheckpointRoot>> kept, int keep_last);
 
-  // Collective shift by `offset`: this rank sends the step directory
-  // `send_dir` (empty: nothing) to rank + offset, and commits what rank -
-  // offset sends (if anything) as `step` of `into` (replacing it there).
-  // Adds the bytes it sent to `sent` and those it received to `received`
-  // when given.
-  absl::Status Shift(const std::string& name, int64_t step, int offset,
-                     const std::string& send_dir, CheckpointRoot* into,
-                     int64_t* sent = nullptr, int64_t* received = nullptr);
   absl::Status Prune(CheckpointRoot& root);
 
   Coordinator& coordinator_;
   Storage& storage_;
   const std::unique_ptr<CheckpointRoot> own_;
+  const std::vector<std::string> hosts_;  // each rank's
   const std::vector<int> offsets_;
+  const int replicas_;
   // The peer roots this process keeps replicas in, by origin rank.
   const std::map<int, std::unique_ptr<CheckpointRoot>> kept_;
   const int keep_last_;

@@ -20,8 +20,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <set>
+#include <sstream>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
@@ -42,6 +46,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr int kDevices = 8;  // in the whole job, whatever the ranks
 
@@ -402,8 +407,10 @@ class Tiers : public Job {
       ASSERT_TRUE(info.ok())
           << "rank " << coordinator_->rank() << ": " << info.status();
       EXPECT_EQ(info->tier, step % 4 == 0 ? Tier::kDurable : Tier::kLocal);
+      replicated_bytes_ = info->replicated_bytes;
     }
   }
+  int64_t replicated_bytes_ = 0;  // by the last step SaveSteps saved
   // Restores the newest step onto the mesh it was saved on; checks every
   // byte against `version` and returns the stats.
   RestoreStats RestoreNewest(CheckpointManager& manager, uint64_t version,
@@ -436,6 +443,23 @@ class Tiers : public Job {
   }
 };
 
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// True for an array of the mixed model that is split over "data": no
+// other rank holds its boxes. The others are held by data-parallel
+// replicas (split over "model" only) or by every rank (replicated).
+bool SplitOverData(const ArraySpec& spec) {
+  for (const std::vector<std::string>& axes : spec.sharding.named()->spec) {
+    if (absl::c_linear_search(axes, "data")) return true;
+  }
+  return false;
+}
+
 TEST_F(Tiers, LostPartIsRestoredFromItsReplicaAndAnotherMeshFromDurable) {
   ASSERT_EQ(coordinator_->size(), 4);
   const int rank = coordinator_->rank();
@@ -446,7 +470,7 @@ TEST_F(Tiers, LostPartIsRestoredFromItsReplicaAndAnotherMeshFromDurable) {
     EXPECT_THAT(*manager->List(), ElementsAre(4));  // durable: step 4 only
   }
   // Each rank holds its part of the newest two local steps, and its left
-  // neighbour's (one host: the replica goes to rank + 1).
+  // neighbour's copy (one host: the replica goes to rank + 1).
   const std::string local = LocalOf("lost", rank);
   const int left = (rank + 3) % 4;
   for (int64_t step : {6, 7}) {
@@ -456,6 +480,33 @@ TEST_F(Tiers, LostPartIsRestoredFromItsReplicaAndAnotherMeshFromDurable) {
         "%s/peers/r%05d/step_%08d/MANIFEST.json", local, left, step)));
   }
   EXPECT_FALSE(std::filesystem::exists(local + "/step_00000005"));  // pruned
+  // The copy holds the arrays split over "data" only (every other box has
+  // a second holder, a data-parallel replica or every rank), and the whole
+  // part's manifest; what was sent is what it holds.
+  const std::string copy =
+      absl::StrFormat("%s/peers/r%05d/step_00000007", local, left);
+  absl::StatusOr<Manifest> kept =
+      DecodeManifest(ReadFile(copy + "/MANIFEST.json"));
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  absl::StatusOr<Manifest> part = DecodeManifest(ReadFile(copy + "/PART.json"));
+  ASSERT_TRUE(part.ok()) << part.status();
+  EXPECT_EQ(part->part->process, left);
+  EXPECT_EQ(part->arrays.size(), Model(MeshOf(2, 4)).size());
+  std::set<std::string> split, sent;
+  for (const ArraySpec& spec : Model(MeshOf(2, 4))) {
+    if (SplitOverData(spec)) split.insert(spec.name);
+  }
+  int64_t sent_bytes = 0;
+  for (const ManifestArray& array : kept->arrays) {
+    sent.insert(array.name);
+    for (const ManifestExtent& extent : array.extents) {
+      sent_bytes += extent.length_bytes;
+    }
+  }
+  EXPECT_EQ(sent, split);
+  // Rank `left` sent it; every rank sent as many bytes (the model splits
+  // evenly), which this rank checks on its own figure.
+  EXPECT_EQ(replicated_bytes_, sent_bytes);
   // Rank 2's node is lost: its whole local root goes, replicas included.
   ASSERT_TRUE(coordinator_->Barrier("before loss").ok());
   if (rank == 2) std::filesystem::remove_all(local);
@@ -465,7 +516,10 @@ TEST_F(Tiers, LostPartIsRestoredFromItsReplicaAndAnotherMeshFromDurable) {
   const RestoreStats stats = RestoreNewest(*manager, 7);
   EXPECT_EQ(stats.restored_from, Tier::kLocal) << stats.note;
   EXPECT_EQ(stats.step, 7);
-  EXPECT_THAT(stats.note, HasSubstr("rank 2's part from rank 3's replica"));
+  // Its arrays split over "data" from its copy at rank 3, the others from
+  // the ranks that hold them in their own parts.
+  EXPECT_THAT(stats.note, HasSubstr("rank 2's part from rank 0's part"));
+  EXPECT_THAT(stats.note, HasSubstr("rank 3's replica of it"));
   // Only rank 2 received bytes: its part, over the transport.
   EXPECT_EQ(stats.bytes_received > 0, rank == 2) << stats.bytes_received;
   // Rank 2 has its part back.
@@ -506,14 +560,19 @@ TEST_F(Tiers, CorruptReplicaIsPassedOverForTheNextOne) {
   if (rank == 2)
     std::filesystem::remove_all(LocalOf("corrupt", 2) + "/step_00000005");
   if (rank == 3) {
-    // Flip one byte of rank 3's copy of rank 2's data.
-    const std::string file = LocalOf("corrupt", 3) +
-                             "/peers/r00002/step_00000005/data/r00000_w00.bin";
+    // Flip the first byte of every extent (each starts at a multiple of
+    // 4 KiB) of rank 3's copy of rank 2's data.
+    const std::string file =
+        LocalOf("corrupt", 3) + "/peers/r00002/step_00000005/data/r00002.bin";
     std::FILE* f = std::fopen(file.c_str(), "r+b");
     ASSERT_NE(f, nullptr) << file;
-    const int byte = std::fgetc(f);
-    std::fseek(f, 0, SEEK_SET);
-    std::fputc(byte ^ 0xff, f);
+    for (long at = 0;; at += 4096) {
+      std::fseek(f, at, SEEK_SET);
+      const int byte = std::fgetc(f);
+      if (byte == EOF) break;
+      std::fseek(f, at, SEEK_SET);
+      std::fputc(byte ^ 0xff, f);
+    }
     std::fclose(f);
   }
   ASSERT_TRUE(coordinator_->Barrier("after damage").ok());
@@ -522,9 +581,13 @@ TEST_F(Tiers, CorruptReplicaIsPassedOverForTheNextOne) {
   const RestoreStats stats = RestoreNewest(*manager, 5);
   EXPECT_EQ(stats.restored_from, Tier::kLocal) << stats.note;
   EXPECT_EQ(stats.step, 5);
-  // Found by its hash, then the next replica (rank 0's) served.
-  EXPECT_THAT(stats.note, HasSubstr("rank 2's part from rank 0's replica"));
-  EXPECT_THAT(stats.note, HasSubstr("rank 2's part from rank 3: DATA_LOSS"));
+  // Rank 3's copy served some extents first (the least loaded source);
+  // their hashes failed, so it was left out, and rank 0's copy served.
+  EXPECT_THAT(stats.note, HasSubstr("rank 0's replica of it ("));
+  EXPECT_THAT(stats.note, Not(HasSubstr("rank 3's replica of it (")));
+  EXPECT_THAT(stats.note, HasSubstr("rank 2's rebuilt part: DATA_LOSS: array"));
+  EXPECT_THAT(stats.note,
+              HasSubstr("from rank 3's replica of it: its bytes do not match"));
 }
 
 TEST_F(Tiers, LostPartAndReplicaFallBackToTheDurableStep) {
