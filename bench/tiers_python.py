@@ -3,13 +3,15 @@
 rank's local storage, against a durable-only restore, under torchrun.
 
     .venv/bin/python bench/tiers_python.py [--np 4] [--size 256MiB]
-        [--local-dir /dev/shm] [--repeats 3] [--json]
+        [--local-dir /dev/shm] [--repeats 3] [--layout zero|ddp] [--json]
 
 A torchrun job of NP ranks (gloo, CPU) on a 2 x (NP/2) data x model mesh
 holds a training state of DTensors: weights replicated over "data" and
 sharded over "model" (each box held by two ranks, as in data-parallel
-training), Adam moments sharded over both, and each rank's RNG states
-(hoist.PerRank). It saves steps 1..6: every step to the local tier
+training), Adam moments sharded over both (--layout zero, the default: an
+optimizer state sharded over the data-parallel ranks too) or as the
+weights (--layout ddp: every box has a data-parallel replica), and each
+rank's RNG states (hoist.PerRank). It saves steps 1..6: every step to the local tier
 (LOCAL_DIR/{rank}, replicas=2), every 4th to the durable root (on this
 machine's disk). Then, each in a new torchrun job (a restart):
   - local: restore the newest step (6) with every local root intact;
@@ -25,7 +27,7 @@ and the durable save's bytes (the state once); and per restore, the bytes
 read from storage summed over the ranks, over the state's bytes (the
 unique bytes the job needs).
 Medians over --repeats runs (each run a new root). Writes
-bench-results/tiers_python.json.
+bench-results/tiers_python.json (tiers_python_ddp.json with --layout ddp).
 """
 import argparse
 import json
@@ -43,7 +45,7 @@ sys.path.insert(0, os.path.join(REPO, "bench"))
 from peers import parse_bytes  # noqa: E402
 
 
-def state(size, step, rank):
+def state(size, step, rank, layout="zero"):
     import numpy as np
     import torch
     import hoist
@@ -57,8 +59,10 @@ def state(size, step, rank):
     out = {"w": distribute_tensor(torch.randn(rows, 1024, generator=g), mesh,
                                   [Replicate(), Shard(1)])}
     for moment in ("mu", "nu"):
-        out[moment] = distribute_tensor(torch.randn(rows, 1024, generator=g),
-                                        mesh, [Shard(0), Shard(1)])
+        out[moment] = distribute_tensor(
+            torch.randn(rows, 1024, generator=g), mesh,
+            [Shard(0), Shard(1)] if layout == "zero" else [Replicate(),
+                                                           Shard(1)])
     torch.manual_seed(100 * rank + step)
     np.random.seed(100 * rank + step)
     out["rng"] = hoist.PerRank({"torch": torch.get_rng_state(),
@@ -81,14 +85,15 @@ def worker(args):
         if args.phase == "save":
             figures = []
             for step in range(1, 7):
-                info = mgr.save(step, state(args.size, step, rank)).wait()
+                info = mgr.save(step, state(args.size, step, rank,
+                                            args.layout)).wait()
                 figures.append(info)
             out = {"local_bytes": [f["bytes"] for f in figures
                                    if f["tier"] == "local"][-1],
                    "replicated_bytes": figures[-1]["replicated_bytes"],
                    "durable_bytes": figures[3]["bytes"]}
         else:
-            template = state(args.size, 0, rank)
+            template = state(args.size, 0, rank, args.layout)
             dist.barrier()
             start = time.perf_counter()
             restored = mgr.restore(like=template)
@@ -118,7 +123,7 @@ def job(args, phase, root, local, out):
     command = [os.path.join(os.path.dirname(sys.executable), "torchrun"),
                "--nproc-per-node", str(args.np), "--master-port",
                str(free_port()), os.path.abspath(__file__), "worker",
-               phase, root, local, out, str(args.size)]
+               phase, root, local, out, str(args.size), args.layout]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     done = subprocess.run(command, capture_output=True, text=True, env=env,
                           timeout=1800)
@@ -157,15 +162,16 @@ def one_run(args):
 
 def main():
     if sys.argv[1:2] == ["worker"]:  # one rank, under torchrun
-        phase, root, local, out, size = sys.argv[2:7]
+        phase, root, local, out, size, layout = sys.argv[2:8]
         worker(argparse.Namespace(phase=phase, root=root, local=local,
-                                  out=out, size=int(size)))
+                                  out=out, size=int(size), layout=layout))
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--np", type=int, default=4)
     parser.add_argument("--size", type=parse_bytes, default=256 << 20)
     parser.add_argument("--local-dir", default="/dev/shm")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--layout", choices=("zero", "ddp"), default="zero")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.np < 2 or args.np % 2:
@@ -181,7 +187,7 @@ def main():
             values.append(value)
         return statistics.median(values)
     report = {"np": args.np, "size": args.size, "local_dir": args.local_dir,
-              "repeats": args.repeats, "runs": runs}
+              "repeats": args.repeats, "layout": args.layout, "runs": runs}
     for name in ("local", "lost", "durable", "separate"):
         report[f"restore_{name}_s"] = median([name, "seconds"])
         report[f"restore_{name}_tier"] = runs[-1][name]["tier"]
@@ -198,15 +204,17 @@ def main():
     for key in ("local_bytes", "replicated_bytes", "durable_bytes"):
         report[key] = median([key])
     os.makedirs(os.path.join(REPO, "bench-results"), exist_ok=True)
-    with open(os.path.join(REPO, "bench-results", "tiers_python.json"),
-              "w") as f:
+    with open(os.path.join(REPO, "bench-results",
+                           "tiers_python.json" if args.layout == "zero" else
+                           f"tiers_python_{args.layout}.json"), "w") as f:
         json.dump(report, f, indent=1)
     if args.json:
         print(json.dumps(report, indent=1))
         return
     mib = 1 << 20
-    print(f"torchrun {args.np} ranks, {args.size / mib:.0f} MiB state, local "
-          f"root in {args.local_dir}, medians of {args.repeats}")
+    print(f"torchrun {args.np} ranks, {args.size / mib:.0f} MiB state "
+          f"(layout {args.layout}), local root in {args.local_dir}, medians "
+          f"of {args.repeats}")
     for name in ("local", "lost", "durable", "separate"):
         print(f"  restore {name:8} {report[f'restore_{name}_s']:.3f} s "
               f"(tier {report[f'restore_{name}_tier']}; bytes read over the "

@@ -12,8 +12,9 @@ CPU backend).
   tiers_worker.py torch ranks_save ROOT - -
   tiers_worker.py torch ranks_restore ROOT - SAVED_WORLD
 
-save: steps 1..STEPS, each to the local tier (local every step, its part
-sent to one peer) and every 4th to the durable root. save_kill: the same,
+save: steps 1..STEPS, each to the local tier (local every step, the
+extents of its part no other process holds sent to one peer: "opt"'s, not
+"w"'s) and every 4th to the durable root. save_kill: the same,
 then step STEPS + 1 is saved, and while it is in flight rank 1's node dies:
 its local root is removed and its process SIGKILLed. restore: the newest
 step either tier can rebuild; every rank checks its shards bit-exact and
@@ -222,9 +223,16 @@ def tiers(phase, root, local, last, make, rank):
         if phase in ("save", "save_kill"):
             tiers = []
             for step in range(1, int(last) + 1):
-                handle = mgr.save(step, {**make(step), **ranked(rank, step)})
+                state = make(step)
+                handle = mgr.save(step, {**state, **ranked(rank, step)})
                 info = handle.wait()
                 tiers.append((handle.tier, info["tier"]))
+                if handle.tier == "local":
+                    # Only "opt" went to the replica holder: every box of
+                    # "w" (and the step) has a second holder already.
+                    opt = sum(d.nbytes for _, d in local_shards(state["opt"]))
+                    assert handle.replicated_bytes == opt, (
+                        handle.replicated_bytes, opt)
             assert tiers[3] == ("durable", "durable"), tiers
             assert all(t == ("local", "local") for i, t in enumerate(tiers)
                        if i != 3), tiers
