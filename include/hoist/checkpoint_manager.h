@@ -45,9 +45,11 @@ struct LocalTierOptions {
   // Steps divisible by this (default 1) that are not durable steps are
   // saved to the local tier; other steps are skipped (SaveInfo::skipped).
   int64_t every = 1;
-  // Copies of each process's part (default 2): its own and replicas - 1
-  // on other processes, on other hosts first. At most the job's process
-  // count; 1 keeps no replica.
+  // Holders of each box of a local step (default 2), on as many hosts when
+  // the job spans several: processes whose own parts hold it (data-parallel
+  // replicas) count, and copies go to up to replicas - 1 other processes,
+  // on other hosts first, for the boxes too few hold. At most the job's
+  // process count; 1 keeps no copy.
   int replicas = 2;
   // Local steps kept (default 2), and as many of each peer's parts.
   int keep_last = 2;

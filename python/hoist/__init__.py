@@ -60,8 +60,10 @@ class SaveHandle:
 
     @property
     def replicated_bytes(self):
-        """The bytes this process sent its replica holders (a local step;
-        0 otherwise), once the save has committed (this waits for it)."""
+        """The bytes of extents this process sent its replica holders (a
+        local step; 0 otherwise): those of its part that fewer than
+        `replicas` processes hold (0 where a data-parallel replica holds
+        every box). Once the save has committed (this waits for it)."""
         return self.wait()["replicated_bytes"]
 
     @property
@@ -215,14 +217,17 @@ class CheckpointManager:
     local_root:    a local tier: each process's own fast storage, "{rank}"
                    replaced by its rank ("/dev/shm/ckpt/{rank}", a node's
                    NVMe). Steps divisible by local_every that are not
-                   durable steps are saved there, each process's part
-                   sent to replicas - 1 peers (over the coordinator's
-                   exchange()); restore takes the newest step either tier
-                   can rebuild, fetching a lost part from its replica.
+                   durable steps are saved there, and the boxes of each
+                   process's part that fewer than `replicas` processes
+                   hold sent to peers (over the coordinator's exchange();
+                   a data-parallel replica's boxes are not sent); restore
+                   takes the newest step either tier can rebuild,
+                   rebuilding a lost part from the processes that hold
+                   its boxes.
     local_every, replicas, local_keep_last:
-                   the local tier's: every Nth step (default 1), copies
-                   of each part (default 2: its own and one peer's), local
-                   steps kept (default 2).
+                   the local tier's: every Nth step (default 1), holders
+                   of each box (default 2: data-parallel replicas count),
+                   local steps kept (default 2).
     frozen:        arrays that never change (a fine-tune's frozen base):
                    a list of their names ("model/embed/w"), or a callable
                    taking a name and returning True for a frozen one. A
@@ -454,7 +459,8 @@ class CheckpointManager:
             step = step_number(step)
         # The step (the newest of either tier unless asked for) and its
         # manifest, before any array is read; with a local tier, every
-        # rank takes part, and a lost part is fetched from its replica.
+        # rank takes part, and a lost part is rebuilt from the processes
+        # that hold its boxes.
         step, _, text, note, received = _call(self._manager.prepare_restore,
                                               step)
         manifest = json.loads(text)
