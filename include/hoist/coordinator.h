@@ -54,11 +54,20 @@ class Coordinator {
   // not exist; kFailedPrecondition when `from` sent under another name;
   // kDeadlineExceeded, naming the peer, when no byte moves either way for
   // the coordinator's timeout; the receiver's error as is; kUnimplemented
-  // where the coordinator cannot move bulk data (the default).
-  virtual absl::Status Exchange(std::string_view name,
-                                absl::Span<const uint8_t> data, int to,
-                                int from, const ReceivePiece& receive) {
-    (void)data, (void)to, (void)from, (void)receive;
+  // where the coordinator cannot move bulk data.
+  absl::Status Exchange(std::string_view name, absl::Span<const uint8_t> data,
+                        int to, int from, const ReceivePiece& receive) {
+    return ExchangeGathered(name, {&data, 1}, to, from, receive);
+  }
+
+  // Exchange of the concatenation of `pieces`, which need not be contiguous
+  // (a sender gathers them as it sends: no copy of the whole is made). They
+  // must stay valid until it returns. What a coordinator implements (the
+  // default: kUnimplemented).
+  virtual absl::Status ExchangeGathered(
+      std::string_view name, absl::Span<const absl::Span<const uint8_t>> pieces,
+      int to, int from, const ReceivePiece& receive) {
+    (void)pieces, (void)to, (void)from, (void)receive;
     return absl::UnimplementedError(
         "exchange '" + std::string(name) +
         "': this coordinator cannot move bulk data");

@@ -81,6 +81,35 @@ def _check_names(name, names):
                 "steps, in the same order)")
 
 
+class Gathered:
+    """Bytes to send that lie in several arrays (1-D uint8), as exchange()
+    gets them when hoist gathers a send from several places: len() and
+    slices are those of their concatenation, and a slice is a NumPy array
+    (a view when it lies in one of them, else a copy of its bytes only)."""
+
+    def __init__(self, pieces):
+        self._pieces = [p for p in pieces if len(p)]
+        self._starts = list(itertools.accumulate(
+            (len(p) for p in self._pieces), initial=0))
+
+    def __len__(self):
+        return self._starts[-1]
+
+    def __getitem__(self, index):
+        import numpy as np
+        start, stop, step = index.indices(len(self))
+        if step != 1:
+            raise ValueError("Gathered takes contiguous slices only")
+        parts = []
+        for piece, at in zip(self._pieces, self._starts):
+            lo, hi = max(start, at), min(stop, at + len(piece))
+            if lo < hi:
+                parts.append(piece[lo - at:hi - at])
+        if len(parts) == 1:
+            return parts[0]
+        return np.concatenate(parts) if parts else np.empty(0, np.uint8)
+
+
 class TorchCoordinator:
     """Over torch.distributed. Needs an initialized process group (any
     backend: nccl for the training); makes a gloo group of its own for

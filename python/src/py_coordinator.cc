@@ -71,13 +71,15 @@ class PyCoordinator final : public Coordinator {
     if (!status.ok()) return status;
     return out;
   }
-  // exchange(name, data, to, from_, receive): `data` a read-only NumPy
-  // view of the bytes to send (valid during the call), `receive` called
-  // with each piece received (a 1-D uint8 NumPy array), in order. A coordinator
-  // without exchange() cannot move bulk data (kUnimplemented).
-  absl::Status Exchange(std::string_view name, absl::Span<const uint8_t> data,
-                        int to, int from,
-                        const ReceivePiece& receive) override {
+  // exchange(name, data, to, from_, receive): `data` the bytes to send
+  // (valid during the call): a read-only NumPy view, or, when they are
+  // gathered from several places, a hoist._dist.Gathered whose len() and
+  // slices (NumPy arrays) are those of their concatenation; `receive` called
+  // with each piece received (a 1-D uint8 NumPy array), in order. A
+  // coordinator without exchange() cannot move bulk data (kUnimplemented).
+  absl::Status ExchangeGathered(
+      std::string_view name, absl::Span<const absl::Span<const uint8_t>> pieces,
+      int to, int from, const ReceivePiece& receive) override {
     if (to < 0 || to >= size_ || from < 0 || from >= size_) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "exchange '%s': rank %d or %d of %d", name, to, from, size_));
@@ -91,8 +93,20 @@ class PyCoordinator final : public Coordinator {
             name));
         return;
       }
-      nb::ndarray<nb::numpy, const uint8_t, nb::ndim<1>> view(
-          data.data(), {data.size()}, nb::handle());
+      const auto view = [](absl::Span<const uint8_t> bytes) {
+        return nb::ndarray<nb::numpy, const uint8_t, nb::ndim<1>>(
+            bytes.data(), {bytes.size()}, nb::handle());
+      };
+      nb::object data;
+      if (pieces.size() == 1) {
+        data = nb::cast(view(pieces[0]));
+      } else {
+        nb::list views;
+        for (absl::Span<const uint8_t> piece : pieces) {
+          views.append(view(piece));
+        }
+        data = nb::module_::import_("hoist._dist").attr("Gathered")(views);
+      }
       nb::object sink = nb::cpp_function(
           [&](nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig> piece) {
             if (!received.ok()) return;
@@ -101,7 +115,7 @@ class PyCoordinator final : public Coordinator {
               throw std::runtime_error(std::string(received.message()));
             }
           });
-      object_.attr("exchange")(Str(name), view, to, from, sink);
+      object_.attr("exchange")(Str(name), data, to, from, sink);
     });
     if (!received.ok()) return received;
     return status;

@@ -83,3 +83,23 @@ def test_bad_coordinator_arguments_are_refused(root):
 
     with pytest.raises(ValueError, match="rank 2 of 1"):
         hoist.CheckpointManager(root, coordinator=Bad())
+
+
+def test_a_gathered_send_slices_as_its_concatenation():
+    """What exchange() gets when hoist sends bytes from several places."""
+    from hoist._dist import Gathered
+    parts = [np.arange(5, dtype=np.uint8), np.empty(0, np.uint8),
+             np.arange(10, 13, dtype=np.uint8), np.arange(20, 27,
+                                                          dtype=np.uint8)]
+    whole = np.concatenate(parts)
+    data = Gathered(parts)
+    assert len(data) == len(whole) == 15
+    for start in range(0, 16):
+        for stop in range(start, 17):
+            got = data[start:stop]
+            assert got.dtype == np.uint8
+            assert got.tobytes() == whole[start:stop].tobytes(), (start, stop)
+    assert data[6:8].base is not None  # inside one part: a view, no copy
+    assert len(Gathered([])) == 0 and Gathered([])[0:4].size == 0
+    with pytest.raises(ValueError, match="contiguous"):
+        data[::2]

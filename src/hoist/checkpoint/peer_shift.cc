@@ -1,10 +1,10 @@
-// Files moved between processes: see peer_shift.h. One shift:
-//   1. an AllGather of each rank's chunk count (every rank makes as many
-//      exchanges as the rank sending the most chunks);
-//   2. one exchange of a header: the step, then each file's path and size;
-//   3. the files' bytes as one stream, cut into chunks, one exchange each.
+// Files moved between processes: see peer_shift.h. One shift is two
+// exchanges:
+//   1. a header: the step, then each file's path and size;
+//   2. the files' bytes as one stream, gathered from their pieces by the
+//      coordinator as it sends (Coordinator::ExchangeGathered).
 // The receiver creates every file the header names, writes the stream into
-// them in order, then syncs and closes them.
+// them in order as it arrives, then syncs and closes them.
 #include "hoist/checkpoint/peer_shift.h"
 
 #include <fcntl.h>
@@ -80,31 +80,6 @@ absl::StatusOr<std::vector<FileHeader>> DecodeHeader(absl::string_view text,
   return files;
 }
 
-// The bytes [at, at + size) of the concatenation of `files`: a span into a
-// piece when they lie in one, else copied into `buffer`.
-absl::Span<const uint8_t> Chunk(absl::Span<const OutgoingFile> files,
-                                int64_t at, int64_t size,
-                                std::vector<uint8_t>& buffer) {
-  std::vector<absl::Span<const uint8_t>> parts;
-  int64_t start = 0;  // of the current piece in the stream
-  for (const OutgoingFile& file : files) {
-    for (absl::Span<const uint8_t> piece : file.pieces) {
-      const int64_t end = start + static_cast<int64_t>(piece.size());
-      const int64_t from = std::max(at, start), to = std::min(at + size, end);
-      if (from < to) parts.push_back(piece.subspan(from - start, to - from));
-      start = end;
-    }
-  }
-  if (parts.size() == 1) return parts[0];
-  buffer.resize(size);
-  size_t filled = 0;
-  for (absl::Span<const uint8_t> part : parts) {
-    std::memcpy(buffer.data() + filled, part.data(), part.size());
-    filled += part.size();
-  }
-  return {buffer.data(), filled};
-}
-
 }  // namespace
 
 absl::StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
@@ -167,19 +142,7 @@ absl::Status ShiftFiles(Coordinator& coordinator, Storage& storage,
                         int64_t* received) {
   const int n = coordinator.size(), rank = coordinator.rank();
   const int to = (rank + offset) % n, from = (rank - offset + n) % n;
-  int64_t total = 0;
-  for (const OutgoingFile& file : files) total += file.size_bytes();
-  const int64_t chunks = (total + kShiftChunkBytes - 1) / kShiftChunkBytes;
-  // 1. Every rank makes as many exchanges as the one with the most chunks.
-  ASSIGN_OR_RETURN(
-      std::vector<std::string> counts,
-      coordinator.AllGather(name + " chunks", absl::StrFormat("%d", chunks)));
-  int64_t rounds = 0;
-  for (const std::string& count : counts) {
-    int64_t c = 0;
-    if (absl::SimpleAtoi(count, &c)) rounds = std::max(rounds, c);
-  }
-  // 2. The header.
+  // 1. The header.
   absl::Status first;  // this rank's first error; the shift goes on
   const std::string header = files.empty() ? "" : EncodeHeader(step, files);
   std::string their_header;
@@ -217,41 +180,35 @@ absl::Status ShiftFiles(Coordinator& coordinator, Storage& storage,
     }
   }
   const bool writing = first.ok() && !outs.empty();
-  // 3. The stream. The receiver never fails an exchange: the sender must
+  // 2. The stream. The receiver never fails the exchange: the sender must
   // not be left mid-send, so a write's error is kept and the rest dropped.
-  std::vector<uint8_t> buffer;
-  int64_t at = 0;  // into their stream
-  for (int64_t i = 0; i < rounds; ++i) {
-    absl::Span<const uint8_t> chunk;
-    if (i < chunks) {
-      const int64_t start = i * kShiftChunkBytes;
-      chunk = Chunk(files, start, std::min(kShiftChunkBytes, total - start),
-                    buffer);
-      if (sent != nullptr) *sent += static_cast<int64_t>(chunk.size());
-    }
-    RETURN_IF_ERROR(coordinator.Exchange(
-        absl::StrFormat("%s chunk %d", name, i), chunk, to, from,
-        [&](absl::Span<const uint8_t> piece) {
-          while (!piece.empty() && writing && first.ok()) {
-            const size_t f =
-                std::upper_bound(ends.begin(), ends.end(), at) - ends.begin();
-            if (f >= ends.size()) {
-              first = absl::DataLossError(absl::StrFormat(
-                  "rank %d sent more bytes of step %d than its files hold",
-                  from, step));
-              break;
-            }
-            const int64_t in_file = at - (ends[f] - theirs[f].size);
-            const size_t take = static_cast<size_t>(
-                std::min<int64_t>(piece.size(), ends[f] - at));
-            first = outs[f]->WriteAt(in_file, piece.first(take));
-            piece.remove_prefix(take);
-            at += static_cast<int64_t>(take);
-          }
-          if (!writing) at += static_cast<int64_t>(piece.size());
-          return absl::OkStatus();
-        }));
+  std::vector<absl::Span<const uint8_t>> stream;
+  for (const OutgoingFile& file : files) {
+    stream.insert(stream.end(), file.pieces.begin(), file.pieces.end());
+    if (sent != nullptr) *sent += file.size_bytes();
   }
+  int64_t at = 0;  // into their stream
+  RETURN_IF_ERROR(coordinator.ExchangeGathered(
+      name + " files", stream, to, from, [&](absl::Span<const uint8_t> piece) {
+        while (!piece.empty() && writing && first.ok()) {
+          const size_t f =
+              std::upper_bound(ends.begin(), ends.end(), at) - ends.begin();
+          if (f >= ends.size()) {
+            first = absl::DataLossError(absl::StrFormat(
+                "rank %d sent more bytes of step %d than its files hold", from,
+                step));
+            break;
+          }
+          const int64_t in_file = at - (ends[f] - theirs[f].size);
+          const size_t take = static_cast<size_t>(
+              std::min<int64_t>(piece.size(), ends[f] - at));
+          first = outs[f]->WriteAt(in_file, piece.first(take));
+          piece.remove_prefix(take);
+          at += static_cast<int64_t>(take);
+        }
+        if (!writing) at += static_cast<int64_t>(piece.size());
+        return absl::OkStatus();
+      }));
   if (received != nullptr) *received += at;
   if (writing && first.ok() && at != (ends.empty() ? 0 : ends.back())) {
     first = absl::DataLossError(absl::StrFormat(

@@ -3,10 +3,9 @@
 // shift in which each rank sends files to rank + offset and writes the files
 // rank - offset sends into a directory of its own.
 //
-// The files are streamed in exchanges of at most kShiftChunkBytes (straight
-// from the sender's memory, usually mapped files, when a chunk lies in one
-// piece; copied into one chunk buffer otherwise), so a shift holds at most
-// one chunk of memory beyond what the coordinator holds.
+// The files are streamed in one exchange, gathered from their pieces (usually
+// mapped files) by the coordinator as it sends them in pieces of its own: a
+// shift holds no memory beyond what the coordinator holds.
 #ifndef HOIST_CHECKPOINT_PEER_SHIFT_H_
 #define HOIST_CHECKPOINT_PEER_SHIFT_H_
 
@@ -20,8 +19,6 @@
 #include "hoist/storage.h"
 
 namespace hoist {
-
-inline constexpr int64_t kShiftChunkBytes = int64_t{64} << 20;
 
 // The full manifest of a process's part, kept beside a replica holding only
 // some of its extents (local_tier.h).

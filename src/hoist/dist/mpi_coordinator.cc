@@ -26,6 +26,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <list>
 #include <thread>
 
@@ -183,9 +184,9 @@ class MpiCoordinator final : public Coordinator {
       std::string_view name, std::string bytes) override {
     return Run(Kind::kAllGather, name, std::move(bytes), 0);
   }
-  absl::Status Exchange(std::string_view name, absl::Span<const uint8_t> data,
-                        int to, int from,
-                        const ReceivePiece& receive) override {
+  absl::Status ExchangeGathered(
+      std::string_view name, absl::Span<const absl::Span<const uint8_t>> pieces,
+      int to, int from, const ReceivePiece& receive) override {
     if (to < 0 || to >= size_ || from < 0 || from >= size_) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "exchange '%s': ranks %d and %d do not both exist in a job of %d "
@@ -194,8 +195,10 @@ class MpiCoordinator final : public Coordinator {
     }
     MutexLock lock(&mu_);
     const int tag = 1 + static_cast<int>(sequence_++ % (max_tag_ - 1));
+    size_t total = 0;
+    for (absl::Span<const uint8_t> piece : pieces) total += piece.size();
     std::string header;
-    AppendU64(header, data.size());
+    AppendU64(header, total);
     header.append(name);
     // Sends in flight: their requests, and their buffers in pending_.
     std::deque<std::pair<MPI_Request, std::list<std::string>::iterator>>
@@ -203,13 +206,16 @@ class MpiCoordinator final : public Coordinator {
     // Buffers of finished sends, reused: a fresh 64 MiB buffer is faulted
     // in page by page, which costs as much as the copy into it.
     std::vector<std::string> spare;
-    auto post = [&](std::string_view bytes) -> absl::Status {
+    // Posts a send of the bytes `fill` appends to a (reused) buffer.
+    auto post =
+        [&](const std::function<void(std::string&)>& fill) -> absl::Status {
       std::string buffer_bytes;
       if (!spare.empty()) {
         buffer_bytes = std::move(spare.back());
         spare.pop_back();
       }
-      buffer_bytes.assign(bytes.data(), bytes.size());
+      buffer_bytes.clear();
+      fill(buffer_bytes);
       pending_.push_back(std::move(buffer_bytes));
       auto buffer = std::prev(pending_.end());
       MPI_Request request;
@@ -218,8 +224,10 @@ class MpiCoordinator final : public Coordinator {
       sending.emplace_back(request, buffer);
       return absl::OkStatus();
     };
-    absl::Status status = post(header);
-    size_t sent = 0;  // bytes of `data` posted
+    absl::Status status =
+        post([&](std::string& buffer) { buffer.append(header); });
+    size_t sent = 0;                 // bytes of the pieces posted
+    size_t piece = 0, in_piece = 0;  // where the next send starts
     bool have_header = false;
     uint64_t expected = 0, received = 0;
     absl::Time deadline = absl::Now() + timeout_;
@@ -228,10 +236,19 @@ class MpiCoordinator final : public Coordinator {
     std::string message;  // each piece received, its buffer reused
     while (status.ok()) {
       bool moved = false;
-      while (status.ok() && sending.size() < 3 && sent < data.size()) {
-        const size_t n = std::min(kPieceBytes, data.size() - sent);
-        status = post(std::string_view(
-            reinterpret_cast<const char*>(data.data()) + sent, n));
+      while (status.ok() && sending.size() < 3 && sent < total) {
+        const size_t n = std::min(kPieceBytes, total - sent);
+        status = post([&](std::string& buffer) {
+          buffer.reserve(n);  // one allocation, not a doubling series
+          while (buffer.size() < n) {
+            const absl::Span<const uint8_t> from_piece =
+                pieces[piece].subspan(in_piece, n - buffer.size());
+            buffer.append(reinterpret_cast<const char*>(from_piece.data()),
+                          from_piece.size());
+            in_piece += from_piece.size();
+            if (in_piece == pieces[piece].size()) ++piece, in_piece = 0;
+          }
+        });
         sent += n;
       }
       while (status.ok() && !sending.empty()) {
@@ -279,7 +296,7 @@ class MpiCoordinator final : public Coordinator {
         }
       }
       if (!status.ok()) break;
-      if (sending.empty() && sent == data.size() && have_header &&
+      if (sending.empty() && sent == total && have_header &&
           received == expected) {
         return absl::OkStatus();
       }

@@ -136,6 +136,28 @@ TEST(MpiCoordinatorTest, ExchangeShiftsEveryRanksDataInPieces) {
   EXPECT_TRUE(c->Barrier("after the exchange").ok());
 }
 
+TEST(MpiCoordinatorTest, GatheredExchangeSendsTheConcatenationOfItsPieces) {
+  auto c = Make(absl::Seconds(60));
+  const int n = c->size(), r = c->rank();
+  // Pieces of uneven sizes, an empty one among them, crossing the 64 MiB
+  // boundary of the coordinator's own pieces.
+  const std::vector<uint8_t> whole = Pattern(r, (size_t{64} << 20) + 5000);
+  const absl::Span<const uint8_t> all(whole);
+  const std::vector<absl::Span<const uint8_t>> pieces = {
+      all.subspan(0, 3), all.subspan(3, 0), all.subspan(3, (size_t{64} << 20)),
+      all.subspan(3 + (size_t{64} << 20))};
+  const int to = (r + 1) % n, from = (r + n - 1) % n;
+  std::vector<uint8_t> got;
+  absl::Status s =
+      c->ExchangeGathered("gathered", pieces, to, from,
+                          [&](absl::Span<const uint8_t> piece) -> absl::Status {
+                            got.insert(got.end(), piece.begin(), piece.end());
+                            return absl::OkStatus();
+                          });
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(got == Pattern(from, whole.size())) << "from rank " << from;
+}
+
 TEST(MpiCoordinatorTest, ExchangeOfNothingAndWithItselfAndBadRanks) {
   auto c = Make(absl::Seconds(60));
   size_t calls = 0;

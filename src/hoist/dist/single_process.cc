@@ -26,9 +26,9 @@ class SingleProcessCoordinator final : public Coordinator {
     }
     return bytes;
   }
-  absl::Status Exchange(std::string_view name, absl::Span<const uint8_t> data,
-                        int to, int from,
-                        const ReceivePiece& receive) override {
+  absl::Status ExchangeGathered(
+      std::string_view name, absl::Span<const absl::Span<const uint8_t>> pieces,
+      int to, int from, const ReceivePiece& receive) override {
     if (to != 0 || from != 0) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "exchange '%s': ranks %d and %d do not both exist in a job of 1 "
@@ -36,9 +36,11 @@ class SingleProcessCoordinator final : public Coordinator {
           name, to, from));
     }
     constexpr size_t kPiece = size_t{64} << 20;
-    for (size_t at = 0; at < data.size(); at += kPiece) {
-      absl::Status s = receive(data.subspan(at, kPiece));
-      if (!s.ok()) return s;
+    for (absl::Span<const uint8_t> data : pieces) {
+      for (size_t at = 0; at < data.size(); at += kPiece) {
+        absl::Status s = receive(data.subspan(at, kPiece));
+        if (!s.ok()) return s;
+      }
     }
     return absl::OkStatus();
   }
