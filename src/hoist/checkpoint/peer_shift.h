@@ -60,8 +60,8 @@ absl::Span<const uint8_t> ZeroPadding(int64_t bytes);
 // exist with its data/ subdirectory), synced and closed; when
 // `receive_dir` is empty this rank expects nothing, and anything sent is an
 // error. The receiver checks the names (files of a step only) and sizes it
-// was told; a file that fails is removed from nothing: the caller discards
-// the directory. Adds to `sent` and `received` the bytes of files sent and
+// was told, and removes nothing on an error: the caller discards the
+// directory. Adds to `sent` and `received` the bytes of files sent and
 // written, when given. Errors: this rank's first (the shift still goes on,
 // so the other ranks are not left waiting); kDataLoss for a file that
 // arrived short or a name that is not a step's; the coordinator's as is.
