@@ -17,10 +17,10 @@ def test_peers_benchmark_writes_json_and_chart(tmp_path):
         pytest.skip("build/release is not built")
     out = tmp_path / "out"
     result = subprocess.run(
-        [sys.executable, str(REPO / "bench/peers.py"), "--size", "64MiB",
+        [sys.executable, str(REPO / "bench/peers.py"), "--size", "32MiB",
          "--systems", "hoist,numpy", "--scaling-sizes", "",
          "--scaling-writers", "", "--rounds", "1", "--published-bytes",
-         "256MiB", "--published-repeats", "1", "--dir",
+         "64MiB", "--published-repeats", "1", "--dir",
          str(tmp_path / "scratch"), "--out", str(out), "--json"],
         capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
