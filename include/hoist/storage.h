@@ -198,7 +198,7 @@ class Storage {
 // `dir` and syncs the parent (a committed `dir` moved to `aside` first and
 // removed once the new one is durable; `aside` empty: kAlreadyExists when
 // `dir` exists). On an error, what is visible is as it was. Needs a
-// Storage that renames (the local tier publishes a received copy this way).
+// Storage that renames.
 absl::Status PublishByRename(Storage& storage, const std::string& written,
                              const std::string& dir, const std::string& aside);
 

@@ -752,7 +752,7 @@ class CheckpointManager::Impl {
   // a training run's steps grow, and the stat cost each save 40 µs on the
   // training thread. A step made above it behind this manager's back (the
   // root's lock forbids it) is still refused, by the saver before it writes
-  // (SaveCheckpoint checks the step too), and at the commit (PublishStep).
+  // (SaveCheckpoint checks the step too), and at the commit (CommitStep).
   int64_t highest_step_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status deferred_error_ ABSL_GUARDED_BY(mu_);
   // The manifest of the last durable step this manager committed: the

@@ -6,13 +6,13 @@
 //      fewer than `replicas` processes (hosts, across hosts) hold it, so a
 //      data-parallel replica's extents are not sent;
 //   3. for each replica offset d, a shift (peer_shift.h): each rank sends
-//      rank + d a copy of its part holding only the extents planned for it
-//      (one data file, each extent at a multiple of 4 KiB, and a
-//      MANIFEST.json naming them) and its whole manifest as PART.json (what
-//      the part holds, and its per-rank metadata), even when no extent goes.
-//      The receiver writes them into a temporary directory, fsyncs them,
-//      checks the manifest and renames the directory to
-//      peers/rNNNNN/step_N, replacing an older copy.
+//      rank + d the extents planned for it (one data file, each extent at a
+//      multiple of 4 KiB) and its whole manifest as PART.json (what the
+//      part holds, and its per-rank metadata), even when no extent goes.
+//      The receiver writes them into a temporary directory, derives the
+//      copy's MANIFEST.json from PART.json and the plan (ManifestOfCopy),
+//      and commits it as any step (CommitStep: the manifest last, fsyncs,
+//      the rename to peers/rNNNNN/step_N, replacing an older copy).
 #include "hoist/checkpoint/local_tier.h"
 
 #include <algorithm>
@@ -27,59 +27,58 @@
 #include "hoist/checkpoint/part_files.h"
 #include "hoist/checkpoint/peer_shift.h"
 #include "hoist/checkpoint/replica_plan.h"
-#include "hoist/format/manifest_file.h"
+#include "hoist/checkpoint/save.h"
 #include "hoist/manifest.h"
 
 namespace hoist {
 namespace {
 
-// What a rank sends a holder after a local save: a copy of its part with
-// the extents `indices` (ascending) in one data file, and the whole part's
-// manifest `part_text`. The strings the files point into live here.
+// What a rank sends a holder after a local save: the extents `indices`
+// (ascending) of its part in one data file, and the whole part's manifest
+// `part_text` (from which the holder derives the copy's own manifest,
+// ManifestOfCopy). The string the files point into lives here.
 struct PartCopy {
-  std::string manifest;
+  std::string part_text;
   std::vector<OutgoingFile> files;
   int64_t data_bytes = 0;
 };
 
 absl::StatusOr<std::unique_ptr<PartCopy>> CopyOfPart(
-    HeldPart& part, const std::string& part_text,
-    const std::vector<int>& indices, int rank) {
+    HeldPart& part, const std::vector<int>& indices, int rank) {
   auto copy = std::make_unique<PartCopy>();
-  const std::string path = CopyFileName(rank, rank);
-  ASSIGN_OR_RETURN(OutgoingFile data, PackedFile(part, path, indices));
-  Manifest kept;
-  kept.step = part.manifest.step;
-  kept.metadata_json = part.manifest.metadata_json;
-  kept.part = part.manifest.part;
-  std::vector<int64_t> lengths;
-  for (int i : indices) lengths.push_back(part.extents[i].length_bytes);
-  const std::vector<int64_t> offsets = PackedOffsets(lengths);
-  int last_array = -1;
-  for (size_t k = 0; k < indices.size(); ++k) {
-    const auto [a, e] = part.where[indices[k]];
-    const ManifestArray& array = part.manifest.arrays[a];
-    if (a != last_array) {
-      kept.arrays.push_back(
-          {array.name, array.dtype, array.shape, array.sharding, {}});
-      last_array = a;
-    }
-    ManifestExtent extent = array.extents[e];
-    extent.file = path;
-    extent.offset_bytes = offsets[k];
-    copy->data_bytes += extent.length_bytes;
-    kept.arrays.back().extents.push_back(std::move(extent));
-  }
-  ASSIGN_OR_RETURN(copy->manifest, EncodeManifest(kept));
-  const auto span = [](const std::string& text) {
-    return absl::Span<const uint8_t>(
-        reinterpret_cast<const uint8_t*>(text.data()), text.size());
-  };
+  ASSIGN_OR_RETURN(OutgoingFile data,
+                   PackedFile(part, CopyFileName(rank, rank), indices));
+  for (int i : indices) copy->data_bytes += part.extents[i].length_bytes;
+  ASSIGN_OR_RETURN(copy->part_text, EncodeManifest(part.manifest));
   copy->files.push_back(std::move(data));
-  copy->files.push_back({kPartManifestFileName, {span(part_text)}});
   copy->files.push_back(
-      {std::string(kManifestFileName), {span(copy->manifest)}});
+      {kPartManifestFileName,
+       {{reinterpret_cast<const uint8_t*>(copy->part_text.data()),
+         copy->part_text.size()}}});
   return copy;
+}
+
+// The copy of rank `origin`'s part of `step` that arrived in `tmp`, with the
+// extents `indices` of it: its manifest, checked against what was planned.
+absl::StatusOr<std::string> ReceivedCopyManifest(
+    const std::string& tmp, int64_t step, int origin,
+    const std::vector<int>& indices) {
+  const auto bad = [&](absl::string_view why) {
+    return absl::DataLossError(absl::StrFormat(
+        "the copy of its part of step %d rank %d sent: %s", step, origin, why));
+  };
+  absl::StatusOr<std::string> text =
+      ReadText(JoinPath(tmp, kPartManifestFileName));
+  if (!text.ok()) return bad(text.status().message());
+  absl::StatusOr<Manifest> part = DecodeManifest(*text);
+  if (!part.ok()) return bad(part.status().message());
+  if (!part->part || part->part->process != origin || part->step != step) {
+    return bad("its manifest is not of its part of this step");
+  }
+  absl::StatusOr<Manifest> copy =
+      ManifestOfCopy(*part, indices, CopyFileName(origin, origin));
+  if (!copy.ok()) return bad(copy.status().message());
+  return EncodeManifest(*copy);
 }
 
 }  // namespace
@@ -231,17 +230,13 @@ absl::Status LocalTier::Replicate(int64_t step, const absl::Status& saved,
   // 1. Every rank's extents.
   absl::Status first;  // this rank's first error; it still takes part
   std::unique_ptr<HeldPart> part;
-  std::string part_text;
   if (absl::Status opened = [&]() -> absl::Status {
         ASSIGN_OR_RETURN(const std::string dir, own_->StepDir(step));
         ASSIGN_OR_RETURN(part, OpenHeldPart(storage_, dir));
-        ASSIGN_OR_RETURN(
-            part_text, ReadText(JoinPath(dir, std::string(kManifestFileName))));
         return absl::OkStatus();
       }();
       !opened.ok()) {
     first = opened;
-    part = nullptr;
   }
   ASSIGN_OR_RETURN(
       std::vector<std::string> listed,
@@ -262,14 +257,16 @@ absl::Status LocalTier::Replicate(int64_t step, const absl::Status& saved,
   const std::vector<ReplicationSends> plan =
       PlanReplication(parts, hosts_, offsets_, replicas_);
   // 3. A copy to each holder; the copies this rank keeps.
+  const auto planned = [&](int p, int d) {
+    const auto it = plan[p].find(d);
+    return it == plan[p].end() ? std::vector<int>{} : it->second;
+  };
   for (int d : offsets_) {
     const int origin = (rank - d + n) % n;
     std::unique_ptr<PartCopy> copy;
     if (part != nullptr) {
-      const auto it = plan[rank].find(d);
-      absl::StatusOr<std::unique_ptr<PartCopy>> made = CopyOfPart(
-          *part, part_text,
-          it == plan[rank].end() ? std::vector<int>{} : it->second, rank);
+      absl::StatusOr<std::unique_ptr<PartCopy>> made =
+          CopyOfPart(*part, planned(rank, d), rank);
       if (made.ok()) {
         copy = *std::move(made);
       } else if (first.ok()) {
@@ -290,24 +287,14 @@ absl::Status LocalTier::Replicate(int64_t step, const absl::Status& saved,
     if (!tmp.ok()) {
       kept = tmp.status();
     } else if (kept.ok()) {
-      // What arrived is a part of `origin`'s, of this step.
-      absl::StatusOr<Manifest> manifest = ReadManifestFile(storage_, *tmp);
-      if (!manifest.ok()) {
-        kept = absl::DataLossError(
-            absl::StrFormat("the copy of its part of step %d rank %d sent: %s",
-                            step, origin, manifest.status().message()));
-      } else if (!manifest->part || manifest->part->process != origin) {
-        kept = absl::DataLossError(absl::StrFormat(
-            "the copy of step %d rank %d sent is not its part", step, origin));
-      }
+      // Committed as any step, its manifest written last.
+      absl::StatusOr<std::string> manifest =
+          ReceivedCopyManifest(*tmp, step, origin, planned(origin, d));
+      kept = manifest.ok() ? CommitStep(storage_, into.path(), step, *tmp,
+                                        *manifest, /*overwrite=*/true)
+                           : manifest.status();
     }
-    if (tmp.ok()) {
-      if (kept.ok()) {
-        kept = Publish(storage_, into.path(), step, *tmp);
-      } else {
-        storage_.RemoveAll(*tmp).IgnoreError();
-      }
-    }
+    if (tmp.ok() && !kept.ok()) storage_.RemoveAll(*tmp).IgnoreError();
     if (first.ok()) first = kept;
   }
   if (absl::Status pruned = Prune(*own_); first.ok()) first = pruned;

@@ -29,6 +29,7 @@
 #include "hoist/checkpoint/part_files.h"
 #include "hoist/checkpoint/peer_shift.h"
 #include "hoist/checkpoint/replica_plan.h"
+#include "hoist/checkpoint/save.h"
 #include "hoist/format/extent_hash.h"
 #include "hoist/format/layout.h"
 #include "hoist/manifest.h"
@@ -178,9 +179,9 @@ absl::StatusOr<bool> GatherHoldings(
 }
 
 // Checks the extents of this rank's lost part that arrived in `tmp`, and
-// writes its manifest there, pointing at them.
-absl::Status WriteRebuiltManifest(Tier tier, Attempt& attempt,
-                                  const std::string& tmp) {
+// returns its manifest, pointing at them.
+absl::StatusOr<std::string> RebuiltManifest(Tier tier, Attempt& attempt,
+                                            const std::string& tmp) {
   const int rank = tier.coordinator.rank();
   std::map<int, std::vector<int64_t>> offsets;  // by source
   std::map<int, size_t> next;
@@ -219,9 +220,7 @@ absl::Status WriteRebuiltManifest(Tier tier, Attempt& attempt,
     }
   }
   RETURN_IF_ERROR(status);
-  ASSIGN_OR_RETURN(const std::string text, EncodeManifest(manifest));
-  return WriteSynced(tier.storage,
-                     JoinPath(tmp, std::string(kManifestFileName)), text);
+  return EncodeManifest(manifest);
 }
 
 // Steps 3-4: moves the extents of the lost parts to their ranks, which
@@ -273,18 +272,21 @@ absl::Status Rebuild(Tier tier, Attempt& attempt) {
         lost && absl::c_any_of(attempt.plan[rank], [&](int b) {
           return attempt.sources[b].rank == from;
         });
-    absl::Status shifted =
-        ShiftFiles(tier.coordinator, tier.storage,
-                   absl::StrFormat("local restore %d +%d", attempt.step, d),
-                   attempt.step, d, files, receives && first.ok() ? tmp : "",
-                   nullptr, &attempt.received);
+    absl::Status shifted = ShiftFiles(
+        tier.coordinator, tier.storage,
+        absl::StrFormat("local restore %d +%d", attempt.step, d), attempt.step,
+        d, files, receives && first.ok() ? tmp : "", &attempt.received);
     if (receives && first.ok()) first = shifted;
   }
   if (!lost) return absl::OkStatus();
-  if (first.ok()) first = WriteRebuiltManifest(tier, attempt, tmp);
-  if (first.ok())
-    return Publish(tier.storage, tier.own.path(), attempt.step, tmp);
-  if (!tmp.empty()) tier.storage.RemoveAll(tmp).IgnoreError();
+  if (first.ok()) {
+    absl::StatusOr<std::string> manifest = RebuiltManifest(tier, attempt, tmp);
+    first = manifest.ok() ? CommitStep(tier.storage, tier.own.path(),
+                                       attempt.step, tmp, *manifest,
+                                       /*overwrite=*/true)
+                          : manifest.status();
+  }
+  if (!first.ok() && !tmp.empty()) tier.storage.RemoveAll(tmp).IgnoreError();
   return first;
 }
 

@@ -63,16 +63,57 @@ std::vector<int64_t> PackedOffsets(const std::vector<int64_t>& lengths) {
   return offsets;
 }
 
+std::vector<std::pair<int, int>> ExtentPlaces(const Manifest& manifest) {
+  std::vector<std::pair<int, int>> places;
+  for (size_t a = 0; a < manifest.arrays.size(); ++a) {
+    for (size_t e = 0; e < manifest.arrays[a].extents.size(); ++e) {
+      places.push_back({static_cast<int>(a), static_cast<int>(e)});
+    }
+  }
+  return places;
+}
+
+absl::StatusOr<Manifest> ManifestOfCopy(const Manifest& part,
+                                        const std::vector<int>& indices,
+                                        const std::string& file) {
+  const std::vector<std::pair<int, int>> places = ExtentPlaces(part);
+  Manifest copy;
+  copy.step = part.step;
+  copy.metadata_json = part.metadata_json;
+  copy.part = part.part;
+  std::vector<int64_t> lengths;
+  for (int i : indices) {
+    if (i < 0 || i >= static_cast<int>(places.size())) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "extent %d of a part of %d extents", i, places.size()));
+    }
+    const auto [a, e] = places[i];
+    lengths.push_back(part.arrays[a].extents[e].length_bytes);
+  }
+  const std::vector<int64_t> offsets = PackedOffsets(lengths);
+  int last_array = -1;
+  for (size_t k = 0; k < indices.size(); ++k) {
+    const auto [a, e] = places[indices[k]];
+    const ManifestArray& array = part.arrays[a];
+    if (a != last_array) {
+      copy.arrays.push_back(
+          {array.name, array.dtype, array.shape, array.sharding, {}});
+      last_array = a;
+    }
+    ManifestExtent extent = array.extents[e];
+    extent.file = file;
+    extent.offset_bytes = offsets[k];
+    copy.arrays.back().extents.push_back(std::move(extent));
+  }
+  return copy;
+}
+
 absl::StatusOr<std::unique_ptr<HeldPart>> OpenHeldPart(Storage& storage,
                                                        const std::string& dir) {
   auto part = std::make_unique<HeldPart>();
   part->dir = dir;
   ASSIGN_OR_RETURN(part->manifest, ReadManifestFile(storage, dir));
-  for (size_t a = 0; a < part->manifest.arrays.size(); ++a) {
-    for (size_t e = 0; e < part->manifest.arrays[a].extents.size(); ++e) {
-      part->where.push_back({static_cast<int>(a), static_cast<int>(e)});
-    }
-  }
+  part->where = ExtentPlaces(part->manifest);
   part->extents = PartExtents(part->manifest);
   for (size_t i = 0; i < part->extents.size(); ++i) {
     part->by_key.emplace(part->extents[i].key, static_cast<int>(i));
@@ -121,38 +162,15 @@ absl::StatusOr<OutgoingFile> PackedFile(HeldPart& part, std::string path,
   return file;
 }
 
-absl::Status WriteSynced(Storage& storage, const std::string& path,
-                         absl::string_view text) {
-  ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file,
-                   storage.OpenWritable(path));
-  absl::Status written = file->WriteAt(
-      0, {reinterpret_cast<const uint8_t*>(text.data()), text.size()});
-  if (written.ok()) written = file->Sync();
-  if (absl::Status closed = file->Close(); written.ok()) written = closed;
-  return written;
-}
-
-// Syncs the temporary step directory `tmp` and renames it to step `step` of
-// `root`, replacing it; removes `tmp` on an error.
-absl::Status Publish(Storage& storage, const std::string& root, int64_t step,
-                     const std::string& tmp) {
-  absl::Status status = storage.SyncDir(JoinPath(tmp, kDataDirName));
-  if (status.ok()) status = storage.SyncDir(tmp);
-  if (status.ok()) status = PublishStep(storage, root, step, tmp, true);
-  if (!status.ok()) storage.RemoveAll(tmp).IgnoreError();
-  return status;
-}
-
-// Creates the temporary directory of `step` under `root`, with data/.
 absl::StatusOr<std::string> MakeTmpStep(Storage& storage,
                                         const std::string& root, int64_t step) {
   const std::string tmp = JoinPath(root, TmpStepDirName(step));
   if (absl::StatusOr<bool> there = storage.Exists(tmp); there.ok() && *there) {
     RETURN_IF_ERROR(storage.RemoveAll(tmp));
   }
-  RETURN_IF_ERROR(storage.CreateDir(tmp));
-  RETURN_IF_ERROR(storage.CreateDir(JoinPath(tmp, kDataDirName)));
-  return tmp;
+  const std::string subdirs[] = {kDataDirName};
+  return storage.BeginDir(JoinPath(root, StepDirName(step)), tmp, subdirs,
+                          std::string(kManifestFileName), /*replace=*/true);
 }
 
 }  // namespace hoist

@@ -41,12 +41,22 @@ std::string CopyFileName(int rank, int origin);
 // each at a multiple of kExtentAlignmentBytes.
 std::vector<int64_t> PackedOffsets(const std::vector<int64_t>& lengths);
 
+// The (array, extent) of each extent of `manifest`, in PartExtents' order.
+std::vector<std::pair<int, int>> ExtentPlaces(const Manifest& manifest);
+
+// The manifest of a copy of `part` holding its extents `indices` (into
+// ExtentPlaces, ascending) packed into the data file `file`
+// (PackedOffsets). kInvalidArgument for an index past its extents.
+absl::StatusOr<Manifest> ManifestOfCopy(const Manifest& part,
+                                        const std::vector<int>& indices,
+                                        const std::string& file);
+
 // A part, or a copy of one, held by this rank and opened to send extents.
 struct HeldPart {
   std::string dir;
   Manifest manifest;
   std::vector<PartExtent> extents;         // PartExtents(manifest)
-  std::vector<std::pair<int, int>> where;  // (array, extent) of each
+  std::vector<std::pair<int, int>> where;  // ExtentPlaces(manifest)
   std::unordered_map<std::string, int> by_key;
   std::map<std::string, MappedFile> files;  // mapped on first use
 };
@@ -64,19 +74,11 @@ absl::StatusOr<absl::Span<const uint8_t>> ExtentBytes(HeldPart& part, int i);
 absl::StatusOr<OutgoingFile> PackedFile(HeldPart& part, std::string path,
                                         const std::vector<int>& indices);
 
-// Writes `text` to a new file `path`, synced.
-absl::Status WriteSynced(Storage& storage, const std::string& path,
-                         absl::string_view text);
-
-// Creates the temporary directory of `step` under `root`, with data/
-// (replacing what an earlier try left there).
+// Begins step `step` under `root` as the storage commits a step
+// (Storage::BeginDir): its temporary directory, with data/, replacing what
+// an earlier try left there. CommitStep (save.h) commits it.
 absl::StatusOr<std::string> MakeTmpStep(Storage& storage,
                                         const std::string& root, int64_t step);
-
-// Syncs the temporary step directory `tmp` and renames it to step `step` of
-// `root`, replacing it; removes `tmp` on an error.
-absl::Status Publish(Storage& storage, const std::string& root, int64_t step,
-                     const std::string& tmp);
 
 }  // namespace hoist
 

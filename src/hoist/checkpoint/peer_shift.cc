@@ -70,10 +70,10 @@ absl::StatusOr<std::vector<FileHeader>> DecodeHeader(absl::string_view text,
     const bool data_file =
         absl::StartsWith(file.path, std::string(kDataDirName) + "/") &&
         file.path.find('/', sizeof kDataDirName) == std::string::npos;
+    // Never a MANIFEST.json: the receiver commits the step, writing it.
     if (!IsSafeRelativePath(file.path) ||
-        (!data_file && file.path != kManifestFileName &&
-         file.path != kPartManifestFileName)) {
-      return bad(absl::StrFormat("'%s' is not a file of a step", file.path));
+        (!data_file && file.path != kPartManifestFileName)) {
+      return bad(absl::StrFormat("'%s' is not a file a peer sends", file.path));
     }
     files.push_back(std::move(file));
   }
@@ -138,8 +138,7 @@ absl::Span<const uint8_t> ZeroPadding(int64_t bytes) {
 absl::Status ShiftFiles(Coordinator& coordinator, Storage& storage,
                         const std::string& name, int64_t step, int offset,
                         absl::Span<const OutgoingFile> files,
-                        const std::string& receive_dir, int64_t* sent,
-                        int64_t* received) {
+                        const std::string& receive_dir, int64_t* received) {
   const int n = coordinator.size(), rank = coordinator.rank();
   const int to = (rank + offset) % n, from = (rank - offset + n) % n;
   // 1. The header.
@@ -185,7 +184,6 @@ absl::Status ShiftFiles(Coordinator& coordinator, Storage& storage,
   std::vector<absl::Span<const uint8_t>> stream;
   for (const OutgoingFile& file : files) {
     stream.insert(stream.end(), file.pieces.begin(), file.pieces.end());
-    if (sent != nullptr) *sent += file.size_bytes();
   }
   int64_t at = 0;  // into their stream
   RETURN_IF_ERROR(coordinator.ExchangeGathered(

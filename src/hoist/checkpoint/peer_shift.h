@@ -42,9 +42,10 @@ class MappedFile {
   int64_t size_ = 0;
 };
 
-// A file to send: its path in the step directory ("data/<name>",
-// MANIFEST.json or PART.json) and its bytes, the concatenation of `pieces`
-// (which must stay valid until the shift returns).
+// A file to send: its path in the step directory ("data/<name>" or
+// PART.json; the receiver writes MANIFEST.json as it commits) and its bytes,
+// the concatenation of `pieces` (which must stay valid until the shift
+// returns).
 struct OutgoingFile {
   std::string path;
   std::vector<absl::Span<const uint8_t>> pieces;
@@ -61,14 +62,14 @@ absl::Span<const uint8_t> ZeroPadding(int64_t bytes);
 // `receive_dir` is empty this rank expects nothing, and anything sent is an
 // error. The receiver checks the names (files of a step only) and sizes it
 // was told, and removes nothing on an error: the caller discards the
-// directory. Adds to `sent` and `received` the bytes of files sent and
-// written, when given. Errors: this rank's first (the shift still goes on,
-// so the other ranks are not left waiting); kDataLoss for a file that
-// arrived short or a name that is not a step's; the coordinator's as is.
+// directory. Adds to `received`, when given, the bytes of files written.
+// Errors: this rank's first (the shift still goes on, so the other ranks are
+// not left waiting); kDataLoss for a file that arrived short or a name that is
+// not a step's; the coordinator's as is.
 absl::Status ShiftFiles(Coordinator& coordinator, Storage& storage,
                         const std::string& name, int64_t step, int offset,
                         absl::Span<const OutgoingFile> files,
-                        const std::string& receive_dir, int64_t* sent = nullptr,
+                        const std::string& receive_dir,
                         int64_t* received = nullptr);
 
 }  // namespace hoist

@@ -187,12 +187,8 @@ absl::Status Commit(Storage& storage, const SaveRequest& request,
                     const std::string& tmp, const Manifest& manifest,
                     const std::function<void(const char*)>& traced) {
   ASSIGN_OR_RETURN(const std::string text, EncodeManifest(manifest));
-  const std::string final_dir =
-      JoinPath(request.root, StepDirName(request.step));
-  const std::string aside =
-      request.overwrite ? AsideDir(request.root, request.step) : std::string();
-  RETURN_IF_ERROR(storage.CommitDir(
-      tmp, final_dir, std::string(kManifestFileName), text, aside));
+  RETURN_IF_ERROR(CommitStep(storage, request.root, request.step, tmp, text,
+                             request.overwrite));
   traced("commit (manifest, then publish)");
   return absl::OkStatus();
 }
@@ -600,10 +596,12 @@ static absl::StatusOr<SaveResult> SaveCheckpointImpl(
   return result;
 }
 
-absl::Status PublishStep(Storage& storage, const std::string& root,
-                         int64_t step, const std::string& tmp, bool overwrite) {
-  return PublishByRename(storage, tmp, JoinPath(root, StepDirName(step)),
-                         overwrite ? AsideDir(root, step) : std::string());
+absl::Status CommitStep(Storage& storage, const std::string& root, int64_t step,
+                        const std::string& tmp, std::string_view manifest_json,
+                        bool overwrite) {
+  return storage.CommitDir(tmp, JoinPath(root, StepDirName(step)),
+                           std::string(kManifestFileName), manifest_json,
+                           overwrite ? AsideDir(root, step) : std::string());
 }
 
 BegunSave::~BegunSave() {

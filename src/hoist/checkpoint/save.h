@@ -131,15 +131,17 @@ class DeferredSink final : public StagedExtentSink {
   std::vector<StagedExtent> held_ ABSL_GUARDED_BY(mu_);
 };
 
-// Step 6 of the protocol (save.cc) for a step directory `tmp` under `root`
-// whose files and manifest are durable: renames it to step `step` and
-// fsyncs `root`. With `overwrite`, a committed step of that number is first
-// renamed aside and removed once the new one is durable (a crash between
-// leaves it for CheckpointRoot's recovery to bring back). kAlreadyExists
-// when the step exists and `overwrite` is off; on any error what is visible
-// is the old state.
-absl::Status PublishStep(Storage& storage, const std::string& root,
-                         int64_t step, const std::string& tmp, bool overwrite);
+// Steps 5 and 6 of the protocol (save.cc) for a step directory `tmp` under
+// `root` whose data files are written: the storage's commit writes the
+// manifest `manifest_json` last (Storage::CommitDir) and makes `tmp` step
+// `step`. With `overwrite`, a committed step of that number is moved aside
+// and removed once the new one is durable (a crash between leaves it for
+// CheckpointRoot's recovery to bring back). kAlreadyExists when the step
+// exists and `overwrite` is off; on any error what is visible is the old
+// state. The local tier commits the parts it receives this way too.
+absl::Status CommitStep(Storage& storage, const std::string& root, int64_t step,
+                        const std::string& tmp, std::string_view manifest_json,
+                        bool overwrite);
 
 // A save whose first wave of copies was dispatched ahead (BeginSave), on
 // another thread than SaveCheckpoint's: the CheckpointManager dispatches on
