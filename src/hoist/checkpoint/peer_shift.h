@@ -64,8 +64,8 @@ absl::Span<const uint8_t> ZeroPadding(int64_t bytes);
 // was told, and removes nothing on an error: the caller discards the
 // directory. Adds to `received`, when given, the bytes of files written.
 // Errors: this rank's first (the shift still goes on, so the other ranks are
-// not left waiting); kDataLoss for a file that arrived short or a name that is
-// not a step's; the coordinator's as is.
+// not left waiting); kDataLoss for a file that arrived short or a name a peer
+// does not send; the coordinator's as is.
 absl::Status ShiftFiles(Coordinator& coordinator, Storage& storage,
                         const std::string& name, int64_t step, int offset,
                         absl::Span<const OutgoingFile> files,
