@@ -2,15 +2,17 @@
 """hoist on an object store against the client's own limit and the peers, in one run.
 
     .venv/bin/python bench/object_store.py [--store s3|gcs] [--size 1GiB]
-        [--rounds 3] [--writers 4] [--pool 256MiB]
+        [--rounds 3] [--writers N] [--pool 256MiB]
         [--peers dcp,s3torchconnector | --peers orbax] [--json] [--out FILE]
 
 Starts the server on 127.0.0.1 (testing/object_store_server.py: SeaweedFS's
 S3 by default, fake-gcs-server with --store gcs), then alternates, round
-after round (limit, hoist, peers, limit, hoist, peers, ...):
+after round (hoist, limit, peers, hoist, limit, peers, ...):
   - the client's limit: pyarrow on its own (Arrow's S3 or GCS filesystem,
-    the library hoist uses) uploading the same bytes as `--writers` objects
-    from as many threads, each written in 16 MiB pieces, and reading them
+    the library hoist uses) uploading the same bytes as as many objects as
+    hoist's save wrote (its writer streams: `--writers`, or by default the
+    number hoist's storage chooses, 4 on S3 and 16 on GCS) from as many
+    threads, each written in 16 MiB pieces, and reading them
     back by 16 MiB ranges, 8 at a time (hoist's restore reads with 8
     threads) into new memory;
   - the hard floor's baseline: pyarrow uploading the same bytes to ONE
@@ -25,10 +27,11 @@ after round (limit, hoist, peers, limit, hoist, peers, ...):
     layers of the same shapes, saved asynchronously, waited for, loaded into
     new memory and checked:
       dcp               PyTorch DCP async_save / load with FsspecWriter /
-                        FsspecReader over s3fs, --writers threads (S3);
+                        FsspecReader over s3fs, as many threads as
+                        hoist's writer streams (S3);
       s3torchconnector  DCP async_save / load with s3torchconnector's
-                        S3StorageWriter / S3StorageReader, --writers threads
-                        (S3; AWS's CRT client);
+                        S3StorageWriter / S3StorageReader, as many
+                        threads (S3; AWS's CRT client);
       orbax             Orbax's CheckpointManager (async) with JAX arrays,
                         TensorStore writing to the emulator (GCS).
 Reports each figure's median over the rounds with its spread, and the
@@ -180,7 +183,7 @@ def sample():
 
 
 sampler = threading.Thread(target=sample)
-with hoist.CheckpointManager(root, pool_bytes=pool, writers=writers,
+with hoist.CheckpointManager(root, pool_bytes=pool, writers=writers or None,
                              coordinator="single") as mgr:
     sampler.start()
     start = time.perf_counter()
@@ -326,15 +329,26 @@ def peer_round(name, env, bucket, scheme, size, writers):
 
 
 def hoist_round(env, bucket, scheme, size, writers, pool):
-    root = f"{scheme}://{bucket}/hoist-{uuid.uuid4().hex[:8]}"
+    """One round of hoist (`writers` 0: its default), with "objects": how
+    many data objects its save wrote (its writer streams)."""
+    prefix = f"{bucket}/hoist-{uuid.uuid4().hex[:8]}"
     done = subprocess.run(
         [sys.executable, "-c", HOIST_CHILD, str(size), str(writers),
-         str(pool), root],
+         str(pool), f"{scheme}://{prefix}"],
         capture_output=True, text=True, env=dict(os.environ, **env),
         check=False)
     if done.returncode != 0:
         raise RuntimeError(f"hoist round failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    import pyarrow.fs as pafs
+
+    written = arrow_fs(env).get_file_info(
+        pafs.FileSelector(f"{prefix}/step_00000001/data"))
+    result["objects"] = sum(1 for i in written if i.type == pafs.FileType.File)
+    if writers and result["objects"] != writers:
+        raise RuntimeError(f"hoist wrote {result['objects']} data objects, "
+                           f"not --writers {writers}")
+    return result
 
 
 def spread(values):
@@ -346,8 +360,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", default="1GiB")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--writers", type=int, default=4,
-                        help="hoist's writer streams = pyarrow's objects")
+    parser.add_argument("--writers", type=int, default=0,
+                        help="hoist's writer streams = pyarrow's objects "
+                        "(default: hoist's default, which its storage "
+                        "chooses: 4 on S3, 16 on GCS)")
     parser.add_argument("--pool", default="256MiB",
                         help="hoist's staging pool (smaller than --size: "
                         "the save runs in waves)")
@@ -377,15 +393,8 @@ def main():
         with server_type(tmp) as server:
             env, bucket = server.env, server.bucket
             fs = arrow_fs(env)
+            writers = args.writers
             for r in range(args.rounds):
-                seconds, keys = pyarrow_upload(env, bucket, size, args.writers)
-                figures["limit_upload_s"].append(seconds)
-                figures["limit_download_s"].append(
-                    pyarrow_download(env, keys, READERS))
-                seconds, one = pyarrow_upload(env, bucket, size, 1)
-                figures["one_object_upload_s"].append(seconds)
-                for key in keys + one:
-                    fs.delete_file(key)
                 result = hoist_round(env, bucket, scheme, size, args.writers,
                                      pool)
                 figures["hoist_save_s"].append(result["save_s"])
@@ -394,9 +403,20 @@ def main():
                 figures["hoist_restore_s"].append(result["restore_s"])
                 figures["hoist_rss_growth_save"].append(
                     result["rss_growth_save"])
+                # The limit with hoist's parallelism: as many objects as
+                # its save wrote.
+                writers = result["objects"]
+                seconds, keys = pyarrow_upload(env, bucket, size, writers)
+                figures["limit_upload_s"].append(seconds)
+                figures["limit_download_s"].append(
+                    pyarrow_download(env, keys, READERS))
+                seconds, one = pyarrow_upload(env, bucket, size, 1)
+                figures["one_object_upload_s"].append(seconds)
+                for key in keys + one:
+                    fs.delete_file(key)
                 for name in peers:
                     peer = peer_round(name, env, bucket, scheme, size,
-                                      args.writers)
+                                      writers)
                     for key in ("blocked_s", "save_s", "restore_s"):
                         figures.setdefault(f"{name}_{key}", []).append(
                             peer[key])
@@ -406,7 +426,8 @@ def main():
                     for k, v in figures.items()), file=sys.stderr)
     med = {k: statistics.median(v) for k, v in figures.items()}
     report = {
-        "store": args.store, "bytes": size, "writers": args.writers, "pool_bytes": pool,
+        "store": args.store, "bytes": size, "writers": writers,
+        "pool_bytes": pool,
         "rounds": args.rounds,
         "figures": {k: spread(v) for k, v in figures.items()},
         # Throughput ratios (>1: hoist faster than the limit measured).
@@ -430,14 +451,14 @@ def main():
         return
     gb = size / 1e9
     print(f"{args.size} over {server_type.name} ({args.store}) on 127.0.0.1, "
-          f"{args.writers} "
+          f"{writers} "
           f"streams, pool {args.pool}, medians of {args.rounds} rounds "
           "(min-max)")
     for k, v in figures.items():
         if k.endswith("_s"):
             print(f"  {k:28s} {v and statistics.median(v):7.2f} s "
                   f"({min(v):.2f}-{max(v):.2f})  {gb / statistics.median(v):.3f} GB/s")
-    print(f"  hoist save vs pyarrow upload ({args.writers} objects): "
+    print(f"  hoist save vs pyarrow upload ({writers} objects): "
           f"{report['save_vs_limit_upload']:.2f}x")
     print(f"  hoist restore vs pyarrow download: "
           f"{report['restore_vs_limit_download']:.2f}x")

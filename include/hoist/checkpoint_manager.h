@@ -93,10 +93,13 @@ struct CheckpointManagerOptions {
   // what overrides the environment's configuration (see storage.h and
   // docs/object-storage.md; default: the environment's).
   ObjectStoreOptions object_store;
-  // Replica rule, min slice, writer streams per process (default 2), ...
+  // Replica rule, min slice, writer streams per process, ... Writer
+  // streams 0 (the default here) leaves their number to the root's storage
+  // (Storage::preferred_writer_streams: 2 on a local filesystem, 4 on S3,
+  // 16 on GCS); the local tier's parts use the same number.
   SavePlanOptions plan = [] {
     SavePlanOptions o;
-    o.writer_streams = 2;
+    o.writer_streams = 0;
     return o;
   }();
   // Keep the newest N committed steps (default 0: keep every step), plus

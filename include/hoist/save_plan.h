@@ -59,7 +59,8 @@ struct SavePlanOptions {
   // means all of them.
   int max_replicas = 0;
   // Data files per process (default 1); each file is written by one writer
-  // stream. Must be in [1, 100].
+  // stream. Must be in [1, 100] (CheckpointManagerOptions takes 0 too: the
+  // root's storage chooses).
   int writer_streams = 1;
   // Offset alignment of every extent in its file (default 4096, the O_DIRECT
   // block and the format's alignment). A power of two >= 4096.

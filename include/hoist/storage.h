@@ -145,6 +145,13 @@ class Storage {
   // objects) but checks that the bucket exists: kNotFound naming it.
   virtual absl::Status CreateDirs(const std::string& path);
 
+  // How many data files a process writes at once when its caller leaves
+  // the choice to the storage (SavePlanOptions::writer_streams 0 in
+  // CheckpointManagerOptions): enough to keep this storage busy, no more
+  // than its files' buffers allow in memory. Default 2 (a local disk, whose
+  // files take writes at any offset from several threads each).
+  virtual int preferred_writer_streams() const { return 2; }
+
   // The commit, in three moves:
   //   1. BeginDir(dir, tmp, subdirs, marker, replace) returns the
   //      directory to write `dir`'s files into, with `subdirs` in it;

@@ -178,7 +178,9 @@ class CheckpointManager:
                    JAX is imported (its local devices in a multi-process
                    job), else 1. JAX device ids must be below it.
     max_in_flight: saves accepted before a save waits for an earlier commit.
-    writers:       writer streams (files) per process.
+    writers:       writer streams (files) per process; default: the
+                   root's storage chooses (2 on a local filesystem, 4 on
+                   S3, 16 on GCS).
     io:            "posix" or "io_uring".
     background_priority:
                    "low" (default: nice + 10), "idle" (SCHED_IDLE) or
@@ -259,7 +261,7 @@ class CheckpointManager:
 
     def __init__(self, path, *, keep=None, keep_every=None,
                  pool_bytes=1 << 30, backend="host", num_devices=None,
-                 max_in_flight=1, writers=2, io="posix",
+                 max_in_flight=1, writers=None, io="posix",
                  background_priority="low", when_busy="wait",
                  coordinator="auto", coordinator_timeout_s=600.0,
                  storage_options=None, deltas=True, frozen=None,
@@ -325,7 +327,8 @@ class CheckpointManager:
         self._manager = _call(
             _hoist.Manager, os.fspath(path), self._backend, int(pool_bytes),
             int(keep or 0), int(keep_every or 0), int(max_in_flight),
-            int(writers), io, background_priority, coordinator, when_busy,
+            int(writers or 0), io, background_priority, coordinator,
+            when_busy,
             storage_options, deltas, frozen, frozen_check_every, **tiers)
         self._tiers = tiers
 

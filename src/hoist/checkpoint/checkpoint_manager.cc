@@ -784,9 +784,13 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
         "positive, keep_last, keep_every and frozen_check_every "
         "non-negative");
   }
-  if (absl::Status plan = ValidateSavePlanOptions(options.plan); !plan.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint manager options: plan: ", plan.message()));
+  {
+    SavePlanOptions plan = options.plan;  // 0 streams: the storage's number
+    if (plan.writer_streams == 0) plan.writer_streams = 1;
+    if (absl::Status valid = ValidateSavePlanOptions(plan); !valid.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint manager options: plan: ", valid.message()));
+    }
   }
   if (options.persist_every < 1 || options.local.every < 1) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -873,9 +877,13 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
   ASSIGN_OR_RETURN(std::unique_ptr<StagingPool> pool,
                    pin_now ? StagingPool::Create(backend, options.pool_bytes)
                            : StagingPool::CreatePending(options.pool_bytes));
+  CheckpointManagerOptions resolved = options;
+  if (resolved.plan.writer_streams == 0) {
+    resolved.plan.writer_streams = storage->preferred_writer_streams();
+  }
   return std::unique_ptr<CheckpointManager>(
       new CheckpointManager(std::make_unique<Impl>(
-          std::move(opened_root), backend, coordinator, options,
+          std::move(opened_root), backend, coordinator, resolved,
           std::move(owned), std::move(topology), std::move(part_topology),
           std::move(local), std::move(pool), pin_now)));
 }

@@ -549,10 +549,28 @@ TEST_F(ManagerTest, PerRankStateIsGatheredIntoTheMetadata) {
               HasSubstr("small state"));
 }
 
+// Writer streams 0 (the default) leaves their number to the root's
+// storage: two data files per process on a local filesystem.
+TEST_F(ManagerTest, DefaultWriterStreamsAreTheStorages) {
+  EXPECT_EQ(CheckpointManagerOptions{}.plan.writer_streams, 0);
+  auto manager = Open();
+  ASSERT_NE(manager, nullptr);
+  absl::StatusOr<SaveHandle> handle = manager->Save(1, Arrays());
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  ASSERT_TRUE(handle->WaitCommitted().ok());
+  size_t files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(
+           root_ + "/" + StepDirName(1) + "/data")) {
+    files += entry.is_regular_file() ? 1 : 0;
+  }
+  EXPECT_EQ(files, 2u);
+  EXPECT_EQ(MakePosixStorage()->preferred_writer_streams(), 2);
+}
+
 // A plan option out of range fails at Open, naming it, not at the first
 // save; nothing is made.
 TEST_F(ManagerTest, PlanOptionsAreCheckedAtOpen) {
-  for (int streams : {0, 101}) {
+  for (int streams : {-1, 101}) {
     CheckpointManagerOptions options;
     options.plan.writer_streams = streams;
     absl::Status opened =

@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "hoist/checkpoint_manager.h"
 #include "hoist/checkpoint_root.h"
+#include "hoist/format/layout.h"
 #include "hoist/host_backend.h"
 #include "testing/array_bytes.h"
 #include "testing/mixed_model.h"
@@ -188,6 +189,38 @@ TEST_P(ObjectStoreCheckpointTest, ASaveLargerThanThePoolCommitsInWaves) {
   ASSERT_NE(manager, nullptr);
   ASSERT_TRUE(SaveVersion(*manager, 7, 7).ok());
   EXPECT_TRUE(Holds(*manager, 7, 7).ok());
+}
+
+// By default a process uploads as many objects at once as its store
+// prefers (Storage::preferred_writer_streams: S3 4, GCS 16); a number
+// given overrides it.
+TEST_P(ObjectStoreCheckpointTest, WriterStreamsAreTheStoresUnlessGiven) {
+  const Mesh mesh = *Mesh::Create({"data", "model"}, {2, 4});
+  std::vector<ArraySpec> model;
+  for (int i = 0; i < 32; ++i) {  // 256 slices: every stream gets some
+    model.push_back({absl::StrCat("layer", i),
+                     DType::kFloat32,
+                     {64, 64},
+                     NamedSharding{mesh, {{"data", "model"}}}});
+  }
+  UseModel(std::move(model));
+  std::unique_ptr<Storage> storage = TheStorage();
+  const int preferred = storage->preferred_writer_streams();
+  EXPECT_EQ(preferred, GetParam() == ObjectStoreServer::Kind::kS3 ? 4 : 16);
+  for (int given : {0, 3}) {
+    CheckpointManagerOptions options;
+    options.pool_bytes = 1 << 20;
+    options.plan.writer_streams = given;
+    auto manager = Open(options);
+    ASSERT_NE(manager, nullptr);
+    const int64_t step = given + 1;
+    ASSERT_TRUE(SaveVersion(*manager, step, step).ok());
+    absl::StatusOr<std::vector<std::string>> objects =
+        storage->List(JoinPath(JoinPath(root_, StepDirName(step)), "data"));
+    ASSERT_TRUE(objects.ok()) << objects.status();
+    EXPECT_EQ(objects->size(), static_cast<size_t>(given ? given : preferred));
+    EXPECT_TRUE(Holds(*manager, step, step).ok());
+  }
 }
 
 TEST_P(ObjectStoreCheckpointTest, APartialStepIsInvisibleAndCollectedAtOpen) {

@@ -63,6 +63,9 @@ class FaultInjectingStorage final : public Storage {
   absl::Status RemoveAll(const std::string& path) override;
   absl::StatusOr<bool> Exists(const std::string& path) override;
   absl::StatusOr<bool> IsDir(const std::string& path) override;
+  int preferred_writer_streams() const override {
+    return base_.preferred_writer_streams();
+  }
 
   // Used by the file wrappers.
   absl::Status BeforeWrite(const std::string& path, bool* torn);

@@ -38,7 +38,11 @@ absl::StatusOr<std::unique_ptr<Storage>> MakeGcsStorage(
     return absl::InvalidArgumentError(
         absl::StrFormat("GCS: %s", fs.status().message()));
   }
-  return MakeObjectStorage(*std::move(fs), "gs://");
+  // Sixteen objects at once per process: an object is a resumable upload,
+  // one request in flight, each a round trip (and on fake-gcs-server a copy
+  // of the object so far: docs/object-storage.md), while each costs only
+  // Arrow's 256 KiB buffer; more, smaller objects keep the server busier.
+  return MakeObjectStorage(*std::move(fs), "gs://", /*writer_streams=*/16);
 }
 
 }  // namespace hoist

@@ -213,8 +213,13 @@ ObjectLock::~ObjectLock() {
 
 class ObjectStorage final : public Storage {
  public:
-  ObjectStorage(std::shared_ptr<arrow::fs::FileSystem> fs, std::string scheme)
-      : fs_(std::move(fs)), scheme_(std::move(scheme)) {}
+  ObjectStorage(std::shared_ptr<arrow::fs::FileSystem> fs, std::string scheme,
+                int writer_streams)
+      : fs_(std::move(fs)),
+        scheme_(std::move(scheme)),
+        writer_streams_(writer_streams) {}
+
+  int preferred_writer_streams() const override { return writer_streams_; }
 
   absl::StatusOr<std::unique_ptr<FileLock>> LockFile(
       const std::string& path, const std::string& holder) override {
@@ -441,6 +446,7 @@ class ObjectStorage final : public Storage {
 
   const std::shared_ptr<arrow::fs::FileSystem> fs_;
   const std::string scheme_;
+  const int writer_streams_;
 };
 
 }  // namespace
@@ -452,8 +458,10 @@ bool ConsumeScheme(std::string& url, std::string_view scheme) {
 }
 
 std::unique_ptr<Storage> MakeObjectStorage(
-    std::shared_ptr<arrow::fs::FileSystem> fs, std::string scheme) {
-  return std::make_unique<ObjectStorage>(std::move(fs), std::move(scheme));
+    std::shared_ptr<arrow::fs::FileSystem> fs, std::string scheme,
+    int writer_streams) {
+  return std::make_unique<ObjectStorage>(std::move(fs), std::move(scheme),
+                                         writer_streams);
 }
 
 }  // namespace hoist

@@ -37,9 +37,12 @@ class FileSystem;
 
 namespace hoist {
 
-// A Storage over `fs`, for URLs that start with `scheme` ("s3://").
+// A Storage over `fs`, for URLs that start with `scheme` ("s3://"), whose
+// preferred_writer_streams() is `writer_streams` (the backend's: each
+// object being uploaded has one request in flight).
 std::unique_ptr<Storage> MakeObjectStorage(
-    std::shared_ptr<arrow::fs::FileSystem> fs, std::string scheme);
+    std::shared_ptr<arrow::fs::FileSystem> fs, std::string scheme,
+    int writer_streams);
 
 // The S3 and GCS backends (s3_storage.cc, gcs_storage.cc): Arrow's
 // filesystem for `options`, then the environment.

@@ -103,7 +103,10 @@ absl::StatusOr<std::unique_ptr<Storage>> MakeS3Storage(
         absl::StrFormat("S3: %s", fs.status().message()));
   }
   FinalizeS3AtExit();
-  return MakeObjectStorage(*std::move(fs), "s3://");
+  // Four objects at once per process: each holds up to one 10 MiB part
+  // (Arrow's, not configurable) of what is left of an extent between
+  // parts, so a save's memory stays within the pool plus 64 MiB.
+  return MakeObjectStorage(*std::move(fs), "s3://", /*writer_streams=*/4);
 }
 
 }  // namespace hoist

@@ -736,7 +736,8 @@ absl::StatusOr<Restored> RestoreTiersAndCheck(DemoJob& job,
   return restored;
 }
 
-absl::Status RunDemo(const DemoFlags& flags) {
+absl::Status RunDemo(const DemoFlags& given) {
+  DemoFlags flags = given;
   ASSIGN_OR_RETURN(int64_t size, ParseBytes(flags.size));
   if (flags.steps < 1 || flags.save_every < 1 ||
       flags.steps < flags.save_every) {
@@ -757,6 +758,13 @@ absl::Status RunDemo(const DemoFlags& flags) {
           ? flags.persist_every
           : (flags.local_root.empty() ? 1 : 2 * int64_t{flags.save_every});
   ASSIGN_OR_RETURN(DemoJob job, SetUp(flags, size));
+  if (flags.writers == 0) {  // the root's storage chooses, as for any job
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<Storage> storage, OpenStorageFor(job.root, {}, [] {
+          return absl::StatusOr<std::unique_ptr<Storage>>(MakePosixStorage());
+        }));
+    flags.writers = storage->preferred_writer_streams();
+  }
   if (flags.lose_local >= job.processes) {
     return absl::InvalidArgumentError(
         absl::StrFormat("--lose-local %d: the job has ranks 0 to %d",
@@ -890,9 +898,11 @@ void AddDemoCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--save-every", flags->save_every, "Save every N steps")
       ->capture_default_str();
-  cmd->add_option("--writers", flags->writers, "Writer streams")
+  cmd->add_option("--writers", flags->writers,
+                  "Writer streams (data files) per process; 0: the root's "
+                  "storage chooses (2 on a local disk, 4 on S3, 16 on GCS)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 100));
+      ->check(CLI::Range(0, 100));
   cmd->add_option("--keep", flags->keep, "Keep the newest N steps (0: all)")
       ->capture_default_str()
       ->check(NonNegative());

@@ -26,7 +26,7 @@ struct DemoFlags {
   std::string pool = "auto";
   int steps = 6;
   int save_every = 2;
-  int writers = 2;
+  int writers = 0;  // 0: the root's storage chooses
   int keep = 2;
   std::string io = "posix";
   std::string host_copies = "batch";
