@@ -53,6 +53,10 @@ struct LocalTierOptions {
   int replicas = 2;
   // Local steps kept (default 2), and as many of each peer's parts.
   int keep_last = 2;
+  // Data files of each part (default 0: the durable saves' number when
+  // CheckpointManagerOptions::plan.writer_streams gives one, else the
+  // local filesystem's choice, 2).
+  int writer_streams = 0;
 };
 
 struct CheckpointManagerOptions {
@@ -96,7 +100,7 @@ struct CheckpointManagerOptions {
   // Replica rule, min slice, writer streams per process, ... Writer
   // streams 0 (the default here) leaves their number to the root's storage
   // (Storage::preferred_writer_streams: 2 on a local filesystem, 4 on S3,
-  // 16 on GCS); the local tier's parts use the same number.
+  // 16 on GCS); see LocalTierOptions::writer_streams for the local tier.
   SavePlanOptions plan = [] {
     SavePlanOptions o;
     o.writer_streams = 0;

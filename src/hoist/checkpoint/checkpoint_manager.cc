@@ -103,7 +103,8 @@ class CheckpointManager::Impl {
         local_(std::move(local)),
         pool_(std::move(pool)),
         engine_(*pool_, TransferOptions{.tracer = options_.tracer}),
-        planner_(options_.plan, std::move(topology), std::move(part_topology),
+        planner_(options_.plan, options_.local.writer_streams,
+                 std::move(topology), std::move(part_topology),
                  coordinator_.rank(), engine_, backend_, options_.frozen) {
     {
       absl::StatusOr<std::vector<int64_t>> steps = root_->List();
@@ -786,10 +787,13 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
   }
   {
     SavePlanOptions plan = options.plan;  // 0 streams: the storage's number
-    if (plan.writer_streams == 0) plan.writer_streams = 1;
-    if (absl::Status valid = ValidateSavePlanOptions(plan); !valid.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("checkpoint manager options: plan: ", valid.message()));
+    for (int streams :
+         {options.plan.writer_streams, options.local.writer_streams}) {
+      plan.writer_streams = streams == 0 ? 1 : streams;
+      if (absl::Status valid = ValidateSavePlanOptions(plan); !valid.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "checkpoint manager options: plan: ", valid.message()));
+      }
     }
   }
   if (options.persist_every < 1 || options.local.every < 1) {
@@ -877,7 +881,15 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
   ASSIGN_OR_RETURN(std::unique_ptr<StagingPool> pool,
                    pin_now ? StagingPool::Create(backend, options.pool_bytes)
                            : StagingPool::CreatePending(options.pool_bytes));
+  // Writer streams 0: the storage's choice, the root's for durable saves
+  // and the local filesystem's for the local tier's parts.
   CheckpointManagerOptions resolved = options;
+  if (resolved.local.writer_streams == 0) {
+    resolved.local.writer_streams =
+        options.plan.writer_streams != 0
+            ? options.plan.writer_streams
+            : local_storage->preferred_writer_streams();
+  }
   if (resolved.plan.writer_streams == 0) {
     resolved.plan.writer_streams = storage->preferred_writer_streams();
   }

@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -18,6 +19,7 @@
 #include "testing/mixed_model.h"
 #include "testing/object_store_server.h"
 #include "testing/shard_buffers.h"
+#include "testing/temp_dir.h"
 
 namespace hoist {
 namespace {
@@ -40,6 +42,20 @@ std::vector<ArraySpec> Model(int64_t rows) {
        NamedSharding{mesh, {{"data", "model"}}}},
       {"opt/count", DType::kInt32, {}, Sharding::Replicated(mesh)},
   };
+}
+
+// 32 layers of 64 x 64 over the 2 x 4 mesh: 256 slices, so every writer
+// stream of a process gets some.
+std::vector<ArraySpec> Layers() {
+  const Mesh mesh = *Mesh::Create({"data", "model"}, {2, 4});
+  std::vector<ArraySpec> model;
+  for (int i = 0; i < 32; ++i) {
+    model.push_back({absl::StrCat("layer", i),
+                     DType::kFloat32,
+                     {64, 64},
+                     NamedSharding{mesh, {{"data", "model"}}}});
+  }
+  return model;
 }
 
 class ObjectStoreCheckpointTest
@@ -195,15 +211,7 @@ TEST_P(ObjectStoreCheckpointTest, ASaveLargerThanThePoolCommitsInWaves) {
 // prefers (Storage::preferred_writer_streams: S3 4, GCS 16); a number
 // given overrides it.
 TEST_P(ObjectStoreCheckpointTest, WriterStreamsAreTheStoresUnlessGiven) {
-  const Mesh mesh = *Mesh::Create({"data", "model"}, {2, 4});
-  std::vector<ArraySpec> model;
-  for (int i = 0; i < 32; ++i) {  // 256 slices: every stream gets some
-    model.push_back({absl::StrCat("layer", i),
-                     DType::kFloat32,
-                     {64, 64},
-                     NamedSharding{mesh, {{"data", "model"}}}});
-  }
-  UseModel(std::move(model));
+  UseModel(Layers());
   std::unique_ptr<Storage> storage = TheStorage();
   const int preferred = storage->preferred_writer_streams();
   EXPECT_EQ(preferred, GetParam() == ObjectStoreServer::Kind::kS3 ? 4 : 16);
@@ -221,6 +229,33 @@ TEST_P(ObjectStoreCheckpointTest, WriterStreamsAreTheStoresUnlessGiven) {
     EXPECT_EQ(objects->size(), static_cast<size_t>(given ? given : preferred));
     EXPECT_TRUE(Holds(*manager, step, step).ok());
   }
+}
+
+// A local tier's parts are on the local filesystem, and take its number
+// of streams (2), while the durable saves take the object store's.
+TEST_P(ObjectStoreCheckpointTest, ALocalTiersPartsTakeTheLocalStreams) {
+  UseModel(Layers());
+  testing::TempDir local;
+  CheckpointManagerOptions options;
+  options.pool_bytes = 1 << 20;
+  options.persist_every = 2;  // 1 local, 2 durable
+  options.local.root = local.path();
+  auto manager = Open(options);
+  ASSERT_NE(manager, nullptr);
+  ASSERT_TRUE(SaveVersion(*manager, 1, 1).ok());
+  ASSERT_TRUE(SaveVersion(*manager, 2, 2).ok());
+  size_t files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(
+           JoinPath(JoinPath(local.path(), StepDirName(1)), "data"))) {
+    files += entry.is_regular_file() ? 1 : 0;
+  }
+  EXPECT_EQ(files, 2u);
+  std::unique_ptr<Storage> storage = TheStorage();
+  absl::StatusOr<std::vector<std::string>> objects =
+      storage->List(JoinPath(JoinPath(root_, StepDirName(2)), "data"));
+  ASSERT_TRUE(objects.ok()) << objects.status();
+  EXPECT_EQ(objects->size(),
+            static_cast<size_t>(storage->preferred_writer_streams()));
 }
 
 TEST_P(ObjectStoreCheckpointTest, APartialStepIsInvisibleAndCollectedAtOpen) {

@@ -68,11 +68,12 @@ absl::StatusOr<Topology> PartTopology(const Topology& topology, int rank) {
   return Topology::Create(std::move(processes));
 }
 
-SavePlanner::SavePlanner(SavePlanOptions options, Topology topology,
-                         Topology part_topology, int rank,
+SavePlanner::SavePlanner(SavePlanOptions options, int part_writer_streams,
+                         Topology topology, Topology part_topology, int rank,
                          const TransferEngine& engine, Backend& backend,
                          std::function<bool(std::string_view)> frozen)
     : options_(std::move(options)),
+      part_writer_streams_(part_writer_streams),
       frozen_(std::move(frozen)),
       topology_(std::move(topology)),
       part_topology_(std::move(part_topology)),
@@ -110,7 +111,10 @@ absl::StatusOr<TierPlan> SavePlanner::PlanTier(
     std::shared_ptr<const std::vector<ArraySpec>> specs, Tier tier) const {
   const bool part = tier == Tier::kLocal;
   SavePlanOptions plan_options = options_;
-  if (part) plan_options.part_of_process = 0;  // see PartTopology
+  if (part) {
+    plan_options.part_of_process = 0;  // see PartTopology
+    plan_options.writer_streams = part_writer_streams_;
+  }
   TierPlan planned;
   ASSIGN_OR_RETURN(
       SavePlan plan,

@@ -95,12 +95,13 @@ absl::StatusOr<Topology> PartTopology(const Topology& topology, int rank);
 
 class SavePlanner {
  public:
-  // `part_topology`: PartTopology(topology, rank). `engine` and `backend`
-  // must outlive the planner.
+  // `part_topology`: PartTopology(topology, rank); `part_writer_streams`:
+  // the writer streams of a local part's plan (`options`' for durable
+  // saves). `engine` and `backend` must outlive the planner.
   // `frozen`: CheckpointManagerOptions::frozen.
-  SavePlanner(SavePlanOptions options, Topology topology,
-              Topology part_topology, int rank, const TransferEngine& engine,
-              Backend& backend,
+  SavePlanner(SavePlanOptions options, int part_writer_streams,
+              Topology topology, Topology part_topology, int rank,
+              const TransferEngine& engine, Backend& backend,
               std::function<bool(std::string_view)> frozen = nullptr);
 
   // The plan of `arrays` for `tier`: the previous one of that tier if the
@@ -143,6 +144,7 @@ class SavePlanner {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(state.mu);
 
   const SavePlanOptions options_;
+  const int part_writer_streams_;
   const std::function<bool(std::string_view)> frozen_;
   const Topology topology_;
   const Topology part_topology_;  // PartTopology
