@@ -14,7 +14,9 @@ after round (hoist, limit, peers, hoist, limit, peers, ...):
     number hoist's storage chooses, 4 on S3 and 16 on GCS) from as many
     threads, each written in 16 MiB pieces, and reading them
     back by 16 MiB ranges, 8 at a time (hoist's restore reads with 8
-    threads) into new memory;
+    threads) into new memory; and reading the objects hoist's save wrote
+    the same way, right after hoist's restore read them (the same bytes,
+    as the server stored them);
   - the hard floor's baseline: pyarrow uploading the same bytes to ONE
     object in 16 MiB pieces;
   - hoist: a NumPy state of `--size` saved by hoist.CheckpointManager into
@@ -344,7 +346,8 @@ def hoist_round(env, bucket, scheme, size, writers, pool):
 
     written = arrow_fs(env).get_file_info(
         pafs.FileSelector(f"{prefix}/step_00000001/data"))
-    result["objects"] = sum(1 for i in written if i.type == pafs.FileType.File)
+    result["keys"] = [i.path for i in written if i.type == pafs.FileType.File]
+    result["objects"] = len(result["keys"])
     if writers and result["objects"] != writers:
         raise RuntimeError(f"hoist wrote {result['objects']} data objects, "
                            f"not --writers {writers}")
@@ -403,6 +406,9 @@ def main():
                 figures["hoist_restore_s"].append(result["restore_s"])
                 figures["hoist_rss_growth_save"].append(
                     result["rss_growth_save"])
+                # pyarrow reading the very objects hoist's restore read.
+                figures.setdefault("limit_download_same_objects_s", []).append(
+                    pyarrow_download(env, result["keys"], READERS))
                 # The limit with hoist's parallelism: as many objects as
                 # its save wrote.
                 writers = result["objects"]
@@ -434,6 +440,8 @@ def main():
         "save_vs_limit_upload": med["limit_upload_s"] / med["hoist_save_s"],
         "restore_vs_limit_download":
             med["limit_download_s"] / med["hoist_restore_s"],
+        "restore_vs_limit_download_same_objects":
+            med["limit_download_same_objects_s"] / med["hoist_restore_s"],
         "save_vs_one_object_upload":
             med["one_object_upload_s"] / med["hoist_save_s"],
         "rss_growth_over_pool_mib":
@@ -461,7 +469,8 @@ def main():
     print(f"  hoist save vs pyarrow upload ({writers} objects): "
           f"{report['save_vs_limit_upload']:.2f}x")
     print(f"  hoist restore vs pyarrow download: "
-          f"{report['restore_vs_limit_download']:.2f}x")
+          f"{report['restore_vs_limit_download']:.2f}x (of hoist's own "
+          f"objects: {report['restore_vs_limit_download_same_objects']:.2f}x)")
     print(f"  hoist save vs pyarrow upload to one object: "
           f"{report['save_vs_one_object_upload']:.2f}x")
     for name in peers:
