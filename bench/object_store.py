@@ -21,13 +21,14 @@ after round (hoist, limit, peers, hoist, limit, peers, ...):
     object in 16 MiB pieces;
   - hoist: a NumPy state of `--size` saved by hoist.CheckpointManager into
     s3://... or gs://... (from save() until wait() returns: committed; and
-    the time save() blocked), then restored into new host memory
-    (restore()), each in a fresh process that also reports its peak RSS
-    growth during the save (RSS sampled every 5 ms, against the RSS before
-    the manager opened: the pool's pages included);
-  - the peers (--peers), each in a fresh process, the same bytes as float32
-    layers of the same shapes, saved asynchronously, waited for, loaded into
-    new memory and checked:
+    the time save() blocked) in a fresh process that also reports its peak
+    RSS growth during the save (RSS sampled every 5 ms, against the RSS
+    before the manager opened: the pool's pages included); then restored
+    into new host memory (restore()) in another fresh process, as a job
+    restores after a restart;
+  - the peers (--peers), the same bytes as float32 layers of the same
+    shapes, saved asynchronously and waited for in a fresh process, then
+    loaded into new memory and checked in another:
       dcp               PyTorch DCP async_save / load with FsspecWriter /
                         FsspecReader over s3fs, as many threads as
                         hoist's writer streams (S3);
@@ -181,17 +182,28 @@ def pyarrow_download(env, keys, readers):
     return seconds
 
 
+# Each system's child runs in one of two modes, each a fresh process, as a
+# job saves and, after a restart, restores: "save" (saves the state
+# asynchronously, waits, prints blocked_s and save_s) or "restore" (loads
+# it into new memory, prints restore_s, then builds the state again and
+# checks what came back). A restore in the process that saved would fill
+# its new memory on top of the state and the save's buffers: on this VM
+# memory first touched beyond what a process has just freed costs 1-5 s
+# per GiB, which would time the VM, not the restore.
 HOIST_CHILD = r"""
-import json, resource, sys, time
+import json, sys, time
 import numpy as np
 import hoist
-size, writers, pool, root = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+size, writers, pool, root, mode = (int(sys.argv[1]), int(sys.argv[2]),
+                                   int(sys.argv[3]), sys.argv[4], sys.argv[5])
 # Arrays of at most 64 MiB (as a model's layers), at least 8.
 count = max(8, size // (64 << 20))
 rows = size // (4 * 4096 * count)
-state = {f"layer{i}": np.random.default_rng(i).standard_normal(
-    (rows, 4096), dtype=np.float32) for i in range(count)}
-nbytes = sum(a.nbytes for a in state.values())
+
+
+def make_state():
+    return {f"layer{i}": np.random.default_rng(i).standard_normal(
+        (rows, 4096), dtype=np.float32) for i in range(count)}
 
 
 def rss():
@@ -199,10 +211,32 @@ def rss():
         return int(f.read().split()[1]) * 4096
 
 
-# The save's peak RSS over what the process held before it: sampled every
-# 5 ms from another thread until the save is done.
+def open_manager():
+    return hoist.CheckpointManager(root, pool_bytes=pool,
+                                   writers=writers or None,
+                                   coordinator="single")
+
+
+if mode == "restore":
+    mgr = open_manager()
+    start = time.perf_counter()
+    out = mgr.restore()
+    restored = time.perf_counter() - start
+    mgr.close()
+    state = make_state()
+    assert all(np.array_equal(out[k], state[k]) for k in state)
+    print(json.dumps({"restore_s": restored}))
+    sys.exit(0)
+state = make_state()
+nbytes = sum(a.nbytes for a in state.values())
+# The save's peak RSS over what the process held before the manager opened
+# (its pool included): sampled every 5 ms from another thread until the
+# save is done.
+BEFORE = rss()
+mgr = open_manager()
 import threading
-before, peak, saved_event = rss(), [0], threading.Event()
+saved_event = threading.Event()
+peak = [0]
 
 
 def sample():
@@ -212,35 +246,27 @@ def sample():
 
 
 sampler = threading.Thread(target=sample)
-with hoist.CheckpointManager(root, pool_bytes=pool, writers=writers or None,
-                             coordinator="single") as mgr:
-    sampler.start()
-    start = time.perf_counter()
-    handle = mgr.save(1, state)  # returns once staged: the time blocked
-    blocked = time.perf_counter() - start
-    handle.wait()
-    saved = time.perf_counter() - start
-    saved_event.set()
-    sampler.join()
-    start = time.perf_counter()
-    out = mgr.restore()
-    restored = time.perf_counter() - start
-    assert all(np.array_equal(out[k], state[k]) for k in state)
-during = peak[0]
+sampler.start()
+start = time.perf_counter()
+handle = mgr.save(1, state)  # returns once staged: the time blocked
+blocked = time.perf_counter() - start
+handle.wait()
+saved = time.perf_counter() - start
+saved_event.set()
+sampler.join()
+mgr.close()
 print(json.dumps({"bytes": nbytes, "blocked_s": blocked, "save_s": saved,
-                  "restore_s": restored,
-                  "rss_growth_save": during - before}))
+                  "rss_growth_save": peak[0] - BEFORE}))
 """
 
 
-# The peers, each a child process that saves the same bytes (float32 layers
-# of the same shapes as hoist's) into `root` asynchronously, waits, loads
-# them back into new memory, checks them, and prints its three times. Each
-# takes: size, threads, root.
+# The peers' children: the same bytes (float32 layers of the same shapes as
+# hoist's), in the same two modes. Each takes: size, threads, root, mode.
 PEER_STATE = r"""
 import json, os, sys, time, warnings
 warnings.filterwarnings("ignore")
-size, threads, root = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+size, threads, root, mode = (int(sys.argv[1]), int(sys.argv[2]), sys.argv[3],
+                             sys.argv[4])
 count = max(8, size // (64 << 20))
 rows = size // (4 * 4096 * count)
 """
@@ -248,30 +274,38 @@ rows = size // (4 * 4096 * count)
 TORCH_STATE = PEER_STATE + r"""
 import torch
 import torch.distributed.checkpoint as dcp
-g = torch.Generator().manual_seed(0)
-state = {f"layer{i}": torch.randn(rows, 4096, generator=g) for i in range(count)}
+
+
+def make_state():
+    g = torch.Generator().manual_seed(0)
+    return {f"layer{i}": torch.randn(rows, 4096, generator=g)
+            for i in range(count)}
 
 
 def measure(writer, reader):
+    if mode == "restore":
+        target = {f"layer{i}": torch.empty(rows, 4096) for i in range(count)}
+        start = time.perf_counter()
+        dcp.load(target, storage_reader=reader())
+        restored = time.perf_counter() - start
+        state = make_state()
+        assert all(torch.equal(target[k], state[k]) for k in state)
+        print(json.dumps({"restore_s": restored}))
+        return
+    state = make_state()
     start = time.perf_counter()
-    future = dcp.async_save(state, storage_writer=writer)
+    future = dcp.async_save(state, storage_writer=writer())
     blocked = time.perf_counter() - start
     future.result()
     saved = time.perf_counter() - start
-    target = {k: torch.empty_like(v) for k, v in state.items()}
-    start = time.perf_counter()
-    dcp.load(target, storage_reader=reader())
-    restored = time.perf_counter() - start
-    assert all(torch.equal(target[k], state[k]) for k in state)
-    print(json.dumps({"blocked_s": blocked, "save_s": saved,
-                      "restore_s": restored}))
+    print(json.dumps({"blocked_s": blocked, "save_s": saved}))
 """
 
 # PyTorch DCP through FsspecWriter/Reader over s3fs (botocore reads the same
 # AWS_* variables), `threads` writer threads.
 DCP_CHILD = TORCH_STATE + r"""
 from torch.distributed.checkpoint import FsspecReader, FsspecWriter
-measure(FsspecWriter(root, thread_count=threads, sync_files=False),
+measure(lambda: FsspecWriter(root, thread_count=threads, sync_files=False),
         lambda: FsspecReader(root))
 """
 
@@ -293,8 +327,8 @@ def on_server(storage):
     return storage
 
 
-measure(on_server(S3StorageWriter(region, root, s3client_config=config,
-                                  thread_count=threads)),
+measure(lambda: on_server(S3StorageWriter(region, root, s3client_config=config,
+                                          thread_count=threads)),
         lambda: on_server(S3StorageReader(region, root,
                                           s3client_config=config)))
 """
@@ -310,24 +344,35 @@ os.environ.setdefault("GOOGLE_AUTH_TOKEN_FOR_TESTING", "emulator")
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
-state = {f"layer{i}": jax.device_put(np.random.default_rng(i).standard_normal(
-    (rows, 4096), dtype=np.float32)) for i in range(count)}
-jax.block_until_ready(state)
+
+
+def make_state():
+    return {f"layer{i}": jax.device_put(np.random.default_rng(i).standard_normal(
+        (rows, 4096), dtype=np.float32)) for i in range(count)}
+
+
 with ocp.CheckpointManager(root) as manager:
-    start = time.perf_counter()
-    manager.save(1, args=ocp.args.StandardSave(state))
-    blocked = time.perf_counter() - start
-    manager.wait_until_finished()
-    saved = time.perf_counter() - start
-    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
-    start = time.perf_counter()
-    out = manager.restore(1, args=ocp.args.StandardRestore(abstract))
-    jax.block_until_ready(out)
-    restored = time.perf_counter() - start
-assert all(np.array_equal(np.asarray(out[k]), np.asarray(state[k]))
-           for k in state)
-print(json.dumps({"blocked_s": blocked, "save_s": saved,
-                  "restore_s": restored}))
+    if mode == "restore":
+        device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+        abstract = {f"layer{i}": jax.ShapeDtypeStruct(
+            (rows, 4096), np.float32, sharding=device) for i in range(count)}
+        start = time.perf_counter()
+        out = manager.restore(1, args=ocp.args.StandardRestore(abstract))
+        jax.block_until_ready(out)
+        restored = time.perf_counter() - start
+        state = make_state()
+        assert all(np.array_equal(np.asarray(out[k]), np.asarray(state[k]))
+                   for k in state)
+        print(json.dumps({"restore_s": restored}))
+    else:
+        state = make_state()
+        jax.block_until_ready(state)
+        start = time.perf_counter()
+        manager.save(1, args=ocp.args.StandardSave(state))
+        blocked = time.perf_counter() - start
+        manager.wait_until_finished()
+        saved = time.perf_counter() - start
+        print(json.dumps({"blocked_s": blocked, "save_s": saved}))
 """
 
 # name -> (the store it runs on, its child, what it needs, how it is named
@@ -342,33 +387,38 @@ PEERS = {
 }
 
 
+def run_modes(what, child, args, env):
+    """`child` run with `args` + "save", then in a fresh process with `args`
+    + "restore": the figures both print, merged."""
+    result = {}
+    for mode in ("save", "restore"):
+        done = subprocess.run(
+            [sys.executable, "-c", child, *args, mode],
+            capture_output=True, text=True, env=dict(os.environ, **env),
+            check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"{what} ({mode}) failed:\n"
+                               f"{done.stderr[-3000:]}")
+        result.update(json.loads(done.stdout.strip().splitlines()[-1]))
+    return result
+
+
 def peer_round(name, env, bucket, scheme, size, writers):
     """One round of peer `name` on the server in `env`."""
     _, child, needs, _ = PEERS[name]
     root = f"{scheme}://{bucket}/{name}-{uuid.uuid4().hex[:8]}"
-    done = subprocess.run(
-        [sys.executable, "-c", child, str(size), str(writers), root],
-        capture_output=True, text=True, env=dict(os.environ, **env),
-        check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"{name} round failed (it needs {needs}: pip "
-                           "install -r python/requirements-test.txt):\n"
-                           f"{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_modes(f"{name} round (it needs {needs}: pip install -r "
+                     "python/requirements-test.txt)", child,
+                     [str(size), str(writers), root], env)
 
 
 def hoist_round(env, bucket, scheme, size, writers, pool):
     """One round of hoist (`writers` 0: its default), with "objects": how
     many data objects its save wrote (its writer streams)."""
     prefix = f"{bucket}/hoist-{uuid.uuid4().hex[:8]}"
-    done = subprocess.run(
-        [sys.executable, "-c", HOIST_CHILD, str(size), str(writers),
-         str(pool), f"{scheme}://{prefix}"],
-        capture_output=True, text=True, env=dict(os.environ, **env),
-        check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"hoist round failed:\n{done.stderr[-3000:]}")
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = run_modes("hoist round", HOIST_CHILD,
+                       [str(size), str(writers), str(pool),
+                        f"{scheme}://{prefix}"], env)
     import pyarrow.fs as pafs
 
     written = arrow_fs(env).get_file_info(
