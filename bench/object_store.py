@@ -22,8 +22,9 @@ after round (hoist, limit, peers, hoist, limit, peers, ...):
   - hoist: a NumPy state of `--size` saved by hoist.CheckpointManager into
     s3://... or gs://... (from save() until wait() returns: committed; and
     the time save() blocked) in a fresh process that also reports its peak
-    RSS growth during the save (RSS sampled every 5 ms, against the RSS
-    before the manager opened: the pool's pages included); then restored
+    RSS growth during the save (anonymous RSS sampled every 5 ms, against
+    that before the manager opened: the pool's pages included; the
+    libraries an object-store root loads are not counted); then restored
     into new host memory (restore()) in another fresh process, as a job
     restores after a restart;
   - the peers (--peers), the same bytes as float32 layers of the same
@@ -207,8 +208,15 @@ def make_state():
 
 
 def rss():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * 4096
+    # Anonymous resident memory (the pool, buffers, the heap); not the
+    # pages of the libraries the first s3:// or gs:// root loads (hoist's
+    # object-store module, Arrow, the AWS SDK), which are file pages
+    # shared through the page cache.
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no RssAnon in /proc/self/status")
 
 
 def open_manager():
