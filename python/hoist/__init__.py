@@ -328,8 +328,8 @@ class CheckpointManager:
             _hoist.Manager, os.fspath(path), self._backend, int(pool_bytes),
             int(keep or 0), int(keep_every or 0), int(max_in_flight),
             int(writers or 0), io, background_priority, coordinator,
-            when_busy,
-            storage_options, deltas, frozen, frozen_check_every, **tiers)
+            when_busy, storage_options, deltas, frozen, frozen_check_every,
+            **tiers)
         self._tiers = tiers
 
     # -- saving ------------------------------------------------------------
