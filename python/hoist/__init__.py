@@ -591,10 +591,12 @@ _OPEN = weakref.WeakSet()
 @atexit.register
 def _close_open_managers():
     for manager in list(_OPEN):
+        where = "a checkpoint manager"
         try:
+            where = manager.path  # before close: a closed manager has none
             manager.close()
         except Exception as error:  # noqa: BLE001 (reported, exit goes on)
-            print(f"hoist: closing {manager.path} at exit: {error}",
+            print(f"hoist: closing {where} at exit: {error}",
                   file=sys.stderr)
 
 

@@ -136,9 +136,9 @@ def test_torchrun_hung_rank_is_named_after_the_timeout(tmp_path):
     root, out = tmp_path / "ckpt", tmp_path / "rank0.json"
     job = torchrun(2, "hang", root, out, check=False)
     seen = _survivor_saw(out, root, "TimeoutError",
-                         "rank 1 did not arrive within 3 s",
+                         "rank 1 did not arrive within 10 s",
                          job.stdout + job.stderr)
-    assert 2.5 < seen["waited_s"] < 30
+    assert 9.5 < seen["waited_s"] < 60
 
 
 @pytest.mark.parametrize("saved,restored", [((2, 4), (1, 8)),
@@ -202,5 +202,5 @@ def test_jax_hung_process_is_named_after_the_timeout(tmp_path):
             p.kill()
             p.communicate()
     seen = _survivor_saw(out, root, "TimeoutError",
-                         "rank 1 did not arrive within 3 s", printed)
-    assert 2.5 < seen["waited_s"] < 30
+                         "rank 1 did not arrive within 10 s", printed)
+    assert 9.5 < seen["waited_s"] < 60
