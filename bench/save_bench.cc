@@ -242,7 +242,6 @@ int Main(int argc, char** argv) {
       const int64_t bytes =
           unique.box.num_elements() * ItemSize(model[a].dtype);
       MemoryBlock block = Check(backend->devices()[0]->Allocate(bytes));
-      FillSynthetic(static_cast<uint8_t*>(block.data()), bytes, arrays.size());
       for (DeviceId device : unique.devices) {
         save_arrays.back().shards.push_back({device, block.data()});
       }
@@ -308,6 +307,13 @@ int Main(int argc, char** argv) {
     }
     raw_write.push_back(best_write_s);
     raw_read.push_back(best_read_s);
+    // New bytes in every array, as a training step changes every weight:
+    // saves are deltas by default, and a round saving the last round's
+    // bytes again would write nothing.
+    for (size_t b = 0; b < arrays.size(); ++b) {
+      FillSynthetic(static_cast<uint8_t*>(arrays[b].data()),
+                    arrays[b].size_bytes(), round * arrays.size() + b);
+    }
     // The save's peak, not the disk limit's buffers (freed by now).
     if (round == 0) ResetPeakRss();
     const SaveHandle handle = Check(manager->Save(round + 1, save_arrays));
