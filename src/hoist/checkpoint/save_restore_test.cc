@@ -22,6 +22,7 @@
 #include "testing/loop_filesystem.h"
 #include "testing/mixed_model.h"
 #include "testing/shard_buffers.h"
+#include "testing/smaps.h"
 #include "testing/temp_dir.h"
 
 namespace hoist {
@@ -32,6 +33,7 @@ using ::testing::HasSubstr;
 
 using testing::MeshOf;
 using testing::Reshard;
+using testing::SmapsField;
 
 std::vector<ArraySpec> Model(const Mesh& mesh) {
   return testing::MixedModel(mesh);
@@ -138,23 +140,6 @@ TEST_F(CheckpointTest, RestoresWholeArraysIntoHostMemory) {
     EXPECT_EQ(host.bytes[a].span(), absl::MakeConstSpan(expected))
         << model[a].name;
   }
-}
-
-// The fields `key` ("Rss", "VmFlags") of the mapping holding `address`.
-std::string SmapsField(const void* address, const std::string& key) {
-  std::ifstream smaps("/proc/self/smaps");
-  const auto at = reinterpret_cast<uintptr_t>(address);
-  bool inside = false;
-  for (std::string line; std::getline(smaps, line);) {
-    uintptr_t lo = 0, hi = 0;
-    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 &&
-        line.find(':') > line.find(' ')) {
-      inside = lo <= at && at < hi;
-    } else if (inside && line.rfind(key + ":", 0) == 0) {
-      return line.substr(key.size() + 1);
-    }
-  }
-  return "";
 }
 
 TEST(HostBufferTest, UntouchedAlignedAndAdvisedForHugePagesFromTwoMiB) {

@@ -16,11 +16,14 @@
 
 #include "absl/time/clock.h"
 #include "hoist/base/thread_priority.h"
+#include "hoist/huge_pages.h"
+#include "testing/smaps.h"
 
 namespace hoist {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::SmapsField;
 
 std::unique_ptr<Backend> Make(int devices, int engines = 1,
                               int64_t chunk = int64_t{4} << 20) {
@@ -212,6 +215,32 @@ TEST(HostBackendTest, PinnedMemoryIsPageAlignedAndWritable) {
   std::memset(block->data(), 0xab, 1 << 20);
   EXPECT_EQ(static_cast<uint8_t*>(block->data())[12345], 0xab);
   EXPECT_FALSE(backend->AllocatePinned(0).ok());
+}
+
+// The pool and device memory are resident before the first copy, and are
+// advised for huge pages only where they pay: in a VM whose host discards
+// freed memory, locking 1 GiB advised for them took 8-9 s against about
+// 0.5 s in small pages (hoist/huge_pages.h).
+TEST(HostBackendTest, MemoryIsResidentAndAdvisedForHugePagesWhereTheyPay) {
+  if (!std::filesystem::exists("/sys/kernel/mm/transparent_hugepage")) {
+    GTEST_SKIP() << "this kernel has no transparent huge pages";
+  }
+  std::unique_ptr<Backend> backend = Make(1);
+  constexpr int64_t kBytes = int64_t{4} << 20;
+  absl::StatusOr<MemoryBlock> pool = backend->AllocatePinned(kBytes);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  absl::StatusOr<MemoryBlock> device = backend->devices()[0]->Allocate(kBytes);
+  ASSERT_TRUE(device.ok()) << device.status();
+  for (const MemoryBlock* block : {&*pool, &*device}) {
+    EXPECT_THAT(SmapsField(block->data(), "Rss"),
+                ::testing::Not(HasSubstr(" 0 kB")));
+    const std::string flags = SmapsField(block->data(), "VmFlags");
+    if (AdviseHugePages()) {
+      EXPECT_THAT(flags, HasSubstr(" hg"));
+    } else {
+      EXPECT_THAT(flags, ::testing::Not(HasSubstr(" hg")));
+    }
+  }
 }
 
 TEST(HostBackendTest, DeviceAllocateGivesUsableMemory) {
