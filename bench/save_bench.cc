@@ -18,7 +18,9 @@
 //                the hashes, to measure what verification costs
 //   hoist restore into host memory  every array whole into new memory
 //                (allocated, never touched: the restore's first touch is in
-//                the timing, as a job's is), each round
+//                the timing, as a job's is), each round; and again without
+//                prefaulting that memory ahead of the reads, to measure
+//                what prefaulting saves
 //   read amplification  bytes read / bytes asked for, restoring onto the
 //                same sharding, onto a 4 x 2 mesh, and a tenth of the arrays
 // and the process's peak RSS during the save above what it held before (the
@@ -290,7 +292,7 @@ int Main(int argc, char** argv) {
   // measurements taken side by side.
   const Raw one_stream = OneStream(dir + "/raw.bin", data_bytes);
   std::vector<double> raw_write, raw_read, saves, staged, restores, unchecked,
-      host_restores;
+      host_restores, unprefaulted;
   int64_t save_peak = 0;
   SaveInfo saved;
   RestoreStats restored;
@@ -348,10 +350,24 @@ int Main(int argc, char** argv) {
     // Every array whole into new host memory (WholeArraysInHost's, never
     // touched before: the first touch of its pages is the restore's), each
     // round: hoist's read path alone, no device copies.
-    DropCacheTree(saved.path);
-    const HostArrays host = WholeArraysInHost(model);
-    host_restores.push_back(absl::ToDoubleSeconds(
-        Check(manager->Restore(saved.step, host.targets)).elapsed));
+    // And the same without prefaulting the new memory (the reads fault it
+    // in): what prefaulting saves. The two alternate which goes first, as
+    // a restore right after another may reuse the pages it freed.
+    const auto restore_into_new_memory = [&](bool prefault) {
+      DropCacheTree(saved.path);
+      HostArrays fresh = WholeArraysInHost(model);
+      RestoreOptions restore_options = options.restore;
+      restore_options.prefault = prefault;
+      (prefault ? host_restores : unprefaulted)
+          .push_back(absl::ToDoubleSeconds(
+              Check(manager->Restore(saved.step, fresh.targets, nullptr,
+                                     restore_options))
+                  .elapsed));
+      return fresh;
+    };
+    if (round % 2 == 1) restore_into_new_memory(false);
+    const HostArrays host = restore_into_new_memory(true);
+    if (round % 2 == 0) restore_into_new_memory(false);
     // Every saved box, cut out of its restored whole array, is what was
     // saved.
     for (size_t b = 0; b < boxes.size(); ++b) {
@@ -369,6 +385,7 @@ int Main(int argc, char** argv) {
   const double restore_s = Median(restores);
   const double unchecked_s = Median(unchecked);
   const double host_s = Median(host_restores);
+  const double unprefaulted_s = Median(unprefaulted);
 
   // Read amplification: onto a 4 x 2 mesh (another sharding), and a tenth
   // of the arrays (every tenth) onto the same sharding; one replica of each
@@ -470,6 +487,8 @@ int Main(int argc, char** argv) {
       {"restore_host_gbps", gb / host_s},
       {"restore_host_s", host_s},
       {"restore_host_vs_raw_read", raw.read_s / host_s},
+      {"restore_host_unprefaulted_s", unprefaulted_s},
+      {"restore_host_unprefaulted_vs_raw_read", raw.read_s / unprefaulted_s},
       // Each round's ratio against that round's limit: the spread.
       {"save_vs_raw_write_samples", Ratios(raw_write, saves)},
       {"restore_vs_raw_read_samples", Ratios(raw_read, restores)},
@@ -509,6 +528,8 @@ int Main(int argc, char** argv) {
         "GB/s, read %.2f GB/s\n"
         "verification (XXH3 of every extent) costs %.1f%% of the restore "
         "(%.2fs unchecked)\n"
+        "restore into host memory without prefaulting the new memory ahead "
+        "of the reads: %.2fs, %.2fx of the disk limit (%.2fs with)\n"
         "read amplification: same sharding %.3f, onto 4 x 2 %.3f, %d of %d "
         "arrays %.3f\n"
         "save staged in %.2fs through a %s pool (%d waves); peak RSS during "
@@ -527,8 +548,9 @@ int Main(int argc, char** argv) {
         "hoist restore into host memory (whole arrays)", host_s, gb / host_s,
         raw.read_s / host_s, limit_description, gb / one_stream.write_s,
         gb / one_stream.read_s, 100 * (restore_s / unchecked_s - 1),
-        unchecked_s, amplification(restored), amplification(reshard),
-        tenth.size(), model.size(), amplification(partial), Median(staged),
+        unchecked_s, unprefaulted_s, raw.read_s / unprefaulted_s, host_s,
+        amplification(restored), amplification(reshard), tenth.size(),
+        model.size(), amplification(partial), Median(staged),
         FormatBytes(pool_bytes), saved.waves, FormatBytes(save_peak),
         FormatBytes(save_peak - pool_bytes), verified ? "yes" : "NO",
         export_memory_s > 0

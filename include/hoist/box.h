@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -103,6 +104,13 @@ void CopyBox(const uint8_t* src, const Box& src_box, uint8_t* dst,
 // else nullopt. Elements are `item_bytes` each.
 std::optional<int64_t> ContiguousByteOffset(const Box& outer, const Box& inner,
                                             int64_t item_bytes);
+
+// The bytes `inner`'s elements occupy within `outer`'s dense C-order bytes,
+// from its first element's to the end of its last: [first, end). Exactly
+// its bytes when it is one contiguous run, else a range with gaps.
+// Preconditions: `outer` contains `inner`, which is not empty.
+std::pair<int64_t, int64_t> ByteSpan(const Box& outer, const Box& inner,
+                                     int64_t item_bytes);
 
 // The most dimensions an array may have (NumPy's limit).
 inline constexpr int kMaxRank = 64;

@@ -117,6 +117,11 @@ struct RestoreOptions {
   // mismatch is kDataLoss. false exists only so bench/ can measure what
   // checking costs; nothing should restore unchecked.
   bool verify_xxh3 = true;
+  // Default true: threads of the restore fault in host destinations ahead
+  // of the reads that fill them (src/hoist/checkpoint/prefault.h), cheaper
+  // than faulting them inside the reads. false exists only so bench/ can
+  // measure what that saves.
+  bool prefault = true;
   // CheckpointManager::Restore, with the pool still to pin
   // (PoolPinning::kBackground): start pinning it when the restore returns
   // (default true: the job goes on to train, then save). false leaves that

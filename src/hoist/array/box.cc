@@ -159,6 +159,18 @@ std::optional<int64_t> ContiguousByteOffset(const Box& outer, const Box& inner,
   return offset * item_bytes;
 }
 
+std::pair<int64_t, int64_t> ByteSpan(const Box& outer, const Box& inner,
+                                     int64_t item_bytes) {
+  const std::vector<int64_t> strides = CStrides(outer.shape());
+  int64_t first = 0, last = 0;
+  for (int d = 0; d < inner.rank(); ++d) {
+    const int64_t from = inner.origin()[d] - outer.origin()[d];
+    first += from * strides[d];
+    last += (from + inner.shape()[d] - 1) * strides[d];
+  }
+  return {first * item_bytes, (last + 1) * item_bytes};
+}
+
 absl::StatusOr<std::optional<BoxOverlap>> FindOverlap(
     absl::Span<const Box> boxes) {
   std::vector<size_t> nonempty;

@@ -62,6 +62,21 @@ TEST(BoxTest, SplitUnevenSizesDifferByAtMostOneAndTile) {
   EXPECT_EQ(total, box.num_elements());
 }
 
+TEST(BoxTest, ByteSpanRunsFromTheFirstElementToTheLast) {
+  const Box outer({10, 0}, {4, 6});  // rows 10-13, 6 columns
+  // Whole rows: exactly their bytes.
+  EXPECT_EQ(ByteSpan(outer, Box({11, 0}, {2, 6}), 4),
+            std::make_pair(int64_t{24}, int64_t{72}));
+  // Columns 2-3 of rows 11-12: from (11, 2) to the end of (12, 3).
+  EXPECT_EQ(ByteSpan(outer, Box({11, 2}, {2, 2}), 4),
+            std::make_pair(int64_t{32}, int64_t{64}));
+  // One element; and the whole box.
+  EXPECT_EQ(ByteSpan(outer, Box({13, 5}, {1, 1}), 2),
+            std::make_pair(int64_t{46}, int64_t{48}));
+  EXPECT_EQ(ByteSpan(outer, outer, 1), std::make_pair(int64_t{0}, int64_t{24}));
+  EXPECT_EQ(ByteSpan(Box(), Box(), 8), std::make_pair(int64_t{0}, int64_t{8}));
+}
+
 TEST(BoxTest, RelativeToShiftsOrigin) {
   EXPECT_EQ(Box({5, 7}, {2, 2}).RelativeTo(Box({4, 4}, {4, 6})),
             Box({1, 3}, {2, 2}));
