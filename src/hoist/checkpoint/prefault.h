@@ -5,10 +5,11 @@
 // the O_DIRECT reads (the kernel pins the pages it reads into), 2 GiB of
 // new memory cost 1.8-2.5 s of system time on this project's 2-core VM;
 // faulted by madvise(MADV_POPULATE_WRITE), about 1 s: the same pages,
-// without a trap and a pin per page. A Prefaulter populates the ranges of the runs the
-// readers will take next, on threads of its own, while the readers wait on
-// the disk, and skips the runs a reader has already taken (its read faults
-// them in as before). Memory already resident costs only a page-table walk.
+// without a trap and a pin per page. A Prefaulter populates the ranges of the
+// runs the readers will take next, on threads of its own, while the readers
+// wait on the disk, and skips the runs a reader has already taken (its read
+// faults them in as before). Memory already resident costs only a page-table
+// walk.
 #ifndef HOIST_CHECKPOINT_PREFAULT_H_
 #define HOIST_CHECKPOINT_PREFAULT_H_
 

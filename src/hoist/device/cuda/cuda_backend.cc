@@ -36,7 +36,6 @@
 #include "absl/time/clock.h"
 #include "hoist/base/status_macros.h"
 #include "hoist/device/copy_op.h"
-#include "hoist/huge_pages.h"
 #include "hoist/mutex.h"
 
 namespace hoist {
@@ -383,7 +382,7 @@ class CudaBackend final : public Backend {
       return absl::ResourceExhaustedError(
           absl::StrFormat("pinned allocation of %d bytes: mmap failed", bytes));
     }
-    if (AdviseHugePages()) madvise(data, size, MADV_HUGEPAGE);
+    madvise(data, size, MADV_HUGEPAGE);  // as the host backend's pool
     constexpr int kMaskBits = 1024;
     unsigned long mask[kMaskBits / (8 * sizeof(unsigned long))] = {};
     for (int node : numa_nodes_) {
