@@ -10,13 +10,16 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "hoist/box.h"
 #include "hoist/manifest.h"
 #include "hoist/storage.h"
 
 namespace hoist {
 
-// A 4 KiB-aligned buffer (for O_DIRECT), grown on demand and reused.
+// A 4 KiB-aligned buffer (for O_DIRECT), reused. Its first mapping holds
+// kMaxIoRunBytes and 8 KiB (only what is touched is faulted in); it grows
+// on demand past that.
 class ReadBuffer {
  public:
   ReadBuffer() = default;
@@ -44,12 +47,17 @@ absl::Status ForEachContiguousPiece(
 // buffer is sized from a manifest's claim.
 absl::Status CheckExtentInFile(ReadableFile& file,
                                const ManifestExtent& extent);
+// The same check, returning the file's size.
+absl::StatusOr<int64_t> FileSizeWithExtent(ReadableFile& file,
+                                           const ManifestExtent& extent);
 
 // Reads `extent` from `file` piece by piece (ForEachContiguousPiece with
 // `max_bytes`), calling `piece(box, bytes)` for each, then checks the XXH3
 // of the whole: kDataLoss "xxh3 mismatch" if it differs (after every piece
 // was handed out; not when `verify` is false, which only benchmarks ask).
-// Holds at most one piece in `buffer`.
+// Holds at most one piece in `buffer`, with the rest of the 4 KiB blocks
+// around it (each piece is read as whole blocks, O_DIRECT where the
+// storage can: up to max_bytes + 8 KiB).
 absl::Status ReadExtentInPieces(
     ReadableFile& file, const ManifestExtent& extent, int64_t item_bytes,
     int64_t max_bytes, ReadBuffer& buffer,

@@ -3,9 +3,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <numeric>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_format.h"
+#include "hoist/base/checked_math.h"
 #include "hoist/box.h"
 #include "hoist/format/extent_hash.h"
 #include "hoist/io/memory_storage.h"
@@ -115,6 +119,71 @@ TEST(ExtentReaderTest, PiecesHashLikeTheWholeAndMismatchIsDataLoss) {
                               [](const Box&, const uint8_t*) { FAIL(); });
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(status.message(), HasSubstr("runs past the end of f"));
+}
+
+// Records every read it passes on.
+class RecordingFile final : public ReadableFile {
+ public:
+  explicit RecordingFile(std::unique_ptr<ReadableFile> file)
+      : file_(std::move(file)) {}
+  absl::Status ReadAt(int64_t offset, absl::Span<uint8_t> out) override {
+    reads.emplace_back(offset, static_cast<int64_t>(out.size()));
+    return file_->ReadAt(offset, out);
+  }
+  absl::StatusOr<int64_t> Size() override { return file_->Size(); }
+  std::vector<std::pair<int64_t, int64_t>> reads;  // offset, bytes
+
+ private:
+  std::unique_ptr<ReadableFile> file_;
+};
+
+// Pieces start and end anywhere; each is read as the whole 4 KiB blocks
+// around it (so POSIX storage reads it O_DIRECT), up to the file's end.
+TEST(ExtentReaderTest, PiecesAreReadAsWholeBlocks) {
+  MemoryStorage storage;
+  std::vector<uint8_t> bytes(10 * 3000 * 4);  // rows of 12,000 bytes
+  std::iota(bytes.begin(), bytes.end(), uint8_t{3});
+  const int64_t at = 8192 + 4096;
+  {
+    auto file = *storage.OpenWritable("/f");
+    ASSERT_TRUE(file->WriteAt(at, bytes).ok());
+    const std::vector<uint8_t> after(5000, 7);  // the file goes on
+    ASSERT_TRUE(file->WriteAt(at + bytes.size(), after).ok());
+  }
+  const int64_t file_bytes = at + static_cast<int64_t>(bytes.size()) + 5000;
+  for (const int64_t tail : {int64_t{5000}, int64_t{0}}) {
+    if (tail == 0) {  // the extent ends the file
+      auto file = *storage.OpenWritable("/g");
+      ASSERT_TRUE(file->WriteAt(at, bytes).ok());
+    }
+    RecordingFile file(*storage.OpenReadable(tail > 0 ? "/f" : "/g"));
+    const ManifestExtent extent{Box({0, 0}, {10, 3000}),
+                                tail > 0 ? "f" : "g",
+                                at,
+                                static_cast<int64_t>(bytes.size()),
+                                HashExtent(bytes.data(), bytes.size()),
+                                std::nullopt};
+    ReadBuffer buffer;
+    std::vector<uint8_t> seen;
+    ASSERT_TRUE(ReadExtentInPieces(file, extent, 4, 36000, buffer,
+                                   [&](const Box& box, const uint8_t* data) {
+                                     seen.insert(seen.end(), data,
+                                                 data + box.num_elements() * 4);
+                                   })
+                    .ok());
+    EXPECT_EQ(seen, bytes);
+    ASSERT_EQ(file.reads.size(), 4u);  // 3 + 3 + 3 + 1 rows
+    const int64_t end = tail > 0 ? file_bytes : at + bytes.size();
+    for (const auto& [offset, length] : file.reads) {
+      EXPECT_EQ(offset % 4096, 0) << offset;
+      EXPECT_TRUE((offset + length) % 4096 == 0 || offset + length == end)
+          << offset << " + " << length;
+    }
+    // The last piece's read stops at the file's end.
+    EXPECT_EQ(file.reads.back().first + file.reads.back().second,
+              std::min(end, AlignUp(at + static_cast<int64_t>(bytes.size()),
+                                    int64_t{4096})));
+  }
 }
 
 }  // namespace

@@ -532,6 +532,13 @@ class PosixStorage final : public Storage {
   absl::StatusOr<std::unique_ptr<ReadableFile>> Readable(
       int dir_fd, const char* name, const std::string& path) {
     ASSIGN_OR_RETURN(auto fds, OpenRegular(dir_fd, name, O_RDONLY, path));
+    // With an O_DIRECT descriptor the buffered one reads only the unaligned
+    // bits (an extent's last partial 4 KiB): no readahead for them, which
+    // would read the next megabytes into the page cache only for the
+    // direct reads of those bytes to go around it.
+    if (fds.second.get() >= 0) {
+      posix_fadvise(fds.first.get(), 0, 0, POSIX_FADV_RANDOM);
+    }
     return std::make_unique<PosixReadableFile>(std::make_unique<PosixFile>(
         *io_, path, fds.first.release(), fds.second.release()));
   }
