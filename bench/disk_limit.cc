@@ -2,8 +2,10 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -175,12 +177,70 @@ absl::StatusOr<DiskLimit> MeasureDiskLimit(const std::string& dir,
   return limit;
 }
 
+absl::StatusOr<DiskLimit> MeasureReadLimit(
+    const std::vector<std::string>& paths, const DiskLimitOptions& options) {
+  if (options.jobs < 1 || options.depth < 1 || options.block_bytes < 4096 ||
+      options.block_bytes % 4096 != 0) {
+    return absl::InvalidArgumentError(
+        "read limit: jobs and depth must be >= 1, the block a multiple of "
+        "4 KiB");
+  }
+  // Each file's whole blocks, cut into ranges so that every job has one.
+  struct Range {
+    std::string path;
+    int64_t base;
+    int64_t blocks;
+  };
+  std::vector<Range> ranges;
+  const int per_file =
+      std::max<int>(1, (options.jobs + static_cast<int>(paths.size()) - 1) /
+                           static_cast<int>(std::max<size_t>(paths.size(), 1)));
+  DiskLimit limit;
+  for (const std::string& path : paths) {
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) {
+      return absl::NotFoundError(
+          absl::StrFormat("stat %s: %s", path, std::strerror(errno)));
+    }
+    const int64_t blocks = st.st_size / options.block_bytes;
+    for (int p = 0; p < per_file; ++p) {
+      const int64_t first = blocks * p / per_file;
+      const int64_t last = blocks * (p + 1) / per_file;
+      if (last > first) {
+        ranges.push_back({path, first * options.block_bytes, last - first});
+        limit.bytes += (last - first) * options.block_bytes;
+      }
+    }
+  }
+  std::vector<absl::Status> statuses(ranges.size());
+  std::vector<std::thread> threads;
+  const absl::Time start = absl::Now();
+  for (size_t j = 0; j < ranges.size(); ++j) {
+    threads.emplace_back([&, j] {
+      statuses[j] = RunJob(ranges[j].path, /*write=*/false, ranges[j].base,
+                           ranges[j].blocks, options);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  limit.read_s = absl::ToDoubleSeconds(absl::Now() - start);
+  for (const absl::Status& s : statuses) {
+    if (!s.ok()) return s;
+  }
+  return limit;
+}
+
 #else  // !HOIST_BENCH_HAVE_URING
 
 absl::StatusOr<DiskLimit> MeasureDiskLimit(const std::string&, int64_t,
                                            const DiskLimitOptions&) {
   return absl::UnimplementedError(
       "the disk limit needs io_uring: build with liburing");
+}
+
+absl::StatusOr<DiskLimit> MeasureReadLimit(const std::vector<std::string>&,
+                                           const DiskLimitOptions&) {
+  return absl::UnimplementedError(
+      "the read limit needs io_uring: build with liburing");
 }
 
 #endif

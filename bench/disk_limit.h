@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -44,6 +45,15 @@ struct DiskLimit {
 absl::StatusOr<DiskLimit> MeasureDiskLimit(const std::string& dir,
                                            int64_t bytes,
                                            const DiskLimitOptions& options);
+
+// Reads the files at `paths` (existing ones, such as a saved step's data
+// files) as DiskLimitOptions says: the jobs split the files' whole blocks
+// among them, each job a contiguous range of one file (a file shorter than
+// a block is left out). The disk's read limit for those very bytes, where
+// they lie, as old as they are: a fresh file a limit writes and reads
+// back at once may be served faster (a host's cache under a virtual disk).
+absl::StatusOr<DiskLimit> MeasureReadLimit(
+    const std::vector<std::string>& paths, const DiskLimitOptions& options);
 
 }  // namespace hoist::bench
 
