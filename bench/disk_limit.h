@@ -49,9 +49,9 @@ absl::StatusOr<DiskLimit> MeasureDiskLimit(const std::string& dir,
 // Reads the files at `paths` (existing ones, such as a saved step's data
 // files) as DiskLimitOptions says: the jobs split the files' whole blocks
 // among them, each job a contiguous range of one file (a file shorter than
-// a block is left out). The disk's read limit for those very bytes, where
-// they lie, as old as they are: a fresh file a limit writes and reads
-// back at once may be served faster (a host's cache under a virtual disk).
+// a block is left out), at least one job per file. The disk's read limit
+// for those very bytes, where they lie, as old as they are (beside
+// MeasureDiskLimit's, which reads files it has just written).
 absl::StatusOr<DiskLimit> MeasureReadLimit(
     const std::vector<std::string>& paths, const DiskLimitOptions& options);
 

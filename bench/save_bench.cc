@@ -23,7 +23,7 @@
 //                what prefaulting saves
 //   own files    the disk limit's reads of the step's own data files right
 //                after the restores (the disk limit reads files it has just
-//                written: a virtual disk's host cache may serve those faster)
+//                written: a check that age and layout do not change it)
 //   read amplification  bytes read / bytes asked for, restoring onto the
 //                same sharding, onto a 4 x 2 mesh, and a tenth of the arrays
 // and the process's peak RSS during the save above what it held before (the
@@ -372,8 +372,8 @@ int Main(int argc, char** argv) {
     const HostArrays host = restore_into_new_memory(true);
     if (round % 2 == 0) restore_into_new_memory(false);
     // The read limit of the step's own data files, as old as the restores
-    // found them (the disk limit reads files it has just written, which a
-    // host's cache under a virtual disk may serve faster): the best of
+    // found them (the disk limit reads files it has just written: a check
+    // that the files' age and layout do not change the limit): the best of
     // limit_configs, once more right after the restores.
     std::vector<std::string> data_files;
     for (const auto& entry :
