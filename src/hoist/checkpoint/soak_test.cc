@@ -17,6 +17,7 @@
 #include "testing/array_bytes.h"
 #include "testing/crash_model.h"
 #include "testing/mixed_model.h"
+#include "testing/sanitized.h"
 #include "testing/temp_dir.h"
 
 namespace hoist {
@@ -38,17 +39,7 @@ int OpenDescriptors() {
   return count;
 }
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;  // their allocators' quarantine grows RSS
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
+using testing::kSanitized;  // their allocators' quarantine grows RSS
 
 TEST(SoakTest, SaveAndRestoreForMinutesWithFlatMemoryAndNoLeakedFiles) {
   const char* env = std::getenv("HOIST_SOAK_SECONDS");

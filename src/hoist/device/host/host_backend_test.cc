@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "hoist/base/thread_priority.h"
 #include "hoist/huge_pages.h"
+#include "testing/sanitized.h"
 #include "testing/smaps.h"
 
 namespace hoist {
@@ -24,19 +25,6 @@ namespace {
 
 using ::testing::HasSubstr;
 using testing::SmapsField;
-
-// The sanitizers' mlock does nothing and succeeds.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kMlockFaultsIn = false;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kMlockFaultsIn = false;
-#else
-constexpr bool kMlockFaultsIn = true;
-#endif
-#else
-constexpr bool kMlockFaultsIn = true;
-#endif
 
 std::unique_ptr<Backend> Make(int devices, int engines = 1,
                               int64_t chunk = int64_t{4} << 20) {
@@ -247,7 +235,7 @@ TEST(HostBackendTest, MemoryIsResidentAndAdvisedForHugePagesWhereTheyPay) {
   ASSERT_TRUE(device.ok()) << device.status();
   EXPECT_THAT(SmapsField(device->data(), "Rss"),
               ::testing::Not(HasSubstr(" 0 kB")));
-  if (kMlockFaultsIn) {
+  if (!testing::kSanitized) {  // a sanitizer's mlock does nothing
     EXPECT_THAT(SmapsField(pool->data(), "Rss"),
                 ::testing::Not(HasSubstr(" 0 kB")));
   }
