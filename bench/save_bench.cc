@@ -354,8 +354,9 @@ int Main(int argc, char** argv) {
     // touched before: the first touch of its pages is the restore's), each
     // round: hoist's read path alone, no device copies.
     // And the same without prefaulting the new memory (the reads fault it
-    // in): what prefaulting saves. The two alternate which goes first, as
-    // a restore right after another may reuse the pages it freed.
+    // in): what prefaulting saves. The two alternate which goes first, and
+    // both arrays stay until the round's checks, so neither restore reuses
+    // pages the other has just freed.
     const auto restore_into_new_memory = [&](bool prefault) {
       DropCacheTree(saved.path);
       HostArrays fresh = WholeArraysInHost(model);
@@ -368,9 +369,9 @@ int Main(int argc, char** argv) {
                   .elapsed));
       return fresh;
     };
-    if (round % 2 == 1) restore_into_new_memory(false);
-    const HostArrays host = restore_into_new_memory(true);
-    if (round % 2 == 0) restore_into_new_memory(false);
+    const HostArrays first = restore_into_new_memory(round % 2 == 0);
+    const HostArrays second = restore_into_new_memory(round % 2 == 1);
+    const HostArrays& host = round % 2 == 0 ? first : second;
     // The read limit of the step's own data files, as old as the restores
     // found them (the disk limit reads files it has just written: a check
     // that the files' age and layout do not change the limit): the best of
