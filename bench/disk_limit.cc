@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "hoist/base/checked_math.h"
+#include "hoist/base/status_macros.h"
 
 #if HOIST_BENCH_HAVE_URING
 #include <liburing.h>
@@ -117,21 +118,24 @@ absl::Status RunJob(const std::string& path, bool write, int64_t base,
   return status;
 }
 
-// Runs every job at once; the wall time from their start to the last end.
-absl::StatusOr<double> RunJobs(const std::vector<std::string>& paths,
-                               bool write, int64_t blocks_per_job,
+// One job's part of the I/O: `blocks` blocks of `path` from `base`.
+struct Range {
+  std::string path;
+  int64_t base;
+  int64_t blocks;
+};
+
+// Runs a job per range, all at once; the wall time from their start to the
+// last end.
+absl::StatusOr<double> RunJobs(const std::vector<Range>& ranges, bool write,
                                const DiskLimitOptions& options) {
-  std::vector<absl::Status> statuses(paths.size());
+  std::vector<absl::Status> statuses(ranges.size());
   std::vector<std::thread> threads;
   const absl::Time start = absl::Now();
-  for (size_t j = 0; j < paths.size(); ++j) {
-    // With one file, job j writes its j-th part.
-    const int64_t base =
-        options.one_file
-            ? static_cast<int64_t>(j) * blocks_per_job * options.block_bytes
-            : 0;
-    threads.emplace_back([&, j, base] {
-      statuses[j] = RunJob(paths[j], write, base, blocks_per_job, options);
+  for (size_t j = 0; j < ranges.size(); ++j) {
+    threads.emplace_back([&, j] {
+      statuses[j] = RunJob(ranges[j].path, write, ranges[j].base,
+                           ranges[j].blocks, options);
     });
   }
   for (std::thread& t : threads) t.join();
@@ -142,35 +146,42 @@ absl::StatusOr<double> RunJobs(const std::vector<std::string>& paths,
   return seconds;
 }
 
-}  // namespace
-
-absl::StatusOr<DiskLimit> MeasureDiskLimit(const std::string& dir,
-                                           int64_t bytes,
-                                           const DiskLimitOptions& options) {
+absl::Status CheckOptions(const DiskLimitOptions& options) {
   if (options.jobs < 1 || options.depth < 1 || options.block_bytes < 4096 ||
       options.block_bytes % 4096 != 0) {
     return absl::InvalidArgumentError(
         "disk limit: jobs and depth must be >= 1, the block a multiple of "
         "4 KiB");
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<DiskLimit> MeasureDiskLimit(const std::string& dir,
+                                           int64_t bytes,
+                                           const DiskLimitOptions& options) {
+  RETURN_IF_ERROR(CheckOptions(options));
   const int64_t per_job = options.block_bytes * options.jobs;
   const int64_t blocks_per_job =
       std::max<int64_t>(1, (bytes + per_job - 1) / per_job);
-  std::vector<std::string> paths;
+  // A file per job, or with one file, job j writing its j-th part.
+  std::vector<Range> ranges;
   for (int j = 0; j < options.jobs; ++j) {
-    paths.push_back(absl::StrFormat("%s/disk_limit.%d.%d", dir, getpid(),
-                                    options.one_file ? 0 : j));
+    ranges.push_back(
+        {absl::StrFormat("%s/disk_limit.%d.%d", dir, getpid(),
+                         options.one_file ? 0 : j),
+         options.one_file ? j * blocks_per_job * options.block_bytes : 0,
+         blocks_per_job});
   }
   // New files (jobs open them without truncating: one file is shared).
-  for (const std::string& path : paths) unlink(path.c_str());
+  for (const Range& range : ranges) unlink(range.path.c_str());
   DiskLimit limit;
   limit.bytes = blocks_per_job * per_job;
-  absl::StatusOr<double> written =
-      RunJobs(paths, /*write=*/true, blocks_per_job, options);
+  absl::StatusOr<double> written = RunJobs(ranges, /*write=*/true, options);
   absl::StatusOr<double> read =
-      written.ok() ? RunJobs(paths, /*write=*/false, blocks_per_job, options)
-                   : written;
-  for (const std::string& path : paths) unlink(path.c_str());
+      written.ok() ? RunJobs(ranges, /*write=*/false, options) : written;
+  for (const Range& range : ranges) unlink(range.path.c_str());
   if (!read.ok()) return read.status();
   limit.write_s = *written;
   limit.read_s = *read;
@@ -179,22 +190,11 @@ absl::StatusOr<DiskLimit> MeasureDiskLimit(const std::string& dir,
 
 absl::StatusOr<DiskLimit> MeasureReadLimit(
     const std::vector<std::string>& paths, const DiskLimitOptions& options) {
-  if (options.jobs < 1 || options.depth < 1 || options.block_bytes < 4096 ||
-      options.block_bytes % 4096 != 0) {
-    return absl::InvalidArgumentError(
-        "read limit: jobs and depth must be >= 1, the block a multiple of "
-        "4 KiB");
-  }
+  RETURN_IF_ERROR(CheckOptions(options));
   // Each file's whole blocks, cut into ranges so that every job has one.
-  struct Range {
-    std::string path;
-    int64_t base;
-    int64_t blocks;
-  };
+  const int files = static_cast<int>(std::max<size_t>(paths.size(), 1));
+  const int per_file = std::max(1, (options.jobs + files - 1) / files);
   std::vector<Range> ranges;
-  const int per_file =
-      std::max<int>(1, (options.jobs + static_cast<int>(paths.size()) - 1) /
-                           static_cast<int>(std::max<size_t>(paths.size(), 1)));
   DiskLimit limit;
   for (const std::string& path : paths) {
     struct stat st;
@@ -212,20 +212,7 @@ absl::StatusOr<DiskLimit> MeasureReadLimit(
       }
     }
   }
-  std::vector<absl::Status> statuses(ranges.size());
-  std::vector<std::thread> threads;
-  const absl::Time start = absl::Now();
-  for (size_t j = 0; j < ranges.size(); ++j) {
-    threads.emplace_back([&, j] {
-      statuses[j] = RunJob(ranges[j].path, /*write=*/false, ranges[j].base,
-                           ranges[j].blocks, options);
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  limit.read_s = absl::ToDoubleSeconds(absl::Now() - start);
-  for (const absl::Status& s : statuses) {
-    if (!s.ok()) return s;
-  }
+  ASSIGN_OR_RETURN(limit.read_s, RunJobs(ranges, /*write=*/false, options));
   return limit;
 }
 

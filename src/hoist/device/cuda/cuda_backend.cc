@@ -382,7 +382,7 @@ class CudaBackend final : public Backend {
       return absl::ResourceExhaustedError(
           absl::StrFormat("pinned allocation of %d bytes: mmap failed", bytes));
     }
-    madvise(data, size, MADV_HUGEPAGE);  // as the host backend's pool
+    madvise(data, size, MADV_HUGEPAGE);
     constexpr int kMaskBits = 1024;
     unsigned long mask[kMaskBits / (8 * sizeof(unsigned long))] = {};
     for (int node : numa_nodes_) {

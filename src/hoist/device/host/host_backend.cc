@@ -155,7 +155,7 @@ class HostDevice final : public Device {
           absl::StrFormat("device %d: out of memory allocating %d bytes: %s",
                           id_, bytes, std::strerror(errno)));
     }
-    if (AdviseHugePages()) madvise(data, size, MADV_HUGEPAGE);
+    AdviseHugePagesFor(data, size);
     Populate(data, size);
     return MemoryBlock(data, bytes,
                        [size](void* p, int64_t) { munmap(p, size); });
