@@ -19,8 +19,9 @@
 //   hoist restore into host memory  every array whole into new memory
 //                (allocated, never touched: the restore's first touch is in
 //                the timing, as a job's is), each round; and again without
-//                prefaulting that memory ahead of the reads, to measure
-//                what prefaulting saves
+//                prefaulting that memory ahead of the reads, and reading
+//                straight into it instead of through the readers' buffers,
+//                to measure what each default saves
 //   own files    the disk limit's reads of the step's own data files right
 //                after the restores (the disk limit reads files it has just
 //                written: a check that age and layout do not change it)
@@ -295,7 +296,7 @@ int Main(int argc, char** argv) {
   // measurements taken side by side.
   const Raw one_stream = OneStream(dir + "/raw.bin", data_bytes);
   std::vector<double> raw_write, raw_read, saves, staged, restores, unchecked,
-      host_restores, unprefaulted, raw_read_own;
+      host_restores, unprefaulted, direct, raw_read_own;
   int64_t save_peak = 0;
   SaveInfo saved;
   RestoreStats restored;
@@ -353,25 +354,31 @@ int Main(int argc, char** argv) {
     // Every array whole into new host memory (WholeArraysInHost's, never
     // touched before: the first touch of its pages is the restore's), each
     // round: hoist's read path alone, no device copies.
-    // And the same without prefaulting the new memory (the reads fault it
-    // in): what prefaulting saves. The two alternate which goes first, and
-    // both arrays stay until the round's checks, so neither restore reuses
-    // pages the other has just freed.
-    const auto restore_into_new_memory = [&](bool prefault) {
+    // And the same two more ways, to measure what each default saves:
+    // without prefaulting the new memory (the copies fault it in), and
+    // reading straight into it rather than through the readers' buffers
+    // (RestoreOptions::stage_host_reads). The three take turns going first,
+    // and every array stays until the round's checks, so no restore reuses
+    // pages another has just freed.
+    const auto restore_into_new_memory = [&](int variant) {
       DropCacheTree(saved.path);
       HostArrays fresh = WholeArraysInHost(model);
       RestoreOptions restore_options = options.restore;
-      restore_options.prefault = prefault;
-      (prefault ? host_restores : unprefaulted)
-          .push_back(absl::ToDoubleSeconds(
-              Check(manager->Restore(saved.step, fresh.targets, nullptr,
-                                     restore_options))
-                  .elapsed));
+      restore_options.prefault = variant != 1;
+      restore_options.stage_host_reads = variant != 2;
+      std::vector<double>* times[] = {&host_restores, &unprefaulted, &direct};
+      times[variant]->push_back(absl::ToDoubleSeconds(
+          Check(manager->Restore(saved.step, fresh.targets, nullptr,
+                                 restore_options))
+              .elapsed));
       return fresh;
     };
-    const HostArrays first = restore_into_new_memory(round % 2 == 0);
-    const HostArrays second = restore_into_new_memory(round % 2 == 1);
-    const HostArrays& host = round % 2 == 0 ? first : second;
+    std::vector<HostArrays> fresh(3);
+    for (int i = 0; i < 3; ++i) {
+      const int variant = (round + i) % 3;
+      fresh[variant] = restore_into_new_memory(variant);
+    }
+    const HostArrays& host = fresh[0];
     // The read limit of the step's own data files, as old as the restores
     // found them (the disk limit reads files it has just written: a check
     // that the files' age and layout do not change the limit): the best of
@@ -410,6 +417,7 @@ int Main(int argc, char** argv) {
   const double unchecked_s = Median(unchecked);
   const double host_s = Median(host_restores);
   const double unprefaulted_s = Median(unprefaulted);
+  const double direct_s = Median(direct);
   const double own_read_s = Median(raw_read_own);
 
   // Read amplification: onto a 4 x 2 mesh (another sharding), and a tenth
@@ -520,6 +528,8 @@ int Main(int argc, char** argv) {
        Ratios(raw_read_own, host_restores)},
       {"restore_host_unprefaulted_s", unprefaulted_s},
       {"restore_host_unprefaulted_vs_raw_read", raw.read_s / unprefaulted_s},
+      {"restore_host_direct_s", direct_s},
+      {"restore_host_direct_vs_raw_read", raw.read_s / direct_s},
       // Each round's ratio against that round's limit: the spread.
       {"save_vs_raw_write_samples", Ratios(raw_write, saves)},
       {"restore_vs_raw_read_samples", Ratios(raw_read, restores)},
@@ -561,6 +571,8 @@ int Main(int argc, char** argv) {
         "(%.2fs unchecked)\n"
         "restore into host memory without prefaulting the new memory ahead "
         "of the reads: %.2fs, %.2fx of the disk limit (%.2fs with)\n"
+        "restore into host memory reading straight into it, not through the "
+        "readers' buffers: %.2fs, %.2fx of the disk limit\n"
         "the same limit reading the step's own files (as old as the "
         "restores found them): %.2fs, %.2f GB/s; restore onto devices "
         "%.2fx of it, into host memory %.2fx\n"
@@ -583,10 +595,11 @@ int Main(int argc, char** argv) {
         raw.read_s / host_s, limit_description, gb / one_stream.write_s,
         gb / one_stream.read_s, 100 * (restore_s / unchecked_s - 1),
         unchecked_s, unprefaulted_s, raw.read_s / unprefaulted_s, host_s,
-        own_read_s, gb / own_read_s, own_read_s / restore_s,
-        own_read_s / host_s, amplification(restored), amplification(reshard),
-        tenth.size(), model.size(), amplification(partial), Median(staged),
-        FormatBytes(pool_bytes), saved.waves, FormatBytes(save_peak),
+        direct_s, raw.read_s / direct_s, own_read_s, gb / own_read_s,
+        own_read_s / restore_s, own_read_s / host_s, amplification(restored),
+        amplification(reshard), tenth.size(), model.size(),
+        amplification(partial), Median(staged), FormatBytes(pool_bytes),
+        saved.waves, FormatBytes(save_peak),
         FormatBytes(save_peak - pool_bytes), verified ? "yes" : "NO",
         export_memory_s > 0
             ? absl::StrFormat(

@@ -122,6 +122,17 @@ struct RestoreOptions {
   // than faulting them inside the reads. false exists only so bench/ can
   // measure what that saves.
   bool prefault = true;
+  // Default true: extents bound for host memory are read into a reader's
+  // buffer (huge pages, reused for every read) and copied into place, not
+  // read straight into the destination. A direct read into small pages is
+  // hundreds of 4 KiB segments for the device: on this project's VM it ran
+  // at 0.55-0.6 of the same read into huge pages, resident or not, and the
+  // copy costs less than that (restore of 2 GiB into new memory:
+  // bench/results/save-bench-2026-12-03.txt). false reads straight into a
+  // 4 KiB-aligned destination, sparing the copy, which may pay where the
+  // destination is huge pages already or the device takes small segments
+  // as fast; bench/ measures both.
+  bool stage_host_reads = true;
   // CheckpointManager::Restore, with the pool still to pin
   // (PoolPinning::kBackground): start pinning it when the restore returns
   // (default true: the job goes on to train, then save). false leaves that

@@ -31,6 +31,16 @@ bool AdviseHugePages();
 // pages only to the 2 MiB-aligned blocks.
 void AdviseHugePagesFor(void* data, int64_t bytes);
 
+// Advises [data, data + bytes) for huge pages everywhere, even where their
+// first touch costs more: for I/O buffers (the staging pool, a restore
+// reader's buffer), faulted in once and then the source or target of many
+// direct transfers. A direct transfer from huge pages is a few large
+// segments for the device, from small pages hundreds of 4 KiB ones: on
+// this project's VM (virtio-blk, at most 254 segments a request) O_DIRECT
+// reads of 2 GiB into resident small pages ran at 0.55-0.6 of the same
+// reads into huge pages (bench/results/save-bench-2026-12-03.txt).
+void AdviseHugePagesForIo(void* data, int64_t bytes);
+
 }  // namespace hoist
 
 #endif  // HOIST_HUGE_PAGES_H_

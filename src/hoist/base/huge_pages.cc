@@ -40,4 +40,8 @@ void AdviseHugePagesFor(void* data, int64_t bytes) {
   if (whole > 0 && AdviseHugePages()) madvise(data, whole, MADV_HUGEPAGE);
 }
 
+void AdviseHugePagesForIo(void* data, int64_t bytes) {
+  if (bytes > 0) madvise(data, bytes, MADV_HUGEPAGE);
+}
+
 }  // namespace hoist

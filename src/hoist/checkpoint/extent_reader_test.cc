@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <memory>
 #include <numeric>
 #include <utility>
@@ -13,6 +14,8 @@
 #include "hoist/box.h"
 #include "hoist/format/extent_hash.h"
 #include "hoist/io/memory_storage.h"
+#include "testing/recording_file.h"
+#include "testing/smaps.h"
 
 namespace hoist {
 namespace {
@@ -121,21 +124,17 @@ TEST(ExtentReaderTest, PiecesHashLikeTheWholeAndMismatchIsDataLoss) {
   EXPECT_THAT(status.message(), HasSubstr("runs past the end of f"));
 }
 
-// Records every read it passes on.
-class RecordingFile final : public ReadableFile {
- public:
-  explicit RecordingFile(std::unique_ptr<ReadableFile> file)
-      : file_(std::move(file)) {}
-  absl::Status ReadAt(int64_t offset, absl::Span<uint8_t> out) override {
-    reads.emplace_back(offset, static_cast<int64_t>(out.size()));
-    return file_->ReadAt(offset, out);
+// A reader's buffer is advised for huge pages everywhere, as the pool is
+// (AdviseHugePagesForIo): every read of a restore goes through it, and
+// direct reads into huge pages are larger requests.
+TEST(ReadBufferTest, IsAdvisedForHugePagesEverywhere) {
+  if (!std::filesystem::exists("/sys/kernel/mm/transparent_hugepage")) {
+    GTEST_SKIP() << "this kernel has no transparent huge pages";
   }
-  absl::StatusOr<int64_t> Size() override { return file_->Size(); }
-  std::vector<std::pair<int64_t, int64_t>> reads;  // offset, bytes
-
- private:
-  std::unique_ptr<ReadableFile> file_;
-};
+  ReadBuffer buffer;
+  const uint8_t* data = buffer.Get(4096);
+  EXPECT_THAT(testing::SmapsField(data, "VmFlags"), HasSubstr(" hg"));
+}
 
 // Pieces start and end anywhere; each is read as the whole 4 KiB blocks
 // around it (so POSIX storage reads it O_DIRECT), up to the file's end.
@@ -156,7 +155,9 @@ TEST(ExtentReaderTest, PiecesAreReadAsWholeBlocks) {
       auto file = *storage.OpenWritable("/g");
       ASSERT_TRUE(file->WriteAt(at, bytes).ok());
     }
-    RecordingFile file(*storage.OpenReadable(tail > 0 ? "/f" : "/g"));
+    testing::ReadLog log;
+    testing::RecordingFile file(*storage.OpenReadable(tail > 0 ? "/f" : "/g"),
+                                log);
     const ManifestExtent extent{Box({0, 0}, {10, 3000}),
                                 tail > 0 ? "f" : "g",
                                 at,
@@ -172,15 +173,17 @@ TEST(ExtentReaderTest, PiecesAreReadAsWholeBlocks) {
                                    })
                     .ok());
     EXPECT_EQ(seen, bytes);
-    ASSERT_EQ(file.reads.size(), 4u);  // 3 + 3 + 3 + 1 rows
+    const std::vector<testing::RecordedRead> reads = log.reads();
+    ASSERT_EQ(reads.size(), 4u);  // 3 + 3 + 3 + 1 rows
     const int64_t end = tail > 0 ? file_bytes : at + bytes.size();
-    for (const auto& [offset, length] : file.reads) {
-      EXPECT_EQ(offset % 4096, 0) << offset;
-      EXPECT_TRUE((offset + length) % 4096 == 0 || offset + length == end)
-          << offset << " + " << length;
+    for (const testing::RecordedRead& read : reads) {
+      EXPECT_EQ(read.offset % 4096, 0) << read.offset;
+      EXPECT_TRUE((read.offset + read.bytes) % 4096 == 0 ||
+                  read.offset + read.bytes == end)
+          << read.offset << " + " << read.bytes;
     }
     // The last piece's read stops at the file's end.
-    EXPECT_EQ(file.reads.back().first + file.reads.back().second,
+    EXPECT_EQ(reads.back().offset + reads.back().bytes,
               std::min(end, AlignUp(at + static_cast<int64_t>(bytes.size()),
                                     int64_t{4096})));
   }

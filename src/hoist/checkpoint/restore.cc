@@ -6,9 +6,11 @@
 //   2. Per wave: acquire its leases all at once; reader threads (at most
 //      options.reader_threads, started per wave and joined before it ends)
 //      take the wave's reads in turn, read each extent whole (O_DIRECT where
-//      aligned) straight into its image when it is one contiguous run of
-//      it, else into a buffer and then copy each intersection (a Prefaulter
-//      faults in the host destinations ahead of them), opening data
+//      aligned) straight into its lease when it is one contiguous run of
+//      it, else (and for every host destination, unless
+//      options.stage_host_reads is false) into a buffer and then copy each
+//      intersection (a Prefaulter faults in the host destinations ahead of
+//      the copies), opening data
 //      files below the step directory without following links; verify its
 //      XXH3; then ONE CopyFromHost per device, and one call of the
 //      receiver (for destinations without device or memory), carry all of
@@ -77,13 +79,17 @@ struct WaveImage {
 absl::Status ReadWave(const ExtentFileOpener& open, const std::string& step_dir,
                       const std::vector<ReadTask>& tasks,
                       const std::vector<WaveImage>& images, bool verify,
-                      int prefault_threads, std::vector<ReadBuffer>& buffers,
+                      bool stage_in_place, int prefault_threads,
+                      std::vector<ReadBuffer>& buffers,
                       std::atomic<int64_t>& bytes_read) {
   FirstError error;
   std::atomic<size_t> next{0};
   // An extent that is one contiguous run of its only image, starting
   // 4 KiB-aligned there, and not small (kMinDirectReadBytes) is read
-  // straight into it. The others are read into a buffer, in runs of
+  // straight into it, unless the image is a host destination and
+  // `stage_in_place`: a buffer of huge pages takes reads faster than memory
+  // of the caller's (RestoreOptions::stage_host_reads). The others are
+  // read into a buffer, in runs of
   // extents that follow each other in one file (each at the next 4 KiB
   // boundary after the previous one): one read per run, up to 16 MiB.
   const auto extent_of = [&](int t) -> const ManifestExtent& {
@@ -98,6 +104,7 @@ absl::Status ReadWave(const ExtentFileOpener& open, const std::string& step_dir,
       continue;
     }
     const WaveImage& image = images[task.images[0]];
+    if (image.in_place && stage_in_place) continue;
     const std::optional<int64_t> at = ContiguousByteOffset(
         image.box, extent.box, ItemSize(task.array->dtype));
     if (at &&
@@ -385,6 +392,7 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
     }
     status =
         ReadWave(open, step_dir, tasks, images, options.verify_xxh3,
+                 options.stage_host_reads,
                  options.prefault ? PrefaultThreads() : 0, buffers, bytes_read);
     if (!status.ok()) break;
     stats.extents_read += static_cast<int64_t>(tasks.size());

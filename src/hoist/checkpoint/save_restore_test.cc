@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "absl/strings/str_format.h"
+#include "hoist/base/status_macros.h"
 #include "hoist/checkpoint/restore.h"
 #include "hoist/checkpoint/save.h"
 #include "hoist/checkpoint/verify.h"
@@ -21,6 +22,7 @@
 #include "testing/array_bytes.h"
 #include "testing/loop_filesystem.h"
 #include "testing/mixed_model.h"
+#include "testing/recording_file.h"
 #include "testing/shard_buffers.h"
 #include "testing/smaps.h"
 #include "testing/temp_dir.h"
@@ -486,6 +488,58 @@ TEST_F(CheckpointTest, RestoresIntoUnalignedHostMemory) {
         static_cast<const uint8_t*>(targets[a].destinations[0].data);
     EXPECT_EQ(std::vector<uint8_t>(got, got + expected.size()), expected)
         << model[a].name;
+  }
+}
+
+// Extents bound for host memory are read into the readers' buffers and
+// copied into place, even those a direct read could fill (aligned, not
+// small); RestoreOptions::stage_host_reads = false reads those straight
+// into the destination.
+TEST_F(CheckpointTest, HostReadsGoThroughTheReadersBuffersUnlessAskedNot) {
+  std::vector<ArraySpec> model = Model(MeshOf(2, 4));
+  // 512 KiB extents: large enough to be read directly.
+  model.push_back({"big",
+                   DType::kFloat32,
+                   {1024, 256},
+                   NamedSharding{MeshOf(2, 4), {{"data"}}}});
+  ASSERT_TRUE(Save(*posix_, model, 3).ok());
+  const std::string step_dir = root_ + "/step_00000003";
+  const absl::StatusOr<Manifest> manifest = ReadManifestFile(*posix_, step_dir);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  for (const bool staged : {true, false}) {
+    SCOPED_TRACE(staged ? "staged" : "direct");
+    HostArrays host = WholeArraysInHost(model);
+    testing::ReadLog log;
+    RestoreOptions options;
+    options.stage_host_reads = staged;
+    absl::StatusOr<RestoreStats> stats = RestoreCheckpoint(
+        *manifest, step_dir, host.targets, *pool_, options, nullptr,
+        [&](const ExtentPlace& place)
+            -> absl::StatusOr<std::unique_ptr<ReadableFile>> {
+          ASSIGN_OR_RETURN(
+              std::unique_ptr<ReadableFile> file,
+              posix_->OpenReadableBeneath(place.dir, place.relative));
+          return std::make_unique<testing::RecordingFile>(std::move(file), log);
+        });
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    int into_destinations = 0;
+    for (const testing::RecordedRead& read : log.reads()) {
+      for (const HostBuffer& bytes : host.bytes) {
+        into_destinations += read.into >= bytes.data() &&
+                             read.into < bytes.data() + bytes.size();
+      }
+    }
+    if (staged) {
+      EXPECT_EQ(into_destinations, 0);
+    } else {
+      EXPECT_EQ(into_destinations, 2);  // "big"'s, one per "data" shard
+    }
+    for (size_t a = 0; a < model.size(); ++a) {
+      const std::vector<uint8_t> expected = BoxBytes(
+          model[a], static_cast<int>(a), Box::FromShape(model[a].shape));
+      EXPECT_EQ(host.bytes[a].span(), absl::MakeConstSpan(expected))
+          << model[a].name;
+    }
   }
 }
 

@@ -36,6 +36,7 @@
 #include "absl/time/clock.h"
 #include "hoist/base/status_macros.h"
 #include "hoist/device/copy_op.h"
+#include "hoist/huge_pages.h"
 #include "hoist/mutex.h"
 
 namespace hoist {
@@ -382,7 +383,7 @@ class CudaBackend final : public Backend {
       return absl::ResourceExhaustedError(
           absl::StrFormat("pinned allocation of %d bytes: mmap failed", bytes));
     }
-    madvise(data, size, MADV_HUGEPAGE);
+    AdviseHugePagesForIo(data, size);
     constexpr int kMaskBits = 1024;
     unsigned long mask[kMaskBits / (8 * sizeof(unsigned long))] = {};
     for (int node : numa_nodes_) {

@@ -311,15 +311,15 @@ class HostBackend final : public Backend {
                           std::strerror(errno)));
     }
     // Advice only, and even where huge pages cost more to fault in
-    // (hoist/huge_pages.h): the pool is faulted in once, and every save and
-    // restore moves its bytes through it. In a VM whose host discards freed
-    // memory, locking 1 GiB advised for huge pages took 4-9 s against
+    // (AdviseHugePagesForIo): the pool is faulted in once, and every save
+    // and restore moves its bytes through it. In a VM whose host discards
+    // freed memory, locking 1 GiB advised for huge pages took 4-9 s against
     // 0.5-0.65 s in small pages, but O_DIRECT transfers from huge pages are
     // larger requests: save_bench --bytes 2GiB saved at 0.71 and 0.81 of
     // the disk's write limit with them, 0.63 and 0.66 without, and restored
     // onto devices at 0.46 and 0.51 of the read limit against 0.35 and 0.45
     // (2026-12-03, alternated).
-    madvise(data, size, MADV_HUGEPAGE);
+    AdviseHugePagesForIo(data, size);
     // mlock faults every page in and keeps it resident; where the memlock
     // limit refuses it, populate the pages instead so the first save pays no
     // page faults.
