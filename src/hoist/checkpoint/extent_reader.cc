@@ -24,20 +24,21 @@ constexpr int64_t kReadAlignment = 4096;
 
 ReadBuffer::ReadBuffer(ReadBuffer&& other) noexcept
     : data_(std::exchange(other.data_, nullptr)),
-      capacity_(std::exchange(other.capacity_, 0)) {}
+      capacity_(std::exchange(other.capacity_, 0)),
+      mapped_(std::exchange(other.mapped_, false)) {}
 
 ReadBuffer::~ReadBuffer() {
-  if (data_ != nullptr) munmap(data_, capacity_);
+  if (mapped_) munmap(data_, capacity_);
 }
 
 uint8_t* ReadBuffer::Get(int64_t bytes) {
   if (bytes > capacity_) {
-    if (data_ != nullptr) munmap(data_, capacity_);
+    if (mapped_) munmap(data_, capacity_);
     // At once room for the largest run or piece a reader reads (and the
     // 4 KiB blocks around a piece): only the pages touched are faulted in,
     // while a buffer that grows is new memory to fault in again (10% of a
     // restore onto devices on this project's VM).
-    bytes = std::max(bytes, kMaxIoRunBytes + 2 * kReadAlignment);
+    bytes = std::max(bytes, kReadBufferBytes);
     // Whole huge pages for a buffer of 2 MiB or more, asked for as such
     // everywhere, as the pool's are (AdviseHugePagesForIo): every run and
     // piece of a restore is read through it, and a direct read into it then
@@ -51,6 +52,7 @@ uint8_t* ReadBuffer::Get(int64_t bytes) {
     if (data == MAP_FAILED) std::abort();  // as operator new would
     AdviseHugePagesForIo(data, capacity_);
     data_ = static_cast<uint8_t*>(data);
+    mapped_ = true;
   }
   return data_;
 }

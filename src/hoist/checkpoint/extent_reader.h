@@ -11,18 +11,29 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "hoist/box.h"
+#include "hoist/checkpoint/io_sizes.h"
 #include "hoist/manifest.h"
 #include "hoist/storage.h"
 
 namespace hoist {
 
-// A 4 KiB-aligned buffer (for O_DIRECT), reused. Its first mapping holds
-// kMaxIoRunBytes and 8 KiB (only what is touched is faulted in); it grows
-// on demand past that.
+// The most a reader asks of its ReadBuffer: a run of kMaxIoRunBytes, or a
+// piece of that many with the 4 KiB blocks around it.
+inline constexpr int64_t kReadBufferBytes = kMaxIoRunBytes + 2 * 4096;
+
+// A 4 KiB-aligned buffer (for O_DIRECT), reused: memory lent to it (a lease
+// of the staging pool: resident, in huge pages), or else mapped on first
+// use, kReadBufferBytes at once (only what is touched is faulted in). It
+// maps more when asked for more than it has.
 class ReadBuffer {
  public:
   ReadBuffer() = default;
+  // Uses `lent` (4 KiB-aligned; it must outlive the buffer) until asked for
+  // more.
+  explicit ReadBuffer(absl::Span<uint8_t> lent)
+      : data_(lent.data()), capacity_(static_cast<int64_t>(lent.size())) {}
   ReadBuffer(ReadBuffer&& other) noexcept;
   ReadBuffer& operator=(ReadBuffer&&) = delete;
   ~ReadBuffer();
@@ -31,6 +42,7 @@ class ReadBuffer {
  private:
   uint8_t* data_ = nullptr;
   int64_t capacity_ = 0;
+  bool mapped_ = false;  // data_ is a mapping of its own
 };
 
 // Cuts `box` (contiguous in C order) into boxes of at most `max_bytes`

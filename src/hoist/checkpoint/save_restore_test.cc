@@ -9,7 +9,9 @@
 #include <fstream>
 
 #include "absl/strings/str_format.h"
+#include "hoist/base/checked_math.h"
 #include "hoist/base/status_macros.h"
+#include "hoist/checkpoint/extent_reader.h"
 #include "hoist/checkpoint/restore.h"
 #include "hoist/checkpoint/save.h"
 #include "hoist/checkpoint/verify.h"
@@ -534,6 +536,52 @@ TEST_F(CheckpointTest, HostReadsGoThroughTheReadersBuffersUnlessAskedNot) {
     } else {
       EXPECT_EQ(into_destinations, 2);  // "big"'s, one per "data" shard
     }
+    for (size_t a = 0; a < model.size(); ++a) {
+      const std::vector<uint8_t> expected = BoxBytes(
+          model[a], static_cast<int>(a), Box::FromShape(model[a].shape));
+      EXPECT_EQ(host.bytes[a].span(), absl::MakeConstSpan(expected))
+          << model[a].name;
+    }
+  }
+}
+
+// Where the pool has room beside the restore's waves, the readers' buffers
+// are its first bytes (resident huge pages): every read lands there, and
+// the pool is whole again afterwards. Where it has none they map their own.
+TEST_F(CheckpointTest, ReadersReadIntoThePoolWhereItHasRoom) {
+  const std::vector<ArraySpec> model = Model(MeshOf(2, 4));
+  ASSERT_TRUE(Save(*posix_, model, 3).ok());
+  const std::string step_dir = root_ + "/step_00000003";
+  const absl::StatusOr<Manifest> manifest = ReadManifestFile(*posix_, step_dir);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  constexpr int64_t kLent = AlignUp(kReadBufferBytes, 4096);
+  for (const int64_t capacity : {2 * kLent, kLent - 4096}) {
+    SCOPED_TRACE(capacity);
+    std::unique_ptr<StagingPool> pool =
+        *StagingPool::Create(*backend_, capacity);
+    uint8_t* const base = pool->Acquire(4096)->data();
+    HostArrays host = WholeArraysInHost(model);
+    testing::ReadLog log;
+    RestoreOptions options;
+    options.reader_threads = 2;
+    absl::StatusOr<RestoreStats> stats = RestoreCheckpoint(
+        *manifest, step_dir, host.targets, *pool, options, nullptr,
+        [&](const ExtentPlace& place)
+            -> absl::StatusOr<std::unique_ptr<ReadableFile>> {
+          ASSIGN_OR_RETURN(
+              std::unique_ptr<ReadableFile> file,
+              posix_->OpenReadableBeneath(place.dir, place.relative));
+          return std::make_unique<testing::RecordingFile>(std::move(file), log);
+        });
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    const std::vector<testing::RecordedRead> reads = log.reads();
+    ASSERT_FALSE(reads.empty());
+    int in_pool = 0;
+    for (const testing::RecordedRead& read : reads) {
+      in_pool += read.into >= base && read.into + read.bytes <= base + capacity;
+    }
+    EXPECT_EQ(in_pool, capacity >= 2 * kLent ? reads.size() : 0u);
+    EXPECT_EQ(pool->stats().in_use_bytes, 0);
     for (size_t a = 0; a < model.size(); ++a) {
       const std::vector<uint8_t> expected = BoxBytes(
           model[a], static_cast<int>(a), Box::FromShape(model[a].shape));

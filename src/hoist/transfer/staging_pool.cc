@@ -211,6 +211,30 @@ absl::StatusOr<std::vector<Lease>> StagingPool::AcquireAll(
   return leases;
 }
 
+std::optional<Lease> StagingPool::TryAcquireFront(int64_t bytes) {
+  if (bytes <= 0) return std::nullopt;
+  const int64_t reserved = AlignUp(bytes, kAlignment);
+  Lease lease;
+  {
+    MutexLock lock(&mu_);
+    if (!provided_ || !memory_status_.ok()) return std::nullopt;
+    auto first = free_.find(0);
+    if (first == free_.end() || first->second < reserved) return std::nullopt;
+    const int64_t rest = first->second - reserved;
+    free_.erase(first);
+    if (rest > 0) free_.emplace(reserved, rest);
+    stats_.in_use_bytes += reserved;
+    stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.in_use_bytes);
+    ++stats_.leases;
+    lease.data_ = static_cast<uint8_t*>(memory_.data());
+  }
+  lease.pool_ = this;
+  lease.offset_ = 0;
+  lease.reserved_bytes_ = reserved;
+  lease.size_bytes_ = bytes;
+  return lease;
+}
+
 absl::StatusOr<Lease> StagingPool::Acquire(int64_t bytes,
                                            absl::Duration timeout) {
   absl::StatusOr<std::vector<Lease>> leases = AcquireAll({bytes}, timeout);

@@ -112,6 +112,14 @@ class StagingPool {
   absl::StatusOr<Lease> Acquire(
       int64_t bytes, absl::Duration timeout = absl::InfiniteDuration());
 
+  // One lease of the pool's first `bytes` (> 0, rounded up to 4 KiB), now
+  // or never: nullopt while any of them is leased, or the memory is still
+  // to come. What stays free beside it is then one range, so any batch that
+  // fits in the rest can always be placed once the other leases return: a
+  // restore's readers hold their buffers this way while its waves come and
+  // go.
+  std::optional<Lease> TryAcquireFront(int64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
+
   StagingPoolStats stats() const;
 
   // Restarts peak tracking from the bytes in use now (per-save peaks).

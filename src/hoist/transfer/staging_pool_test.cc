@@ -218,5 +218,36 @@ TEST_F(StagingPoolTest, PendingPoolWhoseAllocationFailedReturnsItsError) {
   EXPECT_THAT(lease.status().message(), HasSubstr("mmap of the pool failed"));
 }
 
+// TryAcquireFront leases the pool's first bytes or nothing, never waiting;
+// what stays free is then one range, where a batch that fits always goes.
+TEST_F(StagingPoolTest, TryAcquireFrontTakesTheFirstBytesOrNothing) {
+  auto pending = *StagingPool::CreatePending(64 * 1024);
+  EXPECT_FALSE(pending->TryAcquireFront(4096).has_value());  // no memory yet
+
+  auto pool = MakePool(64 * 1024);
+  Lease base = *pool->Acquire(64 * 1024);
+  uint8_t* const first = base.data();
+  base.Release();
+  {
+    Lease other = *pool->Acquire(4096);  // the pool's first 4 KiB
+    EXPECT_FALSE(pool->TryAcquireFront(8192).has_value());
+  }
+  std::optional<Lease> front = pool->TryAcquireFront(5000);
+  ASSERT_TRUE(front.has_value());
+  EXPECT_EQ(front->data(), first);
+  EXPECT_EQ(front->size_bytes(), 5000);
+  EXPECT_EQ(front->reserved_bytes(), 8192);
+  EXPECT_EQ(pool->stats().in_use_bytes, 8192);
+  EXPECT_FALSE(pool->TryAcquireFront(4096).has_value());  // taken
+  // The rest is one range: a batch of all of it fits.
+  absl::StatusOr<std::vector<Lease>> rest =
+      pool->AcquireAll({24 * 1024, 32 * 1024}, absl::ZeroDuration());
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  rest->clear();
+  front.reset();
+  EXPECT_EQ(pool->stats().in_use_bytes, 0);
+  EXPECT_FALSE(pool->TryAcquireFront(65 * 1024).has_value());  // too large
+}
+
 }  // namespace
 }  // namespace hoist
