@@ -348,30 +348,33 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
       dest_of.push_back(&dest);
     }
   }
-  ASSIGN_OR_RETURN(const RestorePlan plan,
-                   PlanRestore(saved, boxes, pool.capacity_bytes()));
+  // The readers' buffers are the pool's first bytes, up to a quarter of
+  // it, where they are free now: resident and in huge pages, where buffers
+  // mapped for this restore are fresh memory, and fresh huge pages cost
+  // 4-9 s/GiB to fault in on this project's VM (a third of a restore's CPU
+  // onto devices). The waves are then planned in the rest of the pool, and
+  // always find room there once other users of the pool (a save under way)
+  // are done (TryAcquireFront). Otherwise (a pool too small, busy, or still
+  // to be pinned; or boxes that need all of it) each reader maps its own.
+  const int readers = std::max(1, options.reader_threads);
+  constexpr int64_t kLent = AlignUp(kReadBufferBytes, StagingPool::kAlignment);
+  const int lent = static_cast<int>(
+      std::min<int64_t>(readers, pool.capacity_bytes() / 4 / kLent));
+  std::optional<Lease> lent_memory;
+  if (lent > 0) lent_memory = pool.TryAcquireFront(lent * kLent);
+  absl::StatusOr<RestorePlan> planned =
+      PlanRestore(saved, boxes,
+                  pool.capacity_bytes() -
+                      (lent_memory ? lent_memory->reserved_bytes() : 0));
+  if (!planned.ok() && lent_memory) {
+    lent_memory.reset();
+    planned = PlanRestore(saved, boxes, pool.capacity_bytes());
+  }
+  RETURN_IF_ERROR(planned.status());
+  const RestorePlan& plan = *planned;
   for (const RestoreImage& image : plan.images) {
     stats.target_bytes += image.bytes;
   }
-
-  // 2. Each wave: its leases, its reads, then one copy per device.
-  // The readers' buffers are the pool's first bytes where the pool has them
-  // free beside its largest wave: resident and in huge pages, where buffers
-  // mapped for this restore are fresh memory, and fresh huge pages cost
-  // 4-9 s/GiB to fault in on this project's VM (a third of a restore's CPU
-  // onto devices). The waves then always have room once other users of the
-  // pool (a save under way) are done (TryAcquireFront); else each reader
-  // maps its own.
-  const int readers = std::max(1, options.reader_threads);
-  int64_t largest_wave = 0;
-  for (const RestoreWave& wave : plan.waves) {
-    largest_wave = std::max(largest_wave, wave.lease_bytes);
-  }
-  constexpr int64_t kLent = AlignUp(kReadBufferBytes, StagingPool::kAlignment);
-  const int lent = static_cast<int>(std::min<int64_t>(
-      readers, (pool.capacity_bytes() - largest_wave) / kLent));
-  std::optional<Lease> lent_memory;
-  if (lent > 0) lent_memory = pool.TryAcquireFront(lent * kLent);
   std::vector<ReadBuffer> buffers;
   buffers.reserve(readers);
   for (int i = 0; i < readers; ++i) {
@@ -382,6 +385,8 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
       buffers.emplace_back();
     }
   }
+
+  // 2. Each wave: its leases, its reads, then one copy per device.
   std::atomic<int64_t> bytes_read{0};
   std::vector<Future<>> copies;
   absl::Status status;
