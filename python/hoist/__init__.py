@@ -401,7 +401,7 @@ class CheckpointManager:
         if found is None:
             self._repeat = None  # its skeleton may hold this state's scalars
             return None
-        arrays, changed = found
+        arrays, changed, keep = found
         if changed or not _same_value(metadata, repeat.user):
             meta = repeat.meta
             if metadata is not None:
@@ -411,7 +411,7 @@ class CheckpointManager:
             repeat.text = _metadata_text(meta)
             repeat.user = copy.deepcopy(metadata)  # the caller's may change
         return _call(self._manager.save_again, step, repeat.generation,
-                     arrays, repeat.text, dispatched, deltas)
+                     arrays, repeat.text, dispatched, deltas, keep or None)
 
     def durability(self):
         """How far the committed steps trail the saves: skipped_saves (by

@@ -3,8 +3,9 @@ checked against it (see below)."""
 
 import numpy as np
 
-from ._tree import (_SCALARS, _device_of, _jax_capsule, _jax_shards,
-                    _module, _scalar_node, gc_paused)
+from ._tree import (_SCALARS, _device_of, _jax_bytes, _jax_capsule,
+                    _jax_layout, _jax_shards, _module, _scalar_node,
+                    gc_paused)
 
 # A repeat save of the same structure. A training loop saves the same state
 # again and again: the same dicts, the same arrays' names, dtypes and
@@ -16,8 +17,9 @@ from ._tree import (_SCALARS, _device_of, _jax_capsule, _jax_shards,
 # and tuples, NumPy arrays of NumPy's own dtypes that need no copy, torch
 # tensors in CPU memory (the same type, dtype and shape, contiguous), JAX
 # arrays (the same type, dtype, shape and sharding: their shards are taken
-# in the order flatten took them, without describing their boxes again),
-# and scalar leaves (whose changed values are written into the tree's
+# in the order flatten took them, without describing their boxes again; a
+# row-major shard by its address, kept alive with its array until the
+# copies have read it, if its layout is still the same), and scalar leaves (whose changed values are written into the tree's
 # metadata); anything else takes the full walk.
 _DICT, _ARRAY, _SCALAR, _JAX, _SEQ, _TORCH = 0, 1, 2, 3, 4, 5
 _SCALAR_TYPES = frozenset(_SCALARS)
@@ -43,7 +45,8 @@ def _jax_leaf(x, shards):
         return None
     order = [where[i] for i in ids]
     return (_JAX, type(x), x.dtype, x.shape, x.sharding, replicated,
-            None if order == list(range(len(order))) else order)
+            None if order == list(range(len(order))) else order,
+            *_jax_layout(x))
 
 
 def _torch_leaf(x, data):
@@ -130,13 +133,17 @@ def fast_plan(skeleton, arrays, state):
 
 
 def match(state, plan):
-    """(arrays, changed) when `state` has the structure `plan` was made
-    from: the data of its local shards, in the order flatten gives them
-    (one per NumPy array or torch tensor; DLPack capsules of JAX shards),
-    and whether a scalar leaf changed (the plan's skeleton then holds the
-    new value). None when the structure differs anywhere; the skeleton may
-    then hold new scalar values, and the plan must be rebuilt."""
+    """(arrays, changed, keep) when `state` has the structure `plan` was
+    made from: the data of its local shards, in the order flatten gives
+    them (one per NumPy array or torch tensor; for JAX shards the address
+    of each, or a DLPack capsule where the layout asks for one), whether a
+    scalar leaf changed (the plan's skeleton then holds the new value), and
+    the JAX arrays whose shards went as addresses (to be kept alive until
+    the save has copied them). None when the structure differs anywhere;
+    the skeleton may then hold new scalar values, and the plan must be
+    rebuilt."""
     arrays = []
+    keep = []
     changed = False
     ndarray = np.ndarray
 
@@ -158,7 +165,8 @@ def match(state, plan):
                 return False
             arrays.append(value.detach())  # exportable if it needs grad
         elif tag == _JAX:
-            _, kind, dtype, shape, sharding, replicated, order = kid
+            (_, kind, dtype, shape, sharding, replicated, order, lies,
+             layout) = kid
             if (type(value) is not kind or value.shape != shape or
                     value.dtype != dtype or
                     (value.sharding is not sharding and
@@ -167,7 +175,18 @@ def match(state, plan):
             local = _jax_shards(value, replicated)
             if order is not None:
                 local = [local[i] for i in order]
-            arrays.extend(map(_jax_capsule, local))
+            if lies == "row-major":  # by address, if it still is
+                try:
+                    if value.format.layout != layout:
+                        return False
+                    arrays.extend([a.unsafe_buffer_pointer() for a in local])
+                except Exception:  # deleted: the full walk says so
+                    return False
+                keep.append(value)
+            elif lies == "other":
+                arrays.extend(map(_jax_bytes, local))
+            else:
+                arrays.extend(map(_jax_capsule, local))
         elif tag == _DICT:
             return walk(value, kid)
         elif tag == _SEQ:
@@ -198,4 +217,4 @@ def match(state, plan):
         return True
 
     with gc_paused():
-        return (arrays, changed) if walk(state, plan) else None
+        return (arrays, changed, keep) if walk(state, plan) else None

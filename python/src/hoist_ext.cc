@@ -214,11 +214,16 @@ using SavedData = nb::ndarray<nb::ro>;
 // A save in flight, holding the shards' arrays until they are staged.
 class PyHandle {
  public:
-  PyHandle(SaveHandle handle, std::vector<SavedData> sources)
-      : handle_(std::move(handle)), sources_(std::move(sources)) {}
+  // `sources` and `keep` (arrays given by address: their owners) hold what
+  // the copies read.
+  PyHandle(SaveHandle handle, std::vector<SavedData> sources,
+           nb::object keep = nb::object())
+      : handle_(std::move(handle)),
+        sources_(std::move(sources)),
+        keep_(std::move(keep)) {}
   ~PyHandle() {
     // The copies may still read the arrays: never let them go earlier.
-    if (!sources_.empty()) {
+    if (!sources_.empty() || keep_.is_valid()) {
       nb::gil_scoped_release release;
       (void)handle_.WaitStaged();
     }
@@ -233,6 +238,7 @@ class PyHandle {
       status = handle_.WaitStaged();
     }
     sources_.clear();  // with the GIL: may run DLPack deleters
+    keep_.reset();
     Check(status);
   }
   // `stream`: a cudaStream_t's address (0: the legacy default stream).
@@ -254,6 +260,7 @@ class PyHandle {
       info = handle_.WaitCommitted();
     }
     sources_.clear();
+    keep_.reset();
     return InfoDict(Check(std::move(info)));
   }
   bool Done() const {
@@ -267,6 +274,7 @@ class PyHandle {
  private:
   SaveHandle handle_;
   std::vector<SavedData> sources_;
+  nb::object keep_;
 };
 
 // (device id, origin, shape, data): data read-only to save, written to
@@ -488,11 +496,16 @@ class PyManager {
   // (what the Python side's structure cache checks: the same names, dtypes,
   // shapes and shardings). `generation` must be generation(); else, or for
   // data that does not fit, ValueError, and nothing is saved.
+  // A shard may be given by its address (an int: a JAX shard whose layout
+  // the Python side checked is row-major, 3.5x cheaper to take than a
+  // DLPack capsule), unchecked here; `keep` then holds its owner until the
+  // copies have read it.
   std::unique_ptr<PyHandle> SaveAgain(int64_t step, int64_t generation,
                                       const nb::list& data,
                                       const std::string& metadata_json,
                                       bool dispatched,
-                                      std::optional<bool> deltas) {
+                                      std::optional<bool> deltas,
+                                      nb::object keep) {
     Live();
     if (generation != generation_ ||
         nb::len(data) != static_cast<size_t>(last_bytes_.size())) {
@@ -504,6 +517,12 @@ class PyManager {
     size_t at = 0;
     for (SaveArray& array : last_save_) {
       for (SaveArray::Shard& shard : array.shards) {
+        if (nb::isinstance<nb::int_>(data[at])) {
+          shard.data = reinterpret_cast<const void*>(
+              nb::cast<uintptr_t>(data[at]));
+          ++at;
+          continue;
+        }
         SavedData item;
         if (!nb::try_cast(data[at], item)) {
           Invalid(absl::StrFormat("save_again: array '%s' is not an array",
@@ -526,7 +545,7 @@ class PyManager {
     }
     return std::make_unique<PyHandle>(
         Submit(step, last_save_, metadata_json, dispatched, deltas),
-        std::move(sources));
+        std::move(sources), keep.is_none() ? nb::object() : std::move(keep));
   }
 
   // The engine's Save, without the GIL; its error raised.
@@ -856,7 +875,8 @@ NB_MODULE(_hoist, m) {
            nb::arg("deltas").none() = nb::none(), nb::arg("per_rank_json") = "")
       .def("save_again", &PyManager::SaveAgain, nb::arg("step"),
            nb::arg("generation"), nb::arg("data"), nb::arg("metadata_json"),
-           nb::arg("dispatched"), nb::arg("deltas").none() = nb::none())
+           nb::arg("dispatched"), nb::arg("deltas").none() = nb::none(),
+           nb::arg("keep").none() = nb::none())
       .def_prop_ro("generation", &PyManager::generation)
       .def("pin_pool", &PyManager::PinPool)
       .def("restore", &PyManager::Restore, nb::arg("step").none(),

@@ -265,3 +265,67 @@ def test_repeat_saves_of_jax_arrays_take_the_repeat_path_and_restore_exact(
             assert out["step"] == step
             for name, array in want["params"].items():
                 assert bits(out["params"][name]) == bits(array), (step, name)
+
+
+def test_repeat_saves_hand_row_major_jax_shards_over_by_address(
+        root, monkeypatch):
+    """A repeat save hands a row-major JAX shard to the engine as its
+    address (cheaper than a DLPack capsule) and keeps its array alive until
+    the copies have read it; an array in another layout goes as a capsule,
+    and one whose layout changed since the last save takes the full walk.
+    Every step restores its own values."""
+    import gc
+    import weakref
+
+    from jax.sharding import SingleDeviceSharding
+    try:
+        from jax.experimental.layout import Format, Layout
+    except ImportError:
+        pytest.skip("this JAX has no Format")
+    from test_numpy import spy_repeats
+
+    handed = []
+    match = hoist._repeat.match
+
+    def spy(state, plan):
+        found = match(state, plan)
+        handed.append(None if found is None else
+                      ([type(a) for a in found[0]], len(found[2])))
+        return found
+
+    monkeypatch.setattr(hoist._repeat, "match", spy)
+    sharded = NamedSharding(mesh(2, 4), P("data", "model"))
+    one = SingleDeviceSharding(jax.devices()[0])
+
+    def put(seed, layout=None):
+        value = random(np.float32, (8, 8), seed)
+        if layout is None:
+            return jax.device_put(value, one)
+        return jax.device_put(value, Format(Layout(layout), one))
+
+    def state(seed, layout=None):
+        return {"w": jax.device_put(random(np.float32, (16, 8), seed),
+                                    sharded),
+                "c": put(seed + 1, layout)}
+
+    with hoist.CheckpointManager(root, pool_bytes=8 << 20) as mgr:
+        repeated = spy_repeats(mgr)
+        saved = {1: state(10), 2: state(20)}
+        mgr.save(1, saved[1]).wait()
+        handle = mgr.save(2, saved[2], return_when="dispatched")
+        # 8 shards of "w" and the one of "c", by address, both arrays kept.
+        assert handed[-1] == ([int] * 9, 2)
+        kept = weakref.ref(saved[2]["c"])
+        gc.collect()
+        assert kept() is not None
+        handle.wait()
+        saved[3] = state(30, layout=(1, 0))  # a new layout: full walk
+        mgr.save(3, saved[3]).wait()
+        saved[4] = state(40, layout=(1, 0))  # as a capsule from now on
+        mgr.save(4, saved[4]).wait()
+        assert handed[-1][0][:8] == [int] * 8 and handed[-1][0][8] is not int
+        assert repeated == [False, True, False, True]
+        for step, want in saved.items():
+            out = mgr.restore(step)
+            for name, array in want.items():
+                assert bits(out[name]) == bits(array), (step, name)
