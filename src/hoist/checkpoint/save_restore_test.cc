@@ -43,6 +43,15 @@ std::vector<ArraySpec> Model(const Mesh& mesh) {
   return testing::MixedModel(mesh);
 }
 
+// Model() and "big", whose 512 KiB extents (one per "data" shard) are large
+// enough to be read straight into an aligned destination.
+std::vector<ArraySpec> ModelWithLargeExtents(const Mesh& mesh) {
+  std::vector<ArraySpec> model = Model(mesh);
+  model.push_back(
+      {"big", DType::kFloat32, {1024, 256}, NamedSharding{mesh, {{"data"}}}});
+  return model;
+}
+
 class CheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -98,6 +107,43 @@ class CheckpointTest : public ::testing::Test {
     }
   }
 
+  // Every array of `model` whole in `host`, as saved (version 0).
+  static void ExpectWholeArrays(const std::vector<ArraySpec>& model,
+                                const HostArrays& host) {
+    for (size_t a = 0; a < model.size(); ++a) {
+      const std::vector<uint8_t> expected = BoxBytes(
+          model[a], static_cast<int>(a), Box::FromShape(model[a].shape));
+      EXPECT_EQ(host.bytes[a].span(), absl::MakeConstSpan(expected))
+          << model[a].name;
+    }
+  }
+
+  // Restores every array of `model` from `step` whole into `host`
+  // (WholeArraysInHost's) through `pool`, its files recording their reads,
+  // and checks every byte. Returns the reads.
+  std::vector<testing::RecordedRead> RestoreWholeRecordingReads(
+      const std::vector<ArraySpec>& model, int64_t step, HostArrays& host,
+      StagingPool& pool, const RestoreOptions& options) {
+    const std::string step_dir = JoinPath(root_, StepDirName(step));
+    const absl::StatusOr<Manifest> manifest =
+        ReadManifestFile(*posix_, step_dir);
+    EXPECT_TRUE(manifest.ok()) << manifest.status();
+    if (!manifest.ok()) return {};
+    testing::ReadLog log;
+    absl::StatusOr<RestoreStats> stats = RestoreCheckpoint(
+        *manifest, step_dir, host.targets, pool, options, nullptr,
+        [&](const ExtentPlace& place)
+            -> absl::StatusOr<std::unique_ptr<ReadableFile>> {
+          ASSIGN_OR_RETURN(
+              std::unique_ptr<ReadableFile> file,
+              posix_->OpenReadableBeneath(place.dir, place.relative));
+          return std::make_unique<testing::RecordingFile>(std::move(file), log);
+        });
+    EXPECT_TRUE(stats.ok()) << stats.status();
+    ExpectWholeArrays(model, host);
+    return log.reads();
+  }
+
   testing::TempDir temp_;
   std::string root_;
   std::unique_ptr<Backend> backend_;
@@ -138,12 +184,7 @@ TEST_F(CheckpointTest, RestoresWholeArraysIntoHostMemory) {
       *posix_, root_ + "/step_00000007", host.targets, *pool_);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->dispatches, 0);
-  for (size_t a = 0; a < model.size(); ++a) {
-    const std::vector<uint8_t> expected =
-        BoxBytes(model[a], static_cast<int>(a), Box::FromShape(model[a].shape));
-    EXPECT_EQ(host.bytes[a].span(), absl::MakeConstSpan(expected))
-        << model[a].name;
-  }
+  ExpectWholeArrays(model, host);
 }
 
 TEST(HostBufferTest, UntouchedAlignedAndAdvisedForHugePagesFromTwoMiB) {
@@ -458,12 +499,7 @@ TEST_F(CheckpointTest, FailureAtEveryWriteAndSyncLeavesThePreviousStepIntact) {
 // be) cannot take O_DIRECT reads: its extents are read into an aligned
 // buffer and copied, small and large alike.
 TEST_F(CheckpointTest, RestoresIntoUnalignedHostMemory) {
-  std::vector<ArraySpec> model = Model(MeshOf(2, 4));
-  // 512 KiB extents: large enough to be read directly where aligned.
-  model.push_back({"big",
-                   DType::kFloat32,
-                   {1024, 256},
-                   NamedSharding{MeshOf(2, 4), {{"data"}}}});
+  const std::vector<ArraySpec> model = ModelWithLargeExtents(MeshOf(2, 4));
   ASSERT_TRUE(Save(*posix_, model, 3).ok());
   std::vector<std::vector<uint8_t>> memory;
   std::vector<RestoreTarget> targets;
@@ -498,34 +534,16 @@ TEST_F(CheckpointTest, RestoresIntoUnalignedHostMemory) {
 // small); RestoreOptions::stage_host_reads = false reads those straight
 // into the destination.
 TEST_F(CheckpointTest, HostReadsGoThroughTheReadersBuffersUnlessAskedNot) {
-  std::vector<ArraySpec> model = Model(MeshOf(2, 4));
-  // 512 KiB extents: large enough to be read directly.
-  model.push_back({"big",
-                   DType::kFloat32,
-                   {1024, 256},
-                   NamedSharding{MeshOf(2, 4), {{"data"}}}});
+  const std::vector<ArraySpec> model = ModelWithLargeExtents(MeshOf(2, 4));
   ASSERT_TRUE(Save(*posix_, model, 3).ok());
-  const std::string step_dir = root_ + "/step_00000003";
-  const absl::StatusOr<Manifest> manifest = ReadManifestFile(*posix_, step_dir);
-  ASSERT_TRUE(manifest.ok()) << manifest.status();
   for (const bool staged : {true, false}) {
     SCOPED_TRACE(staged ? "staged" : "direct");
     HostArrays host = WholeArraysInHost(model);
-    testing::ReadLog log;
     RestoreOptions options;
     options.stage_host_reads = staged;
-    absl::StatusOr<RestoreStats> stats = RestoreCheckpoint(
-        *manifest, step_dir, host.targets, *pool_, options, nullptr,
-        [&](const ExtentPlace& place)
-            -> absl::StatusOr<std::unique_ptr<ReadableFile>> {
-          ASSIGN_OR_RETURN(
-              std::unique_ptr<ReadableFile> file,
-              posix_->OpenReadableBeneath(place.dir, place.relative));
-          return std::make_unique<testing::RecordingFile>(std::move(file), log);
-        });
-    ASSERT_TRUE(stats.ok()) << stats.status();
     int into_destinations = 0;
-    for (const testing::RecordedRead& read : log.reads()) {
+    for (const testing::RecordedRead& read :
+         RestoreWholeRecordingReads(model, 3, host, *pool_, options)) {
       for (const HostBuffer& bytes : host.bytes) {
         into_destinations += read.into >= bytes.data() &&
                              read.into < bytes.data() + bytes.size();
@@ -536,12 +554,6 @@ TEST_F(CheckpointTest, HostReadsGoThroughTheReadersBuffersUnlessAskedNot) {
     } else {
       EXPECT_EQ(into_destinations, 2);  // "big"'s, one per "data" shard
     }
-    for (size_t a = 0; a < model.size(); ++a) {
-      const std::vector<uint8_t> expected = BoxBytes(
-          model[a], static_cast<int>(a), Box::FromShape(model[a].shape));
-      EXPECT_EQ(host.bytes[a].span(), absl::MakeConstSpan(expected))
-          << model[a].name;
-    }
   }
 }
 
@@ -551,9 +563,6 @@ TEST_F(CheckpointTest, HostReadsGoThroughTheReadersBuffersUnlessAskedNot) {
 TEST_F(CheckpointTest, ReadersReadIntoThePoolWhereItHasRoom) {
   const std::vector<ArraySpec> model = Model(MeshOf(2, 4));
   ASSERT_TRUE(Save(*posix_, model, 3).ok());
-  const std::string step_dir = root_ + "/step_00000003";
-  const absl::StatusOr<Manifest> manifest = ReadManifestFile(*posix_, step_dir);
-  ASSERT_TRUE(manifest.ok()) << manifest.status();
   constexpr int64_t kLent = AlignUp(kReadBufferBytes, 4096);
   for (const int64_t capacity : {8 * kLent, 4 * kLent - 4096}) {
     SCOPED_TRACE(capacity);
@@ -561,20 +570,10 @@ TEST_F(CheckpointTest, ReadersReadIntoThePoolWhereItHasRoom) {
         *StagingPool::Create(*backend_, capacity);
     uint8_t* const base = pool->Acquire(4096)->data();
     HostArrays host = WholeArraysInHost(model);
-    testing::ReadLog log;
     RestoreOptions options;
     options.reader_threads = 2;
-    absl::StatusOr<RestoreStats> stats = RestoreCheckpoint(
-        *manifest, step_dir, host.targets, *pool, options, nullptr,
-        [&](const ExtentPlace& place)
-            -> absl::StatusOr<std::unique_ptr<ReadableFile>> {
-          ASSIGN_OR_RETURN(
-              std::unique_ptr<ReadableFile> file,
-              posix_->OpenReadableBeneath(place.dir, place.relative));
-          return std::make_unique<testing::RecordingFile>(std::move(file), log);
-        });
-    ASSERT_TRUE(stats.ok()) << stats.status();
-    const std::vector<testing::RecordedRead> reads = log.reads();
+    const std::vector<testing::RecordedRead> reads =
+        RestoreWholeRecordingReads(model, 3, host, *pool, options);
     ASSERT_FALSE(reads.empty());
     int in_pool = 0;
     for (const testing::RecordedRead& read : reads) {
@@ -582,12 +581,6 @@ TEST_F(CheckpointTest, ReadersReadIntoThePoolWhereItHasRoom) {
     }
     EXPECT_EQ(in_pool, capacity == 8 * kLent ? reads.size() : 0u);
     EXPECT_EQ(pool->stats().in_use_bytes, 0);
-    for (size_t a = 0; a < model.size(); ++a) {
-      const std::vector<uint8_t> expected = BoxBytes(
-          model[a], static_cast<int>(a), Box::FromShape(model[a].shape));
-      EXPECT_EQ(host.bytes[a].span(), absl::MakeConstSpan(expected))
-          << model[a].name;
-    }
   }
 }
 
