@@ -518,8 +518,8 @@ class PyManager {
     for (SaveArray& array : last_save_) {
       for (SaveArray::Shard& shard : array.shards) {
         if (nb::isinstance<nb::int_>(data[at])) {
-          shard.data = reinterpret_cast<const void*>(
-              nb::cast<uintptr_t>(data[at]));
+          shard.data =
+              reinterpret_cast<const void*>(nb::cast<uintptr_t>(data[at]));
           ++at;
           continue;
         }
