@@ -365,12 +365,13 @@ int Main(int argc, char** argv) {
     // so over 4 rounds each goes first as often as second: (default,
     // unprefaulted), (direct, default), (unprefaulted, default), (default,
     // direct).
-    const auto restore_into_new_memory = [&](int variant) {
+    enum Variant { kDefault, kUnprefaulted, kDirect };
+    const auto restore_into_new_memory = [&](Variant variant) {
       DropCacheTree(saved.path);
       HostArrays fresh = WholeArraysInHost(model);
       RestoreOptions restore_options = options.restore;
-      restore_options.prefault = variant != 1;
-      restore_options.stage_host_reads = variant != 2;
+      restore_options.prefault = variant != kUnprefaulted;
+      restore_options.stage_host_reads = variant != kDirect;
       std::vector<double>* times[] = {&host_restores, &unprefaulted, &direct};
       times[variant]->push_back(absl::ToDoubleSeconds(
           Check(manager->Restore(saved.step, fresh.targets, nullptr,
@@ -378,11 +379,14 @@ int Main(int argc, char** argv) {
               .elapsed));
       return fresh;
     };
-    constexpr int kOrder[4][2] = {{0, 1}, {2, 0}, {1, 0}, {0, 2}};
-    const int* order = kOrder[round % 4];
+    constexpr Variant kOrder[4][2] = {{kDefault, kUnprefaulted},
+                                      {kDirect, kDefault},
+                                      {kUnprefaulted, kDefault},
+                                      {kDefault, kDirect}};
+    const Variant* order = kOrder[round % 4];
     const HostArrays first = restore_into_new_memory(order[0]);
     const HostArrays second = restore_into_new_memory(order[1]);
-    const HostArrays& host = order[0] == 0 ? first : second;
+    const HostArrays& host = order[0] == kDefault ? first : second;
     // The read limit of the step's own data files, as old as the restores
     // found them (the disk limit reads files it has just written: a check
     // that the files' age and layout do not change the limit): the best of

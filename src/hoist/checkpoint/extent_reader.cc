@@ -39,14 +39,12 @@ uint8_t* ReadBuffer::Get(int64_t bytes) {
     // while a buffer that grows is new memory to fault in again (10% of a
     // restore onto devices on this project's VM).
     bytes = std::max(bytes, kReadBufferBytes);
-    // Whole huge pages for a buffer of 2 MiB or more, asked for as such
-    // everywhere, as the pool's are (AdviseHugePagesForIo): every run and
-    // piece of a restore is read through it, and a direct read into it then
-    // pins (and the device sees) a few large pages, not thousands of 4 KiB
-    // ones. mmap aligns a mapping of whole huge pages to them.
-    capacity_ = bytes >= kHugePageBytes
-                    ? AlignUp(bytes, kHugePageBytes)
-                    : AlignUp(std::max<int64_t>(bytes, 1), int64_t{4096});
+    // Whole huge pages, asked for as such everywhere, as the pool's are
+    // (AdviseHugePagesForIo): every run and piece of a restore is read
+    // through it, and a direct read into it then pins (and the device sees)
+    // a few large pages, not thousands of 4 KiB ones. mmap aligns a mapping
+    // of whole huge pages to them.
+    capacity_ = AlignUp(bytes, kHugePageBytes);
     void* data = mmap(nullptr, capacity_, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (data == MAP_FAILED) std::abort();  // as operator new would

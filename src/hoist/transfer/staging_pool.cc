@@ -196,43 +196,48 @@ absl::StatusOr<std::vector<Lease>> StagingPool::AcquireAll(
             FormatBytes(static_cast<double>(stats_.in_use_bytes))));
       }
     }
-    stats_.in_use_bytes += total;
-    stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.in_use_bytes);
-    stats_.leases += static_cast<int64_t>(sizes.size());
+    Count(total, static_cast<int64_t>(sizes.size()));
   }
-  std::vector<Lease> leases(sizes.size());
+  std::vector<Lease> leases;
+  leases.reserve(sizes.size());
   for (size_t i = 0; i < sizes.size(); ++i) {
-    leases[i].pool_ = this;
-    leases[i].data_ = base + (*offsets)[i];
-    leases[i].offset_ = (*offsets)[i];
-    leases[i].reserved_bytes_ = reserved[i];
-    leases[i].size_bytes_ = sizes[i];
+    leases.push_back(LeaseAt(base, (*offsets)[i], reserved[i], sizes[i]));
   }
   return leases;
+}
+
+void StagingPool::Count(int64_t reserved, int64_t leases) {
+  stats_.in_use_bytes += reserved;
+  stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.in_use_bytes);
+  stats_.leases += leases;
+}
+
+Lease StagingPool::LeaseAt(uint8_t* base, int64_t offset, int64_t reserved,
+                           int64_t size) {
+  Lease lease;
+  lease.pool_ = this;
+  lease.data_ = base + offset;
+  lease.offset_ = offset;
+  lease.reserved_bytes_ = reserved;
+  lease.size_bytes_ = size;
+  return lease;
 }
 
 std::optional<Lease> StagingPool::TryAcquireFront(int64_t bytes) {
   if (bytes <= 0) return std::nullopt;
   const int64_t reserved = AlignUp(bytes, kAlignment);
-  Lease lease;
-  {
-    MutexLock lock(&mu_);
-    if (!provided_ || !memory_status_.ok()) return std::nullopt;
-    auto first = free_.find(0);
-    if (first == free_.end() || first->second < reserved) return std::nullopt;
-    const int64_t rest = first->second - reserved;
-    free_.erase(first);
-    if (rest > 0) free_.emplace(reserved, rest);
-    stats_.in_use_bytes += reserved;
-    stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.in_use_bytes);
-    ++stats_.leases;
-    lease.data_ = static_cast<uint8_t*>(memory_.data());
+  MutexLock lock(&mu_);
+  if (!provided_ || !memory_status_.ok() || free_.empty() ||
+      free_.begin()->first != 0 || free_.begin()->second < reserved) {
+    return std::nullopt;
   }
-  lease.pool_ = this;
-  lease.offset_ = 0;
-  lease.reserved_bytes_ = reserved;
-  lease.size_bytes_ = bytes;
-  return lease;
+  // The free block at offset 0 is the first that holds it: TryPlace takes
+  // it there.
+  const int64_t reserved_sizes[] = {reserved};
+  const int64_t offset = TryPlace(reserved_sizes, reserved)->front();
+  Count(reserved, 1);
+  return LeaseAt(static_cast<uint8_t*>(memory_.data()), offset, reserved,
+                 bytes);
 }
 
 absl::StatusOr<Lease> StagingPool::Acquire(int64_t bytes,

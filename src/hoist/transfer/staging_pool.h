@@ -136,6 +136,11 @@ class StagingPool {
       absl::Span<const int64_t> reserved, int64_t total)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Free(int64_t offset, int64_t reserved) ABSL_LOCKS_EXCLUDED(mu_);
+  // Counts `leases` new leases of `reserved` bytes in all in the stats.
+  void Count(int64_t reserved, int64_t leases)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A lease of the range at `offset` of the pool's memory `base`.
+  Lease LeaseAt(uint8_t* base, int64_t offset, int64_t reserved, int64_t size);
 
   friend class Lease;
 
