@@ -3,19 +3,24 @@
 //      (PlanRestore, restore_plan.h): which images (host destinations in
 //      place; device boxes, or parts of them, in leases shared by replicas),
 //      in which waves, reading which extents.
-//   2. Per wave: acquire its leases all at once; reader threads (at most
-//      options.reader_threads, started per wave and joined before it ends)
-//      take the wave's reads in turn, read each extent whole (O_DIRECT where
-//      aligned) straight into its lease when it is one contiguous run of
-//      it, else (and for every host destination, unless
-//      options.stage_host_reads is false) into a buffer and then copy each
-//      intersection (a Prefaulter faults in the host destinations ahead of
-//      the copies), opening data
-//      files below the step directory without following links; verify its
-//      XXH3; then ONE CopyFromHost per device, and one call of the
-//      receiver (for destinations without device or memory), carry all of
-//      the wave's images, and the wave's leases return to the pool when the
-//      copies landed.
+//   2. The waves, pipelined:
+//      - a WaveAcquirer takes each wave's leases (all at once) as soon as
+//        the pool has room, plans its reads (WaveReads, wave_reader.h: runs
+//        of neighbouring extents, each read straight into its lease where
+//        it can, else through a reader's buffer and copied), and queues
+//        them in the ReaderCrew; a Prefaulter faults in its fresh host
+//        destinations ahead of the copies;
+//      - the crew's readers (at most options.reader_threads, for the whole
+//        restore) take the runs in order, across waves, opening data files
+//        below the step directory without following links, and verify each
+//        extent's XXH3;
+//      - the calling thread takes the waves in order: once a wave's reads
+//        are over, ONE CopyFromHost per device, and one call of the
+//        receiver (for destinations without device or memory), carry all
+//        of its images, and its leases return to the pool when the copies
+//        landed (which makes room for the waves after it).
+//      On an error, no more waves are taken, the queued reads are dropped,
+//      and the leases of the waves not dispatched return.
 //   3. Wait for every copy.
 #include "hoist/checkpoint/restore.h"
 
@@ -24,26 +29,24 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <thread>
-#include <tuple>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "hoist/base/bytes.h"
 #include "hoist/base/checked_math.h"
-#include "hoist/base/first_error.h"
 #include "hoist/base/status_macros.h"
 #include "hoist/box.h"
 #include "hoist/checkpoint/extent_reader.h"
-#include "hoist/checkpoint/io_sizes.h"
 #include "hoist/checkpoint/prefault.h"
 #include "hoist/checkpoint/save.h"
-#include "hoist/format/extent_hash.h"
+#include "hoist/checkpoint/wave_reader.h"
 #include "hoist/format/layout.h"
 #include "hoist/format/manifest_file.h"
 #include "hoist/huge_pages.h"
@@ -62,191 +65,125 @@ int PrefaultThreads() {
   return std::clamp(cores / 4, 1, 4);
 }
 
-struct ReadTask {
-  const ManifestArray* array;
-  int extent;
-  std::vector<int> images;  // indices into the wave's images
+// A wave on its way: its leases, its reads (queued in the crew), and the
+// Prefaulter of its fresh destinations.
+struct StagedWave {
+  std::vector<Lease> leases;  // moved out when its copies are dispatched
+  std::unique_ptr<WaveReads> reads;
+  int crew_wave = -1;
+  std::unique_ptr<Prefaulter> prefaulter;
 };
 
-// Where one image's intersections go during a wave.
-struct WaveImage {
-  Box box;
-  uint8_t* host;  // the host destination itself, or the image's lease
-  bool in_place;  // the destination itself: memory perhaps never touched
-};
+// Takes a restore's waves ahead: on a thread of its own (none for a single
+// wave), each wave's leases are taken as soon as the pool has room for
+// them, its reads are planned (by `stage`) and queued in the crew, so the
+// readers go from one wave to the next without waiting for the restoring
+// thread. The pool's backpressure bounds how far ahead it gets: the waves
+// are at most half of it (restore_plan.h), and a wave's leases return once
+// its copies have landed. The restoring thread takes the waves in order
+// (Next), and dispatches each once its reads are over; the receiver stays
+// on that thread, as its contract says. Thread-safe.
+class WaveAcquirer {
+ public:
+  using Stage = std::function<std::unique_ptr<StagedWave>(
+      const RestoreWave& wave, std::vector<Lease> leases)>;
 
-// Reads, verifies and scatters `tasks` with `threads` readers.
-absl::Status ReadWave(const ExtentFileOpener& open, const std::string& step_dir,
-                      const std::vector<ReadTask>& tasks,
-                      const std::vector<WaveImage>& images, bool verify,
-                      bool stage_in_place, int prefault_threads,
-                      std::vector<ReadBuffer>& buffers,
-                      std::atomic<int64_t>& bytes_read) {
-  FirstError error;
-  std::atomic<size_t> next{0};
-  // An extent that is one contiguous run of its only image, starting
-  // 4 KiB-aligned there, and not small (kMinDirectReadBytes) is read
-  // straight into it, unless the image is a host destination and
-  // `stage_in_place`: a buffer of huge pages takes reads faster than memory
-  // of the caller's (RestoreOptions::stage_host_reads). The others are
-  // read into a buffer, in runs of
-  // extents that follow each other in one file (each at the next 4 KiB
-  // boundary after the previous one): one read per run, up to 16 MiB.
-  const auto extent_of = [&](int t) -> const ManifestExtent& {
-    return tasks[t].array->extents[tasks[t].extent];
-  };
-  std::vector<std::optional<int64_t>> direct_at(tasks.size());
-  for (size_t t = 0; t < tasks.size(); ++t) {
-    const ReadTask& task = tasks[t];
-    const ManifestExtent& extent = extent_of(static_cast<int>(t));
-    if (task.images.size() != 1 || extent.length_bytes < kMinDirectReadBytes ||
-        !images[task.images[0]].box.Contains(extent.box)) {
-      continue;
-    }
-    const WaveImage& image = images[task.images[0]];
-    if (image.in_place && stage_in_place) continue;
-    const std::optional<int64_t> at = ContiguousByteOffset(
-        image.box, extent.box, ItemSize(task.array->dtype));
-    if (at &&
-        reinterpret_cast<uintptr_t>(image.host + *at) % kExtentAlignmentBytes ==
-            0) {
-      direct_at[t] = at;
+  // `plan`, `pool`, `crew` and `stage` must outlive the acquirer.
+  WaveAcquirer(const RestorePlan& plan, StagingPool& pool, ReaderCrew& crew,
+               int prefault_threads, Stage stage)
+      : plan_(plan),
+        pool_(pool),
+        crew_(crew),
+        prefault_threads_(prefault_threads),
+        stage_(std::move(stage)) {
+    if (plan_.waves.size() > 1) {
+      thread_ = std::thread(&WaveAcquirer::Run, this);
+    } else {
+      Run();
     }
   }
-  std::vector<int> order(tasks.size());
-  for (size_t t = 0; t < tasks.size(); ++t) order[t] = static_cast<int>(t);
-  std::sort(order.begin(), order.end(), [&](int a, int b) {
-    const ManifestExtent& x = extent_of(a);
-    const ManifestExtent& y = extent_of(b);
-    return std::tie(x.step, x.file, x.offset_bytes) <
-           std::tie(y.step, y.file, y.offset_bytes);
-  });
-  std::vector<std::pair<size_t, size_t>> runs;  // [begin, end) of `order`
-  for (size_t i = 0; i < order.size();) {
-    size_t j = i + 1;
-    const ManifestExtent& first = extent_of(order[i]);
-    while (!direct_at[order[i]] && j < order.size() && !direct_at[order[j]]) {
-      const ManifestExtent& prev = extent_of(order[j - 1]);
-      const ManifestExtent& next = extent_of(order[j]);
-      if (next.file != first.file || next.step != first.step ||
-          next.offset_bytes != AlignUp(prev.offset_bytes + prev.length_bytes,
-                                       kExtentAlignmentBytes) ||
-          next.offset_bytes + next.length_bytes - first.offset_bytes >
-              kMaxIoRunBytes) {
-        break;
-      }
-      ++j;
-    }
-    runs.emplace_back(i, j);
-    i = j;
+
+  // Stop()s.
+  ~WaveAcquirer() { Stop(); }
+  WaveAcquirer(const WaveAcquirer&) = delete;
+  WaveAcquirer& operator=(const WaveAcquirer&) = delete;
+
+  // Blocks until wave `w` has its leases and its reads are queued; the
+  // pool's error if taking them failed (then for every later wave too).
+  absl::StatusOr<StagedWave*> Next(size_t w) ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
+    next_ = w;
+    mu_.Await(Condition(this, &WaveAcquirer::NextReady));
+    if (w < waves_.size()) return waves_[w].get();
+    return status_;
   }
 
-  // The in-place bytes each run writes, faulted in ahead of the readers.
-  std::vector<PrefaultRange> fresh;
-  for (size_t r = 0; r < runs.size(); ++r) {
-    for (size_t i = runs[r].first; i < runs[r].second; ++i) {
-      const ReadTask& task = tasks[order[i]];
-      const Box& box = extent_of(order[i]).box;
-      for (int k : task.images) {
-        if (!images[k].in_place) continue;
-        const Box part = box.Intersect(images[k].box);
-        if (part.empty()) continue;
-        const auto [first, end] =
-            ByteSpan(images[k].box, part, ItemSize(task.array->dtype));
-        fresh.push_back({r, images[k].host + first, end - first});
+  // Takes no more waves, stops the crew (no read writes a lease or a
+  // destination after this), returns the leases of the waves not
+  // dispatched, and joins the thread. Every wave must be dispatched or
+  // abandoned by then. Idempotent.
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_) {
+    {
+      MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    crew_.Stop();
+    {
+      MutexLock lock(&mu_);
+      for (const std::unique_ptr<StagedWave>& wave : waves_) {
+        wave->prefaulter.reset();
+        wave->leases.clear();
       }
     }
+    // It may be waiting for room in the pool: the leases returned above,
+    // and those of the copies under way once they land, make it.
+    if (thread_.joinable()) thread_.join();
   }
-  const Prefaulter prefaulter(std::move(fresh), next, prefault_threads);
 
-  const auto reader = [&](ReadBuffer& buffer) {
-    absl::flat_hash_map<std::string, std::unique_ptr<ReadableFile>> files;
-    for (size_t r = next.fetch_add(1); r < runs.size() && error.Get().ok();
-         r = next.fetch_add(1)) {
-      const auto [begin, end] = runs[r];
-      const ReadTask& head = tasks[order[begin]];
-      const ManifestExtent& first = extent_of(order[begin]);
-      const ManifestExtent& last = extent_of(order[end - 1]);
-      const std::string where =
-          absl::StrFormat("array '%s': extent %d of %d", head.array->name,
-                          head.extent, head.array->extents.size());
-      const ExtentPlace place = PlaceOfExtent(step_dir, first);
-      std::unique_ptr<ReadableFile>& file = files[place.path];
-      if (file == nullptr) {
-        absl::StatusOr<std::unique_ptr<ReadableFile>> opened = open(place);
-        if (!opened.ok()) {
-          error.Record(absl::Status(
-              opened.status().code(),
-              absl::StrCat(where, ": ", opened.status().message())));
-          return;
-        }
-        file = *std::move(opened);
+ private:
+  void Run() ABSL_LOCKS_EXCLUDED(mu_) {
+    for (const RestoreWave& wave : plan_.waves) {
+      std::vector<int64_t> sizes;
+      for (int i : wave.images) {
+        if (!plan_.images[i].in_place) sizes.push_back(plan_.images[i].bytes);
       }
-      const std::optional<int64_t> direct = direct_at[order[begin]];
-      const int64_t span =
-          last.offset_bytes + last.length_bytes - first.offset_bytes;
-      if (!direct && span > kMaxIoRunBytes) {
-        // One extent larger than a run, scattered: read it in pieces so
-        // the buffer stays bounded whatever the extent's size.
-        const int64_t item = ItemSize(head.array->dtype);
-        absl::Status s = ReadExtentInPieces(
-            *file, first, item, kMaxIoRunBytes, buffer,
-            [&](const Box& piece, const uint8_t* bytes) {
-              for (int k : head.images) {
-                const Box& box = images[k].box;
-                CopyBox(bytes, piece, images[k].host, box, piece.Intersect(box),
-                        item);
-              }
-            },
-            verify);
-        if (!s.ok()) {
-          error.Record(
-              absl::Status(s.code(), absl::StrCat(where, ": ", s.message())));
-          return;
-        }
-        bytes_read.fetch_add(first.length_bytes);
-        continue;
-      }
-      uint8_t* data =
-          direct ? images[head.images[0]].host + *direct : buffer.Get(span);
-      if (absl::Status s =
-              file->ReadAt(first.offset_bytes, absl::MakeSpan(data, span));
-          !s.ok()) {
-        error.Record(
-            absl::Status(s.code(), absl::StrCat(where, ": ", s.message())));
+      absl::StatusOr<std::vector<Lease>> leases = pool_.AcquireAll(sizes);
+      if (!leases.ok()) {
+        MutexLock lock(&mu_);
+        status_ = leases.status();
+        done_ = true;
         return;
       }
-      for (size_t i = begin; i < end; ++i) {
-        const ReadTask& task = tasks[order[i]];
-        const ManifestExtent& extent = extent_of(order[i]);
-        const uint8_t* bytes =
-            data + (extent.offset_bytes - first.offset_bytes);
-        if (verify && !ExtentMatches(extent.hash, bytes, extent.length_bytes)) {
-          error.Record(absl::DataLossError(absl::StrFormat(
-              "array '%s': extent %d of %d: xxh3 mismatch in %s @ %d",
-              task.array->name, task.extent, task.array->extents.size(),
-              PlaceOfExtent(step_dir, extent).relative, extent.offset_bytes)));
-          return;
-        }
-        bytes_read.fetch_add(extent.length_bytes);
-        if (direct) continue;
-        for (int s : task.images) {
-          const Box& box = images[s].box;
-          CopyBox(bytes, extent.box, images[s].host, box,
-                  extent.box.Intersect(box), ItemSize(task.array->dtype));
-        }
-      }
+      std::unique_ptr<StagedWave> staged = stage_(wave, *std::move(leases));
+      MutexLock lock(&mu_);
+      if (stopping_) return;  // its leases return as it goes
+      staged->crew_wave = crew_.Add(*staged->reads);
+      staged->prefaulter = std::make_unique<Prefaulter>(
+          staged->reads->FreshRanges(), crew_.taken(staged->crew_wave),
+          prefault_threads_);
+      waves_.push_back(std::move(staged));
     }
-  };
-  const size_t threads = std::min(buffers.size(), runs.size());
-  std::vector<std::thread> pool;
-  for (size_t i = 1; i < threads; ++i) {
-    pool.emplace_back(reader, std::ref(buffers[i]));
+    MutexLock lock(&mu_);
+    done_ = true;
   }
-  if (threads > 0) reader(buffers[0]);
-  for (std::thread& t : pool) t.join();
-  return error.Get();
-}
+
+  bool NextReady() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return next_ < waves_.size() || done_;
+  }
+
+  const RestorePlan& plan_;
+  StagingPool& pool_;
+  ReaderCrew& crew_;
+  const int prefault_threads_;
+  const Stage stage_;
+  mutable Mutex mu_;
+  std::vector<std::unique_ptr<StagedWave>> waves_ ABSL_GUARDED_BY(mu_);
+  size_t next_ ABSL_GUARDED_BY(mu_) = 0;  // the wave Next waits for
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);  // of the pool, if it failed
+  std::thread thread_;
+};
 
 // A part (manifest.h) holds only what one process held: kFailedPrecondition
 // when `box` reaches outside its extents (they are disjoint, so the sizes
@@ -386,21 +323,11 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
     }
   }
 
-  // 2. Each wave: its leases, its reads, then one copy per device.
-  std::atomic<int64_t> bytes_read{0};
-  std::vector<Future<>> copies;
-  absl::Status status;
-  for (const RestoreWave& wave : plan.waves) {
-    std::vector<int64_t> sizes;
-    for (int i : wave.images) {
-      if (!plan.images[i].in_place) sizes.push_back(plan.images[i].bytes);
-    }
-    absl::StatusOr<std::vector<Lease>> leases = pool.AcquireAll(sizes);
-    if (!leases.ok()) {
-      status = leases.status();
-      break;
-    }
-    ++stats.waves;
+  // 2. The waves: their leases and reads, taken ahead (WaveAcquirer); then,
+  // as each one's reads are over, one copy per device.
+  const ReadContext context{&open, &step_dir, options.verify_xxh3};
+  ReaderCrew crew(context, buffers);
+  const auto stage = [&](const RestoreWave& wave, std::vector<Lease> leases) {
     // images[k] is where image wave.images[k] is assembled.
     std::vector<WaveImage> images;
     absl::flat_hash_map<int, int> image_at;
@@ -410,7 +337,7 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
       uint8_t* host = image.in_place
                           ? static_cast<uint8_t*>(
                                 dest_of[image.destinations[0].first]->data)
-                          : (*leases)[next_lease++].data();
+                          : leases[next_lease++].data();
       image_at[i] = static_cast<int>(images.size());
       images.push_back({image.box, host, image.in_place});
     }
@@ -421,20 +348,37 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
       for (int i : read.images) task.images.push_back(image_at.at(i));
       tasks.push_back(std::move(task));
     }
-    status =
-        ReadWave(open, step_dir, tasks, images, options.verify_xxh3,
-                 options.stage_host_reads,
-                 options.prefault ? PrefaultThreads() : 0, buffers, bytes_read);
+    auto staged = std::make_unique<StagedWave>();
+    staged->leases = std::move(leases);
+    staged->reads = std::make_unique<WaveReads>(
+        std::move(tasks), std::move(images), options.stage_host_reads);
+    return staged;
+  };
+  WaveAcquirer acquirer(plan, pool, crew,
+                        options.prefault ? PrefaultThreads() : 0, stage);
+  std::vector<Future<>> copies;
+  absl::Status status;
+  for (size_t w = 0; w < plan.waves.size(); ++w) {
+    absl::StatusOr<StagedWave*> next = acquirer.Next(w);
+    if (!next.ok()) {
+      status = next.status();
+      break;
+    }
+    StagedWave& staged = **next;
+    status = crew.Wait(staged.crew_wave);
     if (!status.ok()) break;
-    stats.extents_read += static_cast<int64_t>(tasks.size());
+    staged.prefaulter.reset();
+    ++stats.waves;
+    stats.extents_read += static_cast<int64_t>(staged.reads->tasks());
     // One CopyFromHost per device, and one call of the receiver, carry the
     // wave's images; the wave's leases return once the copies landed.
+    const RestoreWave& wave = plan.waves[w];
     absl::flat_hash_map<Device*, std::vector<CopyOp>> ops;
     std::vector<StagedPart> received;
-    for (int i : wave.images) {
-      const RestoreImage& image = plan.images[i];
+    for (size_t k = 0; k < wave.images.size(); ++k) {
+      const RestoreImage& image = plan.images[wave.images[k]];
       if (image.in_place) continue;
-      const uint8_t* from = images[image_at.at(i)].host;
+      const uint8_t* from = staged.reads->images()[k].host;
       for (const auto& [d, offset] : image.destinations) {
         const RestoreDestination& dest = *dest_of[d];
         if (dest.device == nullptr) {
@@ -448,7 +392,7 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
     }
     if (!received.empty()) {
       status = receiver(received);
-      if (!status.ok()) break;  // the wave's leases return as they go
+      if (!status.ok()) break;  // the wave's leases return in Stop
     }
     std::vector<Future<>> wave_copies;
     for (auto& [device, device_ops] : ops) {
@@ -461,18 +405,20 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
     Promise<> released;
     copies.push_back(released.future());
     WhenAll(wave_copies)
-        .OnReady([leases = std::move(*leases), released = std::move(released)](
-                     const absl::Status& status) mutable {
+        .OnReady([leases = std::move(staged.leases),
+                  released =
+                      std::move(released)](const absl::Status& status) mutable {
           leases.clear();
           released.Set(status);
         });
   }
+  acquirer.Stop();
   // 3. Every copy must be over before the destinations or leases are touched
   // again, also after an error.
   absl::Status copied = WhenAll(copies).Wait();
   RETURN_IF_ERROR(status);
   RETURN_IF_ERROR(copied);
-  stats.bytes_read = bytes_read.load();
+  stats.bytes_read = crew.bytes_read();
   stats.elapsed = absl::Now() - start;
   return stats;
 }

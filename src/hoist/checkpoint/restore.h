@@ -30,9 +30,11 @@ namespace hoist {
 
 // Fills every destination of every target from the step at `step_dir`,
 // executing PlanRestore's plan (restore_plan.h). Reads only the extents the
-// destinations intersect, with up to options.reader_threads threads per
-// wave (the calling thread and threads started for the wave, joined before
-// the wave's copies are dispatched).
+// destinations intersect, with up to options.reader_threads threads started
+// for the restore and shared by its waves (wave_reader.h), and a thread
+// taking the leases of the waves ahead when there are several; all are
+// joined before it returns. The calling thread dispatches each wave's copies
+// and calls `receiver`.
 // `pool` stages device boxes; it must outlive the call.
 // Errors: kNotFound for an array the step lacks; kFailedPrecondition when a
 // target's dtype or shape differs from the checkpoint's (both in the

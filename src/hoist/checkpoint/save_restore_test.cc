@@ -351,6 +351,20 @@ TEST_F(CheckpointTest, ReceiverGetsEveryPartOfItsBoxesOncePerWave) {
                         })
           .status();
   EXPECT_THAT(failed.message(), HasSubstr("device out of memory"));
+  // Failing at a later wave, while the waves after it are taken ahead and
+  // being read, leaves nothing leased either.
+  int waves_received = 0;
+  const absl::Status failed_later =
+      RestoreCheckpoint(*posix_, root_ + "/step_00000001", {target}, *pool_, {},
+                        [&](absl::Span<const StagedPart>) {
+                          return ++waves_received < 3
+                                     ? absl::OkStatus()
+                                     : absl::InternalError("device lost");
+                        })
+          .status();
+  EXPECT_THAT(failed_later.message(), HasSubstr("device lost"));
+  EXPECT_EQ(waves_received, 3);
+  EXPECT_EQ(pool_->stats().in_use_bytes, 0);
 }
 
 // A 32 MiB extent restored as column blocks is read in pieces of at most
@@ -603,14 +617,16 @@ class CorruptionTest : public CheckpointTest {
     ASSERT_TRUE(Save(*posix_, model_, 1).ok());
     manifest_ = *ReadManifestFile(*posix_, Step());
   }
-  absl::Status RestoreAll(const RestoreOptions& options = {}) {
+  absl::StatusOr<RestoreStats> Restore(const RestoreOptions& options = {}) {
     std::vector<RestoreTarget> targets;
     for (const ArraySpec& spec : model_) {
       buffers_.push_back(*AllocateShards(spec, backend_->devices()));
       targets.push_back(buffers_.back().target);
     }
-    return RestoreCheckpoint(*posix_, Step(), targets, *pool_, options)
-        .status();
+    return RestoreCheckpoint(*posix_, Step(), targets, *pool_, options);
+  }
+  absl::Status RestoreAll(const RestoreOptions& options = {}) {
+    return Restore(options).status();
   }
   void WriteManifestText(const std::string& text) {
     std::ofstream(Step() + "/MANIFEST.json", std::ios::trunc) << text;
@@ -647,6 +663,34 @@ TEST_F(CorruptionTest, FlippedByteIsDataLossNamingFileAndOffset) {
   VerifyReport report = VerifyCheckpoint(*posix_, Step());
   ASSERT_EQ(report.problems.size(), 1u);
   EXPECT_THAT(report.problems[0], HasSubstr("xxh3 mismatch"));
+}
+
+// A restore in waves, taken ahead of the restoring thread: a bad extent of
+// the last array fails it, and every lease returns.
+TEST_F(CorruptionTest, FlippedByteInALaterWaveIsDataLossAndReturnsEveryLease) {
+  const ManifestArray& last = manifest_.arrays.back();
+  const ManifestExtent& extent = last.extents.back();
+  std::fstream file(Step() + "/" + extent.file,
+                    std::ios::in | std::ios::out | std::ios::binary);
+  file.seekg(extent.offset_bytes);
+  char byte;
+  file.read(&byte, 1);
+  byte ^= 0x01;
+  file.seekp(extent.offset_bytes);
+  file.write(&byte, 1);
+  file.close();
+  pool_ = *StagingPool::Create(*backend_, 64 * 1024);
+  RestoreOptions unchecked;
+  unchecked.verify_xxh3 = false;
+  const absl::StatusOr<RestoreStats> stats = Restore(unchecked);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_GT(stats->waves, 2);
+  const absl::Status status = RestoreAll();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(status.message(),
+              HasSubstr(absl::StrFormat("array '%s'", last.name)));
+  EXPECT_THAT(status.message(), HasSubstr("xxh3 mismatch"));
+  EXPECT_EQ(pool_->stats().in_use_bytes, 0);
 }
 
 TEST_F(CorruptionTest, TruncatedDataFileIsDataLossAndVerifyReportsEveryExtent) {
