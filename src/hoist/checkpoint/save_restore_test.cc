@@ -120,6 +120,20 @@ class CheckpointTest : public ::testing::Test {
     }
   }
 
+  // Saves `model` (BigBoxes(): eight 256 x 256 boxes of "big") as step 1,
+  // makes the pool 64 KiB, and returns a target whose boxes, tagged 100 +
+  // their index, go to a receiver.
+  RestoreTarget SaveForAReceiver(const std::vector<ArraySpec>& model) {
+    EXPECT_TRUE(Save(*posix_, model, 1).ok());
+    pool_ = *StagingPool::Create(*backend_, 64 * 1024);
+    RestoreTarget target{"big", DType::kFloat32, {8 * 256, 256}, {}};
+    for (int64_t d = 0; d < 8; ++d) {
+      target.destinations.push_back({Box({d * 256, 0}, {256, 256}), nullptr,
+                                     nullptr, static_cast<uint64_t>(100 + d)});
+    }
+    return target;
+  }
+
   // Restores every array of `model` from `step` whole into `host`
   // (WholeArraysInHost's) through `pool`, its files recording their reads,
   // and checks every byte. Returns the reads.
@@ -308,13 +322,7 @@ TEST_F(CheckpointTest, BoxLargerThanThePoolIsRestoredInParts) {
 // they are the box's bytes.
 TEST_F(CheckpointTest, ReceiverGetsEveryPartOfItsBoxesOncePerWave) {
   const std::vector<ArraySpec> model = BigBoxes();
-  ASSERT_TRUE(Save(*posix_, model, 1).ok());
-  pool_ = *StagingPool::Create(*backend_, 64 * 1024);
-  RestoreTarget target{"big", DType::kFloat32, {8 * 256, 256}, {}};
-  for (int64_t d = 0; d < 8; ++d) {
-    target.destinations.push_back({Box({d * 256, 0}, {256, 256}), nullptr,
-                                   nullptr, static_cast<uint64_t>(100 + d)});
-  }
+  const RestoreTarget target = SaveForAReceiver(model);
   std::vector<std::vector<uint8_t>> got(8, std::vector<uint8_t>(256 * 1024));
   std::vector<int64_t> filled(8, 0);
   int calls = 0;
@@ -373,14 +381,7 @@ TEST_F(CheckpointTest, ReceiverGetsEveryPartOfItsBoxesOncePerWave) {
 // restoring thread still hands the last wave over: during the receiver's
 // first call, the pool holds more than that wave's images.
 TEST_F(CheckpointTest, NextWaveIsTakenWhileTheLastIsHandedOver) {
-  const std::vector<ArraySpec> model = BigBoxes();
-  ASSERT_TRUE(Save(*posix_, model, 1).ok());
-  pool_ = *StagingPool::Create(*backend_, 64 * 1024);
-  RestoreTarget target{"big", DType::kFloat32, {8 * 256, 256}, {}};
-  for (int64_t d = 0; d < 8; ++d) {
-    target.destinations.push_back({Box({d * 256, 0}, {256, 256}), nullptr,
-                                   nullptr, static_cast<uint64_t>(d)});
-  }
+  const RestoreTarget target = SaveForAReceiver(BigBoxes());
   int calls = 0;
   int64_t first_wave_bytes = 0;
   int64_t in_use_during_first = 0;
