@@ -95,7 +95,9 @@ std::string ShapeToString(absl::Span<const int64_t> shape);
 // the part of a saved extent that a target box needs. Elements are
 // `item_bytes` each. Preconditions: equal ranks, and both boxes contain
 // `region`. Trailing dimensions that both boxes span whole are copied as
-// one run.
+// one run; runs of 4 KiB or more with non-temporal stores (StreamCopy,
+// hoist/base/stream_copy.h: the restored bytes are the job's to read later,
+// not this copy's to keep in the cache).
 void CopyBox(const uint8_t* src, const Box& src_box, uint8_t* dst,
              const Box& dst_box, const Box& region, int64_t item_bytes);
 

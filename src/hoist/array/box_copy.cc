@@ -1,7 +1,7 @@
 #include <cassert>
-#include <cstring>
 #include <vector>
 
+#include "hoist/base/stream_copy.h"
 #include "hoist/box.h"
 
 namespace hoist {
@@ -36,8 +36,7 @@ void CopyBox(const uint8_t* src, const Box& src_box, uint8_t* dst,
       src_at += (i - src_box.origin()[d]) * src_strides[d];
       dst_at += (i - dst_box.origin()[d]) * dst_strides[d];
     }
-    std::memcpy(dst + dst_at * item_bytes, src + src_at * item_bytes,
-                run_bytes);
+    StreamCopy(dst + dst_at * item_bytes, src + src_at * item_bytes, run_bytes);
     int d = first_run - 1;
     for (; d >= 0; --d) {
       if (++index[d] < region.limit(d)) break;

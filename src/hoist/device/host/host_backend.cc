@@ -20,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "hoist/base/checked_math.h"
+#include "hoist/base/stream_copy.h"
 #include "hoist/base/thread_priority.h"
 #include "hoist/device/copy_op.h"
 #include "hoist/huge_pages.h"
@@ -226,15 +227,15 @@ class HostDevice final : public Device {
     if (op.rows == 1) {
       const int64_t begin = piece * chunk_bytes_;
       const int64_t len = std::min(chunk_bytes_, op.width_bytes - begin);
-      std::memcpy(dst + begin, src + begin, len);
+      StreamCopy(dst + begin, src + begin, len);
       return;
     }
     const int64_t per = RowsPerPiece(op);
     const int64_t first = piece * per;
     const int64_t last = std::min(op.rows, first + per);
     for (int64_t r = first; r < last; ++r) {
-      std::memcpy(dst + r * op.dst_pitch, src + r * op.src_pitch,
-                  op.width_bytes);
+      StreamCopy(dst + r * op.dst_pitch, src + r * op.src_pitch,
+                 op.width_bytes);
     }
   }
 
