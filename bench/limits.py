@@ -2,7 +2,8 @@
 """hoist against this machine's limits: the four ratios, with their spread.
 
     .venv/bin/python bench/limits.py [--rounds 5] [--size 2GiB]
-                                     [--blocked-size 1GiB] [--json]
+                                     [--blocked-size 1GiB] [--pairs 12]
+                                     [--json]
 
 Each figure comes from --rounds rounds, every round measuring the limit and
 then hoist right after it (limit, hoist, limit, hoist ...), so each ratio
@@ -17,9 +18,10 @@ the rounds' ratios, their range, and the goal and floor of issue 41.
      single-thread memcpy of the same bytes (transfer_bench), each round
      (its time with non-temporal stores, as hoist copies, is recorded as
      stream_copy_bound_s);
-  4. training overhead: bench/train_loop.py's loop with no checkpoints and
-     with hoist (default options), alternated, each in a process of its
-     own; the overhead is the round's total time over its baseline's.
+  4. training overhead: bench/train_loop.py --pairs, hoist at its default
+     options: in one process per round, --pairs pairs of windows of 5 steps,
+     one with a save and one without, alternated; a round's overhead is the
+     median of its pairs' ratios - 1 (their quartiles are kept beside it).
 """
 import argparse
 import json
@@ -43,8 +45,8 @@ FIGURES = [
      False),
     ("blocked_torch", "time blocked, torch tensors / memcpy bound", 1.1, 1.2,
      False),
-    ("train_overhead", "training loop slowed by saves (fraction)", 0.05, None,
-     False),
+    ("train_overhead", "training: 5 steps with a save / without, - 1",
+     0.05, None, False),
 ]
 
 
@@ -95,18 +97,17 @@ def blocked_round(args, nbytes):
 
 
 def train_round(args):
-    """One round: the loop without checkpoints, then with hoist."""
-    totals = {}
-    for variant in ("none", "hoist_low"):
-        result = peers.child_result(
-            [sys.executable, os.path.join(os.path.dirname(__file__),
-                                          "train_loop.py"), "--child",
-             "--variant", variant, "--steps", str(args.steps), "--every", "5",
-             "--dir", args.dir])
-        if "error" in result:
-            raise RuntimeError(f"train_loop {variant}: {result['error']}")
-        totals[variant] = result["total_s"]
-    return totals["hoist_low"] / totals["none"] - 1
+    """One round: bench/train_loop.py --pairs in a process of its own, hoist
+    at its defaults: the median over pairs of windows (with a save, without)
+    of their ratio - 1, and its quartiles."""
+    result = peers.child_result(
+        [sys.executable, os.path.join(os.path.dirname(__file__),
+                                      "train_loop.py"), "--child",
+         "--variant", "hoist_low", "--every", "5", "--pairs",
+         str(args.pairs), "--dir", args.dir])
+    if "error" in result:
+        raise RuntimeError(f"train_loop: {result['error']}")
+    return result
 
 
 def summarize(samples):
@@ -125,8 +126,9 @@ def main():
                         help="model size for save and restore (default 2GiB)")
     parser.add_argument("--blocked-size", default="1GiB",
                         help="model size for time blocked (default 1GiB)")
-    parser.add_argument("--steps", type=int, default=40,
-                        help="training steps per loop, a save every 5th")
+    parser.add_argument("--pairs", type=int, default=12,
+                        help="training loop: pairs of windows per round "
+                        "(default 12)")
     parser.add_argument("--dir", default=None,
                         help="directory on the disk to measure (default: a "
                         "new one under the current directory, removed after)")
@@ -150,6 +152,7 @@ def main():
         samples.update(blocked_jax=[], blocked_torch=[], train_overhead=[])
         report["memcpy_bound_s"] = []
         report["stream_copy_bound_s"] = []
+        report["train_overhead_quartiles"] = []
         for r in range(args.rounds):
             log(f"== round {r + 1} of {args.rounds}: blocked, training")
             blocked = blocked_round(args, nbytes)
@@ -158,7 +161,10 @@ def main():
                 blocked["stream_copy_bound_s"])
             samples["blocked_jax"].append(blocked["blocked_jax"])
             samples["blocked_torch"].append(blocked["blocked_torch"])
-            samples["train_overhead"].append(train_round(args))
+            train = train_round(args)
+            samples["train_overhead"].append(train["overhead_median"])
+            report["train_overhead_quartiles"].append(
+                [train["overhead_q1"], train["overhead_q3"]])
     finally:
         if own:
             shutil.rmtree(args.dir, ignore_errors=True)

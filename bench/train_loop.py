@@ -2,6 +2,7 @@
 """How much a checkpointing system slows the training loop around it.
 
     .venv/bin/python bench/train_loop.py [--steps 40] [--every 5] [--json]
+                                         [--variants V,...] [--pairs N]
 
 A real CPU training loop (PyTorch: 8 linear layers of 2048 x 2048 + AdamW,
 about 400 MB of state) runs --steps steps, saving its model and optimizer
@@ -10,6 +11,17 @@ every --every steps, each variant in a process of its own: no checkpoints
 normal), PyTorch DCP async_save, and torch.save. Reported: total time and
 median step time, each as overhead over the baseline, and for hoist the
 CPU seconds its process spent per GB saved beyond the baseline's.
+
+--pairs N measures each checkpointing variant in one process instead, in N
+pairs of windows of --every steps, one window with a save at its first step
+(drained at the window's end: what a save costs is inside its window) and
+one without, in alternating order. Each pair is two neighbours in time, so
+the pair's ratio does not move with this machine's CPU, which slows down for
+seconds at a time (a step's time going from ~120 to ~200 ms, with
+checkpoints or without; bench/results/save-bench-2026-12-04.txt, section
+7); processes of the other mode differ by as much as the overhead itself.
+Reported: the median over pairs of (window with a save / window without) - 1,
+and its quartiles.
 """
 import argparse
 import json
@@ -71,13 +83,18 @@ def child(args):
         model(x).pow(2).mean().backward()
         optimizer.step()
 
+    def drain():
+        for h in handles:
+            (h.wait if hasattr(h, "wait") else h.result)()
+        handles.clear()
+
     for _ in range(3):  # warm-up, and the optimizer's state exists
         train_step()
     if args.variant != "none":
         save(0)  # warm-up save (imports, planning, thread pools)
-        for h in handles:
-            (h.wait if hasattr(h, "wait") else h.result)()
-        handles.clear()
+        drain()
+    if args.pairs:
+        return paired_windows(args, train_step, save, drain, saver)
     cpu0 = resource.getrusage(resource.RUSAGE_SELF)
     steps = []
     start = time.perf_counter()
@@ -101,11 +118,72 @@ def child(args):
         "cpu_s": cpu, "saved_gb": saves * state_bytes / 1e9}), flush=True)
 
 
+def paired_windows(args, train_step, save, drain, saver):
+    """--pairs: each pair's windows, with a save and without, timed."""
+    saves = 0
+
+    def window(with_save):
+        nonlocal saves
+        start = time.perf_counter()
+        for i in range(args.every):
+            train_step()
+            if with_save and i == 0:
+                saves += 1
+                save(saves)
+        drain()
+        return time.perf_counter() - start
+
+    window(True)  # one more of each first: steady state
+    window(False)
+    ratios, with_s, without_s = [], [], []
+    for pair in range(args.pairs):
+        if pair % 2 == 0:
+            a, b = window(True), window(False)
+        else:
+            b, a = window(False), window(True)
+        ratios.append(a / b - 1)
+        with_s.append(a)
+        without_s.append(b)
+    if saver is not None:
+        saver.close()
+    quartiles = (statistics.quantiles(ratios, n=4) if len(ratios) > 1
+                 else ratios * 3)
+    print("RESULT " + json.dumps({
+        "overhead_median": statistics.median(ratios),
+        "overhead_q1": quartiles[0], "overhead_q3": quartiles[2],
+        "overhead_pairs": ratios,
+        "window_s_with_save": statistics.median(with_s),
+        "window_s_without": statistics.median(without_s)}), flush=True)
+
+
+def report_pairs(rows, as_json):
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    for name, r in rows.items():
+        if "error" in r:
+            print(f"{name:<13} FAILED: {r['error']}")
+            continue
+        print(f"{name:<13} a window of steps with a save vs without: "
+              f"{100 * r['overhead_median']:+.1f}% (median of "
+              f"{len(r['overhead_pairs'])} pairs; quartiles "
+              f"{100 * r['overhead_q1']:+.1f}% ... "
+              f"{100 * r['overhead_q3']:+.1f}%), windows "
+              f"{r['window_s_with_save']:.3f} s and "
+              f"{r['window_s_without']:.3f} s")
+
+
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 2)[2])
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--every", type=int, default=5)
     parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--pairs", type=int, default=0,
+                        help="measure in one process, in this many pairs of "
+                        "windows with and without a save (see above)")
     parser.add_argument("--dir", default=None)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -113,19 +191,27 @@ def main():
     args = parser.parse_args()
     if args.child:
         return child(args)
+    variants = args.variants.split(",")
+    if args.pairs:
+        if args.pairs < 1:
+            parser.error("--pairs must be at least 1")
+        variants = [v for v in variants if v != "none"]
     own = args.dir is None
     args.dir = os.path.abspath(args.dir or tempfile.mkdtemp(
         prefix="hoist-train-loop.", dir="."))
     rows = {}
     try:
-        for variant in args.variants.split(","):
+        for variant in variants:
             rows[variant] = peers.child_result(
                 [sys.executable, os.path.abspath(__file__), "--child",
                  "--variant", variant, "--steps", str(args.steps), "--every",
-                 str(args.every), "--dir", args.dir])
+                 str(args.every), "--pairs", str(args.pairs), "--dir",
+                 args.dir])
     finally:
         if own:
             shutil.rmtree(args.dir, ignore_errors=True)
+    if args.pairs:
+        return report_pairs(rows, args.json)
     base = rows.get("none", {})
     for name, r in rows.items():
         if "error" in r or "total_s" not in base:
