@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "hoist/save_plan.h"
+
 namespace hoist {
 
 // The most bytes one vectored write or read run covers, and the largest
@@ -15,8 +17,9 @@ inline constexpr int64_t kMaxIoRunBytes = int64_t{16} << 20;
 // destination's bytes start 4 KiB-aligned (as O_DIRECT needs) and the
 // extent is at least this long; smaller extents are read together, in runs
 // of neighbours in one file, and copied out: one read for thousands of
-// small arrays instead of one each.
-inline constexpr int64_t kMinDirectReadBytes = int64_t{256} << 10;
+// small arrays instead of one each. A save lays the small ones out together
+// (kSmallSliceBytes) so that they are neighbours.
+inline constexpr int64_t kMinDirectReadBytes = kSmallSliceBytes;
 
 }  // namespace hoist
 

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "hoist/base/checked_math.h"
 #include "hoist/base/status_macros.h"
@@ -609,6 +610,41 @@ TEST_F(CheckpointTest, HostReadsGoThroughTheReadersBuffersUnlessAskedNot) {
       EXPECT_EQ(into_destinations, 2);  // "big"'s, one per "data" shard
     }
   }
+}
+
+// A model's small arrays lie between its large ones; the save lays them out
+// together, so a restore reads them in one request per data file, and
+// each large extent straight into place (it read each small one on its
+// own before).
+TEST_F(CheckpointTest, SmallArraysBetweenLargeOnesAreReadInOneRequestAFile) {
+  const Mesh mesh = MeshOf(2, 4);
+  std::vector<ArraySpec> model;
+  for (int layer = 0; layer < 4; ++layer) {
+    model.push_back({absl::StrCat("w", layer),
+                     DType::kFloat32,
+                     {1024, 256},
+                     NamedSharding{mesh, {{"data"}}}});  // 512 KiB extents
+    model.push_back({absl::StrCat("b", layer),
+                     DType::kFloat32,
+                     {256},
+                     NamedSharding{mesh, {}}});
+  }
+  ASSERT_TRUE(Save(*posix_, model, 3).ok());
+  HostArrays host = WholeArraysInHost(model);
+  RestoreOptions options;
+  options.stage_host_reads = false;  // the large ones straight into place
+  const std::vector<testing::RecordedRead> reads =
+      RestoreWholeRecordingReads(model, 3, host, *pool_, options);
+  int small_runs = 0, large = 0;
+  for (const testing::RecordedRead& read : reads) {
+    if (read.bytes < kSmallSliceBytes) {
+      ++small_runs;
+    } else {
+      ++large;
+    }
+  }
+  EXPECT_EQ(large, 8);
+  EXPECT_LE(small_runs, 2);  // the Save above writes 2 data files
 }
 
 // Where a quarter of the pool holds them, the readers' buffers are its

@@ -448,16 +448,24 @@ absl::StatusOr<SavePlan> MakeSavePlan(absl::Span<const ArraySpec> arrays,
     slice.copy = CopyFor(*a.shard_box, a.box, a.item_bytes);
     slice.box = std::move(a.box);
     slice.shard_box = *a.shard_box;
-    // The least-filled stream of the process (lowest index on ties).
-    int best = slice.process * streams;
-    for (int f = best + 1; f < (slice.process + 1) * streams; ++f) {
-      if (plan.files[f].size_bytes < plan.files[best].size_bytes) best = f;
-    }
-    PlannedFile& file = plan.files[best];
-    slice.file = best;
-    slice.offset_bytes = AlignUp(file.size_bytes, options.alignment_bytes);
-    file.size_bytes = slice.offset_bytes + slice.length_bytes;
     plan.slices.push_back(std::move(slice));
+  }
+  // Small slices first in each file, in order, then the others: a restore
+  // reads neighbouring small extents in one request, and each large one
+  // straight into place (see kSmallSliceBytes).
+  for (const bool small : {true, false}) {
+    for (PlannedSlice& slice : plan.slices) {
+      if ((slice.length_bytes < kSmallSliceBytes) != small) continue;
+      // The least-filled stream of the process (lowest index on ties).
+      int best = slice.process * streams;
+      for (int f = best + 1; f < (slice.process + 1) * streams; ++f) {
+        if (plan.files[f].size_bytes < plan.files[best].size_bytes) best = f;
+      }
+      PlannedFile& file = plan.files[best];
+      slice.file = best;
+      slice.offset_bytes = AlignUp(file.size_bytes, options.alignment_bytes);
+      file.size_bytes = slice.offset_bytes + slice.length_bytes;
+    }
   }
   return plan;
 }

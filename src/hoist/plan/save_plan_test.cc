@@ -9,6 +9,7 @@
 
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
+#include "hoist/base/checked_math.h"
 #include "testing/coverage.h"
 
 namespace hoist {
@@ -257,6 +258,43 @@ TEST(SavePlanTest, MinSliceBytesLimitsSliceCount) {
                    Options(ReplicaRule::kOrbax, 4096));
   ASSERT_TRUE(orbax.ok());
   EXPECT_EQ(orbax->slices.size(), 1u);
+}
+
+// A model's small arrays (biases, norms) between its large ones: every
+// file holds its small slices first, one after another in slice order, then
+// its large ones, each at the next aligned offset.
+TEST(SavePlanTest, SmallSlicesComeFirstInEachFileInOrder) {
+  std::vector<ArraySpec> model;
+  for (int layer = 0; layer < 6; ++layer) {
+    model.push_back(Named(absl::StrCat("w", layer), {512, 512}, {{"data"}}));
+    model.push_back(Named(absl::StrCat("b", layer), {512}, {}));
+    model.push_back(Named(absl::StrCat("norm", layer), {64, 512}, {}));
+  }
+  SavePlanOptions options;
+  options.writer_streams = 2;
+  absl::StatusOr<SavePlan> plan =
+      MakeSavePlan(model, Topology::Uniform(1, 8), options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  for (int f = 0; f < static_cast<int>(plan->files.size()); ++f) {
+    SCOPED_TRACE(f);
+    int64_t end = 0;
+    int small = 0, large = 0;
+    for (const PlannedSlice& slice : plan->slices) {  // slice order
+      if (slice.file != f || slice.length_bytes >= kSmallSliceBytes) continue;
+      EXPECT_EQ(slice.offset_bytes, AlignUp(end, 4096)) << slice.array;
+      end = slice.offset_bytes + slice.length_bytes;
+      ++small;
+    }
+    for (const PlannedSlice& slice : plan->slices) {
+      if (slice.file != f || slice.length_bytes < kSmallSliceBytes) continue;
+      EXPECT_EQ(slice.offset_bytes, AlignUp(end, 4096)) << slice.array;
+      end = slice.offset_bytes + slice.length_bytes;
+      ++large;
+    }
+    EXPECT_GT(small, 1);
+    EXPECT_GT(large, 1);
+    EXPECT_EQ(plan->files[f].size_bytes, end);
+  }
 }
 
 TEST(SavePlanTest, MaxReplicasCapsSlices) {
