@@ -156,21 +156,36 @@ def paired_windows(args, train_step, save, drain, saver):
         "window_s_without": statistics.median(without_s)}), flush=True)
 
 
-def report_pairs(rows, as_json):
+def report(rows, as_json, line):
+    """Prints `rows` as JSON, or a line each: line(name, row) for those
+    that ran."""
     if as_json:
         print(json.dumps(rows, indent=2))
         return
     for name, r in rows.items():
         if "error" in r:
             print(f"{name:<13} FAILED: {r['error']}")
-            continue
-        print(f"{name:<13} a window of steps with a save vs without: "
-              f"{100 * r['overhead_median']:+.1f}% (median of "
-              f"{len(r['overhead_pairs'])} pairs; quartiles "
-              f"{100 * r['overhead_q1']:+.1f}% ... "
-              f"{100 * r['overhead_q3']:+.1f}%), windows "
-              f"{r['window_s_with_save']:.3f} s and "
-              f"{r['window_s_without']:.3f} s")
+        else:
+            print(f"{name:<13} {line(r)}")
+
+
+def pairs_line(r):
+    return (f"a window of steps with a save vs without: "
+            f"{100 * r['overhead_median']:+.1f}% (median of "
+            f"{len(r['overhead_pairs'])} pairs; quartiles "
+            f"{100 * r['overhead_q1']:+.1f}% ... "
+            f"{100 * r['overhead_q3']:+.1f}%), windows "
+            f"{r['window_s_with_save']:.3f} s and "
+            f"{r['window_s_without']:.3f} s")
+
+
+def totals_line(r):
+    extra = (f", {r['cpu_s_per_gb']:.2f} CPU-s per GB saved"
+             if "cpu_s_per_gb" in r else "")
+    return (f"total {r['total_s']:.2f} s "
+            f"({100 * r.get('overhead_total', 0):+.1f}%), median step "
+            f"{r['median_step_s'] * 1e3:.0f} ms "
+            f"({100 * r.get('overhead_median_step', 0):+.1f}%){extra}")
 
 
 def main():
@@ -211,7 +226,7 @@ def main():
         if own:
             shutil.rmtree(args.dir, ignore_errors=True)
     if args.pairs:
-        return report_pairs(rows, args.json)
+        return report(rows, args.json, pairs_line)
     base = rows.get("none", {})
     for name, r in rows.items():
         if "error" in r or "total_s" not in base:
@@ -221,19 +236,7 @@ def main():
                                      base["median_step_s"] - 1)
         if r["saved_gb"]:
             r["cpu_s_per_gb"] = (r["cpu_s"] - base["cpu_s"]) / r["saved_gb"]
-    if args.json:
-        print(json.dumps(rows, indent=2))
-        return
-    for name, r in rows.items():
-        if "error" in r:
-            print(f"{name:<13} FAILED: {r['error']}")
-            continue
-        extra = (f", {r['cpu_s_per_gb']:.2f} CPU-s per GB saved"
-                 if "cpu_s_per_gb" in r else "")
-        print(f"{name:<13} total {r['total_s']:.2f} s "
-              f"({100 * r.get('overhead_total', 0):+.1f}%), median step "
-              f"{r['median_step_s'] * 1e3:.0f} ms "
-              f"({100 * r.get('overhead_median_step', 0):+.1f}%){extra}")
+    report(rows, args.json, totals_line)
 
 
 if __name__ == "__main__":
