@@ -50,13 +50,17 @@ class WritableFile {
     }
     return absl::OkStatus();
   }
-  // Allocates the file's first `bytes` bytes on disk (its size becomes at
-  // least `bytes`), so that writing them later cannot run out of room, and
-  // direct writes into them need not allocate (ext4 lets such writes run
-  // in parallel; it serializes those that allocate). kResourceExhausted
-  // when the filesystem lacks the room. A filesystem that cannot allocate
-  // ahead leaves the file as it was and returns OK, as does the default.
-  virtual absl::Status Reserve(int64_t bytes) {
+  // Allocates bytes [offset, offset + bytes) of the file on disk (its size
+  // becomes at least offset + bytes), so that writing them later cannot
+  // run out of room, and direct writes into them need not allocate: ext4
+  // takes its inode lock shared for those, and exclusive for a direct write
+  // that allocates or extends the file, through the whole write, so writes
+  // from several threads to one file wait on each other.
+  // kResourceExhausted when the filesystem lacks the room. A filesystem
+  // that cannot allocate ahead leaves the file as it was and returns OK, as
+  // does the default.
+  virtual absl::Status Reserve(int64_t offset, int64_t bytes) {
+    (void)offset;
     (void)bytes;
     return absl::OkStatus();
   }

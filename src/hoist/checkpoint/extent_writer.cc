@@ -179,7 +179,13 @@ void ExtentWriter::Run(Stream* stream) {
         pieces.emplace_back(run[i].lease.data(), run[i].lease.reserved_bytes());
       }
       const absl::Time piece_start = absl::Now();
-      status = stream->file->WriteAtv(offset, pieces);
+      // Allocated first, the write runs under ext4's shared inode lock:
+      // one that allocates holds it exclusive until its I/O is done, and
+      // the file's other writer thread waits, spinning while the holder
+      // pins its pages. The writers of a 400 MB save in bench/train_loop.py
+      // took 39 ms of CPU, 20 ms with this.
+      if (!append) status = stream->file->Reserve(offset, at - offset);
+      if (status.ok()) status = stream->file->WriteAtv(offset, pieces);
       if (tracer_ != nullptr) {
         tracer_->Span(
             TrackOf(run.front()),

@@ -483,6 +483,25 @@ TEST_F(CheckpointTest, DiskFullMidSaveIsACleanError) {
   EXPECT_TRUE(Save(*posix_, model, 2, 2).ok());  // space is back
 }
 
+// A save allocates each write's range before writing it (so that ext4 runs
+// the two writers of a file side by side); a failed allocation fails the
+// save cleanly, with the error as the filesystem gave it.
+TEST_F(CheckpointTest, EveryWriteIsReservedAndAFailedReservationIsACleanError) {
+  const std::vector<ArraySpec> model = Model(MeshOf(2, 4));
+  ASSERT_TRUE(Save(*posix_, model, 1, /*version=*/1).ok());
+  FaultInjectingStorage counting(*posix_, {});
+  ASSERT_TRUE(Save(counting, model, 2, 2).ok());
+  EXPECT_GE(counting.reserves(), 2);  // two data files, every run in them
+  FaultInjectingStorage full(*posix_, {.fail_reserve = 0, .error = ENOSPC});
+  const absl::Status status = Save(full, model, 3, 3).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_THAT(status.message(), HasSubstr("injected reserve failure"));
+  EXPECT_THAT(*posix_->List(root_),
+              ::testing::ElementsAre("step_00000001", "step_00000002"));
+  EXPECT_EQ(pool_->stats().in_use_bytes, 0);
+  ExpectRestores(*posix_, model, 2, 2);
+}
+
 // The same on a real (loop-mounted ext4) filesystem filled for real: the
 // kernel, not an injector, says ENOSPC, in whichever write it happens.
 TEST_F(CheckpointTest, DiskFullOnARealFilesystemIsACleanError) {

@@ -629,7 +629,7 @@ absl::StatusOr<ExportStats> ExportSafetensors(
       // Room for the whole file now: a full disk fails here, before any
       // byte moves, and the direct writes need not allocate.
       RETURN_IF_ERROR(
-          file.file->Reserve(8 + file.header_bytes + file.data_bytes));
+          file.file->Reserve(0, 8 + file.header_bytes + file.data_bytes));
     }
     // 3
     // The memory: a sixteenth (at most kMaxIoRunBytes) for each reader's

@@ -24,9 +24,9 @@ class FaultyWritableFile final : public WritableFile {
     }
     return base_->WriteAt(offset, data);
   }
-  absl::Status Reserve(int64_t bytes) override {
-    if (absl::Status s = storage_.CheckAlive(path_); !s.ok()) return s;
-    return base_->Reserve(bytes);
+  absl::Status Reserve(int64_t offset, int64_t bytes) override {
+    if (absl::Status s = storage_.BeforeReserve(path_); !s.ok()) return s;
+    return base_->Reserve(offset, bytes);
   }
   absl::Status Sync() override {
     if (absl::Status fault = storage_.BeforeSync(path_); !fault.ok()) {
@@ -83,6 +83,14 @@ absl::Status FaultInjectingStorage::BeforeWrite(const std::string& path,
   if (writes_.fetch_add(1) == plan_.fail_write) {
     *torn = plan_.torn;
     return ErrnoStatus(plan_.error, "injected write failure", path);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FaultInjectingStorage::BeforeReserve(const std::string& path) {
+  if (absl::Status s = CheckAlive(path); !s.ok()) return s;
+  if (reserves_.fetch_add(1) == plan_.fail_reserve) {
+    return ErrnoStatus(plan_.error, "injected reserve failure", path);
   }
   return absl::OkStatus();
 }

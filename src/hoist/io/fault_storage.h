@@ -1,11 +1,11 @@
 // FaultInjectingStorage: forwards to another Storage and injects the
-// failures a checkpoint must survive: the Nth write or sync failing with an
-// errno (EIO, ENOSPC), a torn write (the first half lands, then the error),
-// a crash at the Nth sync (that sync does not happen, and every later
-// call fails with kAborted, as if the process had died), and storage that
-// is stuck (Stall: every write and sync waits until Resume, as a hung NFS
-// or Lustre target does). Pair it with MemoryStorage::Crash() to drop what
-// was not durable at the crash.
+// failures a checkpoint must survive: the Nth write, sync or reservation
+// (fallocate) failing with an errno (EIO, ENOSPC), a torn write (the first half
+// lands, then the error), a crash at the Nth sync (that sync does not happen,
+// and every later call fails with kAborted, as if the process had died), and
+// storage that is stuck (Stall: every write and sync waits until Resume, as a
+// hung NFS or Lustre target does). Pair it with MemoryStorage::Crash() to drop
+// what was not durable at the crash.
 #ifndef HOIST_IO_FAULT_STORAGE_H_
 #define HOIST_IO_FAULT_STORAGE_H_
 
@@ -19,6 +19,7 @@ namespace hoist {
 struct FaultPlan {
   int fail_write = -1;     // 0-based index of the WriteAt to fail; -1 never
   int fail_sync = -1;      // of the Sync or SyncDir to fail
+  int fail_reserve = -1;   // of the Reserve to fail
   int error = 5;           // errno of the failure (EIO)
   bool torn = false;       // the failing write writes its first half first
   int crash_at_sync = -1;  // the Sync or SyncDir at which the process "dies"
@@ -47,6 +48,7 @@ class FaultInjectingStorage final : public Storage {
 
   int writes() const { return writes_.load(); }
   int syncs() const { return syncs_.load(); }
+  int reserves() const { return reserves_.load(); }
   bool crashed() const { return crashed_.load(); }
 
   absl::StatusOr<std::unique_ptr<FileLock>> LockFile(
@@ -70,6 +72,7 @@ class FaultInjectingStorage final : public Storage {
   // Used by the file wrappers.
   absl::Status BeforeWrite(const std::string& path, bool* torn);
   absl::Status BeforeSync(const std::string& path);
+  absl::Status BeforeReserve(const std::string& path);
   absl::Status CheckAlive(const std::string& path) const;
 
  private:
@@ -82,6 +85,7 @@ class FaultInjectingStorage final : public Storage {
   const FaultPlan plan_;
   std::atomic<int> writes_{0};
   std::atomic<int> syncs_{0};
+  std::atomic<int> reserves_{0};
   std::atomic<bool> crashed_{false};
   mutable Mutex stall_mu_;
   bool stalled_ ABSL_GUARDED_BY(stall_mu_) = false;

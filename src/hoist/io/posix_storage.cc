@@ -155,7 +155,7 @@ class PosixFile {
     return absl::OkStatus();
   }
 
-  absl::Status Reserve(int64_t bytes) {
+  absl::Status Reserve(int64_t offset, int64_t bytes) {
     if (fd_ < 0) {
       return absl::FailedPreconditionError(
           absl::StrFormat("%s: file is closed", path_));
@@ -163,13 +163,14 @@ class PosixFile {
     if (bytes <= 0) return absl::OkStatus();
     int rc;
     do {
-      rc = fallocate(fd_, 0, 0, bytes);
+      rc = fallocate(fd_, 0, offset, bytes);
     } while (rc != 0 && errno == EINTR);
     if (rc == 0 || errno == EOPNOTSUPP || errno == ENOSYS) {
       return absl::OkStatus();
     }
-    return ErrnoStatus(errno, absl::StrFormat("fallocate of %d bytes", bytes),
-                       path_);
+    return ErrnoStatus(
+        errno, absl::StrFormat("fallocate of %d bytes at %d", bytes, offset),
+        path_);
   }
 
   absl::StatusOr<int64_t> Size() {
@@ -222,7 +223,9 @@ class PosixWritableFile final : public WritableFile {
     }
     return file_->Move(true, offset, mutable_pieces);
   }
-  absl::Status Reserve(int64_t bytes) override { return file_->Reserve(bytes); }
+  absl::Status Reserve(int64_t offset, int64_t bytes) override {
+    return file_->Reserve(offset, bytes);
+  }
   absl::Status Sync() override { return file_->Sync(); }
   absl::Status Close() override { return file_->Close(); }
 

@@ -164,7 +164,7 @@ TEST_P(StorageConformanceTest, ConcurrentDisjointWritesToOneFile) {
 TEST_P(StorageConformanceTest, WritesIntoAReservedFileReadBack) {
   auto file = storage().OpenWritable(Path("r.bin"));
   ASSERT_TRUE(file.ok());
-  ASSERT_TRUE((*file)->Reserve(1 << 20).ok());
+  ASSERT_TRUE((*file)->Reserve(0, 1 << 20).ok());
   const AlignedBuffer block(8192, 7);
   ASSERT_TRUE((*file)->WriteAt(4096, block.span()).ok());
   ASSERT_TRUE((*file)->WriteAt((1 << 20) - 100, Bytes(100, 8)).ok());
@@ -286,13 +286,20 @@ class PosixHostileRootTest : public ::testing::Test {
 TEST_F(PosixHostileRootTest, ReserveAllocatesTheBytesAhead) {
   auto file = storage_->OpenWritable(Path("r.bin"));
   ASSERT_TRUE(file.ok());
-  ASSERT_TRUE((*file)->Reserve(int64_t{4} << 20).ok());
+  ASSERT_TRUE((*file)->Reserve(0, int64_t{4} << 20).ok());
   struct stat st;
   ASSERT_EQ(stat(Path("r.bin").c_str(), &st), 0);
   EXPECT_EQ(st.st_size, int64_t{4} << 20);
   EXPECT_GE(static_cast<int64_t>(st.st_blocks) * 512, int64_t{4} << 20);
+  // A range further on: the size reaches its end, the gap stays a hole.
+  ASSERT_TRUE((*file)->Reserve(int64_t{16} << 20, int64_t{2} << 20).ok());
+  ASSERT_EQ(stat(Path("r.bin").c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, int64_t{18} << 20);
+  EXPECT_GE(static_cast<int64_t>(st.st_blocks) * 512, int64_t{6} << 20);
+  EXPECT_LT(static_cast<int64_t>(st.st_blocks) * 512, int64_t{18} << 20);
   ASSERT_TRUE((*file)->Close().ok());
-  EXPECT_EQ((*file)->Reserve(1).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*file)->Reserve(0, 1).code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(PosixHostileRootTest, AFifoIsRefusedWithoutBlocking) {
