@@ -5,6 +5,7 @@
 #define HOIST_TESTING_RECORDING_FILE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -31,8 +32,16 @@ class ReadLog {
     MutexLock lock(&mu_);
     return reads_;
   }
+  // Blocks until `holds()` is true, asked now and again each time a read
+  // is recorded (before the read is passed on).
+  void AwaitUntil(const std::function<bool()>& holds) {
+    MutexLock lock(&mu_);
+    mu_.Await(Condition(&Holds, &holds));
+  }
 
  private:
+  static bool Holds(const std::function<bool()>* holds) { return (*holds)(); }
+
   mutable Mutex mu_;
   std::vector<RecordedRead> reads_ ABSL_GUARDED_BY(mu_);
 };

@@ -29,6 +29,7 @@ void CopyBox(const uint8_t* src, const Box& src_box, uint8_t* dst,
   // Odometer over dimensions [0, first_run).
   std::vector<int64_t> index(region.origin().begin(),
                              region.origin().begin() + first_run);
+  StreamCopies runs;  // fenced once, on return
   while (true) {
     int64_t src_at = 0, dst_at = 0;
     for (int d = 0; d < rank; ++d) {
@@ -36,7 +37,7 @@ void CopyBox(const uint8_t* src, const Box& src_box, uint8_t* dst,
       src_at += (i - src_box.origin()[d]) * src_strides[d];
       dst_at += (i - dst_box.origin()[d]) * dst_strides[d];
     }
-    StreamCopy(dst + dst_at * item_bytes, src + src_at * item_bytes, run_bytes);
+    runs.Copy(dst + dst_at * item_bytes, src + src_at * item_bytes, run_bytes);
     int d = first_run - 1;
     for (; d >= 0; --d) {
       if (++index[d] < region.limit(d)) break;

@@ -49,8 +49,8 @@ bool HasAvx2() {
 bool HasAvx2() { return false; }
 #endif
 
-// StreamCopy, with AVX2's stores or SSE2's.
-void Copy(void* dst, const void* src, size_t bytes, bool avx2) {
+// StreamCopy, with AVX2's stores or SSE2's, unfenced: true if it streamed.
+bool Copy(void* dst, const void* src, size_t bytes, bool avx2) {
 #if defined(__x86_64__)
   if (bytes >= kStreamCopyMinBytes) {
     auto* out = static_cast<uint8_t*>(dst);
@@ -69,23 +69,37 @@ void Copy(void* dst, const void* src, size_t bytes, bool avx2) {
     }
     const size_t done = head + lines * kLineBytes;
     std::memcpy(out + done, in + done, bytes - done);
-    // Non-temporal stores are not ordered with later ones: fence them, so
-    // that whatever tells another thread the copy is done comes after them.
-    _mm_sfence();
-    return;
+    return true;
   }
 #endif
   std::memcpy(dst, src, bytes);
+  return false;
+}
+
+// Non-temporal stores are not ordered with later ones: fence them, so that
+// whatever tells another thread the copies are done comes after them.
+void Fence() {
+#if defined(__x86_64__)
+  _mm_sfence();
+#endif
 }
 
 }  // namespace
 
+StreamCopies::~StreamCopies() {
+  if (streamed_) Fence();
+}
+
+void StreamCopies::Copy(void* dst, const void* src, size_t bytes) {
+  streamed_ |= hoist::Copy(dst, src, bytes, HasAvx2());
+}
+
 void StreamCopy(void* dst, const void* src, size_t bytes) {
-  Copy(dst, src, bytes, HasAvx2());
+  StreamCopies().Copy(dst, src, bytes);
 }
 
 void StreamCopySse2ForTest(void* dst, const void* src, size_t bytes) {
-  Copy(dst, src, bytes, false);
+  if (Copy(dst, src, bytes, false)) Fence();
 }
 
 }  // namespace hoist

@@ -31,6 +31,22 @@ inline constexpr size_t kStreamCopyMinBytes = 4096;
 // with this one afterwards, as after a memcpy. Elsewhere, memcpy.
 void StreamCopy(void* dst, const void* src, size_t bytes);
 
+// Copies one after another as StreamCopy does, their stores fenced once,
+// when the last is done (on destruction), rather than after each: the rows
+// of a strided copy.
+class StreamCopies {
+ public:
+  StreamCopies() = default;
+  ~StreamCopies();
+  StreamCopies(const StreamCopies&) = delete;
+  StreamCopies& operator=(const StreamCopies&) = delete;
+
+  void Copy(void* dst, const void* src, size_t bytes);
+
+ private:
+  bool streamed_ = false;  // a store to fence
+};
+
 // StreamCopy with SSE2's stores even where the CPU has AVX2 (tests).
 void StreamCopySse2ForTest(void* dst, const void* src, size_t bytes);
 

@@ -55,5 +55,26 @@ TEST(StreamCopyTest, Sse2StoresCopyEverySizeAndAlignmentToo) {
   CheckEverySizeAndAlignment(&StreamCopySse2ForTest);
 }
 
+// The rows of a strided copy, fenced once: every row lands, the gaps
+// between them stay.
+TEST(StreamCopyTest, StreamCopiesCopiesEveryRowAndNothingElse) {
+  constexpr size_t kRow = kStreamCopyMinBytes + 100, kPitch = kRow + 77;
+  constexpr size_t kRows = 5;
+  const std::vector<uint8_t> source = Pattern(kRows * kRow);
+  std::vector<uint8_t> target(kRows * kPitch, 0xEE);
+  {
+    StreamCopies rows;
+    for (size_t r = 0; r < kRows; ++r) {
+      rows.Copy(target.data() + r * kPitch, source.data() + r * kRow, kRow);
+    }
+  }
+  for (size_t i = 0; i < target.size(); ++i) {
+    const size_t row = i / kPitch, at = i % kPitch;
+    const uint8_t expected =
+        at < kRow ? source[row * kRow + at] : uint8_t{0xEE};
+    ASSERT_EQ(target[i], expected) << "byte " << i;
+  }
+}
+
 }  // namespace
 }  // namespace hoist

@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -382,25 +381,38 @@ TEST_F(CheckpointTest, ReceiverGetsEveryPartOfItsBoxesOncePerWave) {
 // first call, the pool holds more than that wave's images.
 TEST_F(CheckpointTest, NextWaveIsTakenWhileTheLastIsHandedOver) {
   const RestoreTarget target = SaveForAReceiver(BigBoxes());
+  const std::string step_dir = root_ + "/step_00000001";
+  const absl::StatusOr<Manifest> manifest = ReadManifestFile(*posix_, step_dir);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  testing::ReadLog log;
   int calls = 0;
   int64_t first_wave_bytes = 0;
   int64_t in_use_during_first = 0;
+  const std::function<bool()> next_wave_taken = [&] {
+    return pool_->stats().in_use_bytes > first_wave_bytes;
+  };
   const RestoreReceiver receiver = [&](absl::Span<const StagedPart> parts) {
     if (calls++ > 0) return absl::OkStatus();
     for (const StagedPart& part : parts) {
       first_wave_bytes += AlignUp(part.size_bytes, StagingPool::kAlignment);
     }
-    // The restore's other thread takes the next wave's leases without
-    // this one doing anything. Were the next wave taken only after this
-    // call, the wait would never end (and the test's timeout fails it).
-    while (pool_->stats().in_use_bytes <= first_wave_bytes) {
-      std::this_thread::yield();
-    }
+    // The restore's other thread takes the next wave's leases, then its
+    // readers read into them, without this thread doing anything: asked
+    // again at each read. Were the next wave taken only after this call,
+    // no read would come, and the wait would never end.
+    log.AwaitUntil(next_wave_taken);
     in_use_during_first = pool_->stats().in_use_bytes;
     return absl::OkStatus();
   };
   absl::StatusOr<RestoreStats> stats = RestoreCheckpoint(
-      *posix_, root_ + "/step_00000001", {target}, *pool_, {}, receiver);
+      *manifest, step_dir, {target}, *pool_, {}, receiver,
+      [&](const ExtentPlace& place)
+          -> absl::StatusOr<std::unique_ptr<ReadableFile>> {
+        ASSIGN_OR_RETURN(
+            std::unique_ptr<ReadableFile> file,
+            posix_->OpenReadableBeneath(place.dir, place.relative));
+        return std::make_unique<testing::RecordingFile>(std::move(file), log);
+      });
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_GT(stats->waves, 8);  // 256 KiB boxes through 32 KiB waves
   EXPECT_GT(first_wave_bytes, 0);

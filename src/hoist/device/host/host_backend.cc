@@ -233,9 +233,9 @@ class HostDevice final : public Device {
     const int64_t per = RowsPerPiece(op);
     const int64_t first = piece * per;
     const int64_t last = std::min(op.rows, first + per);
+    StreamCopies rows;
     for (int64_t r = first; r < last; ++r) {
-      StreamCopy(dst + r * op.dst_pitch, src + r * op.src_pitch,
-                 op.width_bytes);
+      rows.Copy(dst + r * op.dst_pitch, src + r * op.src_pitch, op.width_bytes);
     }
   }
 
