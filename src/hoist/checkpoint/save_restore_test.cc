@@ -145,18 +145,23 @@ class CheckpointTest : public ::testing::Test {
     EXPECT_TRUE(manifest.ok()) << manifest.status();
     if (!manifest.ok()) return {};
     testing::ReadLog log;
-    absl::StatusOr<RestoreStats> stats = RestoreCheckpoint(
-        *manifest, step_dir, host.targets, pool, options, nullptr,
-        [&](const ExtentPlace& place)
-            -> absl::StatusOr<std::unique_ptr<ReadableFile>> {
-          ASSIGN_OR_RETURN(
-              std::unique_ptr<ReadableFile> file,
-              posix_->OpenReadableBeneath(place.dir, place.relative));
-          return std::make_unique<testing::RecordingFile>(std::move(file), log);
-        });
+    absl::StatusOr<RestoreStats> stats =
+        RestoreCheckpoint(*manifest, step_dir, host.targets, pool, options,
+                          nullptr, RecordingOpener(log));
     EXPECT_TRUE(stats.ok()) << stats.status();
     ExpectWholeArrays(model, host);
     return log.reads();
+  }
+
+  // Opens a step's data files as a restore does, each recording its reads
+  // into `log` (which must outlive the restore).
+  ExtentFileOpener RecordingOpener(testing::ReadLog& log) {
+    return [this, &log](const ExtentPlace& place)
+               -> absl::StatusOr<std::unique_ptr<ReadableFile>> {
+      ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> file,
+                       posix_->OpenReadableBeneath(place.dir, place.relative));
+      return std::make_unique<testing::RecordingFile>(std::move(file), log);
+    };
   }
 
   testing::TempDir temp_;
@@ -404,15 +409,9 @@ TEST_F(CheckpointTest, NextWaveIsTakenWhileTheLastIsHandedOver) {
     in_use_during_first = pool_->stats().in_use_bytes;
     return absl::OkStatus();
   };
-  absl::StatusOr<RestoreStats> stats = RestoreCheckpoint(
-      *manifest, step_dir, {target}, *pool_, {}, receiver,
-      [&](const ExtentPlace& place)
-          -> absl::StatusOr<std::unique_ptr<ReadableFile>> {
-        ASSIGN_OR_RETURN(
-            std::unique_ptr<ReadableFile> file,
-            posix_->OpenReadableBeneath(place.dir, place.relative));
-        return std::make_unique<testing::RecordingFile>(std::move(file), log);
-      });
+  absl::StatusOr<RestoreStats> stats =
+      RestoreCheckpoint(*manifest, step_dir, {target}, *pool_, {}, receiver,
+                        RecordingOpener(log));
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_GT(stats->waves, 8);  // 256 KiB boxes through 32 KiB waves
   EXPECT_GT(first_wave_bytes, 0);
