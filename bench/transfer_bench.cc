@@ -157,9 +157,10 @@ std::vector<Host> MakeHosts(const std::vector<ArraySpec>& model,
 }
 
 // One thread copying every slice of process 0 (strided slices row by row)
-// into the pool's memory with `copy`: memcpy, or hoist's StreamCopy.
-double CopySeconds(const SavePlan& plan, Host& host, int repeats,
-                   void (*copy)(void*, const void*, size_t)) {
+// into the pool's memory: with memcpy, or (`stream`) as the host backend
+// stages a slice, with non-temporal stores fenced once per slice
+// (StreamCopies).
+double CopySeconds(const SavePlan& plan, Host& host, int repeats, bool stream) {
   Lease target = Check(host.pool->Acquire(host.pool->capacity_bytes()));
   std::vector<double> seconds;
   for (int i = 0; i <= repeats; ++i) {
@@ -169,10 +170,16 @@ double CopySeconds(const SavePlan& plan, Host& host, int repeats,
       const PlannedSlice& slice = plan.slices[s];
       const auto* src = static_cast<const uint8_t*>(
           host.sources.Find(slice.array, slice.device));
+      StreamCopies rows;
       for (int64_t r = 0; r < slice.copy.rows; ++r) {
-        copy(target.data() + at + r * slice.copy.width_bytes,
-             src + slice.copy.src_offset_bytes + r * slice.copy.src_pitch_bytes,
-             slice.copy.width_bytes);
+        uint8_t* dst = target.data() + at + r * slice.copy.width_bytes;
+        const uint8_t* from =
+            src + slice.copy.src_offset_bytes + r * slice.copy.src_pitch_bytes;
+        if (stream) {
+          rows.Copy(dst, from, slice.copy.width_bytes);
+        } else {
+          std::memcpy(dst, from, slice.copy.width_bytes);
+        }
       }
       at += AlignUp(slice.length_bytes, StagingPool::kAlignment);
     }
@@ -233,10 +240,10 @@ int Main(int argc, char** argv) {
       Measure(plan_b, hosts_b, {DispatchMode::kPerSlice, WaitMode::kSequential},
               repeats);
   const Run parallel = Measure(plan_b, hosts_b, {}, repeats);
-  const double memcpy_s = CopySeconds(
-      plan_b, hosts_b[0], repeats,
-      [](void* dst, const void* src, size_t n) { std::memcpy(dst, src, n); });
-  const double stream_s = CopySeconds(plan_b, hosts_b[0], repeats, &StreamCopy);
+  const double memcpy_s =
+      CopySeconds(plan_b, hosts_b[0], repeats, /*stream=*/false);
+  const double stream_s =
+      CopySeconds(plan_b, hosts_b[0], repeats, /*stream=*/true);
   // Bounded memory: the same save through a pool a quarter of its size.
   hosts_b[0].pool.reset();
   hosts_b[0].pool = Check(StagingPool::Create(

@@ -33,7 +33,8 @@ class ReadLog {
     return reads_;
   }
   // Blocks until `holds()` is true, asked now and again each time a read
-  // is recorded (before the read is passed on).
+  // is recorded (before the read is passed on). `holds` runs under the
+  // log's lock: it must not call the log.
   void AwaitUntil(const std::function<bool()>& holds) {
     MutexLock lock(&mu_);
     mu_.Await(Condition(&Holds, &holds));
