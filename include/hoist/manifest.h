@@ -99,7 +99,9 @@ struct Manifest {
   std::optional<ManifestPart> part;  // set for one process's part only
   friend bool operator==(const Manifest&, const Manifest&) = default;
 
-  // The array called `name`, or null.
+  // The array called `name`, or null: a scan of `arrays`, for a single
+  // lookup. Code that looks up one array per array (a save's delta base, a
+  // restore's targets) indexes the manifest once instead (ManifestIndex).
   const ManifestArray* Find(std::string_view name) const;
 };
 

@@ -224,7 +224,7 @@ class CheckpointManager::Impl {
     }
     // Refused here, before the step is accepted: the saver thread must never
     // meet metadata a manifest cannot carry.
-    RETURN_IF_ERROR(ValidateMetadataJson(metadata_json));
+    RETURN_IF_ERROR(ValidateMetadataOnce(metadata_json));
     // Which tier: a deterministic function of the step, so every rank of a
     // job makes the same choice.
     Tier tier = Tier::kDurable;
@@ -442,7 +442,7 @@ class CheckpointManager::Impl {
         return absl::FailedPreconditionError(
             absl::StrFormat("step %d is being saved", step));
       }
-      if (last_manifest_ != nullptr && last_manifest_->step == step) {
+      if (last_manifest_ != nullptr && last_manifest_->step() == step) {
         last_manifest_ = nullptr;  // no longer a base
         frozen_ready_ = nullptr;
       }
@@ -529,8 +529,22 @@ class CheckpointManager::Impl {
         ++frozen_saves_ % options_.frozen_check_every == 0) {
       return;  // copied and checked against the base
     }
-    job.frozen_base = last_manifest_->step;
+    job.frozen_base = last_manifest_->step();
     job.planned.SkipFrozen();
+  }
+
+  // ValidateMetadataJson, but not again for the text the last save's
+  // passed: a training loop's saves repeat their metadata (Python's holds
+  // the state's tree: megabytes at 100,000 arrays, whose parse was a fifth
+  // of a repeated save's blocked time), and comparing it costs a memcmp.
+  // Only Save's thread calls it (one Save at a time).
+  absl::Status ValidateMetadataOnce(const std::string& metadata_json) {
+    if (metadata_json.size() > 64 && metadata_json == last_valid_metadata_) {
+      return absl::OkStatus();
+    }
+    RETURN_IF_ERROR(ValidateMetadataJson(metadata_json));
+    last_valid_metadata_ = metadata_json;
+    return absl::OkStatus();
   }
 
   // A handle whose every wait returns at once: the save was skipped.
@@ -743,6 +757,8 @@ class CheckpointManager::Impl {
 
   // Plans saves on the caller's thread (its Lay beside any staging).
   SavePlanner planner_;
+  // The last metadata ValidateMetadataOnce accepted; Save's thread only.
+  std::string last_valid_metadata_;
 
   mutable Mutex mu_;
   std::deque<std::shared_ptr<Job>> queue_ ABSL_GUARDED_BY(mu_);
@@ -758,7 +774,7 @@ class CheckpointManager::Impl {
   absl::Status deferred_error_ ABSL_GUARDED_BY(mu_);
   // The manifest of the last durable step this manager committed: the
   // next save's base when it is still the newest (SaveRequest::base_hint).
-  std::shared_ptr<const Manifest> last_manifest_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const IndexedManifest> last_manifest_ ABSL_GUARDED_BY(mu_);
   // The plan that step was saved with (with deltas): its frozen arrays'
   // slices are all in it, so saves of that plan may leave them out.
   std::shared_ptr<const SavePlan> frozen_ready_ ABSL_GUARDED_BY(mu_);

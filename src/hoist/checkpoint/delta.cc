@@ -10,46 +10,74 @@
 
 namespace hoist {
 
-DeltaBase MakeDeltaBase(const SavePlan& plan, const Manifest& base,
+namespace {
+
+// Arrays with at most this many extents are searched for a box by a scan
+// of their extents; larger ones get a map by box (built once each).
+constexpr size_t kScanExtents = 8;
+
+// The extent of `array` whose box is `box`, or null. `guess` is where a
+// save of the same plan put it (its slices of an array are listed in plan
+// order): one comparison in a training loop's saves. `by_box` is the
+// array's map, made on first use when it has many extents.
+const ManifestExtent* FindExtent(const ManifestArray& array, const Box& box,
+                                 size_t guess,
+                                 absl::flat_hash_map<Box, int>& by_box) {
+  const std::vector<ManifestExtent>& extents = array.extents;
+  if (guess < extents.size() && extents[guess].box == box) {
+    return &extents[guess];
+  }
+  if (extents.size() <= kScanExtents) {
+    for (const ManifestExtent& extent : extents) {
+      if (extent.box == box) return &extent;
+    }
+    return nullptr;
+  }
+  if (by_box.empty()) {
+    by_box.reserve(extents.size());
+    for (size_t e = 0; e < extents.size(); ++e) {
+      by_box.emplace(extents[e].box, static_cast<int>(e));
+    }
+  }
+  const auto it = by_box.find(box);
+  return it == by_box.end() ? nullptr : &extents[it->second];
+}
+
+}  // namespace
+
+DeltaBase MakeDeltaBase(const SavePlan& plan, const IndexedManifest& indexed,
                         const std::vector<uint8_t>* frozen) {
+  const Manifest& base = indexed.manifest();
   DeltaBase delta;
   delta.step = base.step;
   delta.extents.resize(plan.slices.size());
   if (frozen != nullptr) delta.frozen = *frozen;
   if (base.part) return delta;  // a part is never a base
-  // Per planned array, the base's array when it matches, and its extents
-  // by box (origin then shape).
+  // Per planned array, the base's array when it matches: one indexed
+  // lookup each (O(arrays) in all).
   std::vector<const ManifestArray*> matched(plan.arrays.size(), nullptr);
-  std::vector<absl::flat_hash_map<std::vector<int64_t>, int>> by_box(
-      plan.arrays.size());
   for (size_t a = 0; a < plan.arrays.size(); ++a) {
     const PlannedArray& array = plan.arrays[a];
-    const ManifestArray* found = base.Find(array.name);
+    const ManifestArray* found = indexed.index().Find(array.name);
     if (found == nullptr || found->dtype != array.dtype ||
         found->shape != array.shape) {
       continue;
     }
     matched[a] = found;
   }
+  // Per slice, the matched array's extent of the same box.
+  std::vector<int32_t> seen(plan.arrays.size(), 0);  // slices so far
+  std::vector<absl::flat_hash_map<Box, int>> by_box(plan.arrays.size());
   for (size_t s = 0; s < plan.slices.size(); ++s) {
     const PlannedSlice& slice = plan.slices[s];
+    const size_t guess = seen[slice.array]++;
     const ManifestArray* array = matched[slice.array];
     if (array == nullptr) continue;
-    auto& boxes = by_box[slice.array];
-    if (boxes.empty()) {
-      for (size_t e = 0; e < array->extents.size(); ++e) {
-        const Box& box = array->extents[e].box;
-        std::vector<int64_t> key = box.origin();
-        key.insert(key.end(), box.shape().begin(), box.shape().end());
-        boxes.emplace(std::move(key), static_cast<int>(e));
-      }
-    }
-    std::vector<int64_t> key = slice.box.origin();
-    key.insert(key.end(), slice.box.shape().begin(), slice.box.shape().end());
-    const auto it = boxes.find(key);
-    if (it == boxes.end()) continue;
-    ManifestExtent extent = array->extents[it->second];
-    if (!extent.hash.wide) continue;  // XXH3-64 cannot decide it
+    const ManifestExtent* found =
+        FindExtent(*array, slice.box, guess, by_box[slice.array]);
+    // An XXH3-64 hash (hoist/1) cannot decide that bytes did not change.
+    if (found == nullptr || !found->hash.wide) continue;
+    ManifestExtent extent = *found;
     if (!extent.step) extent.step = base.step;
     delta.extents[s] = std::move(extent);
   }

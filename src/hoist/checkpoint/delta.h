@@ -24,6 +24,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
+#include "hoist/format/manifest_index.h"
 #include "hoist/manifest.h"
 #include "hoist/save_plan.h"
 #include "hoist/storage.h"
@@ -41,7 +42,10 @@ struct DeltaBase {
   std::vector<std::optional<ManifestExtent>> extents;  // by plan slice
   std::vector<uint8_t> frozen;                         // by plan slice
 };
-DeltaBase MakeDeltaBase(const SavePlan& plan, const Manifest& base,
+// O(slices): one indexed lookup per array, one box comparison per slice
+// when `base` was saved from the same plan (else a scan of a few extents,
+// or a map of a large array's).
+DeltaBase MakeDeltaBase(const SavePlan& plan, const IndexedManifest& base,
                         const std::vector<uint8_t>* frozen = nullptr);
 
 // The newest step committed under `root` other than `except`, or nullopt.

@@ -8,8 +8,11 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
+
 #include "hoist/checkpoint_manager.h"
 #include "hoist/checkpoint_root.h"
+#include "hoist/format/manifest_index.h"
 #include "hoist/host_backend.h"
 #include "hoist/io/fault_storage.h"
 #include "hoist/io/memory_storage.h"
@@ -371,6 +374,36 @@ TEST_F(DeltaTest, CrashAtEverySyncPointLosesNoCommittedStep) {
     ++crashes;
   }
   EXPECT_GE(crashes, 5);
+}
+
+// Lookups by name are indexed: a repeated save of many arrays with deltas
+// (its base's array per array) and its restore (each target's array) make
+// a bounded number of name comparisons per array, counted, not timed. A
+// scan per lookup (issue 55) made 50,000,000 of them here.
+TEST_F(DeltaTest, LookupsByNameCostAFewComparisonsPerArray) {
+  constexpr int kArrays = 10000;
+  const Mesh mesh = *Mesh::Create({"data"}, {8});
+  model_.clear();
+  for (int a = 0; a < kArrays; ++a) {
+    model_.push_back({absl::StrCat("layers/", a / 100, "/p", a % 100),
+                      DType::kFloat32,
+                      {16},
+                      Sharding::Replicated(mesh)});
+  }
+  shards_ = testing::FillShards(model_, backend_->devices());
+  auto manager = Open();
+  ASSERT_NE(manager, nullptr);
+  SaveStep(*manager, 1);
+  const int64_t before = ManifestIndex::name_comparisons();
+  const SaveInfo second = SaveStep(*manager, 2);  // step 1 is its base
+  HostArrays host = WholeArraysInHost(model_);
+  absl::StatusOr<RestoreStats> restored = manager->Restore(2, host.targets);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  const int64_t comparisons = ManifestIndex::name_comparisons() - before;
+  // Array 0 kept its bytes (Train leaves it): it was found in the base.
+  EXPECT_GT(second.referenced_bytes, 0);
+  EXPECT_GE(comparisons, kArrays);  // the counter counts these lookups
+  EXPECT_LE(comparisons, 4 * kArrays);
 }
 
 }  // namespace

@@ -351,6 +351,13 @@ TEST_P(ServerKilledTest, AServerKilledMidSaveFailsItAndLosesNothing) {
       manager->Save(2, testing::SaveArraysOf(model_, shards_));
   ASSERT_TRUE(handle.ok());
   ASSERT_TRUE(handle->WaitStaged().ok());
+  // Staged whole into the pool, the save opens its objects only now: the
+  // kill comes once the upload has begun (or the save is over).
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (handle->progress().written_bytes.load() == 0 &&
+         absl::IsUnavailable(handle->status()) && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
   ASSERT_TRUE(server_->Kill().ok());
   const absl::Status failed = handle->WaitCommitted().status();
   ASSERT_TRUE(server_->Restart().ok());

@@ -49,6 +49,7 @@
 #include "hoist/checkpoint/wave_reader.h"
 #include "hoist/format/layout.h"
 #include "hoist/format/manifest_file.h"
+#include "hoist/format/manifest_index.h"
 #include "hoist/huge_pages.h"
 #include "hoist/restore_plan.h"
 
@@ -232,22 +233,18 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
   const absl::Time start = absl::Now();
   RestoreStats stats;
   // 1. Each target matched against the manifest, and the plan.
-  absl::flat_hash_map<std::string_view, const ManifestArray*> by_name;
-  for (const ManifestArray& array : manifest.arrays) {
-    by_name.emplace(array.name, &array);
-  }
+  const ManifestIndex index(manifest);
   std::vector<const ManifestArray*> arrays;  // the plan's saved arrays
   std::vector<SavedArray> saved;
   absl::flat_hash_map<const ManifestArray*, int> index_of;
   std::vector<DestinationBox> boxes;
   std::vector<const RestoreDestination*> dest_of;  // per box
   for (const RestoreTarget& target : targets) {
-    auto found = by_name.find(target.name);
-    if (found == by_name.end()) {
+    const ManifestArray* array = index.Find(target.name);
+    if (array == nullptr) {
       return absl::NotFoundError(
           absl::StrFormat("array '%s' is not in %s", target.name, step_dir));
     }
-    const ManifestArray* array = found->second;
     if (array->dtype != target.dtype || array->shape != target.shape) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "array '%s': requested %s %s but %s holds %s %s", target.name,

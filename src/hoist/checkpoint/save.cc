@@ -160,6 +160,12 @@ Manifest BuildManifest(const SaveRequest& request,
                                request.arrays[a].sharding.ToString(),
                                {}});
   }
+  // Each file's name once, not once per slice.
+  std::vector<std::string> file_names;
+  file_names.reserve(plan.files.size());
+  for (const auto& file : plan.files) {
+    file_names.push_back(DataFileName(file.process, file.stream));
+  }
   for (size_t s = 0; s < plan.slices.size(); ++s) {
     const PlannedSlice& slice = plan.slices[s];
     if (written.referenced[s] && base != nullptr && base->extents[s]) {
@@ -167,11 +173,8 @@ Manifest BuildManifest(const SaveRequest& request,
       continue;
     }
     manifest.arrays[slice.array].extents.push_back(
-        {slice.box,
-         DataFileName(plan.files[slice.file].process,
-                      plan.files[slice.file].stream),
-         written.offsets[s], slice.length_bytes, written.hashes[s],
-         std::nullopt});
+        {slice.box, file_names[slice.file], written.offsets[s],
+         slice.length_bytes, written.hashes[s], std::nullopt});
   }
   return manifest;
 }
@@ -206,17 +209,17 @@ struct Decided {
 // fails for a base it cannot use: it writes every byte). `manifest`
 // receives the base's.
 int64_t ChooseBase(Storage& storage, const SaveRequest& request,
-                   std::shared_ptr<const Manifest>& manifest) {
+                   std::shared_ptr<const IndexedManifest>& manifest) {
   if (!request.deltas || request.part) return -1;
   absl::StatusOr<std::optional<int64_t>> newest =
       NewestCommittedStep(storage, request.root, request.step);
   if (!newest.ok() || !newest->has_value()) return -1;
   const int64_t base = **newest;
-  if (request.base_hint == nullptr || request.base_hint->step != base) {
+  if (request.base_hint == nullptr || request.base_hint->step() != base) {
     absl::StatusOr<Manifest> read =
         ReadManifestFile(storage, JoinPath(request.root, StepDirName(base)));
     if (!read.ok()) return -1;
-    manifest = std::make_shared<const Manifest>(*std::move(read));
+    manifest = std::make_shared<const IndexedManifest>(*std::move(read));
   } else {
     manifest = request.base_hint;
   }
@@ -252,7 +255,7 @@ absl::Status CheckFrozenBase(const SaveRequest& request, int64_t base) {
 // rank). `base` receives the base's manifest, on every rank.
 absl::StatusOr<Decided> DecideTmpDir(Storage& storage, Coordinator& coordinator,
                                      const SaveRequest& request,
-                                     std::shared_ptr<const Manifest>& base) {
+                                     std::shared_ptr<const IndexedManifest>& base) {
   Decided decided;  // rank 0's, once begun
   absl::Status refused;
   if (coordinator.rank() == 0) {
@@ -305,7 +308,7 @@ absl::StatusOr<Decided> DecideTmpDir(Storage& storage, Coordinator& coordinator,
   if (!decided.base_error.ok()) return decided;
   if (decided.base >= 0) {
     if (request.base_hint != nullptr &&
-        request.base_hint->step == decided.base) {
+        request.base_hint->step() == decided.base) {
       base = request.base_hint;
     } else {
       // Rank 0 read it: a rank that cannot fails the step at the
@@ -316,7 +319,7 @@ absl::StatusOr<Decided> DecideTmpDir(Storage& storage, Coordinator& coordinator,
         decided.base_error = read.status();
         return decided;
       }
-      base = std::make_shared<const Manifest>(*std::move(read));
+      base = std::make_shared<const IndexedManifest>(*std::move(read));
     }
   }
   return decided;
@@ -393,7 +396,7 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
   DeferredSink own_sink;  // unless the begun save brought its own
   DeferredSink& sink = begun != nullptr ? begun->sink : own_sink;
   // The base step's manifest and what this save may reference of it.
-  std::shared_ptr<const Manifest> base_manifest;
+  std::shared_ptr<const IndexedManifest> base_manifest;
   std::unique_ptr<DeltaBase> delta_base;  // outlives `writer`
   std::unique_ptr<ExtentWriter> writer;   // destroyed before `sink`
   bool prepared = false;
@@ -442,21 +445,35 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
   } else {
     run = engine.Begin(plan, process, devices, sources, sink);
   }
+  // A share of several waves needs the writer while it stages (it frees
+  // the pool for the next wave): steps 1 and 2 and the writer are prepared
+  // beside the first wave's copies. A share that fits in one wave is
+  // staged whole into the pool first, and reported staged, so that the
+  // caller (blocked until then) does not wait for them, nor for the delta
+  // base (one lookup per array) or the handing over of every extent.
+  const bool one_wave = run.ok() && (*run)->layout->wave_ends.size() <= 1;
+  std::function<absl::Status()> beside_first_wave;
+  if (!one_wave) beside_first_wave = prepare;
   absl::StatusOr<TransferStats> staged =
-      run.ok() ? engine.Finish(*std::move(run), on_dispatched, prepare)
+      run.ok() ? engine.Finish(*std::move(run), on_dispatched,
+                               beside_first_wave)
                : absl::StatusOr<TransferStats>(run.status());
+  const auto report_staged = [&] {
+    if (!dispatched && request.on_dispatched) {
+      request.on_dispatched(staged.status());
+    }
+    if (request.on_staged) request.on_staged(staged.status());
+    result.staged = absl::Now() - start;
+  };
+  if (one_wave) report_staged();
   // Every rank takes part in step 2's broadcast, whether or not staging
   // got to its first wave.
   if (!prepared) {
     const absl::Status prepared_late = prepare();
     if (staged.ok() && !prepared_late.ok()) staged = prepared_late;
   }
+  if (!one_wave) report_staged();
   if (!decided.ok()) return decided;  // the same on every rank
-  if (!dispatched && request.on_dispatched) {
-    request.on_dispatched(staged.status());
-  }
-  if (request.on_staged) request.on_staged(staged.status());
-  result.staged = absl::Now() - start;
   local = staged.status();
   if (writer != nullptr) {
     absl::StatusOr<WrittenExtents> written = writer->Finish();
@@ -557,10 +574,9 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
                    MetadataWithPerRank(request, per_rank));
   Manifest built = BuildManifest(request, all, delta_base.get());
   built.metadata_json = std::move(metadata);
-  auto manifest = std::make_shared<const Manifest>(std::move(built));
   if (coordinator.rank() == 0) {
     traced("barrier + hash all-gather");
-    committed = Commit(storage, request, tmp, *manifest, traced);
+    committed = Commit(storage, request, tmp, built, traced);
   }
   ASSIGN_OR_RETURN(
       std::string outcome,
@@ -569,7 +585,8 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
   RETURN_IF_ERROR(DecodeStatus(outcome, 0));
   traced("committed");
   result.path = final_dir;
-  result.manifest = std::move(manifest);
+  // Indexed here, on the saver's thread, for the next save's delta base.
+  result.manifest = std::make_shared<const IndexedManifest>(std::move(built));
   result.committed = absl::Now() - start;
   return result;
 }

@@ -16,6 +16,7 @@
 #include "hoist/array_spec.h"
 #include "hoist/checkpoint_types.h"
 #include "hoist/coordinator.h"
+#include "hoist/format/manifest_index.h"
 #include "hoist/manifest.h"
 #include "hoist/mutex.h"
 #include "hoist/save_plan.h"
@@ -71,8 +72,8 @@ struct SaveRequest {
   std::string per_rank_json;
   // The manifest of the step the caller believes is the newest committed
   // (the last save's SaveResult::manifest): spares reading the base's
-  // manifest when it is. Optional.
-  std::shared_ptr<const Manifest> base_hint;
+  // manifest, and indexing it, when it is. Optional.
+  std::shared_ptr<const IndexedManifest> base_hint;
   // With `layout`: the sources of arrays that have not moved since the
   // last save given it, and the copies prepared from them
   // (TransferEngine::Begin). Optional.
@@ -85,8 +86,8 @@ struct SaveResult {
   int64_t bytes = 0;  // array bytes saved by this process
   // Of `bytes`, those not written: the newest committed step's (deltas).
   int64_t referenced_bytes = 0;
-  // The committed manifest (on every rank).
-  std::shared_ptr<const Manifest> manifest;
+  // The committed manifest (on every rank), indexed: the next save's base.
+  std::shared_ptr<const IndexedManifest> manifest;
   absl::Duration staged;     // until every slice was in host memory
   absl::Duration committed;  // until the step was durable and visible
 };

@@ -18,6 +18,7 @@
 #include <atomic>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -36,6 +37,7 @@
 #include "hoist/format/extent_hash.h"
 #include "hoist/format/layout.h"
 #include "hoist/format/manifest_file.h"
+#include "hoist/format/manifest_index.h"
 
 namespace hoist {
 namespace {
@@ -45,13 +47,12 @@ namespace {
 // RestoreCheckpoint reports it.
 std::vector<int64_t> NeededExtents(
     const Manifest& manifest, const std::vector<int64_t>& first_id,
-    const absl::flat_hash_map<std::string_view, int>& index_of,
-    absl::Span<const RestoreTarget> targets) {
+    const ManifestIndex& index, absl::Span<const RestoreTarget> targets) {
   std::vector<int64_t> ids;
   for (const RestoreTarget& target : targets) {
-    auto found = index_of.find(target.name);
-    if (found == index_of.end()) continue;
-    const ManifestArray& array = manifest.arrays[found->second];
+    const int a = index.IndexOf(target.name);
+    if (a < 0) continue;
+    const ManifestArray& array = manifest.arrays[a];
     if (array.dtype != target.dtype || array.shape != target.shape) continue;
     for (const RestoreDestination& dest : target.destinations) {
       if (dest.box.empty() ||
@@ -60,7 +61,7 @@ std::vector<int64_t> NeededExtents(
       }
       for (size_t e = 0; e < array.extents.size(); ++e) {
         if (!array.extents[e].box.Intersect(dest.box).empty()) {
-          ids.push_back(first_id[found->second] + static_cast<int64_t>(e));
+          ids.push_back(first_id[a] + static_cast<int64_t>(e));
         }
       }
     }
@@ -179,16 +180,16 @@ absl::StatusOr<RestoreStats> SharedRestore(
   // back to restoring alone.
   absl::StatusOr<Manifest> manifest = ReadManifestFile(storage, step_dir);
   std::vector<int64_t> first_id;  // per array: the flat id of its extent 0
-  absl::flat_hash_map<std::string_view, int> index_of;
+  std::optional<ManifestIndex> index;
   int64_t count = 0;
   std::string mine = "!";
   if (manifest.ok()) {
     for (size_t a = 0; a < manifest->arrays.size(); ++a) {
       first_id.push_back(count);
       count += static_cast<int64_t>(manifest->arrays[a].extents.size());
-      index_of.emplace(manifest->arrays[a].name, static_cast<int>(a));
     }
-    mine = EncodeIds(NeededExtents(*manifest, first_id, index_of, targets));
+    index.emplace(*manifest);
+    mine = EncodeIds(NeededExtents(*manifest, first_id, *index, targets));
   }
   // "HOST\nIDS": a host name has no line break.
   ASSIGN_OR_RETURN(std::vector<std::string> lists,
@@ -227,7 +228,9 @@ absl::StatusOr<RestoreStats> SharedRestore(
   }
 
   // 2. A reader for each shared extent, and the rounds.
-  std::map<int64_t, std::vector<int>> needers;  // shared ids only, after
+  // Per id, the ranks that need it, ascending (binary-searched below);
+  // shared ids only, after the loop that drops the others.
+  std::map<int64_t, std::vector<int>> needers;
   for (int r = 0; r < n; ++r) {
     for (int64_t id : needs[r]) needers[id].push_back(r);
   }
@@ -371,14 +374,14 @@ absl::StatusOr<RestoreStats> SharedRestore(
       for (int64_t id : by_reader[rank]) {
         own_bytes += extent_of[id]->length_bytes;
         const std::vector<int>& who = needers.at(id);
-        all &= std::find(who.begin(), who.end(), to) != who.end();
+        all &= std::binary_search(who.begin(), who.end(), to);
       }
       absl::Span<const uint8_t> send(buffer.data() + group_at[rank],
                                      static_cast<size_t>(own_bytes));
       if (!all) {
         for (int64_t id : by_reader[rank]) {
           const std::vector<int>& who = needers.at(id);
-          if (std::find(who.begin(), who.end(), to) == who.end()) continue;
+          if (!std::binary_search(who.begin(), who.end(), to)) continue;
           const uint8_t* at = buffer.data() + slot.at(id);
           copy.insert(copy.end(), at, at + extent_of[id]->length_bytes);
         }
@@ -411,8 +414,8 @@ absl::StatusOr<RestoreStats> SharedRestore(
     // where RestoreCheckpoint reports them).
     std::vector<RestoreTarget> round_targets;
     for (const RestoreTarget& target : targets) {
-      auto found = index_of.find(target.name);
-      const int a = found == index_of.end() ? 0 : found->second;
+      const int a =
+          index.has_value() ? std::max(0, index->IndexOf(target.name)) : 0;
       if (a >= first_array && a < end_array) round_targets.push_back(target);
     }
     absl::flat_hash_map<std::string,

@@ -13,6 +13,7 @@
 #include "hoist/base/checked_math.h"
 #include "hoist/base/status_macros.h"
 #include "hoist/base/utf8.h"
+#include "hoist/format/manifest_index.h"
 
 namespace hoist {
 namespace {
@@ -311,8 +312,9 @@ absl::StatusOr<ManifestArray> DecodeArray(const Json& json, size_t index,
 }  // namespace
 
 const ManifestArray* Manifest::Find(std::string_view name) const {
+  const manifest_index_internal::CountingEq equal;
   for (const ManifestArray& array : arrays) {
-    if (array.name == name) return &array;
+    if (equal(array.name, name)) return &array;
   }
   return nullptr;
 }
