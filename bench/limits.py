@@ -22,6 +22,11 @@ the rounds' ratios, their range, and the goal and floor of issue 41.
      options: in one process per round, --pairs pairs of windows of 5 steps,
      one with a save and one without, alternated; a round's overhead is the
      median of its pairs' ratios - 1 (their quartiles are kept beside it).
+Once per run: 5. bench/many_arrays.py --scaling: a repeated save's blocked
+     time and time to commit at 10,000 and 100,000 arrays, deltas on and
+     off, and how much faster than the arrays they grow (FAIL above 15x at
+     10x the arrays; reported under "many_arrays", and limits.py then exits
+     1 after its report).
 """
 import argparse
 import json
@@ -110,6 +115,20 @@ def train_round(args):
     return result
 
 
+def many_arrays(args):
+    """bench/many_arrays.py --scaling: its rows and growth figures."""
+    import subprocess
+    done = subprocess.run(
+        [sys.executable, os.path.join(os.path.dirname(__file__),
+                                      "many_arrays.py"), "--scaling",
+         "--json", "--dir", os.path.join(args.dir, "many")],
+        capture_output=True, text=True, timeout=1800)
+    if not done.stdout.strip():
+        raise RuntimeError(f"many_arrays.py --scaling: exit {done.returncode}"
+                           f": {done.stderr.strip()[-500:]}")
+    return json.loads(done.stdout)
+
+
 def summarize(samples):
     return {"median": statistics.median(samples), "min": min(samples),
             "max": max(samples), "samples": samples}
@@ -165,6 +184,8 @@ def main():
             samples["train_overhead"].append(train["overhead_median"])
             report["train_overhead_quartiles"].append(
                 [train["overhead_q1"], train["overhead_q3"]])
+        log("== a repeated save's cost against the number of arrays")
+        report["many_arrays"] = many_arrays(args)
     finally:
         if own:
             shutil.rmtree(args.dir, ignore_errors=True)
@@ -177,9 +198,10 @@ def main():
                  goal_met=better(s["median"], goal),
                  floor_held=floor is None or better(worst, floor))
         report["figures"][figure] = s
+    failed = any(g["failed"] for g in report["many_arrays"]["growth"])
     if args.json:
         print(json.dumps(report, indent=2))
-        return
+        sys.exit(1 if failed else 0)
     print(f"{args.rounds} rounds; disk limit {report['raw_write_gbps']:.2f} "
           f"GB/s write, {report['raw_read_gbps']:.2f} GB/s read "
           f"({report['disk_limit']})")
@@ -191,6 +213,10 @@ def main():
               f"{s['min']:7.3f}-{s['max']:<7.3f} {s['goal']:6.2f} {floor:>6}"
               f"  {'goal' if s['goal_met'] else 'no'}"
               f"{'' if s['floor_held'] else ', floor missed'}")
+    from many_arrays import print_scaling
+    print_scaling(report["many_arrays"]["rows"],
+                  report["many_arrays"]["growth"])
+    sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":

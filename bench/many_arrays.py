@@ -2,6 +2,8 @@
 """Save and restore time against the number of arrays: hoist vs torch.
 
     .venv/bin/python bench/many_arrays.py [--counts 1000,10000,...] [--json]
+    .venv/bin/python bench/many_arrays.py --scaling [--counts 10000,100000]
+                                          [--saves 5] [--json]
 
 A large MoE's optimizer state holds 100,000 arrays or more; a save and a
 restore must cost the same per array whatever their number. For each count
@@ -14,11 +16,24 @@ emptied (bench/peers.py's drop_caches), timing hoist from opening the
 manager to the restored tensors (restore(like=template), the template a job
 has) and torch from torch.load to its tensors. Also reported: the engine's
 own time (the C++ restore call) and the time per array.
+
+--scaling guards against a cost that grows faster than the arrays (issue
+55: a repeated save of 100,000 arrays blocked 11 s, each array's lookup a
+scan of the last manifest). For each count and with deltas on and off, a
+process saves the state of issue 55 (groups of 100 float32 arrays of 256
+elements, np.full(256, (i + j) % 7)) once, then --saves times more with
+the default options (the same structure, as a training loop saves; with
+deltas every extent is the base's): the medians of those saves' blocked
+time and time to commit, per array. Between the smallest count and the
+largest, the cost may grow with the arrays, times 1.1 (the goal: 100,000
+arrays cost at most 11 times what 10,000 cost); it prints FAIL, and exits
+1, when it grows by more than 1.5 times that (15 times at 10x the arrays).
 """
 import argparse
 import json
 import os
 import shutil
+import statistics
 import sys
 import time
 
@@ -35,7 +50,95 @@ def state(n):
             for i in range(n)}
 
 
+# --scaling: per count, the goal and the failure for its cost's growth
+# beyond the arrays' (issue 55: 11x and 15x at 10x the arrays).
+GROWTH_GOAL = 1.1
+GROWTH_FAIL = 1.5
+
+
+def grouped_state(n):
+    """Issue 55's state: n // 100 groups of 100 arrays of 256 float32."""
+    import numpy as np
+    return {f"g{j}": {f"p{i}": np.full(ELEMENTS, (i + j) % 7, np.float32)
+                      for i in range(100)} for j in range(n // 100)}
+
+
+def repeat_child(args):
+    """One count, deltas on or off: a first save, then --saves repeats of
+    the same structure; the repeats' median blocked and commit times."""
+    import hoist
+    path = os.path.join(args.dir, f"repeat-{args.count}-{args.deltas}")
+    shutil.rmtree(path, ignore_errors=True)
+    state = grouped_state(args.count)
+    blocked, saved = [], []
+    try:
+        with hoist.CheckpointManager(path, deltas=bool(args.deltas)) as mgr:
+            mgr.save(0, state).wait()
+            for step in range(1, args.saves + 1):
+                start = time.perf_counter()
+                handle = mgr.save(step, state)
+                blocked.append(time.perf_counter() - start)
+                handle.wait()
+                saved.append(time.perf_counter() - start)
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+    return {"blocked_s": statistics.median(blocked),
+            "saved_s": statistics.median(saved),
+            "blocked_samples": blocked, "saved_samples": saved}
+
+
+def scaling(counts, directory, saves):
+    """The --scaling rows (count x deltas), and per deltas and figure the
+    growth of the cost from the smallest count to the largest, beyond the
+    arrays' own (1.0: the same cost per array)."""
+    rows = []
+    for deltas in (1, 0):
+        for n in counts:
+            result = peers.child_result(
+                [sys.executable, os.path.abspath(__file__), "--child",
+                 "--phase", "repeat", "--count", str(n), "--dir", directory,
+                 "--deltas", str(deltas), "--saves", str(saves)])
+            if "error" in result:
+                raise RuntimeError(f"repeat {n} deltas={deltas}: "
+                                   f"{result['error']}")
+            rows.append({"arrays": n, "deltas": bool(deltas), **result,
+                         "blocked_us_per_array": result["blocked_s"] / n * 1e6,
+                         "saved_us_per_array": result["saved_s"] / n * 1e6})
+    growth = []
+    for deltas in (True, False):
+        mine = [r for r in rows if r["deltas"] == deltas]
+        small, large = mine[0], mine[-1]
+        arrays = large["arrays"] / small["arrays"]
+        for figure in ("blocked", "saved"):
+            ratio = large[f"{figure}_s"] / small[f"{figure}_s"]
+            growth.append({
+                "deltas": deltas, "figure": figure,
+                "from": small["arrays"], "to": large["arrays"],
+                "ratio": ratio, "beyond_arrays": ratio / arrays,
+                "goal": GROWTH_GOAL * arrays, "fail": GROWTH_FAIL * arrays,
+                "goal_met": ratio <= GROWTH_GOAL * arrays,
+                "failed": ratio > GROWTH_FAIL * arrays})
+    return rows, growth
+
+
+def print_scaling(rows, growth):
+    for r in rows:
+        print(f"{r['arrays']:>7} arrays, deltas {'on ' if r['deltas'] else 'off'}:"
+              f" repeated save blocked {r['blocked_s']:.3f} s "
+              f"({r['blocked_us_per_array']:.2f} us/array), committed "
+              f"{r['saved_s']:.3f} s ({r['saved_us_per_array']:.2f} us/array)")
+    for g in growth:
+        verdict = ("FAIL" if g["failed"] else
+                   "goal met" if g["goal_met"] else "over the goal")
+        print(f"deltas {'on ' if g['deltas'] else 'off'} {g['figure']:>7}: "
+              f"{g['to']} arrays cost {g['ratio']:.1f}x what {g['from']} "
+              f"cost (goal <= {g['goal']:.0f}x, fail > {g['fail']:.0f}x): "
+              f"{verdict}")
+
+
 def child(args):
+    if args.phase == "repeat":
+        return repeat_child(args)
     import torch
     path = os.path.join(args.dir, str(args.count))
     if args.phase == "save":
@@ -94,13 +197,21 @@ def run(phase, count, directory):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--counts", default="1000,10000,25000,50000,100000")
+    parser.add_argument("--counts", default=None,
+                        help="array counts (default 1000,10000,25000,50000,"
+                        "100000; with --scaling 10000,100000)")
+    parser.add_argument("--scaling", action="store_true",
+                        help="only the repeated save's cost against the "
+                        "count, deltas on and off (see above)")
+    parser.add_argument("--saves", type=int, default=5,
+                        help="--scaling: repeated saves per count (default 5)")
     parser.add_argument("--dir", default=None,
                         help="scratch directory (default: a new one here)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--phase", help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--deltas", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print("RESULT " + json.dumps(child(args)), flush=True)
@@ -108,9 +219,22 @@ def main():
     own = args.dir is None
     args.dir = os.path.abspath(args.dir or f"hoist-many.{os.getpid()}")
     os.makedirs(args.dir, exist_ok=True)
+    if args.scaling:
+        counts = [int(c) for c in (args.counts or "10000,100000").split(",")]
+        try:
+            rows, growth = scaling(counts, args.dir, args.saves)
+        finally:
+            if own:
+                shutil.rmtree(args.dir, ignore_errors=True)
+        if args.json:
+            print(json.dumps({"rows": rows, "growth": growth}, indent=2))
+        else:
+            print_scaling(rows, growth)
+        sys.exit(1 if any(g["failed"] for g in growth) else 0)
     rows = []
     try:
-        for n in (int(c) for c in args.counts.split(",")):
+        for n in (int(c) for c in (args.counts or
+                                   "1000,10000,25000,50000,100000").split(",")):
             row = {"arrays": n, **run("save", n, args.dir)}
             for phase in ("hoist", "torch"):
                 row["cache"] = peers.drop_caches(args.dir)

@@ -224,7 +224,7 @@ class CheckpointManager::Impl {
     }
     // Refused here, before the step is accepted: the saver thread must never
     // meet metadata a manifest cannot carry.
-    RETURN_IF_ERROR(ValidateMetadataOnce(metadata_json));
+    RETURN_IF_ERROR(ValidateMetadataJson(metadata_json));
     // Which tier: a deterministic function of the step, so every rank of a
     // job makes the same choice.
     Tier tier = Tier::kDurable;
@@ -533,20 +533,6 @@ class CheckpointManager::Impl {
     job.planned.SkipFrozen();
   }
 
-  // ValidateMetadataJson, but not again for the text the last save's
-  // passed: a training loop's saves repeat their metadata (Python's holds
-  // the state's tree: megabytes at 100,000 arrays, whose parse was a fifth
-  // of a repeated save's blocked time), and comparing it costs a memcmp.
-  // Only Save's thread calls it (one Save at a time).
-  absl::Status ValidateMetadataOnce(const std::string& metadata_json) {
-    if (metadata_json.size() > 64 && metadata_json == last_valid_metadata_) {
-      return absl::OkStatus();
-    }
-    RETURN_IF_ERROR(ValidateMetadataJson(metadata_json));
-    last_valid_metadata_ = metadata_json;
-    return absl::OkStatus();
-  }
-
   // A handle whose every wait returns at once: the save was skipped.
   static SaveHandle SkippedHandle(int64_t step) {
     Promise<CopyFences> dispatched;
@@ -757,8 +743,6 @@ class CheckpointManager::Impl {
 
   // Plans saves on the caller's thread (its Lay beside any staging).
   SavePlanner planner_;
-  // The last metadata ValidateMetadataOnce accepted; Save's thread only.
-  std::string last_valid_metadata_;
 
   mutable Mutex mu_;
   std::deque<std::shared_ptr<Job>> queue_ ABSL_GUARDED_BY(mu_);

@@ -14,6 +14,7 @@
 #include "hoist/base/status_macros.h"
 #include "hoist/base/utf8.h"
 #include "hoist/format/manifest_index.h"
+#include "hoist/mutex.h"
 
 namespace hoist {
 namespace {
@@ -332,7 +333,9 @@ bool IsSafeRelativePath(std::string_view path) {
   return true;
 }
 
-absl::Status ValidateMetadataJson(std::string_view json) {
+namespace {
+
+absl::Status ValidateMetadataJsonText(std::string_view json) {
   if (!NestingWithin(json, kMaxJsonDepth)) {
     return absl::InvalidArgumentError(
         absl::StrFormat("metadata nests deeper than %d levels", kMaxJsonDepth));
@@ -383,6 +386,37 @@ absl::Status ValidateMetadataJson(std::string_view json) {
         absl::StrFormat("metadata must be a JSON object, not a %s",
                         Json(top.type).type_name()));
   }
+  return absl::OkStatus();
+}
+
+// The last large text ValidateMetadataJson accepted. A training loop saves
+// the same metadata again and again (Python's holds the state's tree:
+// megabytes at 100,000 arrays), and each save validates it twice (when it
+// is accepted, and in EncodeManifest at the commit): comparing it with the
+// last one costs a memcmp, parsing it again a fifth of a repeated save's
+// blocked time (issue 55).
+constexpr size_t kMemoBytes = 4096;  // smaller texts parse as fast
+struct MetadataMemo {
+  Mutex mu;
+  std::string accepted ABSL_GUARDED_BY(mu);
+};
+MetadataMemo& Memo() {
+  static MetadataMemo* const memo = new MetadataMemo;
+  return *memo;
+}
+
+}  // namespace
+
+absl::Status ValidateMetadataJson(std::string_view json) {
+  if (json.size() < kMemoBytes) return ValidateMetadataJsonText(json);
+  MetadataMemo& memo = Memo();
+  {
+    MutexLock lock(&memo.mu);
+    if (json == memo.accepted) return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(ValidateMetadataJsonText(json));
+  MutexLock lock(&memo.mu);
+  memo.accepted.assign(json);
   return absl::OkStatus();
 }
 

@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_cat.h"
+
 namespace hoist {
 namespace {
 
@@ -294,6 +296,25 @@ TEST(ManifestTest, MetadataMustBeAJsonObjectInUtf8) {
   }
   EXPECT_THAT(ValidateMetadataJson("[1]").message(),
               HasSubstr("must be a JSON object, not a array"));
+}
+
+// Large metadata accepted once is accepted again without a parse; a text
+// that differs from it, by one byte, is still checked.
+TEST(ManifestTest, LargeMetadataAcceptedOnceIsStillCheckedWhenItChanges) {
+  std::string good = "{\"tree\": [";
+  for (int i = 0; i < 2000; ++i) absl::StrAppend(&good, i == 0 ? "" : ", ", i);
+  good += "]}";
+  ASSERT_GT(good.size(), 4096u);
+  EXPECT_TRUE(ValidateMetadataJson(good).ok());
+  EXPECT_TRUE(ValidateMetadataJson(good).ok());
+  std::string bad = good;
+  bad[bad.size() - 3] = 'x';  // "...199x]}"
+  EXPECT_EQ(ValidateMetadataJson(bad).code(),
+            absl::StatusCode::kInvalidArgument);
+  std::string truncated = good.substr(0, good.size() - 1);
+  EXPECT_EQ(ValidateMetadataJson(truncated).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(ValidateMetadataJson(good).ok());
 }
 
 TEST(ManifestTest, EncodingRefusesWhatCouldNotBeReadBack) {
