@@ -138,10 +138,17 @@ class TorchCoordinator:
         (its connection closed) fails it at once: RuntimeError; a rank
         that is still there but does not come: TimeoutError after the
         timeout. Both name the rank."""
+        self._collective(name, lambda: self._dist.monitored_barrier(
+            self._group, timeout=self._timeout, wait_all_ranks=True))
+
+    def _collective(self, name, op):
+        """op()'s result. A rank that leaves or stops during it (after it
+        arrived: a save reports staged before its first collective, and
+        the training loop may then lose the process) fails it as in
+        _arrive, naming the rank."""
         start = time.monotonic()
         try:
-            self._dist.monitored_barrier(self._group, timeout=self._timeout,
-                                         wait_all_ranks=True)
+            return op()
         except RuntimeError as error:
             waited = time.monotonic() - start
             text = (str(error).strip().splitlines() or [""])[0]
@@ -166,16 +173,17 @@ class TorchCoordinator:
     def all_gather(self, name, data):
         self._arrive(name)
         out = [None] * self.size
-        self._dist.all_gather_object(out, (name, data), group=self._group)
+        self._collective(name, lambda: self._dist.all_gather_object(
+            out, (name, data), group=self._group))
         _check_names(name, [n for n, _ in out])
         return [d for _, d in out]
 
     def broadcast(self, name, data, root):
         self._arrive(name)
         box = [(name, data if self.rank == root else b"")]
-        self._dist.broadcast_object_list(
+        self._collective(name, lambda: self._dist.broadcast_object_list(
             box, src=self._dist.get_global_rank(self._group, root),
-            group=self._group)
+            group=self._group))
         _check_names(name, [box[0][0]])
         return box[0][1]
 

@@ -144,7 +144,8 @@ def main():
                                       coordinator_timeout_s=60)
         mgr.save(1, state("a")).wait()
         handle = mgr.save(2, {**state("a"), **big})
-        if rank == 1:  # dies while its share of step 2 is being written
+        if rank == 1:  # dies once its share of step 2 is staged: in the
+            # save's first collective, or while its share is written
             os.kill(os.getpid(), signal.SIGKILL)
         outcome.report(mgr, handle, out)
         os._exit(0)  # the job lost a rank: skip torch's teardown
@@ -158,7 +159,8 @@ def main():
         # Big enough that rank 1 stops while its share is being written.
         big = {"big": torch.ones(16 << 20, dtype=torch.float32)}
         handle = mgr.save(2, {**state("a"), **big})
-        if rank == 1:  # stops (alive, silent) before its share is written
+        if rank == 1:  # stops (alive, silent) once its share is staged:
+            # in the save's first collective, or before it is written
             os.kill(os.getpid(), signal.SIGSTOP)
         outcome.report(mgr, handle, out)
         os.kill(pids[1], signal.SIGKILL)
