@@ -3,7 +3,7 @@
 
     .venv/bin/python bench/many_arrays.py [--counts 1000,10000,...] [--json]
     .venv/bin/python bench/many_arrays.py --scaling [--counts 10000,100000]
-                                          [--saves 5] [--json]
+                                          [--saves 9] [--json]
 
 A large MoE's optimizer state holds 100,000 arrays or more; a save and a
 restore must cost the same per array whatever their number. For each count
@@ -203,8 +203,8 @@ def main():
     parser.add_argument("--scaling", action="store_true",
                         help="only the repeated save's cost against the "
                         "count, deltas on and off (see above)")
-    parser.add_argument("--saves", type=int, default=5,
-                        help="--scaling: repeated saves per count (default 5)")
+    parser.add_argument("--saves", type=int, default=9,
+                        help="--scaling: repeated saves per count (default 9)")
     parser.add_argument("--dir", default=None,
                         help="scratch directory (default: a new one here)")
     parser.add_argument("--json", action="store_true")

@@ -9,7 +9,6 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
-
 #include "hoist/checkpoint_manager.h"
 #include "hoist/checkpoint_root.h"
 #include "hoist/format/manifest_index.h"

@@ -253,9 +253,9 @@ absl::Status CheckFrozenBase(const SaveRequest& request, int64_t base) {
 // Steps 1 and 2, decided by rank 0 for everyone: the directory to write
 // into (made) and the base, or why there is none (the same error on every
 // rank). `base` receives the base's manifest, on every rank.
-absl::StatusOr<Decided> DecideTmpDir(Storage& storage, Coordinator& coordinator,
-                                     const SaveRequest& request,
-                                     std::shared_ptr<const IndexedManifest>& base) {
+absl::StatusOr<Decided> DecideTmpDir(
+    Storage& storage, Coordinator& coordinator, const SaveRequest& request,
+    std::shared_ptr<const IndexedManifest>& base) {
   Decided decided;  // rank 0's, once begun
   absl::Status refused;
   if (coordinator.rank() == 0) {
@@ -455,9 +455,9 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
   std::function<absl::Status()> beside_first_wave;
   if (!one_wave) beside_first_wave = prepare;
   absl::StatusOr<TransferStats> staged =
-      run.ok() ? engine.Finish(*std::move(run), on_dispatched,
-                               beside_first_wave)
-               : absl::StatusOr<TransferStats>(run.status());
+      run.ok()
+          ? engine.Finish(*std::move(run), on_dispatched, beside_first_wave)
+          : absl::StatusOr<TransferStats>(run.status());
   const auto report_staged = [&] {
     if (!dispatched && request.on_dispatched) {
       request.on_dispatched(staged.status());

@@ -45,9 +45,10 @@ namespace {
 // The flat ids of the extents `targets` intersect, sorted. A target the
 // manifest lacks, or whose dtype or shape differs, needs nothing here:
 // RestoreCheckpoint reports it.
-std::vector<int64_t> NeededExtents(
-    const Manifest& manifest, const std::vector<int64_t>& first_id,
-    const ManifestIndex& index, absl::Span<const RestoreTarget> targets) {
+std::vector<int64_t> NeededExtents(const Manifest& manifest,
+                                   const std::vector<int64_t>& first_id,
+                                   const ManifestIndex& index,
+                                   absl::Span<const RestoreTarget> targets) {
   std::vector<int64_t> ids;
   for (const RestoreTarget& target : targets) {
     const int a = index.IndexOf(target.name);

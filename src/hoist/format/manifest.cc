@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "absl/algorithm/container.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
@@ -426,6 +427,14 @@ namespace {
 // characters escaped, everything else as it is.
 void AppendJsonString(std::string& out, std::string_view s) {
   out.push_back('"');
+  // Names rarely need escaping: appended whole then.
+  if (absl::c_none_of(s, [](char c) {
+        return c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20;
+      })) {
+    out.append(s);
+    out.push_back('"');
+    return;
+  }
   for (const char c : s) {
     switch (c) {
       case '"':
@@ -487,9 +496,19 @@ absl::StatusOr<std::string> EncodeManifest(const Manifest& manifest) {
         "XXH3-64 (hoist/1), not both");
   }
   const bool version_1 = narrow > 0;
+  // Reserved for the longest text it can be (names escaped 6 bytes a byte,
+  // integers of 20 digits): growing a string of tens of MiB copies it, and
+  // a page reserved but never written costs nothing.
+  size_t bound = 256 + manifest.metadata_json.size();
+  for (const ManifestArray& array : manifest.arrays) {
+    bound += 128 + 6 * (array.name.size() + array.sharding.size()) +
+             21 * array.shape.size();
+    for (const ManifestExtent& extent : array.extents) {
+      bound += 224 + 6 * extent.file.size() + 48 * array.shape.size();
+    }
+  }
   std::string out;
-  out.reserve(256 + manifest.metadata_json.size() +
-              manifest.arrays.size() * 256);
+  out.reserve(bound);
   absl::StrAppend(&out, "{\"format\": ");
   AppendJsonString(out, version_1 ? kManifestFormatV1 : kManifestFormat);
   absl::StrAppend(&out, ",\n \"step\": ", manifest.step,
