@@ -88,9 +88,8 @@ def repeat_child(args):
 
 
 def scaling(counts, directory, saves):
-    """The --scaling rows (count x deltas), and per deltas and figure the
-    growth of the cost from the smallest count to the largest, beyond the
-    arrays' own (1.0: the same cost per array)."""
+    """The --scaling rows (count x deltas, counts ascending), and their
+    growth_of."""
     rows = []
     for deltas in (1, 0):
         for n in counts:
@@ -104,9 +103,17 @@ def scaling(counts, directory, saves):
             rows.append({"arrays": n, "deltas": bool(deltas), **result,
                          "blocked_us_per_array": result["blocked_s"] / n * 1e6,
                          "saved_us_per_array": result["saved_s"] / n * 1e6})
+    return rows, growth_of(rows)
+
+
+def growth_of(rows):
+    """Per deltas (on, off) and figure (blocked, saved): how the cost grows
+    from the rows' smallest count to their largest, against the goal and
+    the failure (GROWTH_GOAL and GROWTH_FAIL times the arrays' growth)."""
     growth = []
     for deltas in (True, False):
-        mine = [r for r in rows if r["deltas"] == deltas]
+        mine = sorted((r for r in rows if r["deltas"] == deltas),
+                      key=lambda r: r["arrays"])
         small, large = mine[0], mine[-1]
         arrays = large["arrays"] / small["arrays"]
         for figure in ("blocked", "saved"):
@@ -118,7 +125,7 @@ def scaling(counts, directory, saves):
                 "goal": GROWTH_GOAL * arrays, "fail": GROWTH_FAIL * arrays,
                 "goal_met": ratio <= GROWTH_GOAL * arrays,
                 "failed": ratio > GROWTH_FAIL * arrays})
-    return rows, growth
+    return growth
 
 
 def print_scaling(rows, growth):

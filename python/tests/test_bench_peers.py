@@ -1,7 +1,7 @@
 """The benchmarks run end to end, small: bench/peers.py writes the report
 the README shows (a small model, two systems, one round, no scaling
-figures; the real run is `bench/peers.py`); bench/many_arrays.py and
-bench/delta.py theirs."""
+figures; the real run is `bench/peers.py`); bench/many_arrays.py (and its
+--scaling guard) and bench/delta.py theirs."""
 import json
 import pathlib
 import subprocess
@@ -56,6 +56,58 @@ def test_many_arrays_benchmark_restores_bit_exact(tmp_path):
         assert row["torch_s"] > 0, row
         for key in ("first_blocked_s", "repeat_blocked_s", "torch_save_s"):
             assert isinstance(row[key], float), row
+
+
+def test_many_arrays_scaling_reports_every_growth_figure(tmp_path):
+    """--scaling end to end, small: a row per count and deltas setting, a
+    growth figure per deltas setting and figure, and an exit status that
+    says whether one failed (the figures themselves are timings)."""
+    result = subprocess.run(
+        [sys.executable, str(REPO / "bench/many_arrays.py"), "--scaling",
+         "--counts", "200,2000", "--saves", "2", "--dir",
+         str(tmp_path / "scratch"), "--json"],
+        capture_output=True, text=True, timeout=600)
+    assert result.returncode in (0, 1), result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    assert sorted((r["arrays"], r["deltas"]) for r in report["rows"]) == [
+        (200, False), (200, True), (2000, False), (2000, True)]
+    for row in report["rows"]:
+        assert len(row["blocked_samples"]) == len(row["saved_samples"]) == 2
+        assert 0 < row["blocked_s"] <= row["saved_s"], row
+    assert sorted((g["deltas"], g["figure"]) for g in report["growth"]) == [
+        (False, "blocked"), (False, "saved"), (True, "blocked"),
+        (True, "saved")]
+    failed = any(g["failed"] for g in report["growth"])
+    assert result.returncode == (1 if failed else 0)
+
+
+def test_many_arrays_growth_fails_above_15x_at_10x_the_arrays():
+    """The guard of issue 55: growth_of judges a cost that grows with the
+    arrays as met, a little more as over the goal, a quadratic one as a
+    failure."""
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        from many_arrays import growth_of
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+
+    def rows(blocked_10x, saved_10x):
+        return [{"arrays": 10000, "deltas": d, "blocked_s": 1.0,
+                 "saved_s": 1.0} for d in (True, False)] + [
+            {"arrays": 100000, "deltas": d, "blocked_s": blocked_10x,
+             "saved_s": saved_10x} for d in (True, False)]
+
+    def verdicts(growth):
+        return {("on" if g["deltas"] else "off", g["figure"]):
+                "fail" if g["failed"] else
+                "met" if g["goal_met"] else "over" for g in growth}
+
+    assert set(verdicts(growth_of(rows(10.0, 11.0))).values()) == {"met"}
+    assert verdicts(growth_of(rows(12.0, 100.0))) == {
+        ("on", "blocked"): "over", ("on", "saved"): "fail",
+        ("off", "blocked"): "over", ("off", "saved"): "fail"}
+    assert all(g["goal"] == pytest.approx(11) and g["fail"] == pytest.approx(15)
+               for g in growth_of(rows(1.0, 1.0)))
 
 
 def test_delta_benchmark_meets_its_byte_goals(tmp_path):
