@@ -106,7 +106,8 @@ def test_many_arrays_growth_fails_above_15x_at_10x_the_arrays():
     assert verdicts(growth_of(rows(12.0, 100.0))) == {
         ("on", "blocked"): "over", ("on", "saved"): "fail",
         ("off", "blocked"): "over", ("off", "saved"): "fail"}
-    assert all(g["goal"] == pytest.approx(11) and g["fail"] == pytest.approx(15)
+    assert all(g["goal"] == pytest.approx(11) and
+               g["fail"] == pytest.approx(15)
                for g in growth_of(rows(1.0, 1.0)))
 
 
