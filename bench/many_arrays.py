@@ -130,8 +130,9 @@ def growth_of(rows):
 
 def print_scaling(rows, growth):
     for r in rows:
-        print(f"{r['arrays']:>7} arrays, deltas {'on ' if r['deltas'] else 'off'}:"
-              f" repeated save blocked {r['blocked_s']:.3f} s "
+        deltas = "on " if r["deltas"] else "off"
+        print(f"{r['arrays']:>7} arrays, deltas {deltas}: repeated save "
+              f"blocked {r['blocked_s']:.3f} s "
               f"({r['blocked_us_per_array']:.2f} us/array), committed "
               f"{r['saved_s']:.3f} s ({r['saved_us_per_array']:.2f} us/array)")
     for g in growth:
@@ -240,8 +241,8 @@ def main():
         sys.exit(1 if any(g["failed"] for g in growth) else 0)
     rows = []
     try:
-        for n in (int(c) for c in (args.counts or
-                                   "1000,10000,25000,50000,100000").split(",")):
+        counts = args.counts or "1000,10000,25000,50000,100000"
+        for n in (int(c) for c in counts.split(",")):
             row = {"arrays": n, **run("save", n, args.dir)}
             for phase in ("hoist", "torch"):
                 row["cache"] = peers.drop_caches(args.dir)
