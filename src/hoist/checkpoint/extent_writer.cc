@@ -78,10 +78,6 @@ void ExtentWriter::OnStaged(StagedExtent extent) {
   MutexLock lock(&mu_);
   if (!error_.ok()) return;  // the save failed: drop, releasing the lease
   const int64_t offset = plan_.slices[extent.slice].offset_bytes;
-  if (progress_ != nullptr) {
-    progress_->staged_bytes.fetch_add(extent.lease.size_bytes(),
-                                      std::memory_order_relaxed);
-  }
   streams_[file - first_file_]->queue.emplace(offset, std::move(extent));
 }
 

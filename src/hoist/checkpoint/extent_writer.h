@@ -107,9 +107,11 @@ class ExtentWriter final : public StagedExtentSink {
   void StopThreads() ABSL_LOCKS_EXCLUDED(mu_);
 
   const SavePlan& plan_;
-  Tracer* const tracer_;          // "writer FILE" tracks, when set
-  SaveProgress* const progress_;  // bytes staged and written, when set
-  const DeltaBase* const base_;   // what may be referenced; null: nothing
+  Tracer* const tracer_;  // "writer FILE" tracks, when set
+  // Counts bytes written, when set (the save's DeferredSink counts those
+  // staged).
+  SaveProgress* const progress_;
+  const DeltaBase* const base_;  // what may be referenced; null: nothing
   std::vector<std::unique_ptr<Stream>> streams_;  // by file index - first
   int first_file_ = 0;
   mutable Mutex mu_;

@@ -395,6 +395,7 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
   WrittenExtents written_here(plan);
   DeferredSink own_sink;  // unless the begun save brought its own
   DeferredSink& sink = begun != nullptr ? begun->sink : own_sink;
+  sink.CountInto(request.progress);
   // The base step's manifest and what this save may reference of it.
   std::shared_ptr<const IndexedManifest> base_manifest;
   std::unique_ptr<DeltaBase> delta_base;  // outlives `writer`

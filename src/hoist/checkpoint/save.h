@@ -98,10 +98,28 @@ struct SaveResult {
 // them (their leases return to the pool).
 class DeferredSink final : public StagedExtentSink {
  public:
+  // Adds the bytes of every extent it has received, and of every later one
+  // as it arrives, to `progress`'s staged_bytes (null: none): they are
+  // counted staged when they are, whether or not the writer is attached.
+  void CountInto(SaveProgress* progress) ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
+    progress_ = progress;
+    if (progress_ == nullptr) return;
+    int64_t bytes = 0;
+    for (const StagedExtent& extent : held_) {
+      bytes += extent.lease.size_bytes();
+    }
+    progress_->staged_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  }
+
   void OnStaged(StagedExtent extent) override ABSL_LOCKS_EXCLUDED(mu_) {
     StagedExtentSink* target;
     {
       MutexLock lock(&mu_);
+      if (progress_ != nullptr) {
+        progress_->staged_bytes.fetch_add(extent.lease.size_bytes(),
+                                          std::memory_order_relaxed);
+      }
       target = target_;
       if (target == nullptr) {
         if (!dropping_) held_.push_back(std::move(extent));
@@ -128,6 +146,7 @@ class DeferredSink final : public StagedExtentSink {
  private:
   Mutex mu_;
   StagedExtentSink* target_ ABSL_GUARDED_BY(mu_) = nullptr;
+  SaveProgress* progress_ ABSL_GUARDED_BY(mu_) = nullptr;
   bool dropping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<StagedExtent> held_ ABSL_GUARDED_BY(mu_);
 };
