@@ -320,8 +320,8 @@ class CheckpointManager {
   // background error not yet reported) are returned here; later ones on the
   // handle, and again from the next call. A save whose share fits in the
   // pool is staged before its step directory is made (and its delta base
-  // found): an error there comes on the handle. kInvalidArgument, before the step
-  // is accepted, for a negative step or `metadata_json` that
+  // found): an error there comes on the handle. kInvalidArgument, before the
+  // step is accepted, for a negative step or `metadata_json` that
   // ValidateMetadataJson (manifest.h) refuses: not a JSON object, not UTF-8,
   // NaN or infinities, nested deeper than kMaxJsonDepth. With
   // WhenBusy::kSkip and max_in_flight saves in flight, returns at once a
