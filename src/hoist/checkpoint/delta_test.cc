@@ -378,7 +378,8 @@ TEST_F(DeltaTest, CrashAtEverySyncPointLosesNoCommittedStep) {
 // Lookups by name are indexed: a repeated save of many arrays with deltas
 // (its base's array per array) and its restore (each target's array) make
 // a bounded number of name comparisons per array, counted, not timed. A
-// scan per lookup (issue 55) made 50,000,000 of them here.
+// scan per lookup (issue 55) made 50,000,000 of them here; the index,
+// about 21,000 (release) and 42,000 (debug, whose tables check themselves).
 TEST_F(DeltaTest, LookupsByNameCostAFewComparisonsPerArray) {
   constexpr int kArrays = 10000;
   const Mesh mesh = *Mesh::Create({"data"}, {8});
@@ -401,8 +402,11 @@ TEST_F(DeltaTest, LookupsByNameCostAFewComparisonsPerArray) {
   const int64_t comparisons = ManifestIndex::name_comparisons() - before;
   // Array 0 kept its bytes (Train leaves it): it was found in the base.
   EXPECT_GT(second.referenced_bytes, 0);
+  // About one comparison per lookup: the base's per array, the restore's
+  // per target; a debug build's tables also compare on every insert and
+  // lookup to check themselves. A scan per lookup is ~kArrays / 2 each.
   EXPECT_GE(comparisons, kArrays);  // the counter counts these lookups
-  EXPECT_LE(comparisons, 4 * kArrays);
+  EXPECT_LE(comparisons, 10 * kArrays);
 }
 
 }  // namespace
