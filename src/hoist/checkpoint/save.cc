@@ -2,8 +2,11 @@
 //
 //   0. Dispatch the first wave of this process's copies (TransferEngine):
 //      nothing in storage stands between a save and its copies (a save in
-//      dispatched mode returns here when the pool holds it); while they
-//      run, steps 1 and 2, and the extents they stage wait for the writer.
+//      dispatched mode returns here when the pool holds it). When the share
+//      takes several waves, steps 1 and 2 run while they do, and the
+//      extents they stage wait for the writer; when it fits in one, it is
+//      staged whole and reported staged first (the caller's wait ends),
+//      then steps 1 and 2 run.
 //   1. Rank 0 refuses the step if ROOT/step_N is committed and overwrite is
 //      off (kAlreadyExists, before any byte is written).
 //   2. Rank 0 begins the step's directory through the storage's commit
