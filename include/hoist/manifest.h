@@ -116,8 +116,9 @@ absl::StatusOr<std::string> EncodeManifest(const Manifest& manifest);
 // OK if `json` can be a step's user metadata: a JSON object, valid UTF-8,
 // nested at most kMaxJsonDepth deep (NaN and infinities are not JSON).
 // kInvalidArgument saying what is wrong otherwise. Thread-safe; the last
-// large text it accepted is remembered, and accepted again at the cost of
-// a comparison (a training loop's saves repeat their metadata).
+// text of 4 KiB to 64 MiB it accepted is remembered (a copy, for the
+// process's life) and accepted again at the cost of a comparison: a
+// training loop's saves repeat their metadata.
 absl::Status ValidateMetadataJson(std::string_view json);
 
 // Parses and validates. kInvalidArgument for a format other than "hoist/2"

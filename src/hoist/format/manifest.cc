@@ -396,7 +396,10 @@ absl::Status ValidateMetadataJsonText(std::string_view json) {
 // is accepted, and in EncodeManifest at the commit): comparing it with the
 // last one costs a memcmp, parsing it again a fifth of a repeated save's
 // blocked time (issue 55).
-constexpr size_t kMemoBytes = 4096;  // smaller texts parse as fast
+// Texts from 4 KiB (smaller ones parse as fast) to 64 MiB (the memo's copy
+// stays for the process's life) are remembered.
+constexpr size_t kMemoMinBytes = 4096;
+constexpr size_t kMemoMaxBytes = size_t{64} << 20;
 struct MetadataMemo {
   Mutex mu;
   std::string accepted ABSL_GUARDED_BY(mu);
@@ -409,7 +412,9 @@ MetadataMemo& Memo() {
 }  // namespace
 
 absl::Status ValidateMetadataJson(std::string_view json) {
-  if (json.size() < kMemoBytes) return ValidateMetadataJsonText(json);
+  if (json.size() < kMemoMinBytes || json.size() > kMemoMaxBytes) {
+    return ValidateMetadataJsonText(json);
+  }
   MetadataMemo& memo = Memo();
   {
     MutexLock lock(&memo.mu);
