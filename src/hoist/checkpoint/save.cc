@@ -2,11 +2,10 @@
 //
 //   0. Dispatch the first wave of this process's copies (TransferEngine):
 //      nothing in storage stands between a save and its copies (a save in
-//      dispatched mode returns here when the pool holds it). When the share
-//      takes several waves, steps 1 and 2 run while they do, and the
-//      extents they stage wait for the writer; when it fits in one, it is
-//      staged whole and reported staged first (the caller's wait ends),
-//      then steps 1 and 2 run.
+//      dispatched mode returns here when the pool holds it); while they
+//      run, steps 1 and 2, and the extents they stage wait for the writer.
+//      The save is reported staged once the last copy is delivered,
+//      whether or not steps 1 and 2 are done.
 //   1. Rank 0 refuses the step if ROOT/step_N is committed and overwrite is
 //      off (kAlreadyExists, before any byte is written).
 //   2. Rank 0 begins the step's directory through the storage's commit
@@ -449,34 +448,31 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
   } else {
     run = engine.Begin(plan, process, devices, sources, sink);
   }
-  // A share of several waves needs the writer while it stages (it frees
-  // the pool for the next wave): steps 1 and 2 and the writer are prepared
-  // beside the first wave's copies. A share that fits in one wave is
-  // staged whole into the pool first, and reported staged, so that the
-  // caller (blocked until then) does not wait for them, nor for the delta
-  // base (one lookup per array) or the handing over of every extent.
-  const bool one_wave = run.ok() && (*run)->layout->wave_ends.size() <= 1;
-  std::function<absl::Status()> beside_first_wave;
-  if (!one_wave) beside_first_wave = prepare;
-  absl::StatusOr<TransferStats> staged =
-      run.ok()
-          ? engine.Finish(*std::move(run), on_dispatched, beside_first_wave)
-          : absl::StatusOr<TransferStats>(run.status());
-  const auto report_staged = [&] {
-    if (!dispatched && request.on_dispatched) {
-      request.on_dispatched(staged.status());
-    }
-    if (request.on_staged) request.on_staged(staged.status());
+  // Steps 1 and 2 and the writer are prepared beside the first wave's
+  // copies (a share of several waves needs the writer to free the pool for
+  // the next), and the copies are reported staged as soon as the last is
+  // delivered, on its thread: the caller, blocked until then, does not
+  // wait for the directory, the delta base (one lookup per array) or the
+  // handing over of the extents held meanwhile, and the writes still
+  // overlap the copies.
+  bool staged_reported = false;
+  const auto report_staged = [&](const absl::Status& status) {
+    if (!dispatched && request.on_dispatched) request.on_dispatched(status);
+    if (request.on_staged) request.on_staged(status);
     result.staged = absl::Now() - start;
+    staged_reported = true;
   };
-  if (one_wave) report_staged();
+  absl::StatusOr<TransferStats> staged =
+      run.ok() ? engine.Finish(*std::move(run), on_dispatched, prepare,
+                               report_staged)
+               : absl::StatusOr<TransferStats>(run.status());
   // Every rank takes part in step 2's broadcast, whether or not staging
   // got to its first wave.
   if (!prepared) {
     const absl::Status prepared_late = prepare();
     if (staged.ok() && !prepared_late.ok()) staged = prepared_late;
   }
-  if (!one_wave) report_staged();
+  if (!staged_reported) report_staged(staged.status());  // stopped early
   if (!decided.ok()) return decided;  // the same on every rank
   local = staged.status();
   if (writer != nullptr) {

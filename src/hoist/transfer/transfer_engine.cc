@@ -32,6 +32,7 @@
 #include "hoist/base/checked_math.h"
 #include "hoist/base/first_error.h"
 #include "hoist/base/status_macros.h"
+#include "hoist/mutex.h"
 
 namespace hoist {
 namespace {
@@ -237,7 +238,8 @@ absl::StatusOr<std::unique_ptr<StagingRun>> TransferEngine::Begin(
 
 absl::StatusOr<TransferStats> TransferEngine::Finish(
     std::unique_ptr<StagingRun> run, const std::function<void()>& on_dispatched,
-    const std::function<absl::Status()>& after_first_wave) {
+    const std::function<absl::Status()>& after_first_wave,
+    const std::function<void(const absl::Status&)>& on_delivered) {
   TransferStats& stats = run->stats;
   bool announced = false;
   const auto announce_dispatched = [&] {
@@ -245,21 +247,36 @@ absl::StatusOr<TransferStats> TransferEngine::Finish(
     stats.time_to_dispatched = absl::Now() - run->start;
     if (on_dispatched) on_dispatched();
   };
+  // Set once on_delivered has run (it may run on a copy's thread).
+  Notification delivered_reported;
+  bool reporting = false;
   // 3. Dispatch wave after wave (Begin dispatched the first), stopping at
   // the first error.
   const size_t waves = run->layout->wave_ends.size();
   for (size_t wave = 0; wave < waves; ++wave) {
     if (wave == 0 ? run->stats.waves == 0 : !DispatchWave(*run, wave)) break;
     // The last wave is announced before the first wave's work begins.
-    if (wave + 1 == waves) announce_dispatched();
+    if (wave + 1 == waves) {
+      announce_dispatched();
+      if (on_delivered) {
+        reporting = true;
+        WhenAll(run->delivered)
+            .OnReady([&, first_error = run->first_error](const absl::Status&) {
+              on_delivered(first_error->Get());
+              delivered_reported.Notify();
+            });
+      }
+    }
     if (wave == 0 && after_first_wave) {
       run->first_error->Record(after_first_wave());
     }
   }
   announce_dispatched();  // staging stopped early, or nothing to stage
 
-  // 4. Wait for everything in flight.
+  // 4. Wait for everything in flight (and for on_delivered, which uses
+  // this frame).
   WhenAll(run->delivered).Wait();
+  if (reporting) delivered_reported.WaitForNotification();
   stats.time_to_staged = absl::Now() - run->start;
   stats.peak_pool_bytes = pool_.stats().peak_bytes;
   if (absl::Status status = run->first_error->Get(); !status.ok()) {

@@ -272,10 +272,19 @@ class TransferEngine {
   absl::StatusOr<std::shared_ptr<const StagingLayout>> Lay(
       const SavePlan& plan, int process, absl::Span<Device* const> devices,
       const std::vector<uint8_t>* skip = nullptr) const;
+  // `on_delivered`, if set, runs once every copy has been delivered to the
+  // sink, with staging's status then (a copy's error, or after_first_wave's
+  // if it failed by then), on the thread that delivered the last copy (the
+  // calling thread if they were all delivered when the last wave was
+  // dispatched): while after_first_wave may still run, so that a caller
+  // learns its arrays are off the devices without waiting for that work.
+  // Not at all when staging stopped before its last wave. Finish returns
+  // after it has run.
   absl::StatusOr<TransferStats> Finish(
       std::unique_ptr<StagingRun> run,
       const std::function<void()>& on_dispatched = nullptr,
-      const std::function<absl::Status()>& after_first_wave = nullptr);
+      const std::function<absl::Status()>& after_first_wave = nullptr,
+      const std::function<void(const absl::Status&)>& on_delivered = nullptr);
 
  private:
   // Dispatches wave `wave` of `run`; false when it did not (an earlier
