@@ -318,13 +318,13 @@ class CheckpointManager {
   // memory must stay valid and unchanged until WaitStaged(). Errors found
   // before anything starts (a bad plan, an existing step, an earlier save's
   // background error not yet reported) are returned here; later ones on the
-  // handle, and again from the next call. A save whose share fits in the
-  // pool is staged before its step directory is made (and its delta base
-  // found): an error there comes on the handle. kInvalidArgument, before the
-  // step is accepted, for a negative step or `metadata_json` that
-  // ValidateMetadataJson (manifest.h) refuses: not a JSON object, not UTF-8,
-  // NaN or infinities, nested deeper than kMaxJsonDepth. With
-  // WhenBusy::kSkip and max_in_flight saves in flight, returns at once a
+  // handle, and again from the next call. A save is reported staged when
+  // its last copy lands, whether or not its step directory is made and its
+  // delta base found by then: an error there may come on the handle.
+  // kInvalidArgument, before the step is accepted, for a negative step or
+  // `metadata_json` that ValidateMetadataJson (manifest.h) refuses: not a JSON
+  // object, not UTF-8, NaN or infinities, nested deeper than kMaxJsonDepth.
+  // With WhenBusy::kSkip and max_in_flight saves in flight, returns at once a
   // skipped handle (after the checks above) and the arrays are not read.
   absl::StatusOr<SaveHandle> Save(int64_t step,
                                   absl::Span<const SaveArray> arrays,
