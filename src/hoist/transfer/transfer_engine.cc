@@ -247,8 +247,9 @@ absl::StatusOr<TransferStats> TransferEngine::Finish(
     stats.time_to_dispatched = absl::Now() - run->start;
     if (on_dispatched) on_dispatched();
   };
-  // Set once on_delivered has run (it may run on a copy's thread).
-  Notification delivered_reported;
+  // Set once on_delivered has run (it may run on a copy's thread, which
+  // may still be inside Notify when this frame waits and returns: shared).
+  const auto delivered_reported = std::make_shared<Notification>();
   bool reporting = false;
   // 3. Dispatch wave after wave (Begin dispatched the first), stopping at
   // the first error.
@@ -261,9 +262,10 @@ absl::StatusOr<TransferStats> TransferEngine::Finish(
       if (on_delivered) {
         reporting = true;
         WhenAll(run->delivered)
-            .OnReady([&, first_error = run->first_error](const absl::Status&) {
+            .OnReady([&on_delivered, reported = delivered_reported,
+                      first_error = run->first_error](const absl::Status&) {
               on_delivered(first_error->Get());
-              delivered_reported.Notify();
+              reported->Notify();
             });
       }
     }
@@ -276,7 +278,7 @@ absl::StatusOr<TransferStats> TransferEngine::Finish(
   // 4. Wait for everything in flight (and for on_delivered, which uses
   // this frame).
   WhenAll(run->delivered).Wait();
-  if (reporting) delivered_reported.WaitForNotification();
+  if (reporting) delivered_reported->WaitForNotification();
   stats.time_to_staged = absl::Now() - run->start;
   stats.peak_pool_bytes = pool_.stats().peak_bytes;
   if (absl::Status status = run->first_error->Get(); !status.ok()) {
