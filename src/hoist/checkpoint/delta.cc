@@ -12,26 +12,16 @@ namespace hoist {
 
 namespace {
 
-// Arrays with at most this many extents are searched for a box by a scan
-// of their extents; larger ones get a map by box (built once each).
-constexpr size_t kScanExtents = 8;
-
 // The extent of `array` whose box is `box`, or null. `guess` is where a
 // save of the same plan put it (its slices of an array are listed in plan
 // order): one comparison in a training loop's saves. `by_box` is the
-// array's map, made on first use when it has many extents.
+// array's map, made on the first guess that misses.
 const ManifestExtent* FindExtent(const ManifestArray& array, const Box& box,
                                  size_t guess,
                                  absl::flat_hash_map<Box, int>& by_box) {
   const std::vector<ManifestExtent>& extents = array.extents;
   if (guess < extents.size() && extents[guess].box == box) {
     return &extents[guess];
-  }
-  if (extents.size() <= kScanExtents) {
-    for (const ManifestExtent& extent : extents) {
-      if (extent.box == box) return &extent;
-    }
-    return nullptr;
   }
   if (by_box.empty()) {
     by_box.reserve(extents.size());
@@ -45,12 +35,13 @@ const ManifestExtent* FindExtent(const ManifestArray& array, const Box& box,
 
 }  // namespace
 
-DeltaBase MakeDeltaBase(const SavePlan& plan, const IndexedManifest& indexed,
+DeltaBase MakeDeltaBase(const SavePlan& plan,
+                        std::shared_ptr<const IndexedManifest> indexed,
                         const std::vector<uint8_t>* frozen) {
-  const Manifest& base = indexed.manifest();
+  const Manifest& base = indexed->manifest();
   DeltaBase delta;
   delta.step = base.step;
-  delta.extents.resize(plan.slices.size());
+  delta.extents.assign(plan.slices.size(), nullptr);
   if (frozen != nullptr) delta.frozen = *frozen;
   if (base.part) return delta;  // a part is never a base
   // Per planned array, the base's array when it matches: one indexed
@@ -58,7 +49,7 @@ DeltaBase MakeDeltaBase(const SavePlan& plan, const IndexedManifest& indexed,
   std::vector<const ManifestArray*> matched(plan.arrays.size(), nullptr);
   for (size_t a = 0; a < plan.arrays.size(); ++a) {
     const PlannedArray& array = plan.arrays[a];
-    const ManifestArray* found = indexed.index().Find(array.name);
+    const ManifestArray* found = indexed->index().Find(array.name);
     if (found == nullptr || found->dtype != array.dtype ||
         found->shape != array.shape) {
       continue;
@@ -76,11 +67,9 @@ DeltaBase MakeDeltaBase(const SavePlan& plan, const IndexedManifest& indexed,
     const ManifestExtent* found =
         FindExtent(*array, slice.box, guess, by_box[slice.array]);
     // An XXH3-64 hash (hoist/1) cannot decide that bytes did not change.
-    if (found == nullptr || !found->hash.wide) continue;
-    ManifestExtent extent = *found;
-    if (!extent.step) extent.step = base.step;
-    delta.extents[s] = std::move(extent);
+    if (found != nullptr && found->hash.wide) delta.extents[s] = found;
   }
+  delta.manifest = std::move(indexed);
   return delta;
 }
 

@@ -18,6 +18,7 @@
 #define HOIST_CHECKPOINT_DELTA_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,20 +33,33 @@
 namespace hoist {
 
 // What a save may reference instead of writing: per slice of its plan, the
-// base step's extent of the same array (name, dtype, shape) and box, with
-// `step` set to the step whose directory holds its bytes; nullopt where
-// there is none, or where the base's hash is only XXH3-64 (hoist/1).
+// base step's extent of the same array (name, dtype, shape) and box
+// (WriterOf: the step whose directory holds its bytes); null where there is
+// none, or where the base's hash is only XXH3-64 (hoist/1).
 // `frozen` (when given, per slice) marks the frozen arrays' slices: their
 // bytes must equal the base's (the writer fails the save when they do not).
 struct DeltaBase {
   int64_t step = -1;
-  std::vector<std::optional<ManifestExtent>> extents;  // by plan slice
-  std::vector<uint8_t> frozen;                         // by plan slice
+  // Per plan slice, the base's extent (in `manifest`), or null.
+  std::vector<const ManifestExtent*> extents;
+  std::vector<uint8_t> frozen;                      // by plan slice
+  std::shared_ptr<const IndexedManifest> manifest;  // holds `extents`
+
+  // The step whose directory holds slice `s`'s base bytes (never a
+  // reference: one hop).
+  int64_t WriterOf(size_t s) const { return extents[s]->step.value_or(step); }
+  // Slice `s`'s base extent as a new step references it.
+  ManifestExtent Reference(size_t s) const {
+    ManifestExtent extent = *extents[s];
+    extent.step = WriterOf(s);
+    return extent;
+  }
 };
-// O(slices): one indexed lookup per array, one box comparison per slice
-// when `base` was saved from the same plan (else a scan of a few extents,
-// or a map of a large array's).
-DeltaBase MakeDeltaBase(const SavePlan& plan, const IndexedManifest& base,
+// O(slices), pointing into `base` (which it keeps): one indexed lookup per
+// array, one box comparison per slice when `base` was saved from the same
+// plan (else a map of the array's extents by box).
+DeltaBase MakeDeltaBase(const SavePlan& plan,
+                        std::shared_ptr<const IndexedManifest> base,
                         const std::vector<uint8_t>* frozen = nullptr);
 
 // The newest step committed under `root` other than `except`, or nullopt.

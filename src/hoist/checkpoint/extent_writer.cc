@@ -93,7 +93,7 @@ absl::Status ExtentWriter::FrozenChanged(int slice,
       "wrote it: a frozen array must never change (leave it out of frozen, "
       "or keep it fixed)",
       plan_.arrays[planned.array].name, planned.box.ToString(),
-      *base_->extents[slice]->step));
+      base_->WriterOf(slice)));
 }
 
 std::string ExtentWriter::TrackOf(const StagedExtent& extent) const {
@@ -141,10 +141,9 @@ void ExtentWriter::Run(Stream* stream) {
     for (StagedExtent& extent : run) {
       Lease& lease = extent.lease;
       hashes.push_back(HashExtent(lease.data(), lease.size_bytes()));
-      const std::optional<ManifestExtent>* same =
-          base_ != nullptr ? &base_->extents[extent.slice] : nullptr;
-      skip.push_back(same != nullptr && same->has_value() &&
-                     (*same)->hash == hashes.back());
+      const ManifestExtent* same =
+          base_ != nullptr ? base_->extents[extent.slice] : nullptr;
+      skip.push_back(same != nullptr && same->hash == hashes.back());
       if (!skip.back()) {
         std::memset(lease.data() + lease.size_bytes(), 0,
                     lease.reserved_bytes() - lease.size_bytes());

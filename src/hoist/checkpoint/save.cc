@@ -171,7 +171,7 @@ Manifest BuildManifest(const SaveRequest& request,
   for (size_t s = 0; s < plan.slices.size(); ++s) {
     const PlannedSlice& slice = plan.slices[s];
     if (written.referenced[s] && base != nullptr && base->extents[s]) {
-      manifest.arrays[slice.array].extents.push_back(*base->extents[s]);
+      manifest.arrays[slice.array].extents.push_back(base->Reference(s));
       continue;
     }
     manifest.arrays[slice.array].extents.push_back(
@@ -419,7 +419,7 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
     }
     if (base_manifest != nullptr) {
       delta_base = std::make_unique<DeltaBase>(
-          MakeDeltaBase(plan, *base_manifest, request.frozen.get()));
+          MakeDeltaBase(plan, base_manifest, request.frozen.get()));
     }
     absl::StatusOr<std::unique_ptr<ExtentWriter>> opened = ExtentWriter::Open(
         storage, tmp, plan, process, 2, request.tracer, request.progress,

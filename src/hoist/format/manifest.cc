@@ -481,10 +481,17 @@ void AppendInts(std::string& out, absl::Span<const int64_t> values) {
 // One line per extent; the metadata (validated first) goes in as given.
 absl::StatusOr<std::string> EncodeManifest(const Manifest& manifest) {
   RETURN_IF_ERROR(ValidateMetadataJson(manifest.metadata_json));
-  // hoist/1 only for a manifest all of whose hashes are XXH3-64.
+  // hoist/1 only for a manifest all of whose hashes are XXH3-64. The same
+  // pass bounds the text's length (names escaped 6 bytes a byte, integers
+  // of 20 digits), which is reserved: growing a string of tens of MiB
+  // copies it, and a page reserved but never written costs nothing.
   int wide = 0, narrow = 0;
+  size_t bound = 256 + manifest.metadata_json.size();
   for (const ManifestArray& array : manifest.arrays) {
+    bound += 128 + 6 * (array.name.size() + array.sharding.size()) +
+             21 * array.shape.size();
     for (const ManifestExtent& extent : array.extents) {
+      bound += 224 + 6 * extent.file.size() + 48 * array.shape.size();
       (extent.hash.wide ? wide : narrow) += 1;
       if (extent.step && (!extent.hash.wide || *extent.step == manifest.step ||
                           *extent.step < 0 || manifest.part)) {
@@ -501,17 +508,6 @@ absl::StatusOr<std::string> EncodeManifest(const Manifest& manifest) {
         "XXH3-64 (hoist/1), not both");
   }
   const bool version_1 = narrow > 0;
-  // Reserved for the longest text it can be (names escaped 6 bytes a byte,
-  // integers of 20 digits): growing a string of tens of MiB copies it, and
-  // a page reserved but never written costs nothing.
-  size_t bound = 256 + manifest.metadata_json.size();
-  for (const ManifestArray& array : manifest.arrays) {
-    bound += 128 + 6 * (array.name.size() + array.sharding.size()) +
-             21 * array.shape.size();
-    for (const ManifestExtent& extent : array.extents) {
-      bound += 224 + 6 * extent.file.size() + 48 * array.shape.size();
-    }
-  }
   std::string out;
   out.reserve(bound);
   absl::StrAppend(&out, "{\"format\": ");
