@@ -370,6 +370,10 @@ class CheckpointManager:
             self._repeat = None if plan is None else _Repeat(
                 plan, self._manager.generation, meta,
                 copy.deepcopy(metadata), text)
+        return self._handle(step, handle)
+
+    def _handle(self, step, handle):
+        """The SaveHandle of the engine's `handle`, the skip logged."""
         if handle.skipped:
             lag = self.durability()
             _LOG.warning(
@@ -378,6 +382,23 @@ class CheckpointManager:
                 "skipped so far", step, lag["in_flight"],
                 lag["last_committed_step"], lag["skipped_saves"])
         return SaveHandle(handle, self._tier_of(step))
+
+    def _save_arrays(self, step, arrays, meta, per_rank=None,
+                     return_when="staged", deltas=None):
+        """Saves arrays already in the engine's terms (_tree._Array: every
+        device's box, data for this process's) with metadata `meta` (a
+        dict) and this rank's per-rank node (JSON-able; every rank gives
+        one or none does): a SaveHandle. What the framework adapters
+        (hoist.integrations) save through; the step is an ordinary one."""
+        step = step_number(step)
+        if return_when not in ("staged", "dispatched"):
+            raise ValueError("return_when must be 'staged' or 'dispatched'")
+        self._repeat = None
+        handle = _call(self._manager.save, step, arrays, _metadata_text(meta),
+                       return_when == "dispatched",
+                       None if deltas is None else bool(deltas),
+                       "" if per_rank is None else json.dumps(per_rank))
+        return self._handle(step, handle)
 
     def _tier_of(self, step):
         """The tier `step` goes to, as the engine decides it: durable,
@@ -464,17 +485,12 @@ class CheckpointManager:
         # manifest, before any array is read; with a local tier, every
         # rank takes part, and a lost part is rebuilt from the processes
         # that hold its boxes.
-        step, _, text, note, received = _call(self._manager.prepare_restore,
-                                              step)
-        manifest = json.loads(text)
+        step, manifest, prepared = self._prepare_restore(step)
         meta = manifest.get("metadata") or {}
 
         def run(targets, received_targets, receive):
-            self.last_restore = _call(self._manager.restore, step,
-                                      targets, received_targets, receive)
-            if note:  # the choice, made (and parts fetched) before
-                self.last_restore["note"] = note
-            self.last_restore["bytes_received"] += received
+            self._restore_targets(step, prepared, targets, received_targets,
+                                  receive)
 
         try:
             return unflatten(
@@ -487,6 +503,27 @@ class CheckpointManager:
             # Once the restored arrays are in place (JAX shards handed to
             # their devices), not beside that: the pool, if still to pin.
             self._manager.pin_pool()
+
+    def _prepare_restore(self, step):
+        """(step, its manifest as a dict, what _restore_targets needs):
+        the step to restore (`step`, or the newest of either tier), chosen
+        before any array is read; with a local tier every rank takes part,
+        and a lost part is rebuilt from the processes holding its boxes."""
+        step, _, text, note, received = _call(self._manager.prepare_restore,
+                                              step)
+        return step, json.loads(text), (note, received)
+
+    def _restore_targets(self, step, prepared, targets, received_targets=(),
+                         receive=None):
+        """Reads `targets` (the engine's restore targets: name, dtype,
+        shape, [(-1, origin, extent, uint8 buffer)]) of the step
+        _prepare_restore chose; sets last_restore."""
+        note, received = prepared
+        self.last_restore = _call(self._manager.restore, step, list(targets),
+                                  list(received_targets), receive)
+        if note:  # the choice, made (and parts fetched) before
+            self.last_restore["note"] = note
+        self.last_restore["bytes_received"] += received
 
     def metadata(self, step=None):
         """The user metadata saved with `step` (default: the latest): what
