@@ -36,7 +36,7 @@ from ._unflatten import unflatten
 from ._version import __version__
 
 __all__ = ["CheckpointManager", "SaveHandle", "DataLossError",
-           "CoordinationError", "inspect", "verify", "export",
+           "CoordinationError", "inspect", "verify", "read", "export",
            "import_checkpoint", "TorchCoordinator", "JaxCoordinator",
            "PerRank", "__version__"]
 
@@ -486,19 +486,14 @@ class CheckpointManager:
         # rank takes part, and a lost part is rebuilt from the processes
         # that hold its boxes.
         step, manifest, prepared = self._prepare_restore(step)
-        meta = manifest.get("metadata") or {}
 
         def run(targets, received_targets, receive):
             self._restore_targets(step, prepared, targets, received_targets,
                                   receive)
 
         try:
-            return unflatten(
-                manifest, meta.get("tree") if meta.get(_FORMAT_KEY) else None,
-                like, run, names=None if names is None else list(names),
-                per_rank=_per_rank.Values(meta.get("per_rank"), self._rank,
-                                          self._size, per_rank,
-                                          manifest.get("part")))
+            return _rebuild(manifest, like, names, per_rank, self._rank,
+                            self._size, run)
         finally:
             # Once the restored arrays are in place (JAX shards handed to
             # their devices), not beside that: the pool, if still to pin.
@@ -662,6 +657,44 @@ def _metadata_text(meta):
     except RecursionError:
         raise ValueError("metadata nests too deeply to be saved") from None
     return text
+
+
+def _rebuild(manifest, like, names, per_rank, rank, size, run):
+    """The state a restore of `manifest`'s step gives (see
+    CheckpointManager.restore), its arrays read by run(targets,
+    received_targets, receive)."""
+    if like is not None and names is not None:
+        raise ValueError("give like= or names=, not both")
+    meta = manifest.get("metadata") or {}
+    return unflatten(
+        manifest, meta.get("tree") if meta.get(_FORMAT_KEY) else None,
+        like, run, names=None if names is None else list(names),
+        per_rank=_per_rank.Values(meta.get("per_rank"), rank, size, per_rank,
+                                  manifest.get("part")))
+
+
+def read(path, step=None, like=None, names=None, per_rank=None):
+    """Restores a step as CheckpointManager.restore does (like=, names=,
+    per_rank= alike), without a manager: no root lock, so beside a job
+    that is saving into the root, or from every rank of a job at once
+    (each reading what it asks for), and no pool. `path`: a root (its step
+    `step`, default the newest) or a step directory. Arrays are read into
+    host memory (NumPy, CPU tensors, JAX's CPU devices; a tensor `like` on
+    a GPU is copied there after); a JAX array on a GPU needs a manager.
+    Per-rank state comes back as one process's: per_rank="all" for every
+    saved rank's list."""
+    path = os.fspath(path)
+    at = path if step is None else (
+        f"{path.rstrip('/')}/step_{step_number(step):08d}")
+    manifest = inspect(at)
+
+    def run(targets, received_targets, receive):
+        if received_targets:
+            raise ValueError("hoist.read fills host memory: JAX arrays on "
+                             "GPUs are restored through a CheckpointManager")
+        _call(_hoist.read_at, at, manifest["step"], list(targets))
+
+    return _rebuild(manifest, like, names, per_rank, 0, 1, run)
 
 
 def inspect(path):

@@ -32,6 +32,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
@@ -363,6 +364,49 @@ std::function<bool(std::string_view)> FrozenPredicate(nb::object frozen) {
   };
 }
 
+// The device a restore target's data outside host memory is on (or an
+// error): given its device id, the data and where it is asked.
+using DeviceOfData = absl::FunctionRef<Device*(
+    int64_t device, const nb::ndarray<>& data, const std::string& where)>;
+
+// `arrays` as restore targets, appended to `targets`: host memory, or the
+// device `device_of` gives.
+void AppendTargets(const std::vector<PyArray>& arrays, DeviceOfData device_of,
+                   std::vector<RestoreTarget>& targets) {
+  for (const auto& [name, dtype_name, shape, dests] : arrays) {
+    const DType dtype = Check(ParseDType(dtype_name));
+    RestoreTarget target{name, dtype, shape, {}};
+    for (const auto& [device, origin, box_shape, data] : dests) {
+      const std::string where = absl::StrFormat("restore of '%s'", name);
+      const Box box = ToBox(origin, box_shape, where);
+      void* pointer =
+          DenseData(data, box.num_elements() * ItemSize(dtype), where);
+      Device* on = nullptr;
+      if (data.device_type() != nb::device::cpu::value) {
+        on = device_of(device, data, where);
+      }
+      target.destinations.push_back({box, on, pointer});
+    }
+    targets.push_back(std::move(target));
+  }
+}
+
+// A restore's figures as Python's last_restore dict.
+nb::dict RestoreStatsDict(const RestoreStats& s) {
+  nb::dict d;
+  d["bytes_read"] = s.bytes_read;
+  d["extents_read"] = s.extents_read;
+  d["dispatches"] = s.dispatches;
+  d["waves"] = s.waves;
+  d["target_bytes"] = s.target_bytes;
+  d["elapsed_s"] = absl::ToDoubleSeconds(s.elapsed);
+  d["step"] = s.step;
+  d["tier"] = TierName(s.restored_from).data();
+  d["note"] = s.note;
+  d["bytes_received"] = s.bytes_received;
+  return d;
+}
+
 class PyManager {
  public:
   // `coordinator`: a Python coordinator (py_coordinator.h), or None for a
@@ -616,37 +660,17 @@ class PyManager {
         }
       };
     }
-    for (const auto& [name, dtype_name, shape, dests] : arrays) {
-      const DType dtype = Check(ParseDType(dtype_name));
-      RestoreTarget target{name, dtype, shape, {}};
-      for (const auto& [device, origin, box_shape, data] : dests) {
-        const std::string where = absl::StrFormat("restore of '%s'", name);
-        const Box box = ToBox(origin, box_shape, where);
-        void* pointer =
-            DenseData(data, box.num_elements() * ItemSize(dtype), where);
-        Device* on = nullptr;
-        if (data.device_type() != nb::device::cpu::value) {
-          on = backend_->device(device, where);
+    AppendTargets(
+        arrays,
+        [&](int64_t device, const nb::ndarray<>& data,
+            const std::string& where) {
+          Device* on = backend_->device(device, where);
           CheckDevice(data, device, where);
-        }
-        target.destinations.push_back({box, on, pointer});
-      }
-      targets.push_back(std::move(target));
-    }
-    const RestoreStats s =
-        WithoutGil([&] { return manager_->Restore(step, targets, receiver); });
-    nb::dict d;
-    d["bytes_read"] = s.bytes_read;
-    d["extents_read"] = s.extents_read;
-    d["dispatches"] = s.dispatches;
-    d["waves"] = s.waves;
-    d["target_bytes"] = s.target_bytes;
-    d["elapsed_s"] = absl::ToDoubleSeconds(s.elapsed);
-    d["step"] = s.step;
-    d["tier"] = TierName(s.restored_from).data();
-    d["note"] = s.note;
-    d["bytes_received"] = s.bytes_received;
-    return d;
+          return on;
+        },
+        targets);
+    return RestoreStatsDict(
+        WithoutGil([&] { return manager_->Restore(step, targets, receiver); }));
   }
 
   // What restore(step) would restore: (step, tier, manifest JSON, note,
@@ -773,6 +797,28 @@ std::tuple<int64_t, std::vector<std::string>> VerifyAt(
   return {opened.second, std::move(report.problems)};
 }
 
+// Reads `arrays` (host memory only) of step `step` (or of the newest
+// committed step) of the root at `path` (or of the step directory `path`)
+// without the root's lock or a pool, beside a job that saves into it:
+// (step, the restore's figures).
+std::tuple<int64_t, nb::dict> ReadAt(const std::string& path,
+                                     std::optional<int64_t> step,
+                                     const std::vector<PyArray>& arrays) {
+  std::vector<RestoreTarget> targets;
+  AppendTargets(
+      arrays,
+      [](int64_t, const nb::ndarray<>&, const std::string& where) -> Device* {
+        Invalid(where + ": a read without a manager fills host memory only");
+        return nullptr;
+      },
+      targets);
+  auto opened = WithoutGil([&] { return OpenStepAt(path); });
+  const int64_t read = step.value_or(opened.second);
+  const RestoreStats stats =
+      WithoutGil([&] { return opened.first->Read(read, targets); });
+  return {read, RestoreStatsDict(stats)};
+}
+
 // Exports step `step_dir` to safetensors in `out_dir` (see
 // hoist/interop.h): the figures as a dict.
 nb::dict ExportSafetensorsTo(const std::string& step_dir,
@@ -897,6 +943,8 @@ NB_MODULE(_hoist, m) {
   // Whether restored arrays are advised for huge pages (huge_pages.h).
   m.def("advise_huge_pages", &AdviseHugePages);
   m.def("verify_at", &VerifyAt, nb::arg("path"));
+  m.def("read_at", &ReadAt, nb::arg("path"), nb::arg("step").none(),
+        nb::arg("arrays"));
   m.def("export_safetensors", &ExportSafetensorsTo, nb::arg("step_dir"),
         nb::arg("out_dir"), nb::arg("max_shard_bytes"), nb::arg("prefix"),
         nb::arg("memory_bytes"));
