@@ -151,7 +151,7 @@ def test_pickled_objects_load_only_with_consent(tmp_path):
     root = tmp_path / "ckpt"
     dcp.save({"obj": Opaque(5), "n": 1},
              storage_writer=hoist.dcp.Writer(root, 1, **POOL))
-    with _fails(ValueError, r"step 1: 'obj' holds a pickled object "
+    with _fails(ValueError, r"step 1: 'obj': a pickled object "
                 r".*Opaque.*allow_pickle=True"):
         dcp.load({"obj": None, "n": 0},
                  storage_reader=hoist.dcp.Reader(root))

@@ -49,6 +49,7 @@ from .._tree import (
     _torch_array,
     _torch_dtype_name,
 )
+from . import _pickles
 from ._managers import open_manager
 
 __all__ = ["Writer", "Reader", "FORMAT_KEY"]
@@ -381,16 +382,8 @@ class Reader(StorageReader):
         plain data and pickles were not allowed."""
         data = values[name]
         if not self._allow_pickle:
-            try:
-                torch.load(io.BytesIO(data), weights_only=True)
-            except Exception as error:  # noqa: BLE001 (any unpickling error)
-                why = [line for line in str(error).splitlines()
-                       if "Unsupported global" in line]
-                raise ValueError(
-                    f"step {step}: '{name}' holds a pickled object that is "
-                    f"not plain data ({(why or ['not loadable'])[0].strip()}"
-                    "); pass allow_pickle=True to hoist.dcp.Reader for a "
-                    "checkpoint you trust") from None
+            _pickles.load(data, f"step {step}: '{name}'",
+                          "pass allow_pickle=True to hoist.dcp.Reader")
         return data
 
     @classmethod
