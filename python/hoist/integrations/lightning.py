@@ -30,7 +30,6 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
 import torch
 from lightning.fabric.plugins.io.checkpoint_io import CheckpointIO
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
@@ -42,9 +41,6 @@ from ._managers import open_manager
 __all__ = ["HoistCheckpointIO", "POINTER_FORMAT"]
 
 POINTER_FORMAT = "hoist.lightning/1"
-# A leaf hoist's tree cannot hold (an object, a dict keyed otherwise than by
-# str or int) is kept as torch.save's bytes under this one key.
-_PICKLED = "hoist.pickled"
 _POINTER_MAX_BYTES = 4096
 _TMP_SUFFIX = ".hoist-tmp"  # a local pointer being written
 
@@ -57,40 +53,6 @@ def _split(path):
     path = os.fspath(path)
     directory, _, name = path.rstrip("/").rpartition("/")
     return directory or ".", name
-
-
-def _encodable(value):
-    """`value` as a hoist tree: dicts keyed by str or int, lists, tuples,
-    tensors, arrays and scalars as they are; any other leaf as its
-    torch.save bytes."""
-    if isinstance(value, (torch.Tensor, np.ndarray, bool, int, float, str,
-                          type(None))):
-        return value
-    if isinstance(value, dict) and all(
-            isinstance(k, (str, int)) and not isinstance(k, bool)
-            for k in value) and _PICKLED not in value:
-        return {k: _encodable(v) for k, v in value.items()}
-    if type(value) in (list, tuple):
-        return type(value)(_encodable(v) for v in value)
-    buffer = io.BytesIO()
-    torch.save(value, buffer)
-    return {_PICKLED: np.frombuffer(buffer.getvalue(), np.uint8)}
-
-
-def _decoded(value, weights_only, where="checkpoint"):
-    """The tree `_encodable` made, its pickled leaves loaded (with
-    weights_only: only plain data unless the caller passed False)."""
-    if isinstance(value, dict):
-        if set(value) == {_PICKLED}:
-            return _pickles.load(value[_PICKLED].tobytes(), where,
-                                 "load with weights_only=False",
-                                 trusted=weights_only is False)
-        return {k: _decoded(v, weights_only, f"{where}/{k}")
-                for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_decoded(v, weights_only, f"{where}/{i}")
-                           for i, v in enumerate(value))
-    return value
 
 
 def _mapped(value, map_location):
@@ -242,7 +204,7 @@ class HoistCheckpointIO(CheckpointIO):
             steps = manager.steps
             step = max([self._issued.get(root, -1), *steps[-1:]]) + 1
             self._issued[root] = step
-        handle = manager.save(step, _encodable(checkpoint))
+        handle = manager.save(step, _pickles.encodable(checkpoint))
         self._submit(self._commit, manager, handle, path, step)
 
     def _commit(self, manager, handle, path, step):
@@ -298,7 +260,9 @@ class HoistCheckpointIO(CheckpointIO):
         root_name, step = pointer
         directory, _ = _split(path)
         state = read(f"{directory.rstrip('/')}/{root_name}", step)
-        return _mapped(_decoded(state, weights_only, os.fspath(path)),
+        return _mapped(_pickles.decoded(state, os.fspath(path),
+                                        "load with weights_only=False",
+                                        trusted=weights_only is False),
                        map_location)
 
     def remove_checkpoint(self, path):
