@@ -1,0 +1,131 @@
+"""One rank of a training job (torchrun, gloo, CPU) built from torchtitan's
+own objects (ModelWrapper through the manager, OptimizersContainer,
+LRSchedulersContainer, ParallelAwareDataloader, a Stateful train state)
+and checkpointed by hoist.torchtitan.CheckpointManager, driven the way
+torchtitan's Trainer drives a manager; test_torchtitan.py runs it.
+
+  titan_train.py FOLDER OUT STEPS [OPTIONS_JSON]
+
+OPTIONS: the manager's Config fields (interval, async_mode, keep_latest_k,
+load_step, exclude_from_loading, initial_load_path, ...), and kill_at
+(every rank SIGKILLs itself right after that step's save returned: while
+it is in flight). Rank 0 writes the final parameters, full, to OUT and the
+step training resumed from to OUT.start.
+"""
+import json
+import os
+import signal
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions, get_model_state_dict)
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torchtitan.components.dataloader import ParallelAwareDataloader
+from torchtitan.components.optimizer import (
+    LRSchedulersContainer, default_adamw)
+
+import hoist.integrations
+import hoist.torchtitan
+import outcome  # beside this script
+
+GLOBAL_BATCH = 16
+
+
+class Batches(torch.utils.data.IterableDataset):
+    """This data-parallel rank's rows of a fixed stream of global batches."""
+
+    def __init__(self, rank, world):
+        self.rank, self.world = rank, world
+
+    def __iter__(self):
+        rows = GLOBAL_BATCH // self.world
+        for step in range(10_000):
+            g = torch.Generator().manual_seed(1000 + step)
+            x = torch.randn(GLOBAL_BATCH, 12, generator=g)
+            y = torch.randn(GLOBAL_BATCH, 7, generator=g)
+            at = slice(self.rank * rows, (self.rank + 1) * rows)
+            yield x[at], y[at]
+
+
+class TrainState:
+    """What torchtitan's Trainer hands the manager as "train_state"."""
+
+    def __init__(self):
+        self.step, self.ntokens_seen = 0, 0
+
+    def state_dict(self):
+        return {"step": self.step, "ntokens_seen": self.ntokens_seen}
+
+    def load_state_dict(self, state):
+        self.step = state["step"]
+        self.ntokens_seen = state["ntokens_seen"]
+
+
+def build():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(12, 20), torch.nn.Tanh(),
+                                torch.nn.Linear(20, 7))
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def main():
+    folder, out, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    options = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
+    kill_at = options.pop("kill_at", None)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    model = build()
+    optimizers = default_adamw(lr=1e-2, foreach=False, fused=False).build(
+        model_parts=[model])
+    schedulers = LRSchedulersContainer.Config(warmup_steps=2).build(
+        optimizers=optimizers, training_steps=steps)
+    loader = ParallelAwareDataloader(Batches(rank, world), dp_rank=rank,
+                                     dp_world_size=world, batch_size=None)
+    train_state = TrainState()
+    checkpointer = hoist.torchtitan.CheckpointManager.Config(
+        enable=True, folder="ckpt", hoist_pool_bytes=16 << 20,
+        **options).build(
+        dataloader=loader, model_parts=[model], optimizers=optimizers,
+        lr_schedulers=schedulers, states={"train_state": train_state},
+        sd_adapter=None, base_folder=folder)
+
+    # As torchtitan's Trainer.train drives it.
+    checkpointer.load(step=options.get("load_step", -1))
+    start = train_state.step
+    batches = iter(loader)
+    while train_state.step < steps:
+        train_state.step += 1
+        x, y = next(batches)
+        optimizers.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        train_state.ntokens_seen += x.numel()
+        checkpointer.maybe_wait_for_staging()
+        optimizers.step()
+        schedulers.step()
+        checkpointer.save(train_state.step,
+                          last_step=train_state.step == steps)
+        if train_state.step == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+    checkpointer.maybe_wait_for_saving()
+    checkpointer.close()
+    hoist.integrations.close_managers()
+    final = get_model_state_dict(
+        model, options=StateDictOptions(full_state_dict=True))
+    if rank == 0:
+        torch.save(final, out)
+        with open(f"{out}.start", "w") as f:
+            f.write(str(start))
+    dist.destroy_process_group()
+    outcome.exit_without_teardown()
+
+
+if __name__ == "__main__":
+    main()
