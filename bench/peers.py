@@ -49,8 +49,8 @@ BUILD = os.path.join(ROOT, "build", "release")
 HOIST = os.path.join(BUILD, "hoist")
 SAVE_BENCH = os.path.join(BUILD, "bench", "save_bench")
 TRANSFER_BENCH = os.path.join(BUILD, "bench", "transfer_bench")
-SYSTEMS = ["hoist", "hoist_torch", "hoist_numpy", "hoist_cpp", "orbax", "dcp", "torch",
-           "numpy", "tensorstore"]
+SYSTEMS = ["hoist", "hoist_torch", "hoist_numpy", "hoist_cpp", "orbax", "dcp",
+           "torch_checkpointing", "torch", "numpy", "tensorstore"]
 GIB = 1 << 30
 
 
@@ -403,6 +403,62 @@ def restore_dcp(specs, path, other):
     return target, seconds
 
 
+def checkpointing_manager(saving=True):
+    """Meta's torch-checkpointing (torchtitan 0.3's other manager) as it
+    runs on a host without CUDA: staging in pageable memory (pinning needs
+    CUDA) and buffered writes (its O_DIRECT writes unaligned buffers, which
+    ext4 refuses with EINVAL); its async saver to save (a writer
+    subprocess), its sync one to load (no subprocess to start)."""
+    from torch_checkpointing.checkpoint_manager import CheckpointManager
+    from torch_checkpointing.config import (
+        AsyncCheckpointSaverConfig, SyncCheckpointSaverConfig)
+    from torch_checkpointing.staging import CheckpointStagerConfig
+    from torch_checkpointing.storage.filesystem import (
+        LocalFileSystemStorageConfig)
+    saver = (AsyncCheckpointSaverConfig(staging_config=CheckpointStagerConfig(
+        use_pinned_memory=False)) if saving else SyncCheckpointSaverConfig())
+    return CheckpointManager.Config(
+        save=saver, storage_config=LocalFileSystemStorageConfig(
+            use_direct_io=False)).build()
+
+
+def save_torch_checkpointing(tensors, host, path, args):
+    manager = checkpointing_manager()
+    try:  # the warm-up save starts its writer subprocess
+        manager.save(os.path.join(path, "w"), {"model": tensors}).result()
+        warmed(os.path.join(path, "w"))
+        start = time.perf_counter()
+        future = manager.save(os.path.join(path, "a"), {"model": tensors})
+        # It stages in the background: the training loop's next in-place
+        # update waits, under its lock, until the capture is done.
+        with manager.lock():
+            blocked = time.perf_counter() - start
+        future.result()
+        os.sync()
+        save = time.perf_counter() - start
+    finally:
+        manager.close()
+    return dict(blocked_s=blocked, save_s=save,
+                durability="os.sync() after the future, timed; blocked "
+                "until its staging lock frees")
+
+
+def restore_torch_checkpointing(specs, path, other):
+    import torch
+    target = {s["name"]: torch.empty(s["shape"], dtype=getattr(torch,
+                                                                s["dtype"]))
+              for s in specs}
+
+    def load():
+        manager = checkpointing_manager(saving=False)
+        try:
+            return manager.load(os.path.join(path, "a"),
+                                into={"model": target})["model"]
+        finally:
+            manager.close()
+    return timed(load)
+
+
 def save_torch(tensors, host, path, args):
     import torch
     file = os.path.join(path, "state.pt")
@@ -529,6 +585,8 @@ RUNNERS = {"hoist": (jax_state, save_hoist, restore_hoist, True),
                            False),
            "orbax": (jax_state, save_orbax, restore_orbax, True),
            "dcp": (torch_state, save_dcp, restore_dcp, False),
+           "torch_checkpointing": (torch_state, save_torch_checkpointing,
+                                   restore_torch_checkpointing, False),
            "torch": (torch_state, save_torch, restore_torch, False),
            "numpy": (host_state, save_numpy, restore_numpy, False),
            "tensorstore": (host_state, save_tensorstore, restore_tensorstore,

@@ -18,7 +18,7 @@ def test_peers_benchmark_writes_json_and_chart(tmp_path):
     out = tmp_path / "out"
     result = subprocess.run(
         [sys.executable, str(REPO / "bench/peers.py"), "--size", "32MiB",
-         "--systems", "hoist,numpy", "--scaling-sizes", "",
+         "--systems", "hoist,numpy,torch_checkpointing", "--scaling-sizes", "",
          "--scaling-writers", "", "--rounds", "1", "--published-bytes",
          "64MiB", "--published-repeats", "1", "--dir",
          str(tmp_path / "scratch"), "--out", str(out), "--json"],
@@ -28,7 +28,7 @@ def test_peers_benchmark_writes_json_and_chart(tmp_path):
     for key in ("bytes", "raw_write_gbps", "raw_read_gbps", "memcpy_gbps"):
         assert report[key] > 0, key
     assert report["cache"] in ("dropped", "evicted"), report["cache"]
-    for system in ("hoist", "numpy"):
+    for system in ("hoist", "numpy", "torch_checkpointing"):
         figures = report["systems"][system]
         assert figures["verified"] is True, figures
         for key in ("save_s", "blocked_s", "restore_s", "peak_rss_bytes",

@@ -417,3 +417,22 @@ def test_shared_reads_takes_auto_or_a_bool(tmp_path):
                                 shared_reads=value).close()
     with pytest.raises(ValueError, match="shared_reads='yes'"):
         hoist.CheckpointManager(tmp_path / "bad", shared_reads="yes")
+
+
+def test_read_restores_beside_the_manager_that_holds_the_root(root):
+    """hoist.read needs no lock and no pool: it restores a step while the
+    root's manager is open (and saving), like=/names=/step= as restore."""
+    with hoist.CheckpointManager(root, pool_bytes=1 << 20) as mgr:
+        mgr.save(1, {"w": np.arange(6.0), "meta": {"n": 3}}).wait()
+        mgr.save(2, {"w": np.arange(6.0) * 2, "meta": {"n": 4}}).wait()
+        newest = hoist.read(root)
+        assert np.array_equal(newest["w"], np.arange(6.0) * 2)
+        assert newest["meta"] == {"n": 4}
+        first = hoist.read(root, 1, names=["w"])
+        assert np.array_equal(first["w"], np.arange(6.0))
+        like = hoist.read(root / "step_00000001", like={"w": np.zeros(6)})
+        assert np.array_equal(like["w"], np.arange(6.0))
+        with pytest.raises(FileNotFoundError):
+            hoist.read(root, 7)
+        with pytest.raises(KeyError, match="'x'"):
+            hoist.read(root, names=["x"])
