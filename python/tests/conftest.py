@@ -1,5 +1,12 @@
-"""JAX sees 8 CPU devices (set before anything imports jax)."""
+"""What the Python tests share: JAX sees 8 CPU devices (set before
+anything imports jax); the real object-store servers on 127.0.0.1 (one of
+each per test session: testing/object_store_server.py); the framework
+adapters' managers closed after each test; `base`, a place for a test's
+roots on a directory and on S3."""
 import os
+import sys
+import uuid
+from pathlib import Path
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -10,3 +17,60 @@ import pytest  # noqa: E402
 @pytest.fixture
 def root(tmp_path):
     return tmp_path / "ckpt"
+
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "testing"))
+import object_store_server  # noqa: E402
+
+
+def _require(server_class, tmp_path_factory):
+    try:
+        server = server_class(tmp_path_factory.mktemp(server_class.name))
+        server.start()
+    except Exception as e:  # noqa: BLE001
+        if os.environ.get("HOIST_REQUIRE_OBJECT_STORE"):
+            pytest.fail(f"no {server_class.name}: {e}")
+        pytest.skip(f"no {server_class.name}: {e}")
+    return server
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    server = _require(object_store_server.S3Server, tmp_path_factory)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def gcs_server(tmp_path_factory):
+    server = _require(object_store_server.GcsServer, tmp_path_factory)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_env(s3_server, monkeypatch):
+    """The S3 server, its environment set for the test (and the processes
+    it starts)."""
+    for name, value in s3_server.env.items():
+        monkeypatch.setenv(name, value)
+    return s3_server
+
+
+@pytest.fixture(params=["posix", "s3"])
+def base(request, tmp_path):
+    """Where a test puts its roots: a directory, then a fresh prefix on
+    the S3 server (its environment set)."""
+    if request.param == "s3":
+        server = request.getfixturevalue("s3_env")
+        return f"s3://{server.bucket}/{uuid.uuid4().hex[:12]}"
+    return str(tmp_path)
+
+
+@pytest.fixture(autouse=True)
+def _adapters_closed():
+    """The managers a framework adapter opened during a test, closed."""
+    yield
+    managers = sys.modules.get("hoist.integrations._managers")
+    if managers is not None:
+        managers.close_managers()

@@ -6,7 +6,6 @@ of another shape of job, is refused by name."""
 import json
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import numpy as np
@@ -17,18 +16,11 @@ pytest.importorskip("accelerate")
 
 import hoist  # noqa: E402
 import hoist.accelerate  # noqa: E402
-import hoist.integrations  # noqa: E402
 from test_multiprocess import _env, _free_port  # noqa: E402
-from test_object_store import s3_env, s3_server  # noqa: E402,F401
 
 HERE = Path(__file__).resolve().parent / "dist"
 BIN = Path(sys.executable).parent
 
-
-@pytest.fixture(autouse=True)
-def _closed_managers():
-    yield
-    hoist.integrations.close_managers()
 
 
 def _launch(root, out, epochs=4, check=True, **options):
@@ -48,13 +40,7 @@ def _launch(root, out, epochs=4, check=True, **options):
     return done
 
 
-@pytest.mark.parametrize("store", ["posix", "s3"])
-def test_job_killed_mid_save_resumes_bit_identical(store, tmp_path, request):
-    if store == "s3":
-        server = request.getfixturevalue("s3_env")
-        base = f"s3://{server.bucket}/{uuid.uuid4().hex[:12]}"
-    else:
-        base = str(tmp_path)
+def test_job_killed_mid_save_resumes_bit_identical(base, tmp_path):
     _launch(f"{base}/a", tmp_path / "a.pt")
     killed = _launch(f"{base}/b", tmp_path / "b.pt", check=False,
                      kill_epoch=1)

@@ -6,7 +6,6 @@ wrote itself still loads; pickled objects only with consent."""
 import json
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import numpy as np
@@ -19,16 +18,10 @@ import hoist  # noqa: E402
 import hoist.integrations  # noqa: E402
 from hoist.lightning import POINTER_FORMAT, HoistCheckpointIO  # noqa: E402
 from test_multiprocess import torchrun  # noqa: E402
-from test_object_store import s3_env, s3_server  # noqa: E402,F401
 
 HERE = Path(__file__).resolve().parent / "dist"
 BIN = Path(sys.executable).parent
 
-
-@pytest.fixture(autouse=True)
-def _closed_managers():
-    yield
-    hoist.integrations.close_managers()
 
 
 def _fit(nproc, ckpt_dir, out, epochs=4, check=True, **options):
@@ -53,20 +46,13 @@ def _listed(ckpt_dir):
     return sorted(p.name for p in Path(ckpt_dir).iterdir())
 
 
-@pytest.mark.parametrize("nproc,store", [(1, "posix"), (2, "posix"),
-                                         (2, "s3")])
-def test_job_killed_mid_save_resumes_bit_identical(nproc, store, tmp_path,
-                                                   request):
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_job_killed_mid_save_resumes_bit_identical(nproc, base, tmp_path):
     """Trained 4 epochs uninterrupted, and again killed (SIGKILL) right
     after the save of epoch 2 returned: restarted from its last.ckpt, the
     job ends with the same parameters, bit for bit. ModelCheckpoint's
     top-2 and last.ckpt are pointers to committed steps of DIR/.hoist;
     `hoist verify` passes there."""
-    if store == "s3":
-        server = request.getfixturevalue("s3_env")
-        base = f"s3://{server.bucket}/{uuid.uuid4().hex[:12]}"
-    else:
-        base = str(tmp_path)
     _fit(nproc, f"{base}/a", tmp_path / "a.pt")
     killed = _fit(nproc, f"{base}/b", tmp_path / "b.pt", check=False,
                   kill_epoch=2)

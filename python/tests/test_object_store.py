@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import uuid
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,45 +16,9 @@ import pytest
 import hoist
 
 pafs = pytest.importorskip("pyarrow.fs")
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "testing"))
-import object_store_server  # noqa: E402
 
 from test_multiprocess import (  # noqa: E402
     _start_jax, jax_processes, torchrun)
-
-
-def _require(server_class, tmp_path_factory):
-    try:
-        server = server_class(tmp_path_factory.mktemp(server_class.name))
-        server.start()
-    except Exception as e:  # noqa: BLE001
-        if os.environ.get("HOIST_REQUIRE_OBJECT_STORE"):
-            pytest.fail(f"no {server_class.name}: {e}")
-        pytest.skip(f"no {server_class.name}: {e}")
-    return server
-
-
-@pytest.fixture(scope="module")
-def s3_server(tmp_path_factory):
-    server = _require(object_store_server.S3Server, tmp_path_factory)
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def gcs_server(tmp_path_factory):
-    server = _require(object_store_server.GcsServer, tmp_path_factory)
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def s3_env(s3_server, monkeypatch):
-    """The S3 server, its environment set for the test (and the processes
-    it starts)."""
-    for name, value in s3_server.env.items():
-        monkeypatch.setenv(name, value)
-    return s3_server
 
 
 @pytest.fixture(params=["s3", "gs"])

@@ -5,7 +5,6 @@ save is in flight, resuming bit-identical from the newest step, on a
 directory and on S3."""
 import subprocess
 import sys
-import uuid
 import json
 from pathlib import Path
 
@@ -17,7 +16,6 @@ ocp = pytest.importorskip("orbax.checkpoint")
 
 from hoist.orbax import CheckpointManager  # noqa: E402
 from test_multiprocess import _env, _free_port  # noqa: E402
-from test_object_store import s3_env, s3_server  # noqa: E402,F401
 
 HERE = Path(__file__).resolve().parent / "dist"
 BIN = Path(sys.executable).parent
@@ -90,14 +88,7 @@ def _processes(root, out, steps, **options):
     return [p.returncode for p in procs], outputs
 
 
-@pytest.mark.parametrize("store", ["posix", "s3"])
-def test_jax_job_killed_mid_save_resumes_bit_identical(store, tmp_path,
-                                                       request):
-    if store == "s3":
-        server = request.getfixturevalue("s3_env")
-        base = f"s3://{server.bucket}/{uuid.uuid4().hex[:12]}"
-    else:
-        base = str(tmp_path)
+def test_jax_job_killed_mid_save_resumes_bit_identical(base, tmp_path):
     codes, outputs = _processes(f"{base}/a", tmp_path / "a.npz", 6)
     assert codes == [0, 0], outputs[0][-4000:]
     codes, _ = _processes(f"{base}/b", tmp_path / "b.npz", 6, kill_at=3)

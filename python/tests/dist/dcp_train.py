@@ -8,10 +8,8 @@ Each RUN is a JSON object of run()'s keyword arguments. The model, the
 batches and the training step are torch_train.py's. Rank 0 writes each
 run's final parameters, full, to its out.
 """
-import json
 import os
 import signal
-import sys
 
 import torch
 import torch.distributed as dist
@@ -23,7 +21,6 @@ from torch.distributed.checkpoint.stateful import Stateful
 
 import hoist.dcp
 import hoist.integrations
-import outcome  # beside this script
 import torch_train  # beside this script
 
 POOL = {"pool_bytes": 16 << 20}
@@ -98,14 +95,5 @@ def run(root, out, end, save_at=(), async_save=False, resume=None,
         torch.save(final, out)
 
 
-def main():
-    root, end, runs = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-    dist.init_process_group("gloo")
-    for spec in runs:
-        run(root, end=end, **json.loads(spec))
-    dist.destroy_process_group()
-    outcome.exit_without_teardown()
-
-
 if __name__ == "__main__":
-    main()
+    torch_train.main(run)

@@ -21,8 +21,6 @@ import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions, get_model_state_dict)
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
 from torchtitan.components.dataloader import ParallelAwareDataloader
 from torchtitan.components.optimizer import (
     LRSchedulersContainer, default_adamw)
@@ -30,6 +28,7 @@ from torchtitan.components.optimizer import (
 import hoist.integrations
 import hoist.torchtitan
 import outcome  # beside this script
+import torch_train  # beside this script
 
 GLOBAL_BATCH = 16
 
@@ -64,25 +63,13 @@ class TrainState:
         self.ntokens_seen = state["ntokens_seen"]
 
 
-def build():
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(12, 20), torch.nn.Tanh(),
-                                torch.nn.Linear(20, 7))
-    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-    for layer in model:
-        if isinstance(layer, torch.nn.Linear):
-            fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)
-    return model
-
-
 def main():
     folder, out, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
     options = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
     kill_at = options.pop("kill_at", None)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    model = build()
+    model = torch_train.build()[0]
     optimizers = default_adamw(lr=1e-2, foreach=False, fused=False).build(
         model_parts=[model])
     schedulers = LRSchedulersContainer.Config(warmup_steps=2).build(

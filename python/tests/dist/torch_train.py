@@ -102,13 +102,14 @@ def run(root, out, end, save_at=None, resume=None, full_at=None,
         torch.save(final, out)
 
 
-def main():
+def main(run_one=run):
     """Runs each RUN argument in turn in this one job: a JSON object of
-    run()'s keyword arguments besides root and end."""
+    run_one()'s keyword arguments besides root and end (dcp_train.py
+    passes its own run)."""
     root, end, runs = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
     dist.init_process_group("gloo")
     for spec in runs:
-        run(root, end=end, **json.loads(spec))
+        run_one(root, end=end, **json.loads(spec))
     dist.destroy_process_group()
     outcome.exit_without_teardown()
 
