@@ -2,7 +2,7 @@
 anything imports jax); the real object-store servers on 127.0.0.1 (one of
 each per test session: testing/object_store_server.py); the framework
 adapters' managers closed after each test; `base`, a place for a test's
-roots on a directory and on S3."""
+roots on a directory and on S3; the long marker (HOIST_LONG=1)."""
 import os
 import sys
 import uuid
@@ -57,10 +57,22 @@ def s3_env(s3_server, monkeypatch):
     return s3_server
 
 
-@pytest.fixture(params=["posix", "s3"])
+def pytest_collection_modifyitems(config, items):
+    """Tests marked long run only with HOIST_LONG=1 (the suite stays under
+    20 minutes on a fresh clone)."""
+    if os.environ.get("HOIST_LONG"):
+        return
+    skip = pytest.mark.skip(reason="long: run with HOIST_LONG=1")
+    for item in items:
+        if "long" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(params=["posix", pytest.param("s3", marks=pytest.mark.long)])
 def base(request, tmp_path):
     """Where a test puts its roots: a directory, then a fresh prefix on
-    the S3 server (its environment set)."""
+    the S3 server (its environment set). The S3 one is long (HOIST_LONG=1)
+    unless a test names its params (indirect=["base"])."""
     if request.param == "s3":
         server = request.getfixturevalue("s3_env")
         return f"s3://{server.bucket}/{uuid.uuid4().hex[:12]}"

@@ -46,7 +46,10 @@ def _listed(ckpt_dir):
     return sorted(p.name for p in Path(ckpt_dir).iterdir())
 
 
-@pytest.mark.parametrize("nproc", [1, 2])
+@pytest.mark.parametrize("nproc,base", [
+    # One device resumes in test_a_checkpoint_lightning_wrote_itself_...
+    pytest.param(1, "posix", marks=pytest.mark.long), (2, "posix"),
+    pytest.param(2, "s3", marks=pytest.mark.long)], indirect=["base"])
 def test_job_killed_mid_save_resumes_bit_identical(nproc, base, tmp_path):
     """Trained 4 epochs uninterrupted, and again killed (SIGKILL) right
     after the save of epoch 2 returned: restarted from its last.ckpt, the
