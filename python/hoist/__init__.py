@@ -681,8 +681,8 @@ def read(path, step=None, like=None, names=None, per_rank=None):
     `step`, default the newest) or a step directory. Arrays are read into
     host memory (NumPy, CPU tensors, JAX's CPU devices; a tensor `like` on
     a GPU is copied there after); a JAX array on a GPU needs a manager.
-    Per-rank state comes back as one process's: per_rank="all" for every
-    saved rank's list."""
+    hoist.PerRank state comes back as to a job of one process: a step that
+    several ranks saved needs per_rank="all" (every saved rank's value)."""
     path = os.fspath(path)
     at = path if step is None else (
         f"{path.rstrip('/')}/step_{step_number(step):08d}")
