@@ -201,7 +201,6 @@ def _runs(out, **specs):
             for name, spec in specs.items()]
 
 
-@pytest.mark.parametrize("base", ["posix", "s3"], indirect=True)
 def test_fsdp2_job_killed_mid_save_resumes_bit_identical(base, tmp_path):
     """An FSDP2 job on 2 ranks (torchrun, gloo) checkpoints through
     hoist.dcp with dcp.save and dcp.async_save and is SIGKILLed while an

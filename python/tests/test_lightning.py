@@ -85,9 +85,9 @@ def test_job_killed_mid_save_resumes_bit_identical(nproc, base, tmp_path):
 def test_a_checkpoint_lightning_wrote_itself_still_loads(tmp_path):
     """A job that switches to HoistCheckpointIO resumes from the .ckpt file
     Lightning's own TorchCheckpointIO wrote before."""
-    _fit(1, tmp_path / "a", tmp_path / "a.pt")
+    _fit(1, tmp_path / "a", tmp_path / "a.pt", epochs=3)
     _fit(1, tmp_path / "b", tmp_path / "b.pt", epochs=2, io="torch")
-    _fit(1, tmp_path / "b", tmp_path / "c.pt",
+    _fit(1, tmp_path / "b", tmp_path / "c.pt", epochs=3,
          resume=str(tmp_path / "b" / "last.ckpt"))
     assert (tmp_path / "c.pt.start").read_text() == "2"
     want, got = (torch.load(tmp_path / f"{k}.pt") for k in "ac")

@@ -12,7 +12,7 @@ _LOCK = threading.Lock()
 _OPEN = {}  # root key -> (manager, options it was opened with)
 
 
-def _key(root):
+def root_key(root):
     """The registry's key of a root: a URL as it is, a path made absolute
     (two spellings of one directory are one root)."""
     root = os.fspath(root)
@@ -27,7 +27,7 @@ def open_manager(root, options):
     processes every rank opens it at the same point (opening is
     collective). Options given for a root that is already open must be
     those it was opened with: ValueError otherwise (close() it first)."""
-    key = _key(root)
+    key = root_key(root)
     with _LOCK:
         held = _OPEN.get(key)
         if held is not None:
@@ -48,7 +48,7 @@ def close_managers(root=None):
     each waits for its saves in flight. Managers still open at exit are
     closed then."""
     with _LOCK:
-        keys = list(_OPEN) if root is None else [_key(root)]
+        keys = list(_OPEN) if root is None else [root_key(root)]
         held = [_OPEN.pop(k) for k in keys if k in _OPEN]
     for manager, _ in held:
         manager.close()

@@ -50,7 +50,7 @@ from .._tree import (
     _torch_dtype_name,
 )
 from . import _pickles
-from ._managers import open_manager
+from ._managers import open_manager, root_key
 
 __all__ = ["Writer", "Reader", "FORMAT_KEY"]
 
@@ -100,7 +100,8 @@ class _Step:
         if checkpoint_id is None:
             return
         root, step = _root_and_step(checkpoint_id)
-        if self.manager is None or _same_root(self.manager.path, root):
+        if self.manager is None or \
+                root_key(self.manager.path) == root_key(root):
             self.manager = self.manager or open_manager(root, self._options)
             self.step = step
             return
@@ -113,13 +114,6 @@ class _Step:
             raise ValueError(f"{what}: no root: give Writer/Reader a root or "
                              "dcp a checkpoint_id (ROOT/step_N)")
         return self.manager
-
-
-def _same_root(a, b):
-    a, b = os.fspath(a).rstrip("/"), os.fspath(b).rstrip("/")
-    if "://" in a or "://" in b:
-        return a == b
-    return os.path.abspath(a) == os.path.abspath(b)
 
 
 def _serialized(value):
