@@ -15,8 +15,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions, get_model_state_dict, get_state_dict,
-    set_optimizer_state_dict, set_model_state_dict, set_state_dict)
+    StateDictOptions, get_model_state_dict, get_state_dict, set_state_dict)
 from torch.distributed.checkpoint.stateful import Stateful
 
 import hoist.dcp
@@ -59,11 +58,7 @@ def run(root, out, end, save_at=(), async_save=False, resume=None,
         start = state["step"]
         assert resume == "latest" or start == resume, (start, resume)
     if from_full:
-        full = torch.load(from_full, weights_only=False)
-        options = StateDictOptions(full_state_dict=True)
-        set_model_state_dict(model, full["model"], options=options)
-        set_optimizer_state_dict(model, optim, full["optim"], options=options)
-        start = full["step"]
+        start = torch_train.load_full(model, optim, from_full)
     # async_save's collectives go on a group of their own (on gloo, the
     # default group's would meet FSDP's).
     group = dist.new_group(backend="gloo") if async_save else None

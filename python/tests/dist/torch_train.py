@@ -66,6 +66,16 @@ def state(model, optim, step, **options):
             "step": step}
 
 
+def load_full(model, optim, path):
+    """Loads the full-tensor state at `path` (torch.save; the reference
+    resharding, without hoist): the step it was written at."""
+    full = torch.load(path, weights_only=False)
+    options = StateDictOptions(full_state_dict=True)
+    set_model_state_dict(model, full["model"], options=options)
+    set_optimizer_state_dict(model, optim, full["optim"], options=options)
+    return full["step"]
+
+
 def run(root, out, end, save_at=None, resume=None, full_at=None,
         from_full=None):
     """One training run in this job: a fresh model and optimizer, started
@@ -82,11 +92,7 @@ def run(root, out, end, save_at=None, resume=None, full_at=None,
         start = restored["step"]
         assert start == resume
     if from_full:
-        full = torch.load(from_full, weights_only=False)
-        options = StateDictOptions(full_state_dict=True)
-        set_model_state_dict(model, full["model"], options=options)
-        set_optimizer_state_dict(model, optim, full["optim"], options=options)
-        start = full["step"]
+        start = load_full(model, optim, from_full)
     for step in range(start, end):
         if step == save_at:
             mgr.save(step, state(model, optim, step))
