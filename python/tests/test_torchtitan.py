@@ -4,7 +4,8 @@ manager's ModelWrapper) on an FSDP2 model under torchrun (gloo, CPU),
 driven as torchtitan's Trainer drives a manager: async saves every other
 step with keep_latest_k, a job SIGKILLed while a save is in flight resuming
 bit-identical (data loader position included), on a directory and on S3;
-a step loaded on another world size; an initial_load_path."""
+a step loaded on another world size; an initial_load_path; a job that
+switches from torchtitan's DCP manager resuming its checkpoints."""
 import json
 import subprocess
 import sys
@@ -70,3 +71,20 @@ def test_load_on_another_world_size_and_initial_load_path(tmp_path):
            initial_load_path=f"{folder}/ckpt")
     assert (tmp_path / "c.pt.start").read_text() == "0"
     _same(tmp_path / "a.pt", tmp_path / "c.pt")
+
+
+@pytest.mark.long
+def test_a_job_that_switches_resumes_its_dcp_checkpoints(tmp_path):
+    """Trained to step 4 with torchtitan's own DCP manager, then switched
+    to hoist's: it resumes from FOLDER/step-4 (read with DCP's reader),
+    ends where the job that used hoist throughout ends, and saves hoist
+    steps from then on."""
+    folder = str(tmp_path / "b")
+    _train(2, str(tmp_path / "a"), tmp_path / "a.pt", 8)
+    # Stopped at step 4, once its (synchronous) save there returned.
+    _train(2, folder, tmp_path / "b.pt", 8, manager="dcp", kill_at=4,
+           async_mode="disabled", check=False)
+    _train(2, folder, tmp_path / "c.pt", 8)
+    assert (tmp_path / "c.pt.start").read_text() == "4"
+    _same(tmp_path / "a.pt", tmp_path / "c.pt")
+    assert _steps(f"{folder}/ckpt") == [6, 8]

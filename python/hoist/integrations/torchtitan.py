@@ -22,9 +22,12 @@ async_mode "async" and "async_with_pinned_mem" both stage into hoist's
 pinned pool and return (staged) before the write; "disabled" returns once
 the step is committed. An initial_load_path may be a hoist root or a DCP
 directory (read with DCP's own reader), or Hugging Face safetensors as in
-torchtitan.
+torchtitan. A job that switches keeps its checkpoints: with no hoist step
+in the folder yet, it resumes from the newest step-N directory torchtitan's
+DCP manager left there, and saves hoist steps from then on.
 """
 
+import re
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -36,11 +39,16 @@ from torchtitan.components.checkpointer.dcp import (
     AsyncMode,
     CheckpointManager as DcpCheckpointManager,
 )
+from torchtitan.tools import filesystem
 
 from ..dcp import Reader, Writer
 from ._managers import open_manager
 
 __all__ = ["CheckpointManager"]
+
+
+_HOIST_STEP = re.compile(r"step_\d+")
+_STEP_AT_END = re.compile(r"\d+$")
 
 
 def _step_dir(folder, step):
@@ -70,21 +78,33 @@ class CheckpointManager(DcpCheckpointManager):
     # -- where steps are -----------------------------------------------------
 
     def _create_checkpoint_id(self, step, folder=""):
-        return _step_dir(folder or self.folder, step)
+        """FOLDER/step_N, hoist's step; a step only torchtitan's DCP manager
+        wrote before the job switched (FOLDER/step-N) where hoist has none:
+        that one is read with DCP's own reader."""
+        folder = folder or self.folder
+        if folder == self.folder and step not in self._hoist.steps:
+            earlier = filesystem.join(folder, f"step-{step}")
+            if filesystem.isdir(earlier):
+                return earlier
+        return _step_dir(folder, step)
 
     def _find_load_step(self, folder=""):
+        """The newest hoist step; without one, the newest step torchtitan's
+        DCP manager left in the folder (a job that switched resumes it)."""
         if folder and folder != self.folder:
             return super()._find_load_step(folder)
         latest = self._hoist.latest
-        return -1 if latest is None else latest
+        return super()._find_load_step() if latest is None else latest
 
     def _purge_stale_checkpoints(self):
         """Nothing: hoist's retention (keep_latest_k) prunes committed
         steps once each save commits."""
 
     def _is_ours(self, checkpoint_id):
-        return str(checkpoint_id).rstrip("/").rsplit("/", 1)[0] == \
-            self.folder.rstrip("/")
+        """Whether `checkpoint_id` is a hoist step of this folder."""
+        parent, _, name = str(checkpoint_id).rstrip("/").rpartition("/")
+        return parent == self.folder.rstrip("/") and \
+            _HOIST_STEP.fullmatch(name) is not None
 
     # -- saving and loading ----------------------------------------------------
 
@@ -94,7 +114,7 @@ class CheckpointManager(DcpCheckpointManager):
         if to_hf:  # a Hugging Face export: torchtitan's own path
             return super().dcp_save(state_dict, checkpoint_id, async_mode,
                                     enable_garbage_collection, to_hf)
-        step = int(str(checkpoint_id).rstrip("/").rsplit("_", 1)[-1])
+        step = int(_STEP_AT_END.search(str(checkpoint_id).rstrip("/"))[0])
         writer = Writer(manager=self._hoist, step=step)
         if async_mode == AsyncMode.DISABLED:
             dcp.save(state_dict, storage_writer=writer)
@@ -114,7 +134,7 @@ class CheckpointManager(DcpCheckpointManager):
             return super().dcp_load(state_dict, checkpoint_id, from_hf,
                                     from_quantized)
         if self._is_ours(checkpoint_id):
-            step = int(str(checkpoint_id).rstrip("/").rsplit("_", 1)[-1])
+            step = int(_STEP_AT_END.search(str(checkpoint_id))[0])
             reader = Reader(manager=self._hoist, step=step)
         else:  # an initial_load_path that is a hoist root: its newest
             reader = Reader(checkpoint_id)

@@ -7,7 +7,8 @@ torchtitan's Trainer drives a manager; test_torchtitan.py runs it.
   titan_train.py FOLDER OUT STEPS [OPTIONS_JSON]
 
 OPTIONS: the manager's Config fields (interval, async_mode, keep_latest_k,
-load_step, exclude_from_loading, initial_load_path, ...), and kill_at
+load_step, exclude_from_loading, initial_load_path, ...), manager ("dcp":
+torchtitan's own, as before a job switches to hoist's), and kill_at
 (every rank SIGKILLs itself right after that step's save returned: while
 it is in flight). Rank 0 writes the final parameters, full, to OUT and the
 step training resumed from to OUT.start.
@@ -21,6 +22,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions, get_model_state_dict)
+from torchtitan.components.checkpointer import CheckpointManager
 from torchtitan.components.dataloader import ParallelAwareDataloader
 from torchtitan.components.optimizer import (
     LRSchedulersContainer, default_adamw)
@@ -77,9 +79,13 @@ def main():
     loader = ParallelAwareDataloader(Batches(rank, world), dp_rank=rank,
                                      dp_world_size=world, batch_size=None)
     train_state = TrainState()
-    checkpointer = hoist.torchtitan.CheckpointManager.Config(
-        enable=True, folder="ckpt", hoist_pool_bytes=16 << 20,
-        **options).build(
+    if options.pop("manager", "hoist") == "hoist":
+        config = hoist.torchtitan.CheckpointManager.Config(
+            enable=True, folder="ckpt", hoist_pool_bytes=16 << 20, **options)
+    else:  # torchtitan's own DCP manager: a job before it switched
+        config = CheckpointManager.Config(enable=True, folder="ckpt",
+                                          **options)
+    checkpointer = config.build(
         dataloader=loader, model_parts=[model], optimizers=optimizers,
         lr_schedulers=schedulers, states={"train_state": train_state},
         sd_adapter=None, base_folder=folder)
