@@ -290,8 +290,9 @@ class Reader(StorageReader):
                 raise FileNotFoundError(
                     f"hoist.dcp.Reader: {error.strerror or error} (a "
                     "checkpoint DCP's FileSystemWriter wrote is read with "
-                    "dcp.FileSystemReader, or imported once with `hoist "
-                    "import --format dcp`)") from None
+                    "dcp.FileSystemReader, or imported once with "
+                    "hoist.import_checkpoint(src, root, step, "
+                    "format='dcp'))") from None
             self._read = (self._at.step, step, manifest, prepared)
         _, step, manifest, _ = self._read
         entries = {}
