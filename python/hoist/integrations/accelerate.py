@@ -60,18 +60,11 @@ def _rng_state():
 
 
 def _set_rng_state(state):
-    random.setstate(_tuples(state["random"]))
-    np.random.set_state(tuple(state["numpy"]))
+    random.setstate(state["random"])  # PerRank gives tuples back as tuples
+    np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def _tuples(value):
-    """random.getstate()'s nested tuples, as saved (lists or tuples)."""
-    if isinstance(value, (list, tuple)):
-        return tuple(_tuples(v) for v in value)
-    return value
 
 
 def _loader_states(accelerator):

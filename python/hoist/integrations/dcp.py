@@ -166,7 +166,7 @@ class Writer(StorageWriter, AsyncStager):
         super().__init__()
         self._at = _Step(root, step, manager, options)
         self._deltas = deltas
-        self._staged = None  # (the state dict staged, its SaveHandle)
+        self._staged = None  # the SaveHandle stage() started
 
     # -- AsyncStager -------------------------------------------------------
 
@@ -175,7 +175,7 @@ class Writer(StorageWriter, AsyncStager):
         the save; returns `state_dict` (its tensors may change from now
         on; DCP plans from their shapes, and write_data waits for the
         save)."""
-        self._staged = (state_dict, self._start(state_dict))
+        self._staged = self._start(state_dict)
         return state_dict
 
     def synchronize_staging(self):
@@ -203,11 +203,9 @@ class Writer(StorageWriter, AsyncStager):
         """Saves the step (unless stage() started it) and waits for its
         commit: every rank's share written and hashed, the manifest
         committed by rank 0."""
-        staged, self._staged = self._staged, None
-        if staged is None:
+        handle, self._staged = self._staged, None
+        if handle is None:
             handle = self._start(planner.state_dict)
-        else:
-            handle = staged[1]
         handle.wait()
         results = [WriteResult(index=item.index,
                                size_in_bytes=_item_bytes(item),
@@ -272,7 +270,9 @@ class Reader(StorageReader):
         super().__init__()
         self._at = _Step(root, step, manager, options)
         self._allow_pickle = allow_pickle
-        self._read = None  # (step, manifest, prepared) of read_metadata
+        # Of read_metadata: (the step asked for, the step chosen, its
+        # manifest, what a restore of it needs, its serialized values).
+        self._read = None
 
     def reset(self, checkpoint_id=None):
         self._at.reset(checkpoint_id)
@@ -293,8 +293,9 @@ class Reader(StorageReader):
                     "dcp.FileSystemReader, or imported once with "
                     "hoist.import_checkpoint(src, root, step, "
                     "format='dcp'))") from None
-            self._read = (self._at.step, step, manifest, prepared)
-        _, step, manifest, _ = self._read
+            self._read = (self._at.step, step, manifest, prepared,
+                          _values(manifest, step, manager.rank))
+        _, step, manifest, _, values = self._read
         entries = {}
         for array in manifest["arrays"]:
             shape = torch.Size(array["shape"])
@@ -304,7 +305,7 @@ class Reader(StorageReader):
                 size=shape,
                 chunks=[ChunkStorageMetadata(
                     offsets=torch.Size([0] * len(shape)), sizes=shape)])
-        for key in _values(manifest, step).keys():
+        for key in values:
             entries.setdefault(key, BytesStorageMetadata())
         return Metadata(state_dict_metadata=entries)
 
@@ -325,15 +326,12 @@ class Reader(StorageReader):
         manager = self._at.require("dcp.load")
         if self._read is None:
             self.read_metadata()
-        _, step, manifest, prepared = self._read
+        _, step, manifest, prepared, values = self._read
         saved = {a["name"]: a for a in manifest["arrays"]}
         targets, copies, placed = {}, [], []
-        values = None
         for item in plan.items:
             name = item.storage_index.fqn
             if item.type == LoadItemType.BYTE_IO:
-                if values is None:
-                    values = _values(manifest, step, manager.rank)
                 planner.load_bytes(item, io.BytesIO(
                     self._checked(values, name, step)))
                 continue
@@ -394,7 +392,7 @@ def _torch_dtype(array, step):
     return dtype
 
 
-def _values(manifest, step, rank=None):
+def _values(manifest, step, rank):
     """The serialized values of a step written through hoist.dcp: key ->
     bytes, each the one `rank` saved when it saved one (the same world
     size), else the lowest rank's that did."""
@@ -409,7 +407,7 @@ def _values(manifest, step, rank=None):
     values = {}
     for values_of_rank in reversed(per_rank):
         values.update(values_of_rank)
-    if rank is not None and rank < len(per_rank):
+    if rank < len(per_rank):
         values.update(per_rank[rank])
     for key, value in values.items():
         if not isinstance(value, bytes):

@@ -179,7 +179,9 @@ class HoistCheckpointIO(CheckpointIO):
         self._root_name = root_name
         self._options = {**manager_options, "coordinator": "single"}
         self._lock = threading.Lock()
-        self._issued = {}  # root -> the last step number given out
+        # root -> the last step number given out (its newest step, listed
+        # once, before this IO's first save there).
+        self._issued = {}
         # Commits, pointers and removals, in the order they were asked for.
         self._queue = ThreadPoolExecutor(max_workers=1,
                                          thread_name_prefix="hoist-ckpt-io")
@@ -199,11 +201,10 @@ class HoistCheckpointIO(CheckpointIO):
         root = self._root(directory)
         manager = open_manager(root, self._options)
         with self._lock:
-            if root not in self._issued:  # a killed job's, never renamed
-                _Pointers.remove_unfinished(directory)
-            steps = manager.steps
-            step = max([self._issued.get(root, -1), *steps[-1:]]) + 1
-            self._issued[root] = step
+            if root not in self._issued:  # once per root: list it
+                _Pointers.remove_unfinished(directory)  # a killed job's
+                self._issued[root] = max([-1, *manager.steps[-1:]])
+            step = self._issued[root] = self._issued[root] + 1
         handle = manager.save(step, _pickles.encodable(checkpoint))
         self._submit(self._commit, manager, handle, path, step)
 

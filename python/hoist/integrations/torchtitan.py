@@ -41,6 +41,7 @@ from torchtitan.components.checkpointer.dcp import (
 )
 from torchtitan.tools import filesystem
 
+from .. import DataLossError, inspect
 from ..dcp import Reader, Writer
 from ._managers import open_manager
 
@@ -74,15 +75,20 @@ class CheckpointManager(DcpCheckpointManager):
         self._hoist = open_manager(self.folder, {
             "keep": self.keep_latest_k or None,
             "pool_bytes": config.hoist_pool_bytes})
+        # No hoist step yet: step-N directories of torchtitan's DCP manager
+        # may be loaded (until the first save).
+        self._switched = self._hoist.latest is None
 
     # -- where steps are -----------------------------------------------------
 
     def _create_checkpoint_id(self, step, folder=""):
-        """FOLDER/step_N, hoist's step; a step only torchtitan's DCP manager
-        wrote before the job switched (FOLDER/step-N) where hoist has none:
-        that one is read with DCP's own reader."""
+        """FOLDER/step_N, hoist's step; in a job that has just switched
+        (the folder held no hoist step when it opened, and nothing is saved
+        yet), a step torchtitan's DCP manager left (FOLDER/step-N), which is
+        read with DCP's own reader. Only until the job's first save: from
+        then on no save pays for the lookup."""
         folder = folder or self.folder
-        if folder == self.folder and step not in self._hoist.steps:
+        if self._switched and folder == self.folder:
             earlier = filesystem.join(folder, f"step-{step}")
             if filesystem.isdir(earlier):
                 return earlier
@@ -93,8 +99,10 @@ class CheckpointManager(DcpCheckpointManager):
         DCP manager left in the folder (a job that switched resumes it)."""
         if folder and folder != self.folder:
             return super()._find_load_step(folder)
+        if self._switched:
+            return super()._find_load_step()
         latest = self._hoist.latest
-        return super()._find_load_step() if latest is None else latest
+        return -1 if latest is None else latest
 
     def _purge_stale_checkpoints(self):
         """Nothing: hoist's retention (keep_latest_k) prunes committed
@@ -115,6 +123,7 @@ class CheckpointManager(DcpCheckpointManager):
             return super().dcp_save(state_dict, checkpoint_id, async_mode,
                                     enable_garbage_collection, to_hf)
         step = int(_STEP_AT_END.search(str(checkpoint_id).rstrip("/"))[0])
+        self._switched = False
         writer = Writer(manager=self._hoist, step=step)
         if async_mode == AsyncMode.DISABLED:
             dcp.save(state_dict, storage_writer=writer)
@@ -148,7 +157,6 @@ class CheckpointManager(DcpCheckpointManager):
         initial_load_path (not a DCP directory)."""
         if self._is_ours(checkpoint_id):
             return True
-        from .. import DataLossError, inspect
         try:
             inspect(str(checkpoint_id))
         except (FileNotFoundError, ValueError, DataLossError):
