@@ -4,9 +4,12 @@
 // another from START, printing "committed N" once step N has committed. Step
 // N's arrays are testing/crash_model.h's. Under mpirun with several ranks it is
 // one process of a job (MPI coordinator, 8 / ranks devices each) and rank 0
-// prints (demo_mpi_test kills one rank).
+// prints (demo_mpi_test kills one rank). With POOL_BYTES smaller than the
+// model (about 600 KiB), the waves the pool cannot take are staged into its
+// overflow; each line then ends with the bytes staged there.
 //
-//   crash_saver ROOT START
+//   crash_saver ROOT START [POOL_BYTES]   (default 4 MiB)
+//   prints: committed N overflow BYTES
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -22,12 +25,13 @@ namespace hoist {
 namespace {
 
 int Main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: crash_saver ROOT START\n");
+  if (argc != 3 && argc != 4) {
+    std::fprintf(stderr, "usage: crash_saver ROOT START [POOL_BYTES]\n");
     return 2;
   }
   const std::string root = argv[1];
   const int64_t start = std::atoll(argv[2]);
+  const int64_t pool_bytes = argc == 4 ? std::atoll(argv[3]) : 4 << 20;
   absl::StatusOr<std::unique_ptr<Coordinator>> job = MakeJobCoordinator();
   if (!job.ok()) {
     std::fprintf(stderr, "crash_saver: %s\n",
@@ -40,7 +44,7 @@ int Main(int argc, char** argv) {
       *MakeHostBackend({.num_devices = devices,
                         .first_device_id = coordinator->rank() * devices});
   CheckpointManagerOptions options;
-  options.pool_bytes = 4 << 20;
+  options.pool_bytes = pool_bytes;
   options.keep_last = 3;
   absl::StatusOr<std::unique_ptr<CheckpointManager>> manager =
       CheckpointManager::Open(root, *backend, *coordinator, options);
@@ -106,13 +110,17 @@ int Main(int argc, char** argv) {
       }
     }
     absl::StatusOr<SaveHandle> handle = (*manager)->Save(step, arrays);
-    if (!handle.ok() || !handle->WaitCommitted().ok()) {
+    absl::StatusOr<SaveInfo> info =
+        handle.ok() ? handle->WaitCommitted() : handle.status();
+    if (!info.ok()) {
       std::fprintf(stderr, "crash_saver: step %lld failed\n",
                    static_cast<long long>(step));
       return 1;
     }
     if (coordinator->rank() == 0) {
-      std::printf("committed %lld\n", static_cast<long long>(step));
+      std::printf("committed %lld overflow %lld\n",
+                  static_cast<long long>(step),
+                  static_cast<long long>(info->overflow_bytes));
       std::fflush(stdout);
     }
   }

@@ -63,16 +63,30 @@ struct CheckpointManagerOptions {
   // Pinned staging pool, allocated once (default 1 GiB). Saves larger
   // than this stage in waves; no slice may exceed it.
   int64_t pool_bytes = int64_t{1} << 30;
+  // Bounds what a save holds in host memory: the pool, plus the overflow
+  // where the waves of a save larger than the pool are staged (host memory
+  // from Backend::AllocateOverflow: pageable on the host backend, pinned
+  // for CUDA), so that the caller waits for the copies, not for storage.
+  // The overflow is allocated by the first save that needs it, grown when
+  // a later one needs more, and kept (faulted in) for the saves after it.
+  // A save that does not fit stages what does not fit as the writes free
+  // the pool, waiting for storage, and says so (SaveInfo::blocked_reason).
+  // > 0: bytes, at least pool_bytes (else kInvalidArgument). 0 (default):
+  // auto, half the memory available when the manager opens (MemAvailable)
+  // split evenly among the job's processes on this host, at least
+  // pool_bytes: a state that fits in memory twice over is staged at the
+  // copies' speed, and the host keeps half its free memory.
+  int64_t host_memory_budget = 0;
   // When the pool is pinned (faulting in every page: about 0.4 s per GiB on
   // a small VM, and it holds the process's mmap lock meanwhile).
   enum class PoolPinning {
     // Default. When the root holds no committed step (a new job: nothing
     // to restore), Open pins the pool before it returns, as kAtOpen. Else
-    // a thread of the manager pins it in the background, starting when the
-    // first restore ends (a restore into host memory needs no pool, and
-    // pinning beside it would slow it), or at the first save or restore
-    // onto devices, whichever comes first. A save or restore that needs
-    // the pool waits for it; an allocation error is its error.
+    // a thread of the manager pins it in the background, starting at the
+    // first save or restore onto devices, or PinPool(), whichever comes
+    // first (a restore into host memory needs no pool: see
+    // RestoreOptions::pin_pool_after). A save or restore that needs the
+    // pool waits for it; an allocation error is its error.
     kBackground,
     // Open pins the pool before it returns and reports its errors.
     kAtOpen,
@@ -224,6 +238,14 @@ struct SaveInfo {
   // holders: those of its part that fewer than `local.replicas` processes
   // hold (0 where data-parallel replicas hold every box that often).
   int64_t replicated_bytes = 0;
+  // Of `bytes`, those staged into the pool's overflow (host memory beside
+  // the pool: CheckpointManagerOptions::host_memory_budget), and those
+  // that waited for storage to free memory first because neither had room.
+  int64_t overflow_bytes = 0;
+  int64_t stalled_bytes = 0;
+  // Why Save() waited for more than the copies ("" when it did not): the
+  // bytes that waited for storage and the setting to raise.
+  std::string blocked_reason;
 };
 
 // How far the committed steps trail the saves asked for.
@@ -364,8 +386,9 @@ class CheckpointManager {
 
   // Starts pinning the pool in the background if it is still to pin
   // (PoolPinning::kBackground) and nothing has started it; else nothing.
-  // For a caller that restored with RestoreOptions::pin_pool_after = false,
-  // once its own work after the restore is done. Any thread.
+  // For a caller that wants its first save after a restore to find the
+  // pool ready, once its own work after the restore is done (see
+  // RestoreOptions::pin_pool_after). Any thread.
   void PinPool();
 
   // What a Restore(step, ...) would restore, decided before any array is

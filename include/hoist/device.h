@@ -186,6 +186,19 @@ class Backend {
   // per staging pool, never on the save path. kResourceExhausted when the
   // memory cannot be had.
   virtual absl::StatusOr<MemoryBlock> AllocatePinned(int64_t bytes) = 0;
+
+  // Allocates `bytes` of page-aligned host memory for the overflow of a
+  // save larger than the staging pool (CheckpointManagerOptions::
+  // host_memory_budget): memory the devices copy into without serializing
+  // their dispatches, faulted in by the first copy that lands in it where
+  // the platform allows. Called when a save needs more of it than it has
+  // (once per job, unless the saves grow), never for every save. Default:
+  // AllocatePinned (a CUDA copy into pageable memory returns only once it
+  // has finished, so the devices' dispatches would run one after another).
+  // The host backend's is plain pageable memory. Errors: as AllocatePinned.
+  virtual absl::StatusOr<MemoryBlock> AllocateOverflow(int64_t bytes) {
+    return AllocatePinned(bytes);
+  }
 };
 
 }  // namespace hoist

@@ -97,7 +97,10 @@ class SaveHandle:
         """Returns once the step is durable and visible, with its figures:
         bytes, referenced_bytes (of bytes, those not written: the same as
         the newest committed step's, referenced there), tier,
-        replicated_bytes, dispatches, staged_s, committed_s, path, ..."""
+        replicated_bytes, dispatches, staged_s, committed_s, path,
+        overflow_bytes (staged into host memory beside the pool),
+        stalled_bytes and blocked_reason (None, or why save() waited for
+        storage: the state exceeded host_memory_budget), ..."""
         return _call(self._handle.wait)
 
     def done(self):
@@ -153,6 +156,17 @@ def _storage_options(options):
 
 
 
+def _budget(value):
+    """host_memory_budget for the engine: bytes, 0 for "auto"."""
+    if isinstance(value, str) and value == "auto":
+        return 0
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
+            or value < 1:
+        raise ValueError(f"host_memory_budget={value!r}: give bytes (an int "
+                         "> 0, at least pool_bytes) or 'auto'")
+    return int(value)
+
+
 def _shared_reads(value):
     """shared_reads= as the engine's: "auto", "always" or "never"."""
     if isinstance(value, str) and value == "auto":
@@ -172,6 +186,16 @@ class CheckpointManager:
     keep_every:    also keep every step divisible by this.
     pool_bytes:    the pinned staging pool, allocated once (default 1 GiB);
                    larger saves stage in waves, so host memory stays bounded.
+    host_memory_budget:
+                   what a save may hold in host memory: the pool plus the
+                   overflow where the waves of a save larger than the pool
+                   are staged (allocated by the first save that needs it,
+                   then kept), so save() waits only for the copies. Bytes
+                   (at least pool_bytes), or "auto" (default: half the
+                   memory available at open, split among the job's
+                   processes on this host). A save larger than the budget
+                   waits for storage to free memory, logs a warning once,
+                   and its wait() says why (blocked_reason).
     backend:       "host" (arrays in host memory: NumPy, CPU tensors, JAX's
                    CPU devices) or "cuda" (arrays in GPU memory).
     num_devices:   host backend devices; default: JAX's device count when
@@ -267,7 +291,7 @@ class CheckpointManager:
                  storage_options=None, deltas=True, frozen=None,
                  frozen_check_every=0, persist_every=1, local_root=None,
                  local_every=1, replicas=2, local_keep_last=2,
-                 shared_reads="auto"):
+                 shared_reads="auto", host_memory_budget="auto"):
         if keep is not None and keep < 1:
             raise ValueError("keep must be >= 1 (or None to keep every step)")
         # A coordinator hoist makes is hoist's to close; a caller's is not.
@@ -291,7 +315,8 @@ class CheckpointManager:
                             local_every=int(local_every),
                             replicas=int(replicas),
                             local_keep_last=int(local_keep_last),
-                            shared_reads=_shared_reads(shared_reads)))
+                            shared_reads=_shared_reads(shared_reads),
+                            host_memory_budget=_budget(host_memory_budget)))
         except BaseException:
             self._close_coordinator()
             raise
@@ -303,6 +328,8 @@ class CheckpointManager:
         self.last_restore = None
         # The last save's structure, for a repeat save (see _save_again).
         self._repeat = None
+        # Whether a save that waited for storage was logged (once).
+        self._stall_logged = False
 
     def _open(self, path, coordinator, backend, num_devices, pool_bytes,
               keep, keep_every, max_in_flight, writers, io,
@@ -373,7 +400,17 @@ class CheckpointManager:
         return self._handle(step, handle)
 
     def _handle(self, step, handle):
-        """The SaveHandle of the engine's `handle`, the skip logged."""
+        """The SaveHandle of the engine's `handle`, the skip logged, and
+        (once per manager) a save that waited for storage."""
+        if not self._stall_logged and handle.stalled_bytes() > 0:
+            self._stall_logged = True
+            _LOG.warning(
+                "hoist: step %d: save() waited for storage to write %.2f GiB "
+                "of this process's %.2f GiB: the state exceeds "
+                "host_memory_budget (the staging pool plus its overflow in "
+                "host memory); raise host_memory_budget to return once the "
+                "arrays are copied. Logged once.", step,
+                handle.stalled_bytes() / 2**30, handle.progress()[2] / 2**30)
         if handle.skipped:
             lag = self.durability()
             _LOG.warning(
@@ -491,13 +528,16 @@ class CheckpointManager:
             self._restore_targets(step, prepared, targets, received_targets,
                                   receive)
 
-        try:
-            return _rebuild(manifest, like, names, per_rank, self._rank,
-                            self._size, run)
-        finally:
-            # Once the restored arrays are in place (JAX shards handed to
-            # their devices), not beside that: the pool, if still to pin.
-            self._manager.pin_pool()
+        return _rebuild(manifest, like, names, per_rank, self._rank,
+                        self._size, run)
+
+    def pin_pool(self):
+        """Starts faulting in the staging pool in the background, if it is
+        still to do. A manager opened on a root with steps leaves that to
+        the first save, so that a restore holds no memory it does not use;
+        a job that wants its first save after a restore to find the pool
+        ready calls this once its restored state is in place."""
+        self._manager.pin_pool()
 
     def _prepare_restore(self, step):
         """(step, its manifest as a dict, what _restore_targets needs):

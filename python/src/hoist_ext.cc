@@ -202,6 +202,13 @@ nb::dict InfoDict(const SaveInfo& info) {
   d["replicated_bytes"] = info.replicated_bytes;
   d["dispatches"] = info.dispatches;
   d["waves"] = info.waves;
+  d["overflow_bytes"] = info.overflow_bytes;
+  d["stalled_bytes"] = info.stalled_bytes;
+  if (info.blocked_reason.empty()) {
+    d["blocked_reason"] = nb::none();
+  } else {
+    d["blocked_reason"] = info.blocked_reason;
+  }
   d["dispatched_s"] = absl::ToDoubleSeconds(info.dispatched);
   d["staged_s"] = absl::ToDoubleSeconds(info.staged);
   d["committed_s"] = absl::ToDoubleSeconds(info.committed);
@@ -270,6 +277,10 @@ class PyHandle {
   std::tuple<int64_t, int64_t, int64_t> Progress() const {
     const SaveProgress& p = handle_.progress();
     return {p.staged_bytes.load(), p.written_bytes.load(), p.total_bytes};
+  }
+  // Bytes whose staging waited for storage (once the save is staged).
+  int64_t StalledBytes() const {
+    return handle_.progress().stalled_bytes.load();
   }
 
  private:
@@ -420,7 +431,7 @@ class PyManager {
             bool deltas, nb::object frozen, int frozen_check_every,
             int64_t persist_every, const std::string& local_root,
             int64_t local_every, int replicas, int local_keep_last,
-            const std::string& shared_reads)
+            const std::string& shared_reads, int64_t host_memory_budget)
       : backend_(std::move(backend)),
         coordinator_(coordinator.is_none()
                          ? MakeSingleProcessCoordinator()
@@ -446,6 +457,7 @@ class PyManager {
                             ? CheckpointManagerOptions::WhenBusy::kSkip
                             : CheckpointManagerOptions::WhenBusy::kWait;
     options.pool_bytes = pool_bytes;
+    options.host_memory_budget = host_memory_budget;
     options.keep_last = keep_last;
     options.keep_every = keep_every;
     options.deltas = deltas;
@@ -463,9 +475,6 @@ class PyManager {
     }
     options.io = io == "io_uring" ? IoEngine::kIoUring : IoEngine::kPosix;
     options.object_store = ObjectStoreOptionsOf(storage_options);
-    // The Python side pins the pool (pin_pool) once a restore's arrays are
-    // in place: JAX shards reach their devices after the engine returns.
-    options.restore.pin_pool_after = false;
     using Shared = RestoreOptions::SharedReads;
     options.restore.shared_reads = shared_reads == "always"  ? Shared::kAlways
                                    : shared_reads == "never" ? Shared::kNever
@@ -524,8 +533,7 @@ class PyManager {
   }
 
   // Starts pinning the pool if it is still to pin (see
-  // RestoreOptions::pin_pool_after, which this manager's restores leave off).
-  // Never raises (it runs in restore()'s finally): a closed manager has
+  // RestoreOptions::pin_pool_after). Never raises: a closed manager has
   // nothing to pin.
   void PinPool() {
     if (manager_ != nullptr) manager_->PinPool();
@@ -894,7 +902,8 @@ NB_MODULE(_hoist, m) {
       .def("wait_staged_on", &PyHandle::WaitStagedOn, nb::arg("stream"))
       .def("wait", &PyHandle::Wait)
       .def("done", &PyHandle::Done)
-      .def("progress", &PyHandle::Progress);
+      .def("progress", &PyHandle::Progress)
+      .def("stalled_bytes", &PyHandle::StalledBytes);
 
   nb::class_<PyManager>(m, "Manager")
       .def(nb::init<const std::string&, std::shared_ptr<PyBackend>, int64_t,
@@ -902,7 +911,7 @@ NB_MODULE(_hoist, m) {
                     const std::string&, nb::object, const std::string&,
                     const std::map<std::string, std::string>&, bool, nb::object,
                     int, int64_t, const std::string&, int64_t, int, int,
-                    const std::string&>(),
+                    const std::string&, int64_t>(),
            nb::arg("root"), nb::arg("backend"), nb::arg("pool_bytes"),
            nb::arg("keep_last"), nb::arg("keep_every"),
            nb::arg("max_in_flight"), nb::arg("writers"), nb::arg("io"),
@@ -914,7 +923,7 @@ NB_MODULE(_hoist, m) {
            nb::arg("frozen_check_every") = 0, nb::arg("persist_every") = 1,
            nb::arg("local_root") = "", nb::arg("local_every") = 1,
            nb::arg("replicas") = 2, nb::arg("local_keep_last") = 2,
-           nb::arg("shared_reads") = "auto")
+           nb::arg("shared_reads") = "auto", nb::arg("host_memory_budget") = 0)
       .def("durability", &PyManager::DurabilityDict)
       .def("save", &PyManager::Save, nb::arg("step"), nb::arg("arrays"),
            nb::arg("metadata_json"), nb::arg("dispatched"),

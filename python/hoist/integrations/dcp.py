@@ -359,8 +359,6 @@ class Reader(StorageReader):
         except DataLossError as error:
             raise DataLossError(f"step {step} of {manager.path}: {error}") \
                 from None
-        finally:
-            manager._manager.pin_pool()
         for dest, raw, array, extent in copies:
             dest.copy_(torch.from_numpy(raw).view(
                 _torch_dtype(array, step)).reshape(extent))

@@ -24,6 +24,7 @@
 #include "absl/time/clock.h"
 #include "hoist/base/status_macros.h"
 #include "hoist/base/thread_priority.h"
+#include "hoist/checkpoint/host_memory.h"
 #include "hoist/checkpoint/local_tier.h"
 #include "hoist/checkpoint/restore.h"
 #include "hoist/checkpoint/save.h"
@@ -93,7 +94,8 @@ class CheckpointManager::Impl {
        Coordinator& coordinator, CheckpointManagerOptions options,
        std::vector<std::unique_ptr<Storage>> owned, Topology topology,
        Topology part_topology, std::unique_ptr<LocalTier> local,
-       std::unique_ptr<StagingPool> pool, bool pool_pinned)
+       std::unique_ptr<StagingPool> pool, bool pool_pinned,
+       int64_t host_memory_budget)
       : owned_storage_(std::move(owned)),
         root_(std::move(root)),
         storage_(root_->storage()),
@@ -102,6 +104,8 @@ class CheckpointManager::Impl {
         options_(std::move(options)),
         local_(std::move(local)),
         pool_(std::move(pool)),
+        host_memory_budget_(host_memory_budget),
+        overflow_(backend_, host_memory_budget - pool_->capacity_bytes()),
         engine_(*pool_, TransferOptions{.tracer = options_.tracer}),
         planner_(options_.plan, options_.local.writer_streams,
                  std::move(topology), std::move(part_topology),
@@ -293,7 +297,14 @@ class CheckpointManager::Impl {
                       job->committed.future(), job->progress);
     job->start = absl::Now();
     job->progress->start = job->start;
-    if (saver_idle) DispatchHere(*job);
+    if (saver_idle) {
+      // No staging runs now: the overflow may grow for this save.
+      if (job->planned.layout != nullptr) {
+        engine_.set_overflow(overflow_.Reserve(
+            OverflowBytesFor(*job->planned.layout, pool_->capacity_bytes())));
+      }
+      DispatchHere(*job);
+    }
     {
       MutexLock lock(&mu_);
       in_flight_steps_.insert(step);
@@ -696,6 +707,10 @@ class CheckpointManager::Impl {
     info.referenced_bytes = result->referenced_bytes;
     info.dispatches = result->transfer.dispatches;
     info.waves = result->transfer.waves;
+    info.overflow_bytes = result->transfer.overflow_bytes;
+    info.stalled_bytes = result->transfer.stalled_bytes;
+    info.blocked_reason = BlockedReason(
+        result->transfer, pool_->capacity_bytes(), host_memory_budget_);
     info.dispatched = job.dispatched_after;
     info.staged = job.staged_after;
     info.committed = absl::Now() - job.start;
@@ -736,6 +751,10 @@ class CheckpointManager::Impl {
   // goes through coordinator_.
   const std::unique_ptr<Coordinator> alone_ = MakeSingleProcessCoordinator();
   const std::unique_ptr<StagingPool> pool_;
+  // The pool and its overflow together stay within it (bytes).
+  const int64_t host_memory_budget_;
+  // Grown only in Save() while the saver is idle (no staging runs).
+  StagingOverflow overflow_;
   // Stages on the saver thread, and in Save() while the saver is idle;
   // Lay (const: it reads only the pool's fixed capacity) runs in Save() at
   // any time.
@@ -881,6 +900,9 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
   ASSIGN_OR_RETURN(std::unique_ptr<StagingPool> pool,
                    pin_now ? StagingPool::Create(backend, options.pool_bytes)
                            : StagingPool::CreatePending(options.pool_bytes));
+  ASSIGN_OR_RETURN(const int64_t host_memory_budget,
+                   ResolveHostMemoryBudget(options.host_memory_budget,
+                                           options.pool_bytes, coordinator));
   // Writer streams 0: the storage's choice, the root's for durable saves
   // and the local filesystem's for the local tier's parts.
   CheckpointManagerOptions resolved = options;
@@ -897,7 +919,7 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
       new CheckpointManager(std::make_unique<Impl>(
           std::move(opened_root), backend, coordinator, resolved,
           std::move(owned), std::move(topology), std::move(part_topology),
-          std::move(local), std::move(pool), pin_now)));
+          std::move(local), std::move(pool), pin_now, host_memory_budget)));
 }
 
 CheckpointManager::CheckpointManager(std::unique_ptr<Impl> impl)

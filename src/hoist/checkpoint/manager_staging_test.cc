@@ -1,7 +1,7 @@
 // CheckpointManager: how a save is staged. Its return modes (staged,
 // dispatched, ordered on the caller's stream through fences), dispatch on
-// the caller's thread when the saver is idle, and saves queued behind
-// others.
+// the caller's thread when the saver is idle, saves queued behind others,
+// and saves larger than the pool (its overflow, the host memory budget).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -16,6 +16,8 @@
 #include "absl/status/statusor.h"
 #include "hoist/checkpoint_manager.h"
 #include "hoist/host_backend.h"
+#include "hoist/io/fault_storage.h"
+#include "hoist/io/memory_storage.h"
 #include "hoist/mutex.h"
 #include "testing/manager_test.h"
 #include "testing/mixed_model.h"
@@ -279,6 +281,93 @@ TEST_F(ManagerTest, AFenceThatFailsMakesWaitStagedOnWaitOnTheCpu) {
   testing::Refill(model_, shards_, 99);
   ASSERT_TRUE(handle->WaitCommitted().ok());
   ExpectHolds(**manager, 1, 0);
+}
+
+// 16 arrays of 512 x 64 float32 sharded over the 2 x 4 mesh: 2 MiB, 16
+// slices of 16 KiB on each of the 8 devices.
+std::vector<ArraySpec> SixteenShardedArrays() {
+  const Mesh mesh = *Mesh::Create({"data", "model"}, {2, 4});
+  std::vector<ArraySpec> model;
+  for (int i = 0; i < 16; ++i) {
+    model.push_back({"w" + std::to_string(i),
+                     DType::kFloat32,
+                     {512, 64},
+                     NamedSharding{mesh, {{"data", "model"}}}});
+  }
+  return model;
+}
+
+// A save 32 times the pool returns once its arrays are copied, while
+// storage has not written a byte: what the pool does not hold is staged
+// into its overflow. Then it commits what was saved.
+TEST_F(ManagerTest, ASaveLargerThanThePoolIsStagedWhileStorageIsStuck) {
+  model_ = SixteenShardedArrays();
+  shards_ = testing::FillShards(model_, backend_->devices());
+  MemoryStorage memory;
+  FaultInjectingStorage storage(memory, {});
+  CheckpointManagerOptions options;
+  options.pool_bytes = 64 << 10;
+  options.host_memory_budget = 4 << 20;
+  std::unique_ptr<CheckpointManager> manager = Open(options, &storage);
+  ASSERT_NE(manager, nullptr);
+  storage.Stall();
+  absl::StatusOr<SaveHandle> handle =
+      manager->Save(1, Arrays(), "{}", ReturnWhen::kDispatched);
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  // Bounded, so that staging that waits for storage fails the test.
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  while (handle->progress().staged_bytes.load() <
+             handle->progress().total_bytes &&
+         absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_EQ(handle->progress().staged_bytes.load(), 2 << 20);
+  EXPECT_TRUE(handle->WaitStaged().ok());
+  EXPECT_EQ(handle->progress().written_bytes.load(), 0);  // storage is stuck
+  storage.Resume();
+  absl::StatusOr<SaveInfo> info = handle->WaitCommitted();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_GE(info->overflow_bytes, (2 << 20) - (64 << 10));
+  EXPECT_EQ(info->stalled_bytes, 0);
+  EXPECT_EQ(info->blocked_reason, "");
+  ExpectHolds(*manager, 1, 0);
+}
+
+// A save larger than the budget stages what does not fit as the writes
+// free the pool, and says why it waited and which setting to raise.
+TEST_F(ManagerTest, ASaveLargerThanTheBudgetWaitsForStorageAndSaysWhy) {
+  model_ = SixteenShardedArrays();
+  shards_ = testing::FillShards(model_, backend_->devices());
+  CheckpointManagerOptions options;
+  options.pool_bytes = 64 << 10;
+  options.host_memory_budget = 128 << 10;  // a 64 KiB overflow
+  std::unique_ptr<CheckpointManager> manager = Open(options);
+  ASSERT_NE(manager, nullptr);
+  absl::StatusOr<SaveHandle> handle = manager->Save(1, Arrays());
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  absl::StatusOr<SaveInfo> info = handle->WaitCommitted();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_GT(info->overflow_bytes, 0);
+  EXPECT_GT(info->stalled_bytes, 0);
+  EXPECT_EQ(handle->progress().stalled_bytes.load(), info->stalled_bytes);
+  EXPECT_THAT(info->blocked_reason, HasSubstr("waited for storage"));
+  EXPECT_THAT(info->blocked_reason, HasSubstr("host_memory_budget 128.0 KiB"));
+  ExpectHolds(*manager, 1, 0);
+}
+
+TEST_F(ManagerTest, ABudgetSmallerThanThePoolIsRefused) {
+  CheckpointManagerOptions options;
+  options.pool_bytes = 1 << 20;
+  options.host_memory_budget = 512 << 10;
+  absl::StatusOr<std::unique_ptr<CheckpointManager>> manager =
+      CheckpointManager::Open(root_, *backend_, *coordinator_, options);
+  EXPECT_EQ(manager.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(manager.status().message(), HasSubstr("pool_bytes"));
+  options.host_memory_budget = -1;
+  EXPECT_EQ(CheckpointManager::Open(root_, *backend_, *coordinator_, options)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

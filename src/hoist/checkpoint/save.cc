@@ -456,7 +456,12 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
   // handing over of the extents held meanwhile, and the writes still
   // overlap the copies.
   bool staged_reported = false;
-  const auto report_staged = [&](const absl::Status& status) {
+  const auto report_staged = [&](const absl::Status& status,
+                                 const TransferStats& stats) {
+    if (request.progress != nullptr) {
+      request.progress->stalled_bytes.store(stats.stalled_bytes,
+                                            std::memory_order_relaxed);
+    }
     if (!dispatched && request.on_dispatched) request.on_dispatched(status);
     if (request.on_staged) request.on_staged(status);
     result.staged = absl::Now() - start;
@@ -472,7 +477,9 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
     const absl::Status prepared_late = prepare();
     if (staged.ok() && !prepared_late.ok()) staged = prepared_late;
   }
-  if (!staged_reported) report_staged(staged.status());  // stopped early
+  if (!staged_reported) {  // stopped early
+    report_staged(staged.status(), staged.ok() ? *staged : TransferStats{});
+  }
   if (!decided.ok()) return decided;  // the same on every rank
   local = staged.status();
   if (writer != nullptr) {

@@ -148,8 +148,8 @@ std::optional<std::vector<int64_t>> StagingPool::TryPlace(
   return offsets;
 }
 
-absl::StatusOr<std::vector<Lease>> StagingPool::AcquireAll(
-    absl::Span<const int64_t> sizes, absl::Duration timeout) {
+absl::StatusOr<std::pair<std::vector<int64_t>, int64_t>> StagingPool::Reserved(
+    absl::Span<const int64_t> sizes) const {
   std::vector<int64_t> reserved(sizes.size());
   int64_t total = 0;
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -168,20 +168,44 @@ absl::StatusOr<std::vector<Lease>> StagingPool::AcquireAll(
           FormatBytes(static_cast<double>(capacity_bytes_))));
     }
   }
+  return std::make_pair(std::move(reserved), total);
+}
+
+absl::Status StagingPool::AwaitMemory(absl::Time deadline,
+                                      absl::Duration timeout) {
+  while (!provided_) {
+    if (freed_.WaitWithDeadline(&mu_, deadline) && !provided_) {
+      return absl::DeadlineExceededError(
+          absl::StrFormat("the staging pool's memory was not ready after %s",
+                          absl::FormatDuration(timeout)));
+    }
+  }
+  return memory_status_;
+}
+
+std::vector<Lease> StagingPool::LeasesAt(absl::Span<const int64_t> sizes,
+                                         absl::Span<const int64_t> reserved,
+                                         absl::Span<const int64_t> offsets,
+                                         uint8_t* base) {
+  std::vector<Lease> leases;
+  leases.reserve(sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    leases.push_back(LeaseAt(base, offsets[i], reserved[i], sizes[i]));
+  }
+  return leases;
+}
+
+absl::StatusOr<std::vector<Lease>> StagingPool::AcquireAll(
+    absl::Span<const int64_t> sizes, absl::Duration timeout) {
+  ASSIGN_OR_RETURN(auto reserved_total, Reserved(sizes));
+  const auto& [reserved, total] = reserved_total;
   if (sizes.empty()) return std::vector<Lease>();  // even before Provide
   const absl::Time deadline = absl::Now() + timeout;
   std::optional<std::vector<int64_t>> offsets;
   uint8_t* base = nullptr;
   {
     MutexLock lock(&mu_);
-    while (!provided_) {
-      if (freed_.WaitWithDeadline(&mu_, deadline) && !provided_) {
-        return absl::DeadlineExceededError(
-            absl::StrFormat("the staging pool's memory was not ready after %s",
-                            absl::FormatDuration(timeout)));
-      }
-    }
-    RETURN_IF_ERROR(memory_status_);
+    RETURN_IF_ERROR(AwaitMemory(deadline, timeout));
     base = static_cast<uint8_t*>(memory_.data());
     offsets = TryPlace(reserved, total);
     if (!offsets) ++stats_.waits;
@@ -198,12 +222,26 @@ absl::StatusOr<std::vector<Lease>> StagingPool::AcquireAll(
     }
     Count(total, static_cast<int64_t>(sizes.size()));
   }
-  std::vector<Lease> leases;
-  leases.reserve(sizes.size());
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    leases.push_back(LeaseAt(base, (*offsets)[i], reserved[i], sizes[i]));
+  return LeasesAt(sizes, reserved, *offsets, base);
+}
+
+absl::StatusOr<std::optional<std::vector<Lease>>> StagingPool::TryAcquireAll(
+    absl::Span<const int64_t> sizes) {
+  ASSIGN_OR_RETURN(auto reserved_total, Reserved(sizes));
+  const auto& [reserved, total] = reserved_total;
+  if (sizes.empty()) return std::vector<Lease>();
+  std::optional<std::vector<int64_t>> offsets;
+  uint8_t* base = nullptr;
+  {
+    MutexLock lock(&mu_);
+    RETURN_IF_ERROR(
+        AwaitMemory(absl::InfiniteFuture(), absl::InfiniteDuration()));
+    base = static_cast<uint8_t*>(memory_.data());
+    offsets = TryPlace(reserved, total);
+    if (!offsets) return std::nullopt;
+    Count(total, static_cast<int64_t>(sizes.size()));
   }
-  return leases;
+  return LeasesAt(sizes, reserved, *offsets, base);
 }
 
 void StagingPool::Count(int64_t reserved, int64_t leases) {

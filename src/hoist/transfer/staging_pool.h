@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -108,6 +109,12 @@ class StagingPool {
       absl::Span<const int64_t> sizes,
       absl::Duration timeout = absl::InfiniteDuration());
 
+  // AcquireAll, now or never: waits only for a pending pool's memory (it
+  // is coming at memory speed), then places the batch at once or returns
+  // nullopt, reserving nothing. Errors: as AcquireAll's.
+  absl::StatusOr<std::optional<std::vector<Lease>>> TryAcquireAll(
+      absl::Span<const int64_t> sizes);
+
   // One lease; as AcquireAll.
   absl::StatusOr<Lease> Acquire(
       int64_t bytes, absl::Duration timeout = absl::InfiniteDuration());
@@ -136,6 +143,18 @@ class StagingPool {
       absl::Span<const int64_t> reserved, int64_t total)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Free(int64_t offset, int64_t reserved) ABSL_LOCKS_EXCLUDED(mu_);
+  // Each size rounded up to kAlignment, and their sum; kInvalidArgument
+  // and kResourceExhausted as AcquireAll.
+  absl::StatusOr<std::pair<std::vector<int64_t>, int64_t>> Reserved(
+      absl::Span<const int64_t> sizes) const;
+  // Waits until the memory is provided (or `deadline`) and returns its
+  // status.
+  absl::Status AwaitMemory(absl::Time deadline, absl::Duration timeout)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The leases at `offsets` of the memory, one per size.
+  std::vector<Lease> LeasesAt(absl::Span<const int64_t> sizes,
+                              absl::Span<const int64_t> reserved,
+                              absl::Span<const int64_t> offsets, uint8_t* base);
   // Counts `leases` new leases of `reserved` bytes in all in the stats.
   void Count(int64_t reserved, int64_t leases)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -249,5 +249,31 @@ TEST_F(StagingPoolTest, TryAcquireFrontTakesTheFirstBytesOrNothing) {
   EXPECT_FALSE(pool->TryAcquireFront(65 * 1024).has_value());  // too large
 }
 
+// TryAcquireAll places a batch now or reserves nothing, never waiting for
+// space; a pending pool's memory it does wait for.
+TEST_F(StagingPoolTest, TryAcquireAllPlacesABatchNowOrReservesNothing) {
+  auto pool = MakePool(64 * 1024);
+  absl::StatusOr<std::optional<std::vector<Lease>>> first =
+      pool->TryAcquireAll({16 * 1024, 20 * 1024});
+  ASSERT_TRUE(first.ok() && first->has_value()) << first.status();
+  EXPECT_EQ(pool->stats().in_use_bytes, 16 * 1024 + 20 * 1024);
+  absl::StatusOr<std::optional<std::vector<Lease>>> second =
+      pool->TryAcquireAll({16 * 1024, 16 * 1024});
+  ASSERT_TRUE(second.ok());
+  EXPECT_FALSE(second->has_value());  // 32 KiB do not fit in 28: nothing
+  EXPECT_EQ(pool->stats().in_use_bytes, 36 * 1024);
+  EXPECT_EQ(pool->stats().waits, 0);
+  EXPECT_EQ(pool->TryAcquireAll({128 * 1024}).status().code(),
+            absl::StatusCode::kResourceExhausted);  // never fits
+
+  auto pending = *StagingPool::CreatePending(64 * 1024);
+  absl::StatusOr<std::optional<std::vector<Lease>>> later;
+  std::thread waiter([&] { later = pending->TryAcquireAll({8192}); });
+  pending->Provide(backend_->AllocateOverflow(pending->capacity_bytes()));
+  waiter.join();
+  ASSERT_TRUE(later.ok() && later->has_value()) << later.status();
+  std::memset((**later)[0].data(), 0x5a, 8192);  // real memory
+}
+
 }  // namespace
 }  // namespace hoist

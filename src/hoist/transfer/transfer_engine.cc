@@ -7,8 +7,11 @@
 //      one drains), taking slices round-robin across devices so that every
 //      wave keeps every device busy. Then (Begin) every shard's source is
 //      looked up.
-//   3. Per wave: acquire every lease of the wave at once (backpressure; one
-//      per device, its slices one after the other), then dispatch: one
+//   3. Per wave: acquire every lease of the wave at once (one per device,
+//      its slices one after the other): from the pool when they fit now,
+//      else from the overflow when there is one and they fit in it now,
+//      else from the pool once the sink has released enough (backpressure:
+//      the wave waits for storage). Then dispatch: one
 //      CopyToHost per device (batched; copies prepared once when the
 //      sources are stable) or per slice, all before waiting (parallel) or
 //      each awaited in turn (sequential). A dispatch's completion callback
@@ -20,6 +23,7 @@
 #include <algorithm>
 #include <deque>
 #include <memory>
+#include <optional>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -239,7 +243,8 @@ absl::StatusOr<std::unique_ptr<StagingRun>> TransferEngine::Begin(
 absl::StatusOr<TransferStats> TransferEngine::Finish(
     std::unique_ptr<StagingRun> run, const std::function<void()>& on_dispatched,
     const std::function<absl::Status()>& after_first_wave,
-    const std::function<void(const absl::Status&)>& on_delivered) {
+    const std::function<void(const absl::Status&, const TransferStats&)>&
+        on_delivered) {
   TransferStats& stats = run->stats;
   bool announced = false;
   const auto announce_dispatched = [&] {
@@ -262,9 +267,9 @@ absl::StatusOr<TransferStats> TransferEngine::Finish(
       if (on_delivered) {
         reporting = true;
         WhenAll(run->delivered)
-            .OnReady([&on_delivered, reported = delivered_reported,
+            .OnReady([&on_delivered, &stats, reported = delivered_reported,
                       first_error = run->first_error](const absl::Status&) {
-              on_delivered(first_error->Get());
+              on_delivered(first_error->Get(), stats);
               reported->Notify();
             });
       }
@@ -287,6 +292,27 @@ absl::StatusOr<TransferStats> TransferEngine::Finish(
   return stats;
 }
 
+absl::StatusOr<std::vector<Lease>> TransferEngine::AcquireWave(
+    absl::Span<const int64_t> sizes, TransferStats& stats) {
+  ASSIGN_OR_RETURN(std::optional<std::vector<Lease>> leases,
+                   pool_.TryAcquireAll(sizes));
+  if (leases) return *std::move(leases);
+  int64_t bytes = 0;
+  for (int64_t size : sizes) bytes += AlignUp(size, StagingPool::kAlignment);
+  if (overflow_ != nullptr && bytes <= overflow_->capacity_bytes()) {
+    absl::StatusOr<std::optional<std::vector<Lease>>> spilled =
+        overflow_->TryAcquireAll(sizes);
+    // An overflow whose memory could not be had leaves the wave to the
+    // pool, as if there were none.
+    if (spilled.ok() && *spilled) {
+      stats.overflow_bytes += bytes;
+      return **std::move(spilled);
+    }
+  }
+  stats.stalled_bytes += bytes;
+  return pool_.AcquireAll(sizes);
+}
+
 bool TransferEngine::DispatchWave(StagingRun& run, size_t w) {
   if (!run.first_error->Get().ok()) return false;
   const StagingLayout& layout = *run.layout;
@@ -300,12 +326,12 @@ bool TransferEngine::DispatchWave(StagingRun& run, size_t w) {
       sizes.push_back(bytes);
     }
   }
-  absl::StatusOr<std::vector<Lease>> leases = pool_.AcquireAll(sizes);
+  TransferStats& stats = run.stats;
+  absl::StatusOr<std::vector<Lease>> leases = AcquireWave(sizes, stats);
   if (!leases.ok()) {
     run.first_error->Record(leases.status());
     return false;
   }
-  TransferStats& stats = run.stats;
   ++stats.waves;
   const bool per_slice = options_.dispatch == DispatchMode::kPerSlice;
 

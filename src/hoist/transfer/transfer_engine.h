@@ -6,8 +6,11 @@
 // all of that device's slices, every device dispatched before any is awaited.
 // Each staged extent goes to the sink as soon as its device's batch
 // completes. When the share exceeds the pool, staging runs in waves of at
-// most half the pool: a wave's leases are acquired all at once, so it waits
-// (backpressure) until the sink has released enough of the earlier waves.
+// most half the pool: a wave's leases are acquired all at once, from the
+// pool when it has room, else from the overflow (host memory beside the
+// pool, when the caller gave one: set_overflow) when that has room, else the
+// wave waits (backpressure) until the sink has released enough of the
+// earlier waves' pool leases.
 //
 // Baselines, kept only to measure against: DispatchMode::kPerSlice (one
 // dispatch per slice, as Orbax does today) and WaitMode::kSequential
@@ -136,6 +139,12 @@ struct TransferStats {
   int64_t dispatches = 0;  // CopyToHost calls
   int64_t waves = 0;
   int64_t peak_pool_bytes = 0;  // most pool bytes reserved during this call
+  // Bytes staged into the overflow (set_overflow) because the pool was full.
+  int64_t overflow_bytes = 0;
+  // Bytes of waves that found neither the pool nor the overflow with room,
+  // and so waited for the sink (storage) to release earlier waves' leases:
+  // 0 when staging waited only for the copies.
+  int64_t stalled_bytes = 0;
   absl::Duration time_to_dispatched;  // until the last dispatch was issued
   absl::Duration time_to_staged;      // until every slice reached the sink
 };
@@ -219,6 +228,15 @@ class TransferEngine {
   explicit TransferEngine(StagingPool& pool, TransferOptions options = {})
       : pool_(pool), options_(options) {}
 
+  // Where a wave goes when the pool has no room for it: host memory that
+  // need not be pinned where the backend copies into it at full speed
+  // (Backend::AllocateOverflow), so that a share larger than the pool is
+  // staged at the copies' speed, not storage's. Null (default): waves wait
+  // for the pool. Set it only while no staging runs; it must outlive every
+  // lease handed to a sink from it.
+  void set_overflow(StagingPool* overflow) { overflow_ = overflow; }
+  StagingPool* overflow() const { return overflow_; }
+
   // Stages every slice of `plan` whose process is `process`, copying from
   // `sources` on `devices` (this process's devices; they must include every
   // device the share uses) and handing each extent to `sink`. Returns when
@@ -274,8 +292,9 @@ class TransferEngine {
       const std::vector<uint8_t>* skip = nullptr) const;
   // `on_delivered`, if set, runs once every copy has been delivered to the
   // sink, with staging's status then (a copy's error, or after_first_wave's
-  // if it failed by then), on the thread that delivered the last copy (the
-  // calling thread if they were all delivered when the last wave was
+  // if it failed by then) and its stats so far (every wave's figures are
+  // final; the times are still to set), on the thread that delivered the last
+  // copy (the calling thread if they were all delivered when the last wave was
   // dispatched): while after_first_wave may still run, so that a caller
   // learns its arrays are off the devices without waiting for that work.
   // Not at all when staging stopped before its last wave. Finish returns
@@ -284,14 +303,21 @@ class TransferEngine {
       std::unique_ptr<StagingRun> run,
       const std::function<void()>& on_dispatched = nullptr,
       const std::function<absl::Status()>& after_first_wave = nullptr,
-      const std::function<void(const absl::Status&)>& on_delivered = nullptr);
+      const std::function<void(const absl::Status&, const TransferStats&)>&
+          on_delivered = nullptr);
 
  private:
   // Dispatches wave `wave` of `run`; false when it did not (an earlier
   // error, or its leases': the run's first error says which).
   bool DispatchWave(StagingRun& run, size_t wave);
+  // A wave's leases (sizes: one per device with slices in it): from the
+  // pool if they fit now, else from the overflow if they fit there now,
+  // else from the pool once they do (counted in stats.stalled_bytes).
+  absl::StatusOr<std::vector<Lease>> AcquireWave(
+      absl::Span<const int64_t> sizes, TransferStats& stats);
 
   StagingPool& pool_;
+  StagingPool* overflow_ = nullptr;
   const TransferOptions options_;
 };
 

@@ -292,6 +292,74 @@ TEST(TransferEngineTest, PoolSmallerThanOneDeviceShareStagesInWaves) {
   EXPECT_EQ(pool->stats().in_use_bytes, 0);
 }
 
+// Holds every extent it receives until the test lets them go: storage
+// that has not written a byte yet.
+class HoldingSink final : public StagedExtentSink {
+ public:
+  void OnStaged(StagedExtent extent) override {
+    MutexLock lock(&mu_);
+    held_.push_back(std::move(extent));
+  }
+  // Each held slice's bytes; the leases go back to their pools.
+  std::map<int, std::vector<uint8_t>> Release() {
+    MutexLock lock(&mu_);
+    std::map<int, std::vector<uint8_t>> bytes;
+    for (StagedExtent& extent : held_) {
+      bytes[extent.slice].assign(
+          extent.lease.data(), extent.lease.data() + extent.lease.size_bytes());
+      extent.lease.Release();
+    }
+    held_.clear();
+    return bytes;
+  }
+
+ private:
+  Mutex mu_;
+  std::vector<StagedExtent> held_ ABSL_GUARDED_BY(mu_);
+};
+
+// A share 32 times the pool is staged whole while storage holds every
+// byte: the waves the pool cannot take go to the overflow, none waits.
+TEST(TransferEngineTest, WavesThePoolCannotTakeGoToTheOverflowWithoutWaiting) {
+  const std::vector<ArraySpec> model = SixteenShardedArrays();  // 2 MiB
+  Harness harness(model, Topology::Uniform(1, 8), 0);
+  auto pool = harness.Pool(64 * 1024);
+  auto overflow = harness.Pool(2 << 20);
+  HoldingSink sink;
+  TransferEngine engine(*pool);
+  engine.set_overflow(overflow.get());
+  absl::StatusOr<TransferStats> stats = engine.Stage(
+      harness.plan(), 0, harness.backend().devices(), harness.sources(), sink);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->stalled_bytes, 0);
+  EXPECT_GE(stats->overflow_bytes, (2 << 20) - 64 * 1024);
+  EXPECT_EQ(pool->stats().waits, 0);
+  harness.ExpectExact(sink.Release());
+  EXPECT_EQ(pool->stats().in_use_bytes, 0);
+  EXPECT_EQ(overflow->stats().in_use_bytes, 0);
+}
+
+// With too little overflow, the waves that fit in neither wait for the
+// sink to release the pool's leases, and are counted as stalled.
+TEST(TransferEngineTest, WavesThatFitInNeitherWaitForTheSinkAndAreCounted) {
+  const std::vector<ArraySpec> model = SixteenShardedArrays();  // 2 MiB
+  Harness harness(model, Topology::Uniform(1, 8), 0);
+  auto pool = harness.Pool(64 * 1024);
+  auto overflow = harness.Pool(256 * 1024);
+  CopyingSink sink;
+  TransferEngine engine(*pool);
+  engine.set_overflow(overflow.get());
+  absl::StatusOr<TransferStats> stats = engine.Stage(
+      harness.plan(), 0, harness.backend().devices(), harness.sources(), sink);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  harness.ExpectExact(sink.Take());
+  EXPECT_GT(stats->overflow_bytes, 0);
+  EXPECT_GT(stats->stalled_bytes, 0);
+  // The first wave (half the pool) went to the pool without waiting.
+  EXPECT_LE(stats->stalled_bytes + stats->overflow_bytes,
+            (2 << 20) - 32 * 1024);
+}
+
 // Begin on one thread dispatches the first wave; Finish on another does
 // the rest; together they stage what Stage does.
 TEST(TransferEngineTest, BeginOnOneThreadFinishOnAnother) {

@@ -332,6 +332,28 @@ class HostBackend final : public Backend {
     });
   }
 
+  // Pageable, neither locked nor populated: the first save that stages
+  // into it faults its pages in (about 0.7 s per GiB in this project's
+  // VM, against 0.09 s to copy a GiB into memory already faulted in), and
+  // they stay for the saves after it.
+  absl::StatusOr<MemoryBlock> AllocateOverflow(int64_t bytes) override {
+    if (bytes <= 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "overflow allocation of %d bytes: size must be > 0", bytes));
+    }
+    const int64_t size = AlignUp(bytes, kPageBytes);
+    void* data = mmap(nullptr, size, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (data == MAP_FAILED) {
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("mmap of %d bytes of overflow memory failed: %s",
+                          size, std::strerror(errno)));
+    }
+    AdviseHugePagesForIo(data, size);
+    return MemoryBlock(data, bytes,
+                       [size](void* p, int64_t) { munmap(p, size); });
+  }
+
  private:
   std::vector<std::unique_ptr<HostDevice>> owned_;
   std::vector<Device*> devices_;
