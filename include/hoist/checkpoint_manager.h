@@ -166,6 +166,14 @@ struct CheckpointManagerOptions {
   Tracer* tracer = nullptr;
 };
 
+// The host memory budget in bytes that CheckpointManager::Open resolves
+// from `options` (host_memory_budget, pool_bytes) for this process of the
+// job: for a caller that plans around it (`hoist demo`'s prediction).
+// Collective when the budget is auto (every rank calls it). Errors: Open's
+// for these options (kInvalidArgument), the coordinator's.
+absl::StatusOr<int64_t> ResolveHostMemoryBudget(
+    const CheckpointManagerOptions& options, Coordinator& coordinator);
+
 // What one save may do differently from the manager's options.
 struct SaveOptions {
   // Deltas for this save (unset: CheckpointManagerOptions::deltas).
@@ -383,6 +391,9 @@ class CheckpointManager {
   // How far the committed steps trail the saves (skipped saves, the last
   // committed step and when). Any thread.
   Durability durability() const;
+
+  // The resolved CheckpointManagerOptions::host_memory_budget, in bytes.
+  int64_t host_memory_budget() const;
 
   // Starts pinning the pool in the background if it is still to pin
   // (PoolPinning::kBackground) and nothing has started it; else nothing.

@@ -8,8 +8,10 @@
 //   copy_p    = max(max_d B_d / d2h_gbps, B_p / host_gbps)
 //   write_p   = B_p / write_gbps
 //   overhead  = dispatches * dispatch_s + slices_p * per_slice_s
-//   blocked_p = overhead + copy_p, plus, when B_p exceeds the pool, the
-//               excess written first: (B_p - pool) / write_gbps
+//   blocked_p = overhead + copy_p, plus, when B_p exceeds what a save may
+//               hold in host memory (M: the pool and its overflow, see
+//               CheckpointManagerOptions::host_memory_budget), the excess
+//               written first: (B_p - M) / write_gbps
 //   save_p    = overhead + copy_p / waves + max(copy_p - copy_p / waves,
 //               write_p), with waves = B_p / pool rounded up: a device's
 //               extents reach the writers when its whole dispatch has
@@ -65,19 +67,23 @@ struct SavePrediction {
   int64_t process_bytes = 0;  // the slowest process's
   int64_t device_bytes = 0;   // its busiest device's
   int64_t waves = 0;          // pool-sized rounds of copies it needs
-  // What bounds save_s: "copy", "write" or "filesystem"; blocked_s: "copy"
-  // or "pool" (staging waits for writes to free the pool).
+  // What bounds save_s: "copy", "write" or "filesystem"; blocked_s: "copy",
+  // or "pool" / "budget" (staging waits for writes to free host memory:
+  // without an overflow / with one, the state exceeding the budget).
   std::string save_bound;
   std::string blocked_bound;
 };
 
-// kInvalidArgument for rates that are not positive (d2h_gbps, write_gbps),
-// negative ones, a pool_bytes < 1, or a plan whose slices belong to a
-// process the topology lacks.
+// `host_memory_bytes`: what a save may hold in host memory, the pool
+// included (the manager's resolved host_memory_budget); 0 (or less than
+// the pool): the pool alone. kInvalidArgument for rates that are not
+// positive (d2h_gbps, write_gbps), negative ones, a pool_bytes < 1, or a
+// plan whose slices belong to a process the topology lacks.
 absl::StatusOr<SavePrediction> PredictSave(const SavePlan& plan,
                                            const Topology& topology,
                                            int64_t pool_bytes,
-                                           const SaveRates& rates);
+                                           const SaveRates& rates,
+                                           int64_t host_memory_bytes = 0);
 
 struct MeasureRatesOptions {
   // Bytes copied (split over the devices) and written per measurement; a

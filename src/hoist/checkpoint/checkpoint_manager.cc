@@ -473,6 +473,7 @@ class CheckpointManager::Impl {
   }
 
   const std::string& root() const { return root_->path(); }
+  int64_t host_memory_budget() const { return host_memory_budget_; }
 
  private:
   // kNotFound for a restore that neither tier can serve.
@@ -901,8 +902,8 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
                    pin_now ? StagingPool::Create(backend, options.pool_bytes)
                            : StagingPool::CreatePending(options.pool_bytes));
   ASSIGN_OR_RETURN(const int64_t host_memory_budget,
-                   ResolveHostMemoryBudget(options.host_memory_budget,
-                                           options.pool_bytes, coordinator));
+                   HostMemoryBudgetBytes(options.host_memory_budget,
+                                         options.pool_bytes, coordinator));
   // Writer streams 0: the storage's choice, the root's for durable saves
   // and the local filesystem's for the local tier's parts.
   CheckpointManagerOptions resolved = options;
@@ -946,6 +947,15 @@ absl::Status CheckpointManager::WaitUntilFinished() {
   return impl_->WaitUntilFinished();
 }
 Durability CheckpointManager::durability() const { return impl_->durability(); }
+int64_t CheckpointManager::host_memory_budget() const {
+  return impl_->host_memory_budget();
+}
+
+absl::StatusOr<int64_t> ResolveHostMemoryBudget(
+    const CheckpointManagerOptions& options, Coordinator& coordinator) {
+  return HostMemoryBudgetBytes(options.host_memory_budget, options.pool_bytes,
+                               coordinator);
+}
 void CheckpointManager::PinPool() { impl_->StartPinning(); }
 absl::StatusOr<RestoreStats> CheckpointManager::Restore(
     std::optional<int64_t> step, absl::Span<const RestoreTarget> targets,

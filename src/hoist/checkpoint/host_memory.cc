@@ -33,13 +33,12 @@ int64_t AvailableHostMemoryBytes() {
   return 0;
 }
 
-absl::StatusOr<int64_t> ResolveHostMemoryBudget(int64_t budget_bytes,
-                                                int64_t pool_bytes,
-                                                Coordinator& coordinator) {
+absl::StatusOr<int64_t> HostMemoryBudgetBytes(int64_t budget_bytes,
+                                              int64_t pool_bytes,
+                                              Coordinator& coordinator) {
   if (budget_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "host_memory_budget %d: give bytes (> 0) or 0 for auto",
-        budget_bytes));
+        "host_memory_budget %d: give bytes (> 0) or 0 for auto", budget_bytes));
   }
   if (budget_bytes > 0) {
     if (budget_bytes < pool_bytes) {
@@ -68,8 +67,7 @@ int64_t OverflowBytesFor(const StagingLayout& layout, int64_t pool_bytes) {
   int64_t staged = 0;  // as leased: every group 4 KiB-aligned
   for (int64_t bytes : layout.group_bytes) staged += bytes;
   if (staged <= pool_bytes) return 0;
-  return AlignUp(staged - pool_bytes + pool_bytes / 2,
-                 StagingPool::kAlignment);
+  return AlignUp(staged - pool_bytes + pool_bytes / 2, StagingPool::kAlignment);
 }
 
 std::string BlockedReason(const TransferStats& stats, int64_t pool_bytes,

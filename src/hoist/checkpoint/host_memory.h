@@ -23,9 +23,9 @@ namespace hoist {
 // among the job's processes on this host (an all-gather of host names over
 // `coordinator`), and never less than `pool_bytes`. Errors: the
 // coordinator's; kInvalidArgument for a negative budget.
-absl::StatusOr<int64_t> ResolveHostMemoryBudget(int64_t budget_bytes,
-                                                int64_t pool_bytes,
-                                                Coordinator& coordinator);
+absl::StatusOr<int64_t> HostMemoryBudgetBytes(int64_t budget_bytes,
+                                              int64_t pool_bytes,
+                                              Coordinator& coordinator);
 
 // The memory the system reports available (/proc/meminfo's MemAvailable),
 // 0 when it cannot be read.

@@ -29,7 +29,8 @@ double Seconds(int64_t bytes, double gbps) { return bytes / (gbps * 1e9); }
 absl::StatusOr<SavePrediction> PredictSave(const SavePlan& plan,
                                            const Topology& topology,
                                            int64_t pool_bytes,
-                                           const SaveRates& rates) {
+                                           const SaveRates& rates,
+                                           int64_t host_memory_bytes) {
   if (!(rates.d2h_gbps > 0) || !(rates.write_gbps > 0) ||
       !(rates.host_gbps >= 0) || !(rates.fs_gbps >= 0) ||
       !(rates.dispatch_s >= 0) || !(rates.per_slice_s >= 0) ||
@@ -88,11 +89,15 @@ absl::StatusOr<SavePrediction> PredictSave(const SavePlan& plan,
     const double overhead =
         static_cast<double>(devices_with_work * cost.waves) * rates.dispatch_s +
         static_cast<double>(slices[p]) * rates.per_slice_s;
-    // Beyond the pool, staging waits for the writes that free it.
-    const double pool_wait = Seconds(
-        std::max<int64_t>(0, pool_need[p] - pool_bytes), rates.write_gbps);
+    // Beyond the host memory a save may hold (the pool and its overflow),
+    // staging waits for the writes that free it.
+    const int64_t held = std::max(pool_bytes, host_memory_bytes);
+    const double pool_wait =
+        Seconds(std::max<int64_t>(0, pool_need[p] - held), rates.write_gbps);
     cost.blocked_s = overhead + cost.copy_s + pool_wait;
-    cost.blocked_bound = pool_wait > 0 ? "pool" : "copy";
+    cost.blocked_bound = pool_wait == 0      ? "copy"
+                         : held > pool_bytes ? "budget"
+                                             : "pool";
     // A device's extents reach the writers once its dispatch has landed:
     // the first wave's copies come before any write.
     const double first_wave = cost.copy_s / static_cast<double>(cost.waves);

@@ -74,6 +74,22 @@ TEST(PredictTest, ASmallPoolMakesStagingWaitForWrites) {
   EXPECT_NEAR(p->save_s, 0.2 / 15 / 5 + 0.1 + 0.01, 1e-9);
 }
 
+// With an overflow, only what exceeds the budget waits for writes.
+TEST(PredictTest, OnlyWhatExceedsTheHostMemoryBudgetWaitsForWrites) {
+  const Topology topology = Topology::Uniform(2, 2);
+  absl::StatusOr<SavePrediction> held = PredictSave(
+      FourShards(topology), topology, 50'000'000, Rates(), 300'000'000);
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_EQ(held->blocked_bound, "copy");
+  EXPECT_NEAR(held->blocked_s, 0.2 / 15, 1e-4);
+  absl::StatusOr<SavePrediction> over = PredictSave(
+      FourShards(topology), topology, 50'000'000, Rates(), 100'000'000);
+  ASSERT_TRUE(over.ok()) << over.status();
+  EXPECT_EQ(over->blocked_bound, "budget");
+  // The 100 MB beyond the budget waits for writes at 2 GB/s.
+  EXPECT_NEAR(over->blocked_s, 0.2 / 15 + 0.05, 1e-4);
+}
+
 TEST(PredictTest, ASharedFilesystemBoundsTheJob) {
   const Topology topology = Topology::Uniform(2, 2);
   SaveRates rates = Rates();

@@ -190,15 +190,29 @@ absl::StatusOr<int64_t> PoolBytes(const DemoFlags& flags, int64_t model_bytes) {
   return model_bytes + model_bytes / 64 + (int64_t{16} << 20);
 }
 
+// The manager's host memory budget for --host-memory-budget and the pool
+// (collective when auto).
+absl::StatusOr<int64_t> BudgetBytes(const DemoFlags& flags, int64_t pool,
+                                    Coordinator& coordinator) {
+  CheckpointManagerOptions options;
+  options.pool_bytes = pool;
+  if (flags.host_memory_budget != "auto") {
+    ASSIGN_OR_RETURN(options.host_memory_budget,
+                     ParseBytes(flags.host_memory_budget));
+  }
+  return ResolveHostMemoryBudget(options, coordinator);
+}
+
 // Refuses, before anything is allocated, a job whose processes on this
 // host would need more memory at their peak than the host has available
 // (the kernel's OOM killer would end the job midway, at the restore).
 // A process peaks at the larger of two moments: the restore into host
 // memory beside the training state (its devices' arrays on the training
-// mesh, whose host copies the steps mutate, the staging pool, every array
-// whole in host memory), and the restore onto the other mesh, once the
-// training state is freed (that mesh's device arrays, the pool, the host
-// arrays). With the host backend the devices' arrays are host memory too.
+// mesh, whose host copies the steps mutate, the staging pool and the
+// overflow a save stages beside it, every array whole in host memory), and
+// the restore onto the other mesh, once the training state is freed (that
+// mesh's device arrays, the pool, the host arrays). With the host backend
+// the devices' arrays are host memory too.
 absl::Status CheckMemory(const DemoFlags& flags, const DemoJob& job,
                          const Mesh& other) {
   const int64_t whole = job.model_bytes;
@@ -228,8 +242,13 @@ absl::Status CheckMemory(const DemoFlags& flags, const DemoJob& job,
   }
   if (flags.backend != "host") training = restored = 0;  // device memory
   ASSIGN_OR_RETURN(const int64_t pool, PoolBytes(flags, whole));
+  ASSIGN_OR_RETURN(const int64_t budget,
+                   BudgetBytes(flags, pool, *job.coordinator));
+  // A save holds its share (in the pool and, past it, in the overflow), at
+  // most the budget.
+  const int64_t staging = std::max(pool, std::min(budget, parts + pool / 2));
   const int64_t mine =
-      std::max(training + parts + pool + whole, restored + pool + whole);
+      std::max(training + parts + staging + whole, restored + pool + whole);
   // This host's processes: those whose host name is this one's.
   const std::string name = HostName();
   ASSIGN_OR_RETURN(
@@ -251,12 +270,12 @@ absl::Status CheckMemory(const DemoFlags& flags, const DemoJob& job,
   return absl::ResourceExhaustedError(absl::StrFormat(
       "a %s model needs about %s of host memory at its peak (%d process%s "
       "here; per process the larger of: the host devices' arrays %s, their "
-      "host copies %s, the staging pool %s and the model restored whole into "
-      "host memory %s; or, restored onto the %s mesh, its arrays %s, the "
-      "pool and the host copy), but this host has %s available; use a "
-      "smaller --size%s",
+      "host copies %s, the staging pool and its overflow %s and the model "
+      "restored whole into host memory %s; or, restored onto the %s mesh, its "
+      "arrays %s, the pool and the host copy), but this host has %s "
+      "available; use a smaller --size%s",
       FormatBytes(whole), FormatBytes(need), here, here == 1 ? "" : "es",
-      FormatBytes(training), FormatBytes(parts), FormatBytes(pool),
+      FormatBytes(training), FormatBytes(parts), FormatBytes(staging),
       FormatBytes(whole), other.ToString(), FormatBytes(restored),
       FormatBytes(available), flags.pool == "auto" ? "" : " or --pool"));
 }
@@ -372,7 +391,7 @@ absl::StatusOr<DemoJob> SetUp(const DemoFlags& flags, int64_t size) {
 }
 
 absl::StatusOr<Predicted> Predict(const DemoFlags& flags, const DemoJob& job,
-                                  int64_t pool,
+                                  int64_t pool, int64_t budget,
                                   const SavePlanOptions& plan_options) {
   Predicted out;
   // The rates measured are the local disk's: no prediction for a root on
@@ -428,7 +447,8 @@ absl::StatusOr<Predicted> Predict(const DemoFlags& flags, const DemoJob& job,
       job.processes, static_cast<int>(job.backend->devices().size()));
   ASSIGN_OR_RETURN(SavePlan plan,
                    MakeSavePlan(job.model, topology, plan_options));
-  ASSIGN_OR_RETURN(out.save, PredictSave(plan, topology, pool, out.rates));
+  ASSIGN_OR_RETURN(out.save,
+                   PredictSave(plan, topology, pool, out.rates, budget));
   return out;
 }
 
@@ -525,9 +545,15 @@ absl::StatusOr<Trained> Train(const DemoFlags& flags, absl::Duration step_time,
   // Each process knows the bytes it wrote and sent to its replica holders;
   // the job's are their sums.
   std::string mine;
+  std::string blocked_reason;  // the first save's that waited for storage
   for (SaveHandle& handle : handles) {
     ASSIGN_OR_RETURN(SaveInfo info, handle.WaitCommitted());
     absl::StrAppend(&mine, info.bytes, ",", info.replicated_bytes, ",");
+    if (blocked_reason.empty()) blocked_reason = info.blocked_reason;
+  }
+  if (!blocked_reason.empty() && !flags.json) {
+    std::cerr << absl::StrFormat("hoist demo: rank %d: %s\n", job.rank,
+                                 blocked_reason);
   }
   ASSIGN_OR_RETURN(std::vector<std::string> theirs,
                    job.coordinator->AllGather("bytes", mine));
@@ -772,8 +798,11 @@ absl::Status RunDemo(const DemoFlags& given) {
   }
 
   ASSIGN_OR_RETURN(const int64_t pool, PoolBytes(flags, job.model_bytes));
+  ASSIGN_OR_RETURN(const int64_t budget,
+                   BudgetBytes(flags, pool, *job.coordinator));
   CheckpointManagerOptions options;
   options.pool_bytes = pool;
+  options.host_memory_budget = budget;
   options.plan.writer_streams = flags.writers;
   options.keep_last = flags.keep;
   options.io = flags.io == "io_uring" ? IoEngine::kIoUring : IoEngine::kPosix;
@@ -783,7 +812,7 @@ absl::Status RunDemo(const DemoFlags& given) {
   Tracer tracer;
   if (!flags.trace.empty()) options.tracer = &tracer;
   ASSIGN_OR_RETURN(Predicted predicted,
-                   Predict(flags, job, pool, options.plan));
+                   Predict(flags, job, pool, budget, options.plan));
   ASSIGN_OR_RETURN(std::unique_ptr<CheckpointManager> manager,
                    CheckpointManager::Open(job.root, *job.backend,
                                            *job.coordinator, options));
@@ -792,14 +821,14 @@ absl::Status RunDemo(const DemoFlags& given) {
     std::cout << absl::StrFormat(
         "hoist demo: GPT-style model, %d layers x d_model %d, bf16 weights + "
         "fp32 Adam moments: %s in %d arrays\n"
-        "%s over %d %s devices in %d process%s; %s staging pool per process; "
-        "%d writer streams; %s I/O; root %s\n\n"
+        "%s over %d %s devices in %d process%s; %s staging pool (%s of host "
+        "memory) per process; %d writer streams; %s I/O; root %s\n\n"
         "%5s %-11s %11s %11s %11s %9s %11s\n",
         job.config.layers, job.config.d_model, FormatBytes(job.model_bytes),
         job.model.size(), job.mesh_name, job.mesh_devices, job.backend->name(),
         job.processes, job.processes == 1 ? "" : "es", FormatBytes(pool),
-        flags.writers, flags.io, job.root, "step", "mode", "blocked", "staged",
-        "committed", "GB/s", "dispatches");
+        FormatBytes(budget), flags.writers, flags.io, job.root, "step", "mode",
+        "blocked", "staged", "committed", "GB/s", "dispatches");
   }
 
   ASSIGN_OR_RETURN(Trained trained,
@@ -893,6 +922,13 @@ void AddDemoCommand(CLI::App& app) {
   cmd->add_option("--pool", flags->pool,
                   "Pinned staging pool; auto: the whole save fits, so "
                   "training waits only for the device-to-host copies")
+      ->capture_default_str();
+  cmd->add_option("--host-memory-budget", flags->host_memory_budget,
+                  "Host memory a save may hold per process, the pool "
+                  "included: past the pool, waves are staged into host "
+                  "memory so training waits only for the copies. Bytes "
+                  "(e.g. 8GiB, at least --pool), or auto: half the memory "
+                  "available, split among this host's processes")
       ->capture_default_str();
   cmd->add_option("--steps", flags->steps, "Training steps")
       ->capture_default_str();

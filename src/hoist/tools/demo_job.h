@@ -24,6 +24,7 @@ struct DemoFlags {
   std::string root;
   std::string size = "1GiB";
   std::string pool = "auto";
+  std::string host_memory_budget = "auto";  // bytes, or auto (the manager's)
   int steps = 6;
   int save_every = 2;
   int writers = 0;  // 0: the root's storage chooses

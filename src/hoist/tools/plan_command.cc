@@ -42,6 +42,7 @@ struct PlanFlags {
   double dispatch_us = 20;
   double per_slice_us = 2;
   std::string pool = "auto";
+  std::string host_memory_budget = "auto";
 };
 
 nlohmann::json SummaryJson(const PlanSummary& s) {
@@ -156,10 +157,24 @@ absl::Status RunPlan(PlanFlags flags) {
         if (!bytes.ok()) return bytes.status();
         pool = *bytes;
       }
+      // "auto": room for the busiest share too (a host with memory to
+      // spare, as the manager's auto budget gives a GPU host); "pool": the
+      // pool alone.
+      int64_t budget = std::max(
+          pool, rows.back().second.max_process_bytes +
+                    rows.back().second.slices * options.alignment_bytes);
+      if (flags.host_memory_budget == "pool") {
+        budget = pool;
+      } else if (flags.host_memory_budget != "auto") {
+        absl::StatusOr<int64_t> bytes = ParseBytes(flags.host_memory_budget);
+        if (!bytes.ok()) return bytes.status();
+        budget = *bytes;
+      }
       absl::StatusOr<SavePrediction> p =
-          PredictSave(*plan, topology, pool, flags.rates);
+          PredictSave(*plan, topology, pool, flags.rates, budget);
       if (!p.ok()) return p.status();
       summary["pool_bytes"] = pool;
+      summary["host_memory_budget_bytes"] = budget;
       summary["predicted_blocked_s"] = p->blocked_s;
       summary["predicted_save_s"] = p->save_s;
       summary["blocked_bound"] = p->blocked_bound;
@@ -331,6 +346,13 @@ void AddPlanCommand(CLI::App& app) {
   cmd->add_option("--pool", flags->pool,
                   "--predict: the staging pool per process (auto: the "
                   "busiest process's whole share)")
+      ->capture_default_str();
+  cmd->add_option("--host-memory-budget", flags->host_memory_budget,
+                  "--predict: host memory a save may hold per process, the "
+                  "pool included (auto: the busiest process's whole share, "
+                  "as the manager's default gives a host with memory to "
+                  "spare; pool: the pool alone); past it staging waits for "
+                  "writes")
       ->capture_default_str();
   cmd->callback([flags] {
     absl::Status status = RunPlan(*flags);
