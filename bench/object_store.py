@@ -403,14 +403,22 @@ def run_modes(what, child, args, env):
     + "restore": the figures both print, merged."""
     result = {}
     for mode in ("save", "restore"):
-        done = subprocess.run(
-            [sys.executable, "-c", child, *args, mode],
-            capture_output=True, text=True, env=dict(os.environ, **env),
-            check=False)
-        if done.returncode != 0:
-            raise RuntimeError(f"{what} ({mode}) failed:\n"
-                               f"{done.stderr[-3000:]}")
-        result.update(json.loads(done.stdout.strip().splitlines()[-1]))
+        with tempfile.TemporaryFile("w+") as out, \
+                tempfile.TemporaryFile("w+") as err:
+            process = subprocess.Popen(
+                [sys.executable, "-c", child, *args, mode], stdout=out,
+                stderr=err, text=True, env=dict(os.environ, **env))
+            # wait4, not wait: the child's own peak RSS (the state, the
+            # system's buffers, its libraries), the same for every system.
+            _, status, usage = os.wait4(process.pid, 0)
+            process.returncode = os.waitstatus_to_exitcode(status)
+            out.seek(0)
+            err.seek(0)
+            if process.returncode != 0:
+                raise RuntimeError(f"{what} ({mode}) failed:\n"
+                                   f"{err.read()[-3000:]}")
+            result.update(json.loads(out.read().strip().splitlines()[-1]))
+            result[f"peak_rss_{mode}"] = usage.ru_maxrss * 1024
     return result
 
 
@@ -501,6 +509,8 @@ def main():
                 figures["hoist_restore_s"].append(result["restore_s"])
                 figures["hoist_rss_growth_save"].append(
                     result["rss_growth_save"])
+                figures.setdefault("hoist_peak_rss_save", []).append(
+                    result["peak_rss_save"])
                 # pyarrow reading the very objects hoist's restore read.
                 figures.setdefault("limit_download_same_objects_s", []).append(
                     pyarrow_download_fresh(env, result["keys"], READERS))
@@ -520,7 +530,8 @@ def main():
                 for name in peers:
                     peer = peer_round(name, env, bucket, scheme, size,
                                       writers)
-                    for key in ("blocked_s", "save_s", "restore_s"):
+                    for key in ("blocked_s", "save_s", "restore_s",
+                                "peak_rss_save"):
                         figures.setdefault(f"{name}_{key}", []).append(
                             peer[key])
                 print(f"round {r + 1}: " + ", ".join(
@@ -580,6 +591,10 @@ def main():
     print(f"  peak RSS growth in a save: "
           f"{med['hoist_rss_growth_save'] / 2**20:.0f} MiB "
           f"(pool {pool / 2**20:.0f} MiB)")
+    print("  peak RSS of the saving process (the state included): hoist "
+          f"{med['hoist_peak_rss_save'] / 2**20:.0f} MiB" + "".join(
+              f", {name} {med[f'{name}_peak_rss_save'] / 2**20:.0f} MiB"
+              for name in peers))
 
 
 if __name__ == "__main__":

@@ -255,12 +255,27 @@ def target_shardings(specs, other):
 # job that restarts would, and drops the page cache before each restore.
 
 
+# --hoist-pool in a child: "whole" (a pool that holds the save), "default"
+# (hoist's own default, 1 GiB, and the overflow past it), or bytes.
+HOIST_POOL = "whole"
+
+
+def hoist_pool(total):
+    """The pool_bytes keyword hoist's managers get (none: the default)."""
+    if HOIST_POOL == "whole":
+        return {"pool_bytes": total + total // 16 + (64 << 20)}
+    if HOIST_POOL == "default":
+        return {}
+    return {"pool_bytes": parse_bytes(HOIST_POOL)}
+
+
 def hoist_save_timed(path, state, total, args):
-    """A manager whose pool holds the whole save, a warm-up save, then the
-    timed one: (blocked s, durable s)."""
+    """A manager with the --hoist-pool pool (by default one that holds the
+    whole save), a warm-up save, then the timed one: (blocked s, durable
+    s)."""
     import hoist
-    with hoist.CheckpointManager(path, pool_bytes=total + total // 16 + (
-            64 << 20), writers=args.writers) as mgr:
+    with hoist.CheckpointManager(path, writers=args.writers,
+                                 **hoist_pool(total)) as mgr:
         mgr.save(0, state).wait()  # warm-up
         mgr.delete(0)
         os.sync()
@@ -278,8 +293,7 @@ def hoist_restore(path, like, total):
     import hoist
     rss_window_start()
     start = time.perf_counter()
-    mgr = hoist.CheckpointManager(path, pool_bytes=total + total // 16 + (
-        64 << 20))
+    mgr = hoist.CheckpointManager(path, **hoist_pool(total))
     out = mgr.restore(1, like=like)
     seconds = time.perf_counter() - start
     rss_window_end()
@@ -594,6 +608,8 @@ RUNNERS = {"hoist": (jax_state, save_hoist, restore_hoist, True),
 
 
 def child(args):
+    global HOIST_POOL
+    HOIST_POOL = args.hoist_pool
     specs = array_list(args.size)
     path = os.path.join(args.dir, args.child)
     prepare, save, restore, _ = RUNNERS[args.child]
@@ -644,7 +660,8 @@ def run_child(system, phase, args):
     result = child_result(
         [sys.executable, os.path.abspath(__file__), "--child", system,
          "--phase", phase, "--size", str(args.size), "--dir", args.dir,
-         "--writers", str(args.writers), "--saves", str(args.saves)], env)
+         "--writers", str(args.writers), "--saves", str(args.saves),
+         "--hoist-pool", args.hoist_pool], env)
     if "error" in result:
         result["error"] = f"{phase}: {result['error']}"
     return result
@@ -687,7 +704,8 @@ def cpp_json(command):
 
 def save_bench(size, directory, writers=2, pool=None, repeats=1):
     command = [SAVE_BENCH, "--bytes", str(size), "--dir", directory,
-               "--writers", str(writers), "--repeats", str(repeats), "--json"]
+               "--writers", str(writers), "--repeats", str(repeats), "--json",
+               "--no-blocked"]
     if pool is not None:
         command += ["--pool", str(pool)]
     return cpp_json(command)
@@ -876,6 +894,11 @@ def main():
                         help="where peers.json and peers.svg go")
     parser.add_argument("--json", action="store_true",
                         help="print the figures as one JSON object")
+    parser.add_argument("--hoist-pool", default="whole",
+                        help="hoist's staging pool in the Python systems: "
+                        "whole (default: it holds the save), default "
+                        "(hoist's own: 1 GiB, and host memory within "
+                        "host_memory_budget past it), or bytes")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--phase", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -28,6 +28,11 @@
 //                written: a check that age and layout do not change it)
 //   read amplification  bytes read / bytes asked for, restoring onto the
 //                same sharding, onto a 4 x 2 mesh, and a tenth of the arrays
+//   blocked past the pool  the time Save() blocks and the peak RSS, saving
+//                through a pool that holds the save, a half and a quarter of
+//                it (the overflow within the default host_memory_budget
+//                takes the rest), and a quarter with no overflow
+//                (host_memory_budget = the pool), side by side
 // and the process's peak RSS during the save above what it held before (the
 // device arrays live in host memory on the host backend, so they are
 // excluded): the pool plus hoist's own overhead.
@@ -153,6 +158,74 @@ Raw OneStream(const std::string& path, int64_t bytes) {
   return raw;
 }
 
+// One way to hold a save larger than the pool, measured.
+struct BlockedCase {
+  std::string name;
+  int64_t pool_bytes = 0;
+  int64_t budget_bytes = 0;    // 0: the default (auto)
+  double blocked_s = 0;        // median: Save() until it returned (staged)
+  double committed_s = 0;      // median
+  int64_t stalled_bytes = 0;   // the last save's
+  int64_t peak_rss_bytes = 0;  // over what the process held before
+};
+
+// Blocked time past the pool: the same arrays saved three times (new bytes
+// each) by managers of other pools, side by side: one that holds the whole
+// save, a half and a quarter of it with the default host_memory_budget
+// (the overflow takes the rest), and a quarter with the budget set to the
+// pool (no overflow: staging waits for storage, as every save larger than
+// the pool did before 2026-12-05). `arrays` are refilled for every save.
+std::vector<BlockedCase> MeasureBlocked(
+    Backend& backend, const std::vector<SaveArray>& save_arrays,
+    std::vector<MemoryBlock>& arrays, int64_t data_bytes,
+    const std::string& dir, const SavePlanOptions& plan_options) {
+  const int64_t whole = AlignUp(data_bytes + data_bytes / 64, 4096);
+  const int64_t half = AlignUp(data_bytes / 2, 4096);
+  const int64_t quarter = AlignUp(data_bytes / 4, 4096);
+  std::vector<BlockedCase> cases = {
+      {.name = "pool holds the save", .pool_bytes = whole},
+      {.name = "pool of half, default budget", .pool_bytes = half},
+      {.name = "pool of a quarter, default budget", .pool_bytes = quarter},
+      {.name = "pool of a quarter, budget = pool",
+       .pool_bytes = quarter,
+       .budget_bytes = quarter},
+  };
+  std::unique_ptr<Coordinator> coordinator = MakeSingleProcessCoordinator();
+  int64_t fill = 1000;
+  for (BlockedCase& c : cases) {
+    CheckpointManagerOptions options;
+    options.pool_bytes = c.pool_bytes;
+    options.host_memory_budget = c.budget_bytes;
+    options.plan = plan_options;
+    options.keep_last = 1;
+    const std::string root = absl::StrCat(dir, "/blocked.", getpid());
+    const int64_t rss_before = ProcStatusBytes("VmRSS");
+    ResetPeakRss();
+    std::vector<double> blocked, committed;
+    {
+      std::unique_ptr<CheckpointManager> manager =
+          Check(CheckpointManager::Open(root, backend, *coordinator, options));
+      for (int step = 1; step <= 3; ++step) {
+        for (MemoryBlock& block : arrays) {
+          FillSynthetic(static_cast<uint8_t*>(block.data()),
+                        block.size_bytes(), ++fill);
+        }
+        const absl::Time start = absl::Now();
+        const SaveHandle handle = Check(manager->Save(step, save_arrays));
+        blocked.push_back(absl::ToDoubleSeconds(absl::Now() - start));
+        const SaveInfo info = Check(handle.WaitCommitted());
+        committed.push_back(absl::ToDoubleSeconds(info.committed));
+        c.stalled_bytes = info.stalled_bytes;
+      }
+      c.peak_rss_bytes = ProcStatusBytes("VmHWM") - rss_before;
+    }
+    std::filesystem::remove_all(root);
+    c.blocked_s = Median(blocked);
+    c.committed_s = Median(committed);
+  }
+  return cases;
+}
+
 int Main(int argc, char** argv) {
   CLI::App app("hoist save/restore benchmark against raw O_DIRECT I/O");
   std::string bytes_text = "4GiB", dir = "", pool_text = "";
@@ -208,6 +281,10 @@ int Main(int argc, char** argv) {
   app.add_flag("--json", json, "Print the figures as one JSON object");
   app.add_flag("--no-export", no_export,
                "Skip the safetensors exports (their figures are 0)");
+  bool no_blocked = false;
+  app.add_flag("--no-blocked", no_blocked,
+               "Skip the blocked-past-the-pool cases (saves through pools "
+               "of the whole save, a half and a quarter of it)");
   CLI11_PARSE(app, argc, argv);
   const int64_t model_bytes = Check(ParseBytes(bytes_text));
   if (!block_text.empty()) {
@@ -562,6 +639,22 @@ int Main(int argc, char** argv) {
       {"io", io},
       {"verified", verified},
   };
+  const std::vector<BlockedCase> blocked_cases =
+      no_blocked ? std::vector<BlockedCase>()
+                 : MeasureBlocked(*backend, save_arrays, arrays, data_bytes,
+                                  dir, plan_options);
+  for (const BlockedCase& c : blocked_cases) {
+    out["blocked_past_the_pool"].push_back(
+        {{"case", c.name},
+         {"pool_bytes", c.pool_bytes},
+         {"host_memory_budget_bytes", c.budget_bytes},
+         {"blocked_s", c.blocked_s},
+         {"blocked_vs_pool_holds_the_save",
+          c.blocked_s / blocked_cases.front().blocked_s},
+         {"committed_s", c.committed_s},
+         {"stalled_bytes", c.stalled_bytes},
+         {"peak_rss_over_baseline_bytes", c.peak_rss_bytes}});
+  }
   if (json) {
     std::cout << out.dump(2) << "\n";
   } else {
@@ -628,6 +721,19 @@ int Main(int argc, char** argv) {
                               "limit",
                               export_s, gb / export_s,
                               (raw.read_s + raw.write_s) / export_s));
+  }
+  if (!json && !blocked_cases.empty()) {
+    std::cout << absl::StrFormat(
+        "\nblocked past the pool (3 saves each, medians; peak RSS over what "
+        "the process held before):\n%-36s %9s %9s %9s %11s %12s\n",
+        "", "pool", "blocked", "vs whole", "committed", "peak RSS");
+    for (const BlockedCase& c : blocked_cases) {
+      std::cout << absl::StrFormat(
+          "%-36s %9s %8.3fs %8.2fx %10.2fs %12s\n", c.name,
+          FormatBytes(c.pool_bytes), c.blocked_s,
+          c.blocked_s / blocked_cases.front().blocked_s, c.committed_s,
+          FormatBytes(c.peak_rss_bytes));
+    }
   }
   return verified ? 0 : 1;
 }
