@@ -207,8 +207,8 @@ std::vector<BlockedCase> MeasureBlocked(
           Check(CheckpointManager::Open(root, backend, *coordinator, options));
       for (int step = 1; step <= 3; ++step) {
         for (MemoryBlock& block : arrays) {
-          FillSynthetic(static_cast<uint8_t*>(block.data()),
-                        block.size_bytes(), ++fill);
+          FillSynthetic(static_cast<uint8_t*>(block.data()), block.size_bytes(),
+                        ++fill);
         }
         const absl::Time start = absl::Now();
         const SaveHandle handle = Check(manager->Save(step, save_arrays));

@@ -236,7 +236,9 @@ absl::StatusOr<std::unique_ptr<StagingRun>> TransferEngine::Begin(
   run->layout = std::move(layout);
 
   // 3, for the first wave.
-  if (!run->layout->wave_ends.empty()) DispatchWave(*run, 0);
+  if (!run->layout->wave_ends.empty()) {
+    DispatchWave(*run, 0, /*may_wait=*/true);
+  }
   return run;
 }
 
@@ -256,11 +258,27 @@ absl::StatusOr<TransferStats> TransferEngine::Finish(
   // may still be inside Notify when this frame waits and returns: shared).
   const auto delivered_reported = std::make_shared<Notification>();
   bool reporting = false;
+  bool prepared = false;  // after_first_wave has run
+  const auto prepare = [&] {
+    if (std::exchange(prepared, true) || !after_first_wave) return;
+    run->first_error->Record(after_first_wave());
+  };
   // 3. Dispatch wave after wave (Begin dispatched the first), stopping at
-  // the first error.
+  // the first error. A later wave that finds room now is dispatched before
+  // the first wave's work; one that must wait for the sink to free the
+  // pool waits after it (that work may be what lets the sink write).
   const size_t waves = run->layout->wave_ends.size();
   for (size_t wave = 0; wave < waves; ++wave) {
-    if (wave == 0 ? run->stats.waves == 0 : !DispatchWave(*run, wave)) break;
+    if (wave == 0) {
+      if (run->stats.waves == 0) break;
+    } else {
+      Dispatched dispatched = DispatchWave(*run, wave, /*may_wait=*/prepared);
+      if (dispatched == Dispatched::kWouldWait) {
+        prepare();
+        dispatched = DispatchWave(*run, wave, /*may_wait=*/true);
+      }
+      if (dispatched != Dispatched::kYes) break;
+    }
     // The last wave is announced before the first wave's work begins.
     if (wave + 1 == waves) {
       announce_dispatched();
@@ -274,10 +292,8 @@ absl::StatusOr<TransferStats> TransferEngine::Finish(
             });
       }
     }
-    if (wave == 0 && after_first_wave) {
-      run->first_error->Record(after_first_wave());
-    }
   }
+  if (run->stats.waves > 0) prepare();
   announce_dispatched();  // staging stopped early, or nothing to stage
 
   // 4. Wait for everything in flight (and for on_delivered, which uses
@@ -292,11 +308,11 @@ absl::StatusOr<TransferStats> TransferEngine::Finish(
   return stats;
 }
 
-absl::StatusOr<std::vector<Lease>> TransferEngine::AcquireWave(
-    absl::Span<const int64_t> sizes, TransferStats& stats) {
+absl::StatusOr<std::optional<std::vector<Lease>>> TransferEngine::AcquireWave(
+    absl::Span<const int64_t> sizes, TransferStats& stats, bool may_wait) {
   ASSIGN_OR_RETURN(std::optional<std::vector<Lease>> leases,
                    pool_.TryAcquireAll(sizes));
-  if (leases) return *std::move(leases);
+  if (leases) return leases;
   int64_t bytes = 0;
   for (int64_t size : sizes) bytes += AlignUp(size, StagingPool::kAlignment);
   if (overflow_ != nullptr && bytes <= overflow_->capacity_bytes()) {
@@ -306,15 +322,19 @@ absl::StatusOr<std::vector<Lease>> TransferEngine::AcquireWave(
     // pool, as if there were none.
     if (spilled.ok() && *spilled) {
       stats.overflow_bytes += bytes;
-      return **std::move(spilled);
+      return spilled;
     }
   }
+  if (!may_wait) return std::nullopt;
   stats.stalled_bytes += bytes;
-  return pool_.AcquireAll(sizes);
+  ASSIGN_OR_RETURN(leases, pool_.AcquireAll(sizes));
+  return leases;
 }
 
-bool TransferEngine::DispatchWave(StagingRun& run, size_t w) {
-  if (!run.first_error->Get().ok()) return false;
+TransferEngine::Dispatched TransferEngine::DispatchWave(StagingRun& run,
+                                                        size_t w,
+                                                        bool may_wait) {
+  if (!run.first_error->Get().ok()) return Dispatched::kNo;
   const StagingLayout& layout = *run.layout;
   const size_t devices = run.devices.size();
   // One lease per device with slices in the wave, its slices one after
@@ -327,11 +347,14 @@ bool TransferEngine::DispatchWave(StagingRun& run, size_t w) {
     }
   }
   TransferStats& stats = run.stats;
-  absl::StatusOr<std::vector<Lease>> leases = AcquireWave(sizes, stats);
-  if (!leases.ok()) {
-    run.first_error->Record(leases.status());
-    return false;
+  absl::StatusOr<std::optional<std::vector<Lease>>> acquired =
+      AcquireWave(sizes, stats, may_wait);
+  if (!acquired.ok()) {
+    run.first_error->Record(acquired.status());
+    return Dispatched::kNo;
   }
+  if (!*acquired) return Dispatched::kWouldWait;
+  std::vector<Lease>* const leases = &**acquired;
   ++stats.waves;
   const bool per_slice = options_.dispatch == DispatchMode::kPerSlice;
 
@@ -437,7 +460,7 @@ bool TransferEngine::DispatchWave(StagingRun& run, size_t w) {
     }
   }
   for (Device* device : run.devices) device->ReleaseCopies();
-  return true;
+  return Dispatched::kYes;
 }
 
 }  // namespace hoist

@@ -252,7 +252,9 @@ class TransferEngine {
   // `after_first_wave`, if set, runs on the calling thread once the first
   // wave's copies are enqueued (not at all when staging stops before), while
   // they proceed: work the copies need not wait for (the save creates its
-  // files there). Its error stops staging as a copy's would.
+  // files there). Later waves that find room at once (in the pool or the
+  // overflow) are dispatched before it; it runs before any wave waits for
+  // the sink to free room. Its error stops staging as a copy's would.
   absl::StatusOr<TransferStats> Stage(
       const SavePlan& plan, int process, absl::Span<Device* const> devices,
       const ShardSources& sources, StagedExtentSink& sink,
@@ -307,14 +309,20 @@ class TransferEngine {
           on_delivered = nullptr);
 
  private:
-  // Dispatches wave `wave` of `run`; false when it did not (an earlier
-  // error, or its leases': the run's first error says which).
-  bool DispatchWave(StagingRun& run, size_t wave);
+  enum class Dispatched {
+    kYes,
+    kNo,         // an earlier error, or its leases': the run's first error
+    kWouldWait,  // no room now, and it was not to wait
+  };
+  // Dispatches wave `wave` of `run`, waiting for room for its leases only
+  // when `may_wait`.
+  Dispatched DispatchWave(StagingRun& run, size_t wave, bool may_wait);
   // A wave's leases (sizes: one per device with slices in it): from the
   // pool if they fit now, else from the overflow if they fit there now,
-  // else from the pool once they do (counted in stats.stalled_bytes).
-  absl::StatusOr<std::vector<Lease>> AcquireWave(
-      absl::Span<const int64_t> sizes, TransferStats& stats);
+  // else (when `may_wait`; nullopt otherwise) from the pool once they do,
+  // counted in stats.stalled_bytes.
+  absl::StatusOr<std::optional<std::vector<Lease>>> AcquireWave(
+      absl::Span<const int64_t> sizes, TransferStats& stats, bool may_wait);
 
   StagingPool& pool_;
   StagingPool* overflow_ = nullptr;
