@@ -1,10 +1,10 @@
 // Test helper for crash_test (built by src/hoist/checkpoint/CMakeLists.txt,
 // kept out of the library): opens ROOT (recovering what the last kill
 // left), prints "opened", then saves forever (until killed), one step after
-// another from START, printing "committed N" once step N has committed. Step
-// N's arrays are testing/crash_model.h's. Under mpirun with several ranks it is
-// one process of a job (MPI coordinator, 8 / ranks devices each) and rank 0
-// prints (demo_mpi_test kills one rank). With POOL_BYTES smaller than the
+// another from START, printing "committed N ..." once step N has committed.
+// Step N's arrays are testing/crash_model.h's. Under mpirun with several ranks
+// it is one process of a job (MPI coordinator, 8 / ranks devices each) and rank
+// 0 prints (demo_mpi_test kills one rank). With POOL_BYTES smaller than the
 // model (about 600 KiB), the waves the pool cannot take are staged into its
 // overflow; each line then ends with the bytes staged there.
 //

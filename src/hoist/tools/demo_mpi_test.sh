@@ -53,7 +53,7 @@ coproc SAVER {
 }
 job=$SAVER_PID
 committed=0
-while read -r what step <&"${SAVER[0]}"; do
+while read -r what step _ <&"${SAVER[0]}"; do
   [[ $what == committed ]] && committed=$step
   ((committed >= 5)) && break
 done
