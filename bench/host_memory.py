@@ -26,6 +26,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peers import drop_caches, parse_bytes  # noqa: E402
+
 CHILD = r"""
 import json, os, resource, sys, time
 import numpy as np
@@ -68,30 +71,12 @@ else:
 """
 
 
-def parse_bytes(text):
-    units = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
-    for unit, scale in units.items():
-        if text.endswith(unit):
-            return int(float(text[:-len(unit)]) * scale)
-    return int(text)
-
-
 def run(*args):
     done = subprocess.run([sys.executable, "-c", CHILD, *map(str, args)],
                           capture_output=True, text=True, check=False)
     if done.returncode != 0:
         sys.exit(f"child {args[0]} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def drop_caches():
-    try:
-        os.sync()
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return True
-    except OSError:
-        return False
 
 
 def main():
@@ -129,7 +114,7 @@ def main():
         for _ in range(args.restores):
             for name, pool in (("default pool (1 GiB)", default_pool),
                                ("64 MiB pool", 64 << 20)):
-                report["cache_dropped"] = drop_caches()
+                report["cache"] = drop_caches(root)
                 samples[name].append(run("restore", root, size, pool, "auto",
                                          0))
         for name, runs in samples.items():
@@ -153,8 +138,8 @@ def main():
               f"{f['blocked_vs_pool_that_holds_it']:8.2f}x "
               f"{f['durable_s']:8.2f}s "
               f"{f['peak_rss_over_state_bytes'] / 2**30:17.2f} GiB")
-    print(f"restores in a fresh process (page cache dropped: "
-          f"{report['cache_dropped']}):")
+    print(f"restores in a fresh process (page cache: "
+          f"{report['cache']}):")
     for name in ("default pool (1 GiB)", "64 MiB pool"):
         f = report["restores"][name]
         print(f"  {name:24s} {f['restore_s']:.3f} s "

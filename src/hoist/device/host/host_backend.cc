@@ -13,13 +13,16 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <string_view>
 #include <thread>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "hoist/base/checked_math.h"
+#include "hoist/base/status_macros.h"
 #include "hoist/base/stream_copy.h"
 #include "hoist/base/thread_priority.h"
 #include "hoist/device/copy_op.h"
@@ -40,6 +43,26 @@ constexpr int64_t kPageBytes = 4096;
 // allocating its arrays while the pool is pinned in the background) waits
 // for one chunk, not for the whole pool.
 constexpr int64_t kPinChunkBytes = int64_t{32} << 20;
+
+// `bytes` (> 0) of fresh private anonymous memory, whole pages: its first
+// byte and its size. `what` names it in errors: kInvalidArgument for a size
+// <= 0, kResourceExhausted when mmap fails.
+absl::StatusOr<std::pair<void*, int64_t>> MapFresh(int64_t bytes,
+                                                   std::string_view what) {
+  if (bytes <= 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s allocation of %d bytes: size must be > 0", what, bytes));
+  }
+  const int64_t size = AlignUp(bytes, kPageBytes);
+  void* data = mmap(nullptr, size, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (data == MAP_FAILED) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("mmap of %d bytes of %s memory failed: %s", size, what,
+                        std::strerror(errno)));
+  }
+  return std::make_pair(data, size);
+}
 
 // Faults in every page of a fresh mapping (huge pages where advised).
 void Populate(void* data, int64_t size) {
@@ -299,18 +322,8 @@ class HostBackend final : public Backend {
   absl::Span<Device* const> devices() const override { return devices_; }
 
   absl::StatusOr<MemoryBlock> AllocatePinned(int64_t bytes) override {
-    if (bytes <= 0) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "pinned allocation of %d bytes: size must be > 0", bytes));
-    }
-    const int64_t size = AlignUp(bytes, kPageBytes);
-    void* data = mmap(nullptr, size, PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (data == MAP_FAILED) {
-      return absl::ResourceExhaustedError(
-          absl::StrFormat("mmap of %d bytes of staging memory failed: %s", size,
-                          std::strerror(errno)));
-    }
+    ASSIGN_OR_RETURN(auto mapped, MapFresh(bytes, "pinned"));
+    const auto [data, size] = mapped;
     // Advice only, and even where huge pages cost more to fault in
     // (AdviseHugePagesForIo): the pool is faulted in once, and every save
     // and restore moves its bytes through it. In a VM whose host discards
@@ -337,21 +350,11 @@ class HostBackend final : public Backend {
   // advised for huge pages, unlike the pool: their faults stall on
   // compaction in this project's VM, on the first save's blocked path (1 GiB
   // of NumPy arrays through a 256 MiB pool: 3.4 s blocked with the advice,
-  // 0.26-0.27 s without; later saves 0.04 s either way, and written no
-  // slower: 0.39-0.41 s against 0.33 s, 2026-12-05).
+  // 0.26-0.27 s without; later saves 0.04 s either way, durable in
+  // 0.39-0.41 s against 0.33 s, within this disk's drift, 2026-12-05).
   absl::StatusOr<MemoryBlock> AllocateOverflow(int64_t bytes) override {
-    if (bytes <= 0) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "overflow allocation of %d bytes: size must be > 0", bytes));
-    }
-    const int64_t size = AlignUp(bytes, kPageBytes);
-    void* data = mmap(nullptr, size, PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (data == MAP_FAILED) {
-      return absl::ResourceExhaustedError(
-          absl::StrFormat("mmap of %d bytes of overflow memory failed: %s",
-                          size, std::strerror(errno)));
-    }
+    ASSIGN_OR_RETURN(auto mapped, MapFresh(bytes, "overflow"));
+    const auto [data, size] = mapped;
     return MemoryBlock(data, bytes,
                        [size](void* p, int64_t) { munmap(p, size); });
   }
