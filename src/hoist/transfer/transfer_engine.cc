@@ -316,13 +316,13 @@ absl::StatusOr<std::optional<std::vector<Lease>>> TransferEngine::AcquireWave(
   int64_t bytes = 0;
   for (int64_t size : sizes) bytes += AlignUp(size, StagingPool::kAlignment);
   if (overflow_ != nullptr && bytes <= overflow_->capacity_bytes()) {
-    absl::StatusOr<std::optional<std::vector<Lease>>> spilled =
+    absl::StatusOr<std::optional<std::vector<Lease>>> beside =
         overflow_->TryAcquireAll(sizes);
     // An overflow whose memory could not be had leaves the wave to the
     // pool, as if there were none.
-    if (spilled.ok() && *spilled) {
+    if (beside.ok() && *beside) {
       stats.overflow_bytes += bytes;
-      return spilled;
+      return beside;
     }
   }
   if (!may_wait) return std::nullopt;
