@@ -242,8 +242,7 @@ absl::Status CheckMemory(const DemoFlags& flags, const DemoJob& job,
   }
   if (flags.backend != "host") training = restored = 0;  // device memory
   ASSIGN_OR_RETURN(const int64_t pool, PoolBytes(flags, whole));
-  ASSIGN_OR_RETURN(const int64_t budget,
-                   BudgetBytes(flags, pool, *job.coordinator));
+  const int64_t budget = job.host_memory_budget;
   // A save holds its share (in the pool and, past it, in the overflow), at
   // most the budget.
   const int64_t staging = std::max(pool, std::min(budget, parts + pool / 2));
@@ -351,6 +350,9 @@ absl::StatusOr<DemoJob> SetUp(const DemoFlags& flags, int64_t size) {
         Box::FromShape(spec.shape).num_elements() * ItemSize(spec.dtype);
   }
   ASSIGN_OR_RETURN(Mesh other, OtherMesh(job));
+  ASSIGN_OR_RETURN(const int64_t pool, PoolBytes(flags, job.model_bytes));
+  ASSIGN_OR_RETURN(job.host_memory_budget,
+                   BudgetBytes(flags, pool, *job.coordinator));
   RETURN_IF_ERROR(CheckMemory(flags, job, other));
   job.parts.resize(job.model.size());
   for (size_t a = 0; a < job.model.size(); ++a) {
@@ -798,8 +800,7 @@ absl::Status RunDemo(const DemoFlags& given) {
   }
 
   ASSIGN_OR_RETURN(const int64_t pool, PoolBytes(flags, job.model_bytes));
-  ASSIGN_OR_RETURN(const int64_t budget,
-                   BudgetBytes(flags, pool, *job.coordinator));
+  const int64_t budget = job.host_memory_budget;
   CheckpointManagerOptions options;
   options.pool_bytes = pool;
   options.host_memory_budget = budget;

@@ -90,6 +90,7 @@ struct DemoJob {
   GptConfig config;
   std::vector<ArraySpec> model;
   int64_t model_bytes = 0;
+  int64_t host_memory_budget = 0;        // resolved once, as the manager will
   std::vector<std::vector<Part>> parts;  // per array, this process's boxes
   std::vector<SaveArray> arrays;         // what Save() is given
 };

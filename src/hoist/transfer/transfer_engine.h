@@ -235,7 +235,6 @@ class TransferEngine {
   // for the pool. Set it only while no staging runs; it must outlive every
   // lease handed to a sink from it.
   void set_overflow(StagingPool* overflow) { overflow_ = overflow; }
-  StagingPool* overflow() const { return overflow_; }
 
   // Stages every slice of `plan` whose process is `process`, copying from
   // `sources` on `devices` (this process's devices; they must include every

@@ -113,6 +113,16 @@ class Harness {
     }
   }
 
+  // Stage, through an engine whose waves go to `overflow` when `pool` has
+  // no room.
+  absl::StatusOr<TransferStats> StageWithOverflow(StagingPool& pool,
+                                                  StagingPool& overflow,
+                                                  StagedExtentSink& sink) {
+    TransferEngine engine(pool);
+    engine.set_overflow(&overflow);
+    return engine.Stage(plan_, 0, backend_->devices(), shards_.sources, sink);
+  }
+
   const SavePlan& plan() const { return plan_; }
   const ShardSources& sources() const { return shards_.sources; }
   Backend& backend() { return *backend_; }
@@ -326,10 +336,8 @@ TEST(TransferEngineTest, WavesThePoolCannotTakeGoToTheOverflowWithoutWaiting) {
   auto pool = harness.Pool(64 * 1024);
   auto overflow = harness.Pool(2 << 20);
   HoldingSink sink;
-  TransferEngine engine(*pool);
-  engine.set_overflow(overflow.get());
-  absl::StatusOr<TransferStats> stats = engine.Stage(
-      harness.plan(), 0, harness.backend().devices(), harness.sources(), sink);
+  absl::StatusOr<TransferStats> stats =
+      harness.StageWithOverflow(*pool, *overflow, sink);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->stalled_bytes, 0);
   EXPECT_GE(stats->overflow_bytes, (2 << 20) - 64 * 1024);
@@ -347,10 +355,8 @@ TEST(TransferEngineTest, WavesThatFitInNeitherWaitForTheSinkAndAreCounted) {
   auto pool = harness.Pool(64 * 1024);
   auto overflow = harness.Pool(256 * 1024);
   CopyingSink sink;
-  TransferEngine engine(*pool);
-  engine.set_overflow(overflow.get());
-  absl::StatusOr<TransferStats> stats = engine.Stage(
-      harness.plan(), 0, harness.backend().devices(), harness.sources(), sink);
+  absl::StatusOr<TransferStats> stats =
+      harness.StageWithOverflow(*pool, *overflow, sink);
   ASSERT_TRUE(stats.ok()) << stats.status();
   harness.ExpectExact(sink.Take());
   EXPECT_GT(stats->overflow_bytes, 0);
