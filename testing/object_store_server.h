@@ -168,10 +168,10 @@ inline std::string UniquePrefix(const std::string& name) {
 // The object-store Storage for `url` (never a local one).
 inline absl::StatusOr<std::unique_ptr<Storage>> OpenObjectStorage(
     const std::string& url, const ObjectStoreOptions& options = {}) {
-  return OpenStorageFor(url, options, [] {
-    return absl::StatusOr<std::unique_ptr<Storage>>(
-        absl::InternalError("not an object store URL"));
-  });
+  if (url.find("://") == std::string::npos) {
+    return absl::InternalError(url + ": not an object store URL");
+  }
+  return OpenStorage(url, {.s3 = options, .gcs = options});
 }
 
 // The name of a test parameter: "S3" or "GCS".

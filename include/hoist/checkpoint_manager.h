@@ -32,8 +32,6 @@
 
 namespace hoist {
 
-enum class IoEngine { kPosix, kIoUring };
-
 // The local tier: frequent saves to each process's own fast storage
 // (node-local disk, /dev/shm), each process's part copied to peers, so that
 // a restart reads local bytes and losing a node loses nothing; the durable
@@ -111,6 +109,11 @@ struct CheckpointManagerOptions {
   // what overrides the environment's configuration (see storage.h and
   // docs/object-storage.md; default: the environment's).
   ObjectStoreOptions object_store;
+  // The two above as the one value OpenStorage takes (`object_store` for
+  // either kind of object store).
+  StorageOptions storage() const {
+    return {.io = io, .s3 = object_store, .gcs = object_store};
+  }
   // Replica rule, min slice, writer streams per process, ... Writer
   // streams 0 (the default here) leaves their number to the root's storage
   // (Storage::preferred_writer_streams: 2 on a local filesystem, 4 on S3,

@@ -45,17 +45,22 @@ class CheckpointRoot {
   // is committed, a step an overwrite moved aside comes back, and every
   // other temporary entry hoist makes (a link included: removed itself,
   // never followed) is removed; names hoist does not make are left alone.
-  // `storage` (default: POSIX, owned by the root) must outlive the root.
-  // Errors: kFailedPrecondition when the lock is held (naming the holder)
-  // or is not a regular file of this user's; storage errors as is.
+  // `storage` must outlive the root; without one, the root opens (and owns)
+  // OpenStorage(path, options). Errors: kFailedPrecondition when the lock
+  // is held (naming the holder) or is not a regular file of this user's;
+  // storage errors as is.
   static absl::StatusOr<std::unique_ptr<CheckpointRoot>> Open(
       const std::string& path, Storage* storage = nullptr);
+  static absl::StatusOr<std::unique_ptr<CheckpointRoot>> Open(
+      const std::string& path, const StorageOptions& options);
 
   // Opens the existing root `path` for reading: no lock, no recovery,
   // nothing written; Delete() is kFailedPrecondition. kNotFound if `path`
   // does not exist.
   static absl::StatusOr<std::unique_ptr<CheckpointRoot>> OpenForReading(
       const std::string& path, Storage* storage = nullptr);
+  static absl::StatusOr<std::unique_ptr<CheckpointRoot>> OpenForReading(
+      const std::string& path, const StorageOptions& options);
 
   ~CheckpointRoot();
   CheckpointRoot(const CheckpointRoot&) = delete;
@@ -119,6 +124,13 @@ class CheckpointRoot {
   CheckpointRoot(std::string path, std::unique_ptr<Storage> owned,
                  Storage& storage, std::unique_ptr<FileLock> lock,
                  std::string token);
+  // Open and OpenForReading, on `storage` (`owned`, or the caller's).
+  static absl::StatusOr<std::unique_ptr<CheckpointRoot>> LockAndRecover(
+      const std::string& path, std::unique_ptr<Storage> owned,
+      Storage& storage);
+  static absl::StatusOr<std::unique_ptr<CheckpointRoot>> ForReading(
+      const std::string& path, std::unique_ptr<Storage> owned,
+      Storage& storage);
 
   const std::string path_;
   const std::unique_ptr<Storage> owned_storage_;
@@ -136,12 +148,13 @@ absl::StatusOr<std::pair<std::string, int64_t>> SplitStepDir(
 // directory (ROOT/step_N: its root, N) or a root (its newest committed
 // step). kNotFound when it is neither.
 absl::StatusOr<std::pair<std::unique_ptr<CheckpointRoot>, int64_t>> OpenStepAt(
-    const std::string& path);
+    const std::string& path, const StorageOptions& options = {});
 
 // The manifest at `path`, read without a lock: a step directory's
 // (ROOT/step_N), or, when `path` is a root, its newest committed step's.
 // kNotFound when it is neither.
-absl::StatusOr<Manifest> ReadManifestAt(const std::string& path);
+absl::StatusOr<Manifest> ReadManifestAt(const std::string& path,
+                                        const StorageOptions& options = {});
 
 }  // namespace hoist
 

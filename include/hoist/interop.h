@@ -27,6 +27,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "hoist/storage.h"
 
 namespace hoist {
 
@@ -43,6 +44,9 @@ struct SafetensorsExportOptions {
   // sixteenth (at most 16 MiB) for each of 4 reader threads, the rest for
   // 4 chunks read, hashed or being written.
   int64_t memory_bytes = int64_t{256} << 20;
+  // How the step is read and `out_dir` written (an object store's
+  // endpoint, ...; default: the environment's).
+  StorageOptions storage = {};
 };
 
 struct ExportStats {
@@ -92,7 +96,7 @@ struct SafetensorsTensor {
 // names); kNotFound for a missing source or a shard the index names but the
 // directory lacks.
 absl::StatusOr<std::vector<SafetensorsTensor>> ReadSafetensorsHeaders(
-    const std::string& src);
+    const std::string& src, const StorageOptions& storage = {});
 
 struct ImportStats {
   int64_t step = 0;
@@ -110,14 +114,14 @@ struct ImportStats {
 // host memory stays bounded by the pool whatever the checkpoint's size. Array
 // names are the tensor names; the manifest's metadata is {"imported_from":
 // {"format": "safetensors", "path": src}}. Nothing is written unless
-// ReadSafetensorsHeaders accepts the source. Errors: those of
+// ReadSafetensorsHeaders accepts the source. `storage` opens `root` (and
+// `src`, which must be local). Errors: those of
 // ReadSafetensorsHeaders; kAlreadyExists for a committed step;
 // kFailedPrecondition when another manager holds the root; storage errors.
-absl::StatusOr<ImportStats> ImportSafetensors(const std::string& src,
-                                              const std::string& root,
-                                              int64_t step,
-                                              int64_t pool_bytes = int64_t{256}
-                                                                   << 20);
+absl::StatusOr<ImportStats> ImportSafetensors(
+    const std::string& src, const std::string& root, int64_t step,
+    int64_t pool_bytes = int64_t{256} << 20,
+    const StorageOptions& storage = {});
 
 // The safetensors name of a hoist dtype name ("bfloat16" -> "BF16",
 // "float8_e4m3fn" -> "F8_E4M3"), and back; kInvalidArgument for a name the

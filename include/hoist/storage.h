@@ -8,6 +8,8 @@
 // The commit, how a directory that several processes fill appears to
 // readers at once, is the backend's (BeginDir, CommitDir, RemoveCommitted):
 // the layer above states what it needs and never asks which backend it has.
+// What else differs between backends, callers ask of capabilities(), never
+// of the URL: OpenStorage (below) is the one place a URL is parsed.
 //
 // Paths are '/'-separated strings. Durability follows POSIX: a file's bytes
 // are durable after its Sync(); a file's (or directory's) name is durable
@@ -91,9 +93,38 @@ class FileLock {
   virtual ~FileLock() = default;
 };
 
+// What a Storage can do, for the callers whose choices depend on it (see
+// docs/architecture.md). The default is a local filesystem's.
+struct StorageCapabilities {
+  // Rename of a file or a directory is atomic, and the default commit
+  // publishes a directory by renaming it. Without it (an object store),
+  // Rename is kUnimplemented and a directory is committed in place, its
+  // marker written last.
+  bool atomic_rename = true;
+  // A file takes writes at any offset, from several threads at once.
+  // Without it every file is written from its start to its end
+  // (WritableFile::sequential()), one writer per file.
+  bool random_writes = true;
+  // Paths name files of this host's filesystem: another tool may open,
+  // map (mmap) or read them directly, and a new directory must be made
+  // durable in its parent. Without it (an object store) a path is a key,
+  // directories are prefixes, and every read is a request to a server: a
+  // job does better to read each byte once and pass it between its
+  // processes (RestoreOptions::shared_reads' default).
+  bool local = true;
+  // A List() shows every name written or removed before it began (POSIX;
+  // S3 and GCS are strongly consistent for listings since 2020). Without
+  // it a caller must not take a missing name for a removed one.
+  bool consistent_listing = true;
+};
+
 class Storage {
  public:
   virtual ~Storage() = default;
+
+  // What this storage can do (see StorageCapabilities); the default is a
+  // local filesystem's.
+  virtual StorageCapabilities capabilities() const { return {}; }
 
   // Takes an exclusive lock on `path`, creating it (mode 0600) if needed,
   // and writes `holder` into it (who holds it: the next caller refused is
@@ -204,6 +235,89 @@ class Storage {
                                        const std::string& marker);
 };
 
+// A Storage that forwards every call to another (as LevelDB's EnvWrapper):
+// the base of a wrapper that changes a few calls (faults, counting, a
+// trace) and leaves the rest, the commit and capabilities() included, to
+// the storage it wraps. `base` must outlive it and every file opened
+// through it.
+class StorageWrapper : public Storage {
+ public:
+  explicit StorageWrapper(Storage& base) : base_(base) {}
+  Storage& base() const { return base_; }
+
+  absl::StatusOr<std::unique_ptr<FileLock>> LockFile(
+      const std::string& path, const std::string& holder) override {
+    return base_.LockFile(path, holder);
+  }
+  absl::StatusOr<std::unique_ptr<WritableFile>> OpenWritable(
+      const std::string& path) override {
+    return base_.OpenWritable(path);
+  }
+  absl::StatusOr<std::unique_ptr<ReadableFile>> OpenReadable(
+      const std::string& path) override {
+    return base_.OpenReadable(path);
+  }
+  absl::StatusOr<std::unique_ptr<ReadableFile>> OpenReadableBeneath(
+      const std::string& dir, const std::string& relative) override {
+    return base_.OpenReadableBeneath(dir, relative);
+  }
+  absl::Status CreateDir(const std::string& path) override {
+    return base_.CreateDir(path);
+  }
+  absl::Status Rename(const std::string& from, const std::string& to) override {
+    return base_.Rename(from, to);
+  }
+  absl::Status SyncDir(const std::string& path) override {
+    return base_.SyncDir(path);
+  }
+  absl::StatusOr<std::vector<std::string>> List(
+      const std::string& path) override {
+    return base_.List(path);
+  }
+  absl::Status RemoveAll(const std::string& path) override {
+    return base_.RemoveAll(path);
+  }
+  absl::StatusOr<bool> Exists(const std::string& path) override {
+    return base_.Exists(path);
+  }
+  absl::StatusOr<bool> IsDir(const std::string& path) override {
+    return base_.IsDir(path);
+  }
+  absl::Status CreateDirs(const std::string& path) override {
+    return base_.CreateDirs(path);
+  }
+  int preferred_writer_streams() const override {
+    return base_.preferred_writer_streams();
+  }
+  StorageCapabilities capabilities() const override {
+    return base_.capabilities();
+  }
+  absl::StatusOr<std::string> BeginDir(const std::string& dir,
+                                       const std::string& tmp,
+                                       absl::Span<const std::string> subdirs,
+                                       const std::string& marker,
+                                       bool replace) override {
+    return base_.BeginDir(dir, tmp, subdirs, marker, replace);
+  }
+  absl::Status CommitDir(const std::string& written, const std::string& dir,
+                         const std::string& marker,
+                         std::string_view marker_bytes,
+                         const std::string& aside) override {
+    return base_.CommitDir(written, dir, marker, marker_bytes, aside);
+  }
+  absl::StatusOr<bool> HasMarker(const std::string& dir,
+                                 const std::string& marker) override {
+    return base_.HasMarker(dir, marker);
+  }
+  absl::Status RemoveCommitted(const std::string& dir, const std::string& aside,
+                               const std::string& marker) override {
+    return base_.RemoveCommitted(dir, aside, marker);
+  }
+
+ private:
+  Storage& base_;
+};
+
 // The last move of the default commit, for a directory whose files (its
 // marker among them) are already durable under `written`: renames it to
 // `dir` and syncs the parent (a committed `dir` moved to `aside` first and
@@ -236,18 +350,55 @@ struct ObjectStoreOptions {
   double request_timeout_s = 0;
   double connect_timeout_s = 0;
   int max_attempts = 0;
+  // S3: a profile of the shared files (AWS_SHARED_CREDENTIALS_FILE, else
+  // ~/.aws/credentials; AWS_CONFIG_FILE, else ~/.aws/config) whose keys and
+  // region to use, before the environment's; default AWS_PROFILE, read by
+  // the credential chain. Only keys written in the files are read:
+  // kInvalidArgument for a profile that has none (one that assumes a role
+  // or signs in through SSO: name it in AWS_PROFILE instead).
+  std::string profile;
 };
 
-// True for a root on an object store: "s3://BUCKET[/PREFIX]" or
-// "gs://BUCKET[/PREFIX]".
-bool IsObjectStoreUrl(const std::string& path);
+// How data files are written and read on a local filesystem: plain
+// syscalls (pwritev, preadv, fsync), or io_uring.
+enum class IoEngine { kPosix, kIoUring };
 
-// The Storage that holds `root`: an object store for an s3:// or gs:// URL
-// (configured by `options`, then the environment), else `local` (called to
-// make the POSIX storage the caller chose). kUnimplemented, saying how to
-// build it in, for an object store in a build without object storage;
-// kInvalidArgument for a malformed URL (no bucket; another scheme).
-absl::StatusOr<std::unique_ptr<Storage>> OpenStorageFor(
+// Everything that chooses and configures the Storage of a URL: one value
+// that every entry point (the manager, CheckpointRoot, inspect, verify,
+// export, import, the CLI and Python) passes to OpenStorage.
+struct StorageOptions {
+  // A local path's engine.
+  IoEngine io = IoEngine::kPosix;
+  // An s3:// URL's, and a gs:// URL's, overrides of the environment.
+  ObjectStoreOptions s3 = {};
+  ObjectStoreOptions gcs = {};
+};
+
+// The Storage that holds `url`: an object store for s3://BUCKET[/PREFIX]
+// or gs://BUCKET[/PREFIX] (configured by `options`, then the environment),
+// else the local filesystem through `options.io`. The only place a URL is
+// parsed. kUnimplemented, saying how to build it in, for an object store in
+// a build without object storage; kUnavailable, with the reason, for
+// io_uring where it does not work; kInvalidArgument for a malformed URL (no
+// bucket; another scheme).
+absl::StatusOr<std::unique_ptr<Storage>> OpenStorage(
+    const std::string& url, const StorageOptions& options = {});
+
+// The local filesystem through `options.io` (for a local tier beside a root
+// on an object store).
+absl::StatusOr<std::unique_ptr<Storage>> OpenLocalStorage(
+    const StorageOptions& options = {});
+
+// Deprecated (callers ask Storage::capabilities() instead; removed in the
+// next release): true for "s3://..." or "gs://...".
+[[deprecated("ask Storage::capabilities()")]] bool IsObjectStoreUrl(
+    const std::string& path);
+
+// Deprecated (use OpenStorage; removed in the next release): the Storage
+// that holds `root`, an object store configured by `options` or else
+// `local()`.
+[[deprecated("use OpenStorage")]] absl::StatusOr<std::unique_ptr<Storage>>
+OpenStorageFor(
     const std::string& root, const ObjectStoreOptions& options,
     const std::function<absl::StatusOr<std::unique_ptr<Storage>>()>& local);
 

@@ -280,7 +280,8 @@ class CheckpointManager:
                    STORAGE_EMULATOR_HOST): a dict with any of "endpoint",
                    "region", "access_key_id", "secret_access_key",
                    "session_token", "request_timeout_s",
-                   "connect_timeout_s", "max_attempts".
+                   "connect_timeout_s", "max_attempts", "profile" (an AWS
+                   profile whose keys and region ~/.aws holds).
     """
 
     def __init__(self, path, *, keep=None, keep_every=None,
@@ -713,7 +714,8 @@ def _rebuild(manifest, like, names, per_rank, rank, size, run):
                                   manifest.get("part")))
 
 
-def read(path, step=None, like=None, names=None, per_rank=None):
+def read(path, step=None, like=None, names=None, per_rank=None, *,
+         storage_options=None):
     """Restores a step as CheckpointManager.restore does (like=, names=,
     per_rank= alike), without a manager: no root lock, so beside a job
     that is saving into the root, or from every rank of a job at once
@@ -722,32 +724,37 @@ def read(path, step=None, like=None, names=None, per_rank=None):
     host memory (NumPy, CPU tensors, JAX's CPU devices; a tensor `like` on
     a GPU is copied there after); a JAX array on a GPU needs a manager.
     hoist.PerRank state comes back as to a job of one process: a step that
-    several ranks saved needs per_rank="all" (every saved rank's value)."""
+    several ranks saved needs per_rank="all" (every saved rank's value).
+    storage_options: as CheckpointManager's."""
     path = os.fspath(path)
     at = path if step is None else (
         f"{path.rstrip('/')}/step_{step_number(step):08d}")
-    manifest = inspect(at)
+    options = _storage_options(storage_options)
+    manifest = inspect(at, storage_options=storage_options)
 
     def run(targets, received_targets, receive):
         if received_targets:
             raise ValueError("hoist.read fills host memory: JAX arrays on "
                              "GPUs are restored through a CheckpointManager")
-        _call(_hoist.read_at, at, manifest["step"], list(targets))
+        _call(_hoist.read_at, at, manifest["step"], list(targets), options)
 
     return _rebuild(manifest, like, names, per_rank, 0, 1, run)
 
 
-def inspect(path):
+def inspect(path, *, storage_options=None):
     """The manifest of a step directory (or of a root's latest step) as a
-    dict: step, metadata, arrays (name, dtype, shape, sharding, extents)."""
-    return json.loads(_call(_hoist.inspect, os.fspath(path)))
+    dict: step, metadata, arrays (name, dtype, shape, sharding, extents).
+    storage_options: as CheckpointManager's."""
+    return json.loads(_call(_hoist.inspect, os.fspath(path),
+                            _storage_options(storage_options)))
 
 
-def verify(path):
+def verify(path, *, storage_options=None):
     """Re-reads every extent of a step directory (or of a root's latest
     step) against its hash, as `hoist verify` does: without the root's
     lock, so beside a job that is saving into it, and without a manager's
     pool. Returns (step, problems): the step read and the problems found
-    (empty when intact)."""
-    step, problems = _call(_hoist.verify_at, os.fspath(path))
+    (empty when intact). storage_options: as CheckpointManager's."""
+    step, problems = _call(_hoist.verify_at, os.fspath(path),
+                           _storage_options(storage_options))
     return step, list(problems)

@@ -21,7 +21,8 @@ from ._errors import step_number
 
 
 def export(step_dir, out_dir, format="safetensors", *,
-           max_shard_bytes=5_000_000_000, prefix="", memory_bytes=256 << 20):
+           max_shard_bytes=5_000_000_000, prefix="", memory_bytes=256 << 20,
+           storage_options=None):
     """Writes the committed step `step_dir` (ROOT/step_N, or a root: its
     newest step) into `out_dir` (a directory, or an s3:// or gs:// prefix:
     one object a file, each complete or absent) as safetensors:
@@ -32,12 +33,14 @@ def export(step_dir, out_dir, format="safetensors", *,
     {"model": model}). Reads stream through `memory_bytes` of host memory,
     each extent's hash checked; each file's metadata holds "format": "pt"
     and every tensor's XXH3 ("hoist.xxh3"). Returns the figures: tensors,
-    bytes, bytes_read, files, elapsed_s."""
+    bytes, bytes_read, files, elapsed_s. storage_options (as
+    CheckpointManager's) open both the step and `out_dir`."""
+    from . import _storage_options
     if format != "safetensors":
         raise ValueError(f"format {format!r}: hoist exports 'safetensors'")
     return _call(_hoist.export_safetensors, os.fspath(step_dir),
                  os.fspath(out_dir), int(max_shard_bytes), str(prefix),
-                 int(memory_bytes))
+                 int(memory_bytes), _storage_options(storage_options))
 
 
 def import_checkpoint(src, root, step, format, **manager_options):
@@ -57,18 +60,21 @@ def import_checkpoint(src, root, step, format, **manager_options):
     DCP step count, Orbax scalars) come along as the tree's leaves. In
     every failure no step is made. The step's metadata() holds
     "imported_from": {format, path}. `manager_options` go to the
-    CheckpointManager (a safetensors import takes pool_bytes only);
+    CheckpointManager (a safetensors import takes pool_bytes and
+    storage_options only);
     pool_bytes defaults to 256 MiB, raised to the largest array. Returns
     the save's figures (step, path, bytes, ...)."""
     from . import CheckpointManager
     if format == "safetensors":  # the engine's own reader, as `hoist import`
-        unknown = set(manager_options) - {"pool_bytes"}
+        from . import _storage_options
+        unknown = set(manager_options) - {"pool_bytes", "storage_options"}
         if unknown:
-            raise TypeError(f"a safetensors import takes pool_bytes only, "
-                            f"not {sorted(unknown)}")
+            raise TypeError(f"a safetensors import takes pool_bytes and "
+                            f"storage_options only, not {sorted(unknown)}")
         return _call(_hoist.import_safetensors, os.fspath(src),
                      os.fspath(root), step_number(step),
-                     int(manager_options.get("pool_bytes", 256 << 20)))
+                     int(manager_options.get("pool_bytes", 256 << 20)),
+                     _storage_options(manager_options.get("storage_options")))
     readers = {"orbax": _read_orbax, "dcp": _read_dcp}
     if format not in readers:
         raise ValueError(f"format {format!r}: use 'safetensors', 'orbax' or "

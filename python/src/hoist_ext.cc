@@ -337,15 +337,26 @@ ObjectStoreOptions ObjectStoreOptionsOf(
       options.connect_timeout_s = number();
     } else if (name == "max_attempts") {
       options.max_attempts = static_cast<int>(number());
+    } else if (name == "profile") {
+      options.profile = value;
     } else {
       Invalid(
           absl::StrFormat("storage_options: no option '%s' (endpoint, region, "
                           "access_key_id, secret_access_key, session_token, "
-                          "request_timeout_s, connect_timeout_s, max_attempts)",
+                          "request_timeout_s, connect_timeout_s, max_attempts, "
+                          "profile)",
                           name));
     }
   }
   return options;
+}
+
+// storage_options as the StorageOptions of a URL (either kind of object
+// store).
+StorageOptions StorageOptionsOf(
+    const std::map<std::string, std::string>& given) {
+  const ObjectStoreOptions options = ObjectStoreOptionsOf(given);
+  return {.s3 = options, .gcs = options};
 }
 
 // CheckpointManagerOptions::frozen from Python: None (no frozen array), a
@@ -790,16 +801,20 @@ class PyManager {
 
 // The manifest, as JSON text, of the step directory `path` (ROOT/step_N),
 // or of the newest committed step when `path` is a root.
-std::string Inspect(const std::string& path) {
-  return Check(
-      EncodeManifest(WithoutGil([&] { return ReadManifestAt(path); })));
+std::string Inspect(const std::string& path,
+                    const std::map<std::string, std::string>& storage_options) {
+  const StorageOptions storage = StorageOptionsOf(storage_options);
+  return Check(EncodeManifest(
+      WithoutGil([&] { return ReadManifestAt(path, storage); })));
 }
 
 // Re-reads every extent of the step at `path` (ROOT/step_N, or a root's
 // newest step) against its hash, without the root's lock: (step, problems).
 std::tuple<int64_t, std::vector<std::string>> VerifyAt(
-    const std::string& path) {
-  auto opened = WithoutGil([&] { return OpenStepAt(path); });
+    const std::string& path,
+    const std::map<std::string, std::string>& storage_options) {
+  const StorageOptions storage = StorageOptionsOf(storage_options);
+  auto opened = WithoutGil([&] { return OpenStepAt(path, storage); });
   VerifyReport report =
       WithoutGil([&] { return opened.first->Verify(opened.second); });
   return {opened.second, std::move(report.problems)};
@@ -809,9 +824,11 @@ std::tuple<int64_t, std::vector<std::string>> VerifyAt(
 // committed step) of the root at `path` (or of the step directory `path`)
 // without the root's lock or a pool, beside a job that saves into it:
 // (step, the restore's figures).
-std::tuple<int64_t, nb::dict> ReadAt(const std::string& path,
-                                     std::optional<int64_t> step,
-                                     const std::vector<PyArray>& arrays) {
+std::tuple<int64_t, nb::dict> ReadAt(
+    const std::string& path, std::optional<int64_t> step,
+    const std::vector<PyArray>& arrays,
+    const std::map<std::string, std::string>& storage_options) {
+  const StorageOptions storage = StorageOptionsOf(storage_options);
   std::vector<RestoreTarget> targets;
   AppendTargets(
       arrays,
@@ -820,7 +837,7 @@ std::tuple<int64_t, nb::dict> ReadAt(const std::string& path,
         return nullptr;
       },
       targets);
-  auto opened = WithoutGil([&] { return OpenStepAt(path); });
+  auto opened = WithoutGil([&] { return OpenStepAt(path, storage); });
   const int64_t read = step.value_or(opened.second);
   const RestoreStats stats =
       WithoutGil([&] { return opened.first->Read(read, targets); });
@@ -829,15 +846,17 @@ std::tuple<int64_t, nb::dict> ReadAt(const std::string& path,
 
 // Exports step `step_dir` to safetensors in `out_dir` (see
 // hoist/interop.h): the figures as a dict.
-nb::dict ExportSafetensorsTo(const std::string& step_dir,
-                             const std::string& out_dir,
-                             int64_t max_shard_bytes, const std::string& prefix,
-                             int64_t memory_bytes) {
+nb::dict ExportSafetensorsTo(
+    const std::string& step_dir, const std::string& out_dir,
+    int64_t max_shard_bytes, const std::string& prefix, int64_t memory_bytes,
+    const std::map<std::string, std::string>& storage_options) {
+  const StorageOptions storage = StorageOptionsOf(storage_options);
   const ExportStats s = WithoutGil([&] {
     return ExportSafetensors(step_dir, out_dir,
                              {.max_shard_bytes = max_shard_bytes,
                               .prefix = prefix,
-                              .memory_bytes = memory_bytes});
+                              .memory_bytes = memory_bytes,
+                              .storage = storage});
   });
   nb::dict d;
   d["tensors"] = s.tensors;
@@ -850,10 +869,13 @@ nb::dict ExportSafetensorsTo(const std::string& step_dir,
 
 // Imports the safetensors source `src` as step `step` of `root` (see
 // hoist/interop.h): the figures as a dict.
-nb::dict ImportSafetensorsFrom(const std::string& src, const std::string& root,
-                               int64_t step, int64_t pool_bytes) {
+nb::dict ImportSafetensorsFrom(
+    const std::string& src, const std::string& root, int64_t step,
+    int64_t pool_bytes,
+    const std::map<std::string, std::string>& storage_options) {
+  const StorageOptions storage = StorageOptionsOf(storage_options);
   const ImportStats s = WithoutGil(
-      [&] { return ImportSafetensors(src, root, step, pool_bytes); });
+      [&] { return ImportSafetensors(src, root, step, pool_bytes, storage); });
   nb::dict d;
   d["step"] = s.step;
   d["path"] = s.path;
@@ -948,15 +970,16 @@ NB_MODULE(_hoist, m) {
       .def("close", &PyManager::Close)
       .def_prop_ro("root", &PyManager::Root);
 
-  m.def("inspect", &Inspect, nb::arg("path"));
+  m.def("inspect", &Inspect, nb::arg("path"), nb::arg("storage_options"));
   // Whether restored arrays are advised for huge pages (huge_pages.h).
   m.def("advise_huge_pages", &AdviseHugePages);
-  m.def("verify_at", &VerifyAt, nb::arg("path"));
+  m.def("verify_at", &VerifyAt, nb::arg("path"), nb::arg("storage_options"));
   m.def("read_at", &ReadAt, nb::arg("path"), nb::arg("step").none(),
-        nb::arg("arrays"));
+        nb::arg("arrays"), nb::arg("storage_options"));
   m.def("export_safetensors", &ExportSafetensorsTo, nb::arg("step_dir"),
         nb::arg("out_dir"), nb::arg("max_shard_bytes"), nb::arg("prefix"),
-        nb::arg("memory_bytes"));
+        nb::arg("memory_bytes"), nb::arg("storage_options"));
   m.def("import_safetensors", &ImportSafetensorsFrom, nb::arg("src"),
-        nb::arg("root"), nb::arg("step"), nb::arg("pool_bytes"));
+        nb::arg("root"), nb::arg("step"), nb::arg("pool_bytes"),
+        nb::arg("storage_options"));
 }

@@ -151,6 +151,72 @@ def test_storage_options_override_the_environment(s3_server, monkeypatch):
     with pytest.raises(ValueError, match="no option 'endpiont'"):
         hoist.CheckpointManager(root, coordinator="single",
                                 storage_options={"endpiont": "x"})
+    # Every entry point takes them: reading, verifying, inspecting,
+    # exporting.
+    assert hoist.verify(root, storage_options=options) == (1, [])
+    assert hoist.inspect(root, storage_options=options)["step"] == 1
+    np.testing.assert_array_equal(
+        hoist.read(root, storage_options=options)["w"], _state(1)["w"])
+    figures = hoist.export(root, root + "-st", storage_options=options)
+    assert figures["tensors"] == 3
+    with pytest.raises(Exception):  # the environment's dead endpoint
+        hoist.verify(root, storage_options={"max_attempts": 1,
+                                            "connect_timeout_s": 1})
+
+
+def test_cli_flags_override_the_environment(s3_server, monkeypatch,
+                                            tmp_path):
+    """`hoist ls/inspect/verify/export` take the manager's storage options
+    as flags: an explicit endpoint (or a profile's keys) wins over the
+    environment's."""
+    hoist_cli = Path(__file__).resolve().parents[2] / "build/release/hoist"
+    if not hoist_cli.exists():
+        pytest.skip("build/release is not built")
+    env = s3_server.env
+    root = f"s3://{s3_server.bucket}/{uuid.uuid4().hex[:12]}"
+    with hoist.CheckpointManager(
+            root, pool_bytes=4 << 20, coordinator="single",
+            storage_options={"endpoint": env["AWS_ENDPOINT_URL"],
+                             "access_key_id": env["AWS_ACCESS_KEY_ID"],
+                             "secret_access_key":
+                                 env["AWS_SECRET_ACCESS_KEY"]}) as mgr:
+        mgr.save(3, _state(3)).wait()
+    # The environment: the right keys, an endpoint where nothing listens.
+    child = dict(os.environ, AWS_ENDPOINT_URL="http://127.0.0.1:9",
+                 AWS_ENDPOINT_URL_S3="http://127.0.0.1:9",
+                 AWS_ACCESS_KEY_ID=env["AWS_ACCESS_KEY_ID"],
+                 AWS_SECRET_ACCESS_KEY=env["AWS_SECRET_ACCESS_KEY"],
+                 AWS_REGION="us-east-1")
+
+    def cli(*args, environ=child):
+        return subprocess.run([str(hoist_cli), *args], capture_output=True,
+                              text=True, timeout=120, env=environ,
+                              check=False)
+
+    flag = ["--s3-endpoint", env["AWS_ENDPOINT_URL"]]
+    for command in (["ls", root], ["inspect", root], ["verify", root],
+                    ["export", root, root + "-st"]):
+        done = cli(*command, *flag)
+        assert done.returncode == 0, (command, done.stderr[-2000:])
+    assert "OK" in cli("verify", *flag, root).stdout  # before the command too
+    assert cli("ls", root).returncode != 0  # the environment's endpoint
+    # A profile's keys, from the shared credentials file, over the
+    # environment's wrong ones.
+    credentials = tmp_path / "credentials"
+    credentials.write_text(
+        f"[ckpt]\naws_access_key_id = {env['AWS_ACCESS_KEY_ID']}\n"
+        f"aws_secret_access_key = {env['AWS_SECRET_ACCESS_KEY']}\n")
+    wrong = dict(child, AWS_ACCESS_KEY_ID="nobody",
+                 AWS_SECRET_ACCESS_KEY="nothing",
+                 AWS_SHARED_CREDENTIALS_FILE=str(credentials),
+                 AWS_CONFIG_FILE=str(tmp_path / "no-config"))
+    assert cli("ls", root, *flag, environ=wrong).returncode != 0
+    done = cli("ls", root, *flag, "--aws-profile", "ckpt", environ=wrong)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "3" in done.stdout
+    done = cli("ls", root, *flag, "--aws-profile", "nope", environ=wrong)
+    assert done.returncode != 0
+    assert "profile 'nope'" in done.stderr
 
 
 def test_a_root_without_a_bucket_or_with_another_scheme_is_refused():

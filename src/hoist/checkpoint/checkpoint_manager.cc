@@ -402,9 +402,10 @@ class CheckpointManager::Impl {
                                  receiver);
       }
       AwaitIdle();
-      return SharedRestore(
-          coordinator_, storage_, dir, targets, *pool_, chosen, receiver,
-          chosen.shared_reads == Shared::kAlways || IsObjectStoreUrl(root()));
+      return SharedRestore(coordinator_, storage_, dir, targets, *pool_, chosen,
+                           receiver,
+                           chosen.shared_reads == Shared::kAlways ||
+                               !storage_.capabilities().local);
     };
     absl::StatusOr<RestoreStats> stats;
     if (local_ != nullptr && chosen.local_tier) {
@@ -829,25 +830,18 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
         "the same saves, which %d processes cannot yet agree on; use wait",
         coordinator.size()));
   }
-  // The root's storage (an object store for an s3:// or gs:// root), and
-  // the local filesystem for the local tier: the same one unless the root
-  // is on an object store.
+  // The root's storage, and the local filesystem for the local tier: the
+  // same one unless the root's is not local (an object store).
   std::vector<std::unique_ptr<Storage>> owned;
-  const auto local_filesystem =
-      [&]() -> absl::StatusOr<std::unique_ptr<Storage>> {
-    if (options.io == IoEngine::kIoUring) return MakeIoUringStorage();
-    return MakePosixStorage();
-  };
   Storage* local_storage = storage;
   if (storage == nullptr) {
-    ASSIGN_OR_RETURN(
-        owned.emplace_back(),
-        OpenStorageFor(root, options.object_store, local_filesystem));
+    ASSIGN_OR_RETURN(owned.emplace_back(),
+                     OpenStorage(root, options.storage()));
     storage = local_storage = owned.back().get();
-    if (IsObjectStoreUrl(root) && !options.local.root.empty()) {
-      ASSIGN_OR_RETURN(owned.emplace_back(), local_filesystem());
-      local_storage = owned.back().get();
-    }
+  }
+  if (!storage->capabilities().local && !options.local.root.empty()) {
+    ASSIGN_OR_RETURN(owned.emplace_back(), OpenLocalStorage(options.storage()));
+    local_storage = owned.back().get();
   }
   // One lock per job: rank 0 opens the root (creating it, taking its lock
   // and recovering it), then tells the others, who open it for reading and

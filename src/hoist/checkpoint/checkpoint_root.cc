@@ -112,21 +112,6 @@ std::string LockToken() {
           static_cast<uint64_t>(absl::ToUnixNanos(absl::Now())));
 }
 
-// The storage that holds `path` (the local filesystem, or an object store
-// for an s3:// or gs:// URL), when the caller gave none.
-absl::StatusOr<std::unique_ptr<Storage>> DefaultStorage(const std::string& path,
-                                                        Storage*& storage) {
-  std::unique_ptr<Storage> owned;
-  if (storage == nullptr) {
-    ASSIGN_OR_RETURN(
-        owned, OpenStorageFor(path, {}, [] {
-          return absl::StatusOr<std::unique_ptr<Storage>>(MakePosixStorage());
-        }));
-    storage = owned.get();
-  }
-  return owned;
-}
-
 }  // namespace
 
 CheckpointRoot::CheckpointRoot(std::string path, std::unique_ptr<Storage> owned,
@@ -142,12 +127,36 @@ CheckpointRoot::~CheckpointRoot() = default;
 
 absl::StatusOr<std::unique_ptr<CheckpointRoot>> CheckpointRoot::Open(
     const std::string& path, Storage* storage) {
-  ASSIGN_OR_RETURN(std::unique_ptr<Storage> owned,
-                   DefaultStorage(path, storage));
-  RETURN_IF_ERROR(storage->CreateDirs(path));
+  if (storage == nullptr) return Open(path, StorageOptions{});
+  return LockAndRecover(path, nullptr, *storage);
+}
+
+absl::StatusOr<std::unique_ptr<CheckpointRoot>> CheckpointRoot::Open(
+    const std::string& path, const StorageOptions& options) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Storage> owned, OpenStorage(path, options));
+  Storage& storage = *owned;
+  return LockAndRecover(path, std::move(owned), storage);
+}
+
+absl::StatusOr<std::unique_ptr<CheckpointRoot>> CheckpointRoot::OpenForReading(
+    const std::string& path, Storage* storage) {
+  if (storage == nullptr) return OpenForReading(path, StorageOptions{});
+  return ForReading(path, nullptr, *storage);
+}
+
+absl::StatusOr<std::unique_ptr<CheckpointRoot>> CheckpointRoot::OpenForReading(
+    const std::string& path, const StorageOptions& options) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Storage> owned, OpenStorage(path, options));
+  Storage& storage = *owned;
+  return ForReading(path, std::move(owned), storage);
+}
+
+absl::StatusOr<std::unique_ptr<CheckpointRoot>> CheckpointRoot::LockAndRecover(
+    const std::string& path, std::unique_ptr<Storage> owned, Storage& storage) {
+  RETURN_IF_ERROR(storage.CreateDirs(path));
   std::string token = LockToken();
   absl::StatusOr<std::unique_ptr<FileLock>> lock =
-      storage->LockFile(JoinPath(path, kLockFileName), token);
+      storage.LockFile(JoinPath(path, kLockFileName), token);
   if (!lock.ok()) {
     if (!absl::IsFailedPrecondition(lock.status())) return lock.status();
     return absl::FailedPreconditionError(absl::StrFormat(
@@ -155,21 +164,19 @@ absl::StatusOr<std::unique_ptr<CheckpointRoot>> CheckpointRoot::Open(
         "two writers must never share one root",
         path, lock.status().message()));
   }
-  RETURN_IF_ERROR(Recover(*storage, path));
+  RETURN_IF_ERROR(Recover(storage, path));
   return std::unique_ptr<CheckpointRoot>(new CheckpointRoot(
-      path, std::move(owned), *storage, *std::move(lock), std::move(token)));
+      path, std::move(owned), storage, *std::move(lock), std::move(token)));
 }
 
-absl::StatusOr<std::unique_ptr<CheckpointRoot>> CheckpointRoot::OpenForReading(
-    const std::string& path, Storage* storage) {
-  ASSIGN_OR_RETURN(std::unique_ptr<Storage> owned,
-                   DefaultStorage(path, storage));
-  ASSIGN_OR_RETURN(bool exists, storage->Exists(path));
+absl::StatusOr<std::unique_ptr<CheckpointRoot>> CheckpointRoot::ForReading(
+    const std::string& path, std::unique_ptr<Storage> owned, Storage& storage) {
+  ASSIGN_OR_RETURN(bool exists, storage.Exists(path));
   if (!exists) {
     return absl::NotFoundError(absl::StrFormat("%s: no such root", path));
   }
   return std::unique_ptr<CheckpointRoot>(new CheckpointRoot(
-      path, std::move(owned), *storage, nullptr, std::string()));
+      path, std::move(owned), storage, nullptr, std::string()));
 }
 
 absl::Status CheckpointRoot::CheckLockHolder(const std::string& token) const {
@@ -384,11 +391,11 @@ absl::StatusOr<std::pair<std::string, int64_t>> SplitStepDir(
 }
 
 absl::StatusOr<std::pair<std::unique_ptr<CheckpointRoot>, int64_t>> OpenStepAt(
-    const std::string& path) {
+    const std::string& path, const StorageOptions& options) {
   absl::StatusOr<std::pair<std::string, int64_t>> split = SplitStepDir(path);
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<CheckpointRoot> root,
-      CheckpointRoot::OpenForReading(split.ok() ? split->first : path));
+  ASSIGN_OR_RETURN(std::unique_ptr<CheckpointRoot> root,
+                   CheckpointRoot::OpenForReading(
+                       split.ok() ? split->first : path, options));
   if (split.ok()) return std::make_pair(std::move(root), split->second);
   ASSIGN_OR_RETURN(std::optional<int64_t> latest, root->Latest());
   if (!latest) {
@@ -398,8 +405,9 @@ absl::StatusOr<std::pair<std::unique_ptr<CheckpointRoot>, int64_t>> OpenStepAt(
   return std::make_pair(std::move(root), *latest);
 }
 
-absl::StatusOr<Manifest> ReadManifestAt(const std::string& path) {
-  ASSIGN_OR_RETURN(auto opened, OpenStepAt(path));
+absl::StatusOr<Manifest> ReadManifestAt(const std::string& path,
+                                        const StorageOptions& options) {
+  ASSIGN_OR_RETURN(auto opened, OpenStepAt(path, options));
   return opened.first->ReadManifest(opened.second);
 }
 

@@ -518,26 +518,28 @@ absl::StatusOr<ExportStats> ExportSafetensors(
         "at least 1 MiB");
   }
   // 1
-  ASSIGN_OR_RETURN(auto opened, OpenStepAt(step_dir));
+  ASSIGN_OR_RETURN(auto opened, OpenStepAt(step_dir, options.storage));
   const std::unique_ptr<CheckpointRoot>& root = opened.first;
   const int64_t step = opened.second;
   ASSIGN_OR_RETURN(const Manifest manifest, root->ReadManifest(step));
   ASSIGN_OR_RETURN(std::vector<Tensor> tensors,
                    SelectTensors(manifest, options.prefix));
-  // An object store (configured by the environment) or the local disk. An
-  // object is uploaded from its start to its end under its own name and
-  // appears whole when its upload completes: no temporary name, no rename,
-  // and its header (which holds the hashes) goes first, so the bytes are
-  // read twice: hashed, then uploaded behind the header.
-  const bool objects = IsObjectStoreUrl(out_dir);
+  // The local disk, or an object store. A file that cannot be renamed (an
+  // object) is written under its own name and appears whole when its upload
+  // completes. One that is written from its start to its end (an object
+  // again) has its header (which holds the hashes) first, so the bytes are
+  // read twice: hashed, then written behind the header.
   ASSIGN_OR_RETURN(std::unique_ptr<Storage> storage,
-                   OpenStorageFor(out_dir, ObjectStoreOptions{},
-                                  [] { return MakePosixStorage(); }));
+                   OpenStorage(out_dir, options.storage));
+  const StorageCapabilities can = storage->capabilities();
+  const bool renames = can.atomic_rename;
+  const bool sequential = !can.random_writes;
   ASSIGN_OR_RETURN(bool out_exists, storage->Exists(out_dir));
   if (!out_exists) {
-    // On an object store: the bucket must exist (a prefix needs no object).
-    RETURN_IF_ERROR(objects ? storage->CreateDirs(out_dir)
-                            : storage->CreateDir(out_dir));
+    // A directory of its own on a filesystem; on an object store the bucket
+    // must exist (a prefix needs no object).
+    RETURN_IF_ERROR(can.local ? storage->CreateDir(out_dir)
+                              : storage->CreateDirs(out_dir));
   } else {
     ASSIGN_OR_RETURN(bool out_is_dir, storage->IsDir(out_dir));
     if (!out_is_dir) {
@@ -622,9 +624,9 @@ absl::StatusOr<ExportStats> ExportSafetensors(
   absl::Status status = [&]() -> absl::Status {
     for (OutFile& file : files) {
       file.tmp_path =
-          objects ? JoinPath(out_dir, file.name)
-                  : JoinPath(out_dir, absl::StrFormat(".%s.tmp-%d", file.name,
-                                                      getpid()));
+          !renames ? JoinPath(out_dir, file.name)
+                   : JoinPath(out_dir, absl::StrFormat(".%s.tmp-%d", file.name,
+                                                       getpid()));
       ASSIGN_OR_RETURN(file.file, storage->OpenWritable(file.tmp_path));
       // Room for the whole file now: a full disk fails here, before any
       // byte moves, and the direct writes need not allocate.
@@ -650,7 +652,7 @@ absl::StatusOr<ExportStats> ExportSafetensors(
       for (Tensor& tensor : tensors) XXH3_64bits_reset(tensor.hash);
       ExtentStreamer streamer(root->storage(), dir, kReaderThreads, run_bytes);
       // After `buffers`: its threads stop before the buffers go.
-      WriteQueue writes(objects ? 1 : kWriteThreads);
+      WriteQueue writes(sequential ? 1 : kWriteThreads);
       const uint8_t* tail = nullptr;  // the previous chunk's, in its buffer
       int64_t carry = 0;              // its length
       for (size_t c = 0; c < chunks.size(); ++c) {
@@ -690,7 +692,7 @@ absl::StatusOr<ExportStats> ExportSafetensors(
       return absl::OkStatus();
     };
     // 4
-    if (!objects) {
+    if (!sequential) {
       RETURN_IF_ERROR(stream(/*write=*/true));
       hashes = digests();
       RETURN_IF_ERROR(write_headers());
@@ -715,7 +717,7 @@ absl::StatusOr<ExportStats> ExportSafetensors(
   }
   ExportStats stats;
   for (OutFile& file : files) {
-    if (!objects) {
+    if (renames) {
       RETURN_IF_ERROR(
           storage->Rename(file.tmp_path, JoinPath(out_dir, file.name)));
     }
@@ -733,17 +735,17 @@ absl::StatusOr<ExportStats> ExportSafetensors(
     }
     const std::string text = index.dump(2) + "\n";
     const std::string tmp =
-        objects ? JoinPath(out_dir, kSafetensorsIndexFile)
-                : JoinPath(out_dir,
-                           absl::StrFormat(".%s.tmp-%d", kSafetensorsIndexFile,
-                                           getpid()));
+        !renames ? JoinPath(out_dir, kSafetensorsIndexFile)
+                 : JoinPath(out_dir,
+                            absl::StrFormat(".%s.tmp-%d", kSafetensorsIndexFile,
+                                            getpid()));
     ASSIGN_OR_RETURN(auto out, storage->OpenWritable(tmp));
     absl::Status written = out->WriteAt(
         0, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(text.data()),
                                text.size()));
     if (written.ok()) written = out->Sync();
     out->Close().IgnoreError();
-    if (written.ok() && !objects) {
+    if (written.ok() && renames) {
       written = storage->Rename(tmp, JoinPath(out_dir, kSafetensorsIndexFile));
     }
     if (!written.ok()) {

@@ -53,7 +53,7 @@ absl::StatusOr<std::string> ReadWhole(Storage& storage, const std::string& path,
 // *.safetensors file.
 absl::StatusOr<std::vector<std::string>> SourceFiles(Storage& storage,
                                                      const std::string& src) {
-  if (IsObjectStoreUrl(src)) {
+  if (!storage.capabilities().local) {
     // The source's files are mapped into memory: they must be local.
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: a safetensors source is read from a local file or directory "
@@ -254,8 +254,8 @@ class MappedFile {
 }  // namespace
 
 absl::StatusOr<std::vector<SafetensorsTensor>> ReadSafetensorsHeaders(
-    const std::string& src) {
-  std::unique_ptr<Storage> storage = MakePosixStorage();
+    const std::string& src, const StorageOptions& options) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Storage> storage, OpenStorage(src, options));
   ASSIGN_OR_RETURN(std::vector<std::string> files, SourceFiles(*storage, src));
   std::vector<SafetensorsTensor> all;
   std::map<std::string, std::string> where;  // name -> file
@@ -276,17 +276,19 @@ absl::StatusOr<std::vector<SafetensorsTensor>> ReadSafetensorsHeaders(
 
 absl::StatusOr<ImportStats> ImportSafetensors(const std::string& src,
                                               const std::string& root,
-                                              int64_t step,
-                                              int64_t pool_bytes) {
+                                              int64_t step, int64_t pool_bytes,
+                                              const StorageOptions& storage) {
   const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(const std::vector<SafetensorsTensor> tensors,
-                   ReadSafetensorsHeaders(src));
+                   ReadSafetensorsHeaders(src, storage));
+  // The source is local (ReadSafetensorsHeaders checked): its files are
+  // mapped.
   std::map<std::string, std::unique_ptr<MappedFile>> mapped;
-  std::unique_ptr<Storage> storage = MakePosixStorage();
+  ASSIGN_OR_RETURN(std::unique_ptr<Storage> source, OpenStorage(src, storage));
   for (const SafetensorsTensor& tensor : tensors) {
     if (mapped.contains(tensor.file)) continue;
     ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> file,
-                     storage->OpenReadable(tensor.file));
+                     source->OpenReadable(tensor.file));
     ASSIGN_OR_RETURN(const int64_t size, file->Size());
     ASSIGN_OR_RETURN(mapped[tensor.file], MappedFile::Open(tensor.file, size));
   }
@@ -303,9 +305,11 @@ absl::StatusOr<ImportStats> ImportSafetensors(const std::string& src,
   options.pool_bytes =
       std::max(pool_bytes, AlignUp(largest, StagingPool::kAlignment));
   options.pool_pinning = CheckpointManagerOptions::PoolPinning::kAtOpen;
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<CheckpointManager> manager,
-      CheckpointManager::Open(root, *backend, *coordinator, options));
+  ASSIGN_OR_RETURN(std::unique_ptr<Storage> root_storage,
+                   OpenStorage(root, storage));
+  ASSIGN_OR_RETURN(std::unique_ptr<CheckpointManager> manager,
+                   CheckpointManager::Open(root, *backend, *coordinator,
+                                           options, root_storage.get()));
   const DeviceId device = backend->devices()[0]->id();
   static const uint8_t kNothing = 0;  // where an empty tensor's bytes are
   std::vector<SaveArray> arrays;

@@ -112,7 +112,8 @@ absl::Status FaultInjectingStorage::BeforeSync(const std::string& path) {
 absl::StatusOr<std::unique_ptr<WritableFile>>
 FaultInjectingStorage::OpenWritable(const std::string& path) {
   if (absl::Status s = CheckAlive(path); !s.ok()) return s;
-  absl::StatusOr<std::unique_ptr<WritableFile>> file = base_.OpenWritable(path);
+  absl::StatusOr<std::unique_ptr<WritableFile>> file =
+      base().OpenWritable(path);
   if (!file.ok()) return file.status();
   return std::make_unique<FaultyWritableFile>(*this, path, *std::move(file));
 }
@@ -120,52 +121,109 @@ FaultInjectingStorage::OpenWritable(const std::string& path) {
 absl::StatusOr<std::unique_ptr<ReadableFile>>
 FaultInjectingStorage::OpenReadable(const std::string& path) {
   if (absl::Status s = CheckAlive(path); !s.ok()) return s;
-  absl::StatusOr<std::unique_ptr<ReadableFile>> file = base_.OpenReadable(path);
+  absl::StatusOr<std::unique_ptr<ReadableFile>> file =
+      base().OpenReadable(path);
   if (!file.ok()) return file.status();
   return std::make_unique<FaultyReadableFile>(*this, path, *std::move(file));
 }
 
 absl::Status FaultInjectingStorage::CreateDir(const std::string& path) {
   if (absl::Status s = CheckAlive(path); !s.ok()) return s;
-  return base_.CreateDir(path);
+  return base().CreateDir(path);
 }
 
 absl::Status FaultInjectingStorage::Rename(const std::string& from,
                                            const std::string& to) {
   if (absl::Status s = CheckAlive(from); !s.ok()) return s;
-  return base_.Rename(from, to);
+  return base().Rename(from, to);
 }
 
 absl::Status FaultInjectingStorage::SyncDir(const std::string& path) {
   if (absl::Status s = BeforeSync(path); !s.ok()) return s;
-  return base_.SyncDir(path);
+  return base().SyncDir(path);
 }
 
 absl::StatusOr<std::vector<std::string>> FaultInjectingStorage::List(
     const std::string& path) {
   if (absl::Status s = CheckAlive(path); !s.ok()) return s;
-  return base_.List(path);
+  return base().List(path);
 }
 
 absl::StatusOr<std::unique_ptr<FileLock>> FaultInjectingStorage::LockFile(
     const std::string& path, const std::string& holder) {
   if (absl::Status s = CheckAlive(path); !s.ok()) return s;
-  return base_.LockFile(path, holder);
+  return base().LockFile(path, holder);
 }
 
 absl::Status FaultInjectingStorage::RemoveAll(const std::string& path) {
   if (absl::Status s = CheckAlive(path); !s.ok()) return s;
-  return base_.RemoveAll(path);
+  return base().RemoveAll(path);
 }
 
 absl::StatusOr<bool> FaultInjectingStorage::Exists(const std::string& path) {
   if (absl::Status s = CheckAlive(path); !s.ok()) return s;
-  return base_.Exists(path);
+  return base().Exists(path);
 }
 
 absl::StatusOr<bool> FaultInjectingStorage::IsDir(const std::string& path) {
   if (absl::Status s = CheckAlive(path); !s.ok()) return s;
-  return base_.IsDir(path);
+  return base().IsDir(path);
+}
+
+absl::StatusOr<std::unique_ptr<ReadableFile>>
+FaultInjectingStorage::OpenReadableBeneath(const std::string& dir,
+                                           const std::string& relative) {
+  if (OwnCommit()) return Storage::OpenReadableBeneath(dir, relative);
+  if (absl::Status s = CheckAlive(dir); !s.ok()) return s;
+  absl::StatusOr<std::unique_ptr<ReadableFile>> file =
+      base().OpenReadableBeneath(dir, relative);
+  if (!file.ok()) return file.status();
+  return std::make_unique<FaultyReadableFile>(*this, JoinPath(dir, relative),
+                                              *std::move(file));
+}
+
+absl::Status FaultInjectingStorage::CreateDirs(const std::string& path) {
+  if (OwnCommit()) return Storage::CreateDirs(path);
+  if (absl::Status s = CheckAlive(path); !s.ok()) return s;
+  return base().CreateDirs(path);
+}
+
+absl::StatusOr<std::string> FaultInjectingStorage::BeginDir(
+    const std::string& dir, const std::string& tmp,
+    absl::Span<const std::string> subdirs, const std::string& marker,
+    bool replace) {
+  if (OwnCommit()) {
+    return Storage::BeginDir(dir, tmp, subdirs, marker, replace);
+  }
+  if (absl::Status s = CheckAlive(dir); !s.ok()) return s;
+  return base().BeginDir(dir, tmp, subdirs, marker, replace);
+}
+
+absl::Status FaultInjectingStorage::CommitDir(const std::string& written,
+                                              const std::string& dir,
+                                              const std::string& marker,
+                                              std::string_view marker_bytes,
+                                              const std::string& aside) {
+  if (OwnCommit()) {
+    return Storage::CommitDir(written, dir, marker, marker_bytes, aside);
+  }
+  if (absl::Status s = BeforeSync(dir); !s.ok()) return s;
+  return base().CommitDir(written, dir, marker, marker_bytes, aside);
+}
+
+absl::StatusOr<bool> FaultInjectingStorage::HasMarker(
+    const std::string& dir, const std::string& marker) {
+  if (OwnCommit()) return Storage::HasMarker(dir, marker);
+  if (absl::Status s = CheckAlive(dir); !s.ok()) return s;
+  return base().HasMarker(dir, marker);
+}
+
+absl::Status FaultInjectingStorage::RemoveCommitted(const std::string& dir,
+                                                    const std::string& aside,
+                                                    const std::string& marker) {
+  if (OwnCommit()) return Storage::RemoveCommitted(dir, aside, marker);
+  if (absl::Status s = CheckAlive(dir); !s.ok()) return s;
+  return base().RemoveCommitted(dir, aside, marker);
 }
 
 }  // namespace hoist

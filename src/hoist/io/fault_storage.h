@@ -25,11 +25,11 @@ struct FaultPlan {
   int crash_at_sync = -1;  // the Sync or SyncDir at which the process "dies"
 };
 
-class FaultInjectingStorage final : public Storage {
+class FaultInjectingStorage final : public StorageWrapper {
  public:
   // `base` must outlive this and every file opened through it.
   FaultInjectingStorage(Storage& base, FaultPlan plan)
-      : base_(base), plan_(plan) {}
+      : StorageWrapper(base), plan_(plan) {}
 
   // From now on every write and sync waits (stuck storage) until Resume().
   void Stall() {
@@ -51,12 +51,16 @@ class FaultInjectingStorage final : public Storage {
   int reserves() const { return reserves_.load(); }
   bool crashed() const { return crashed_.load(); }
 
+  // Each call checks for a crash (and a stall or fault on cue), then
+  // forwards.
   absl::StatusOr<std::unique_ptr<FileLock>> LockFile(
       const std::string& path, const std::string& holder) override;
   absl::StatusOr<std::unique_ptr<WritableFile>> OpenWritable(
       const std::string& path) override;
   absl::StatusOr<std::unique_ptr<ReadableFile>> OpenReadable(
       const std::string& path) override;
+  absl::StatusOr<std::unique_ptr<ReadableFile>> OpenReadableBeneath(
+      const std::string& dir, const std::string& relative) override;
   absl::Status CreateDir(const std::string& path) override;
   absl::Status Rename(const std::string& from, const std::string& to) override;
   absl::Status SyncDir(const std::string& path) override;
@@ -65,9 +69,25 @@ class FaultInjectingStorage final : public Storage {
   absl::Status RemoveAll(const std::string& path) override;
   absl::StatusOr<bool> Exists(const std::string& path) override;
   absl::StatusOr<bool> IsDir(const std::string& path) override;
-  int preferred_writer_streams() const override {
-    return base_.preferred_writer_streams();
-  }
+  absl::Status CreateDirs(const std::string& path) override;
+
+  // Over a storage whose rename is atomic, the commit runs Storage's own
+  // protocol through this wrapper's primitives, so that a fault on cue
+  // lands inside it (a sync of the marker, the publishing rename); over
+  // any other (an object store), the base's.
+  absl::StatusOr<std::string> BeginDir(const std::string& dir,
+                                       const std::string& tmp,
+                                       absl::Span<const std::string> subdirs,
+                                       const std::string& marker,
+                                       bool replace) override;
+  absl::Status CommitDir(const std::string& written, const std::string& dir,
+                         const std::string& marker,
+                         std::string_view marker_bytes,
+                         const std::string& aside) override;
+  absl::StatusOr<bool> HasMarker(const std::string& dir,
+                                 const std::string& marker) override;
+  absl::Status RemoveCommitted(const std::string& dir, const std::string& aside,
+                               const std::string& marker) override;
 
   // Used by the file wrappers.
   absl::Status BeforeWrite(const std::string& path, bool* torn);
@@ -81,7 +101,9 @@ class FaultInjectingStorage final : public Storage {
     return !stalled_;
   }
 
-  Storage& base_;
+  // Whether the commit runs through this wrapper (see BeginDir).
+  bool OwnCommit() const { return base().capabilities().atomic_rename; }
+
   const FaultPlan plan_;
   std::atomic<int> writes_{0};
   std::atomic<int> syncs_{0};

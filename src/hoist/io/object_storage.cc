@@ -220,6 +220,12 @@ class ObjectStorage final : public Storage {
         writer_streams_(writer_streams) {}
 
   int preferred_writer_streams() const override { return writer_streams_; }
+  StorageCapabilities capabilities() const override {
+    return {.atomic_rename = false,
+            .random_writes = false,
+            .local = false,
+            .consistent_listing = true};
+  }
 
   absl::StatusOr<std::unique_ptr<FileLock>> LockFile(
       const std::string& path, const std::string& holder) override {

@@ -1,6 +1,6 @@
 // Object stores (S3, GCS) as a Storage, through Apache Arrow's C++
 // filesystems (arrow::fs::FileSystem). Private to io/: the layer above opens
-// one with OpenStorageFor() and never asks which backend it has.
+// one with OpenStorage() and asks only its capabilities().
 //
 // An object store has no rename, no directories, no fsync and no lock, so:
 //   - a file is an object, written once from start to end (sequential():

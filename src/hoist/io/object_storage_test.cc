@@ -1,6 +1,7 @@
 // The object-store Storage against real servers (SeaweedFS for S3,
-// fake-gcs-server for GCS, started once for this binary on 127.0.0.1): what
-// an object store does differently from a filesystem, and its commit.
+// fake-gcs-server for GCS, started once for this binary on 127.0.0.1): the
+// shared conformance suite (testing/storage_conformance.h), then what an
+// object store does differently from a filesystem.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -9,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "hoist/storage.h"
 #include "testing/object_store_server.h"
+#include "testing/storage_conformance.h"
 
 namespace hoist {
 namespace {
@@ -16,6 +18,29 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 using testing::ObjectStoreServer;
+using testing::StorageBackend;
+using testing::StorageConformanceTest;
+using testing::StorageSubject;
+
+// A fresh prefix on the server of `kind`.
+std::function<void(StorageSubject&)> OnServer(ObjectStoreServer::Kind kind) {
+  return [kind](StorageSubject& s) {
+    HOIST_REQUIRE_SERVERS();
+    ObjectStoreServer* server = testing::TheServers().Of(kind);
+    absl::StatusOr<std::unique_ptr<Storage>> storage =
+        testing::OpenObjectStorage(server->Url(""));
+    ASSERT_TRUE(storage.ok()) << storage.status();
+    s.storage = *std::move(storage);
+    s.root = server->Url(testing::UniquePrefix("conformance"));
+  };
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    ObjectStores, StorageConformanceTest,
+    ::testing::Values(
+        StorageBackend{"S3", OnServer(ObjectStoreServer::Kind::kS3)},
+        StorageBackend{"GCS", OnServer(ObjectStoreServer::Kind::kGcs)}),
+    testing::StorageBackendName);
 
 class ObjectStorageTest
     : public ::testing::TestWithParam<ObjectStoreServer::Kind> {
@@ -121,33 +146,6 @@ TEST_P(ObjectStorageTest, AnUploadClosedWithoutSyncLeavesNoObject) {
             absl::StatusCode::kNotFound);
 }
 
-TEST_P(ObjectStorageTest, AnObjectIsWrittenOnce) {
-  const std::string path = JoinPath(root_, "once");
-  ASSERT_TRUE(Write(path, "first").ok());
-  EXPECT_EQ(storage_->OpenWritable(path).status().code(),
-            absl::StatusCode::kAlreadyExists);
-  EXPECT_EQ(*Read(path, 0, 5), "first");
-}
-
-TEST_P(ObjectStorageTest, ListShowsTheNamesRightUnderAPrefixThatHoldObjects) {
-  ASSERT_TRUE(Write(JoinPath(root_, "step_1/MANIFEST.json"), "{}").ok());
-  ASSERT_TRUE(Write(JoinPath(root_, "step_1/data/a.bin"), "a").ok());
-  ASSERT_TRUE(Write(JoinPath(root_, "step_2/data/b.bin"), "b").ok());
-  ASSERT_TRUE(Write(JoinPath(root_, ".hoist.lock"), "me").ok());
-  absl::StatusOr<std::vector<std::string>> names = storage_->List(root_);
-  ASSERT_TRUE(names.ok()) << names.status();
-  EXPECT_THAT(*names,
-              ::testing::ElementsAre(".hoist.lock", "step_1", "step_2"));
-  EXPECT_TRUE(*storage_->IsDir(JoinPath(root_, "step_1")));
-  EXPECT_FALSE(*storage_->IsDir(JoinPath(root_, ".hoist.lock")));
-  // Removing a prefix removes every object under it; it then lists empty.
-  ASSERT_TRUE(storage_->RemoveAll(JoinPath(root_, "step_2")).ok());
-  EXPECT_THAT(*storage_->List(root_),
-              ::testing::ElementsAre(".hoist.lock", "step_1"));
-  EXPECT_TRUE(storage_->List(JoinPath(root_, "nothing"))->empty());
-  EXPECT_TRUE(storage_->RemoveAll(JoinPath(root_, "nothing")).ok());
-}
-
 TEST_P(ObjectStorageTest, CommitWritesInPlaceAndTheMarkerLast) {
   const std::string dir = JoinPath(root_, "step_00000003");
   // What an earlier save that never committed left there goes first.
@@ -179,12 +177,6 @@ TEST_P(ObjectStorageTest, CommitWritesInPlaceAndTheMarkerLast) {
   EXPECT_FALSE(*storage_->Exists(dir));
   EXPECT_EQ(storage_->RemoveCommitted(dir, "", "MANIFEST.json").code(),
             absl::StatusCode::kNotFound);
-}
-
-TEST_P(ObjectStorageTest, AnObjectStoreCannotRename) {
-  ASSERT_TRUE(Write(JoinPath(root_, "a"), "a").ok());
-  EXPECT_EQ(storage_->Rename(JoinPath(root_, "a"), JoinPath(root_, "b")).code(),
-            absl::StatusCode::kUnimplemented);
 }
 
 TEST_P(ObjectStorageTest, TheLockObjectNamesItsHolderAndGoesWithIt) {

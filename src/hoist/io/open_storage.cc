@@ -1,8 +1,8 @@
-// Which Storage holds a root: an object store for an s3:// or gs:// URL,
-// else the local filesystem the caller chose. The object stores are either
-// linked in (the C++ builds) or, in HOIST_OBJECT_STORE_PLUGIN builds (the
-// Python wheel), a module of their own loaded at the first such root, found
-// beside the binary this code is in.
+// OpenStorage, the one place a URL is parsed: an object store for an s3://
+// or gs:// URL, else the local filesystem through the engine chosen. The object
+// stores are either linked in (the C++ builds) or, in HOIST_OBJECT_STORE_PLUGIN
+// builds (the Python wheel), a module of their own loaded at the first such
+// root, found beside the binary this code is in.
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
@@ -87,41 +87,76 @@ bool ObjectStoresBuiltIn() {
 #endif
 }
 
-absl::StatusOr<std::unique_ptr<Storage>> OpenStorageFor(
-    const std::string& root, const ObjectStoreOptions& options,
-    const std::function<absl::StatusOr<std::unique_ptr<Storage>>()>& local) {
-  const size_t colon = root.find("://");
-  if (colon == std::string::npos) return local();
-  const std::string scheme = root.substr(0, colon);
+namespace {
+
+// An object store's URL, checked: "s3" or "gs", and a bucket.
+absl::StatusOr<std::string> ObjectStoreScheme(const std::string& url) {
+  const size_t colon = url.find("://");
+  const std::string scheme = url.substr(0, colon);
   if (scheme != "s3" && scheme != "gs") {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: unknown scheme '%s://' (a root is a local path, s3://BUCKET/"
         "PREFIX or gs://BUCKET/PREFIX)",
-        root, scheme));
+        url, scheme));
   }
-  const std::string rest = root.substr(colon + 3);
+  const std::string rest = url.substr(colon + 3);
   if (rest.empty() || rest.front() == '/' ||
       rest.substr(0, rest.find('/')).empty()) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("%s: no bucket (%s://BUCKET/PREFIX)", root, scheme));
+        absl::StrFormat("%s: no bucket (%s://BUCKET/PREFIX)", url, scheme));
   }
+  return scheme;
+}
+
+absl::StatusOr<std::unique_ptr<Storage>> OpenObjectStore(
+    const std::string& url, const std::string& scheme,
+    const ObjectStoreOptions& options) {
 #ifdef HOIST_OBJECT_STORE_PLUGIN
-  ASSIGN_OR_RETURN(OpenObjectStoreFn open, ObjectStoreModule(root));
+  ASSIGN_OR_RETURN(OpenObjectStoreFn open, ObjectStoreModule(url));
   absl::StatusOr<std::unique_ptr<Storage>> storage;
   open(scheme.c_str(), &options, &storage);
   return storage;
 #elif defined(HOIST_OBJECT_STORE)
+  (void)url;
   if (scheme == "s3") return MakeS3Storage(options);
   return MakeGcsStorage(options);
 #else
+  (void)scheme;
   (void)options;
   return absl::UnimplementedError(absl::StrFormat(
       "%s: this build of hoist has no object storage. It is built in when "
       "CMake finds pyarrow %s (`pip install 'pyarrow==%s.*'` into the "
       "Python it uses: the project's .venv, or -DHOIST_ARROW_PYTHON=PATH), "
       "outside sanitizer builds; see docs/object-storage.md",
-      root, HOIST_PYARROW_MAJOR, HOIST_PYARROW_MAJOR));
+      url, HOIST_PYARROW_MAJOR, HOIST_PYARROW_MAJOR));
 #endif
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Storage>> OpenLocalStorage(
+    const StorageOptions& options) {
+  if (options.io == IoEngine::kIoUring) return MakeIoUringStorage();
+  return MakePosixStorage();
+}
+
+absl::StatusOr<std::unique_ptr<Storage>> OpenStorage(
+    const std::string& url, const StorageOptions& options) {
+  if (url.find("://") == std::string::npos) return OpenLocalStorage(options);
+  ASSIGN_OR_RETURN(const std::string scheme, ObjectStoreScheme(url));
+  return OpenObjectStore(url, scheme,
+                         scheme == "s3" ? options.s3 : options.gcs);
+}
+
+bool IsObjectStoreUrl(const std::string& path) {
+  return absl::StartsWith(path, "s3://") || absl::StartsWith(path, "gs://");
+}
+
+absl::StatusOr<std::unique_ptr<Storage>> OpenStorageFor(
+    const std::string& root, const ObjectStoreOptions& options,
+    const std::function<absl::StatusOr<std::unique_ptr<Storage>>()>& local) {
+  if (root.find("://") == std::string::npos) return local();
+  return OpenStorage(root, {.s3 = options, .gcs = options});
 }
 
 }  // namespace hoist

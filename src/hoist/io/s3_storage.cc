@@ -10,11 +10,15 @@
 #include <arrow/filesystem/s3fs.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <map>
 #include <mutex>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "hoist/base/status_macros.h"
 #include "hoist/io/object_storage.h"
 
 namespace hoist {
@@ -23,6 +27,67 @@ namespace {
 std::string Env(const char* name) {
   const char* value = std::getenv(name);
   return value == nullptr ? std::string() : std::string(value);
+}
+
+// The `key = value` lines of section `section` of the INI file `path`
+// (the AWS shared files' format); empty when the file or section is
+// missing.
+std::map<std::string, std::string> IniSection(const std::string& path,
+                                              const std::string& section) {
+  std::map<std::string, std::string> values;
+  std::ifstream in(path);
+  bool inside = false;
+  for (std::string line; std::getline(in, line);) {
+    const absl::string_view text = absl::StripAsciiWhitespace(line);
+    if (text.empty() || text[0] == '#' || text[0] == ';') continue;
+    if (text.front() == '[' && text.back() == ']') {
+      inside = absl::StripAsciiWhitespace(text.substr(1, text.size() - 2)) ==
+               section;
+      continue;
+    }
+    const size_t equals = text.find('=');
+    if (!inside || equals == absl::string_view::npos) continue;
+    values[std::string(absl::StripAsciiWhitespace(text.substr(0, equals)))] =
+        std::string(absl::StripAsciiWhitespace(text.substr(equals + 1)));
+  }
+  return values;
+}
+
+std::string AwsFile(const char* variable, const char* name) {
+  std::string path = Env(variable);
+  if (path.empty()) path = Env("HOME") + "/.aws/" + name;
+  return path;
+}
+
+// `options` with the keys and region of its profile filled in where it
+// gives none; kInvalidArgument for a profile without keys.
+absl::StatusOr<ObjectStoreOptions> WithProfile(ObjectStoreOptions options) {
+  if (options.profile.empty()) return options;
+  const std::string credentials_file =
+      AwsFile("AWS_SHARED_CREDENTIALS_FILE", "credentials");
+  const std::string config_file = AwsFile("AWS_CONFIG_FILE", "config");
+  std::map<std::string, std::string> keys =
+      IniSection(credentials_file, options.profile);
+  // The config file names a profile "profile NAME" ("default" as it is).
+  std::map<std::string, std::string> config = IniSection(
+      config_file, options.profile == "default" ? options.profile
+                                                : "profile " + options.profile);
+  keys.merge(config);  // the credentials file's first
+  if (keys["aws_access_key_id"].empty() ||
+      keys["aws_secret_access_key"].empty()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "S3 profile '%s': no aws_access_key_id and aws_secret_access_key in "
+        "%s or %s (a profile that assumes a role or signs in through SSO: "
+        "name it in AWS_PROFILE instead)",
+        options.profile, credentials_file, config_file));
+  }
+  if (options.access_key_id.empty() && options.secret_access_key.empty()) {
+    options.access_key_id = keys["aws_access_key_id"];
+    options.secret_access_key = keys["aws_secret_access_key"];
+    options.session_token = keys["aws_session_token"];
+  }
+  if (options.region.empty()) options.region = keys["region"];
+  return options;
 }
 
 absl::Status InitializeS3Once() {
@@ -55,8 +120,9 @@ void FinalizeS3AtExit() {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Storage>> MakeS3Storage(
-    const ObjectStoreOptions& options) {
+    const ObjectStoreOptions& given) {
   if (absl::Status s = InitializeS3Once(); !s.ok()) return s;
+  ASSIGN_OR_RETURN(const ObjectStoreOptions options, WithProfile(given));
   arrow::fs::S3Options s3 = arrow::fs::S3Options::Defaults();
   if (!options.access_key_id.empty() || !options.secret_access_key.empty()) {
     if (options.access_key_id.empty() || options.secret_access_key.empty()) {

@@ -172,8 +172,4 @@ std::string JoinPath(const std::string& a, const std::string& b) {
   return a + "/" + b;
 }
 
-bool IsObjectStoreUrl(const std::string& path) {
-  return absl::StartsWith(path, "s3://") || absl::StartsWith(path, "gs://");
-}
-
 }  // namespace hoist

@@ -396,18 +396,12 @@ absl::StatusOr<Predicted> Predict(const DemoFlags& flags, const DemoJob& job,
                                   int64_t pool, int64_t budget,
                                   const SavePlanOptions& plan_options) {
   Predicted out;
-  // The rates measured are the local disk's: no prediction for a root on
-  // an object store.
-  if (!flags.predict || IsObjectStoreUrl(job.root)) return out;
+  // The rates measured are a local disk's: no prediction for a root that
+  // is not on one (an object store).
+  if (!flags.predict || !job.storage->capabilities().local) return out;
   out.on = true;
   std::string measured;
   if (job.lead) {
-    std::unique_ptr<Storage> storage;
-    if (flags.io == "io_uring") {
-      ASSIGN_OR_RETURN(storage, MakeIoUringStorage());
-    } else {
-      storage = MakePosixStorage();
-    }
     // Beside the root, which the manager creates (and pins its pool) later,
     // with its parents: those first, as the manager would.
     std::string dir = std::filesystem::path(job.root).parent_path().string();
@@ -421,7 +415,7 @@ absl::StatusOr<Predicted> Predict(const DemoFlags& flags, const DemoJob& job,
     }
     const absl::Time start = absl::Now();
     ASSIGN_OR_RETURN(SaveRates rates,
-                     MeasureSaveRates(*job.backend, *storage, dir,
+                     MeasureSaveRates(*job.backend, *job.storage, dir,
                                       {.bytes = std::clamp<int64_t>(
                                            job.model_bytes, int64_t{32} << 20,
                                            int64_t{256} << 20),
@@ -786,12 +780,11 @@ absl::Status RunDemo(const DemoFlags& given) {
           ? flags.persist_every
           : (flags.local_root.empty() ? 1 : 2 * int64_t{flags.save_every});
   ASSIGN_OR_RETURN(DemoJob job, SetUp(flags, size));
+  flags.storage.io =
+      flags.io == "io_uring" ? IoEngine::kIoUring : IoEngine::kPosix;
+  ASSIGN_OR_RETURN(job.storage, OpenStorage(job.root, flags.storage));
   if (flags.writers == 0) {  // the root's storage chooses, as for any job
-    ASSIGN_OR_RETURN(
-        std::unique_ptr<Storage> storage, OpenStorageFor(job.root, {}, [] {
-          return absl::StatusOr<std::unique_ptr<Storage>>(MakePosixStorage());
-        }));
-    flags.writers = storage->preferred_writer_streams();
+    flags.writers = job.storage->preferred_writer_streams();
   }
   if (flags.lose_local >= job.processes) {
     return absl::InvalidArgumentError(
@@ -806,7 +799,7 @@ absl::Status RunDemo(const DemoFlags& given) {
   options.host_memory_budget = budget;
   options.plan.writer_streams = flags.writers;
   options.keep_last = flags.keep;
-  options.io = flags.io == "io_uring" ? IoEngine::kIoUring : IoEngine::kPosix;
+  options.io = flags.storage.io;  // the local tier's
   options.persist_every = persist_every;
   options.local.root = flags.local_root;
   options.local.replicas = flags.replicas;
@@ -814,9 +807,10 @@ absl::Status RunDemo(const DemoFlags& given) {
   if (!flags.trace.empty()) options.tracer = &tracer;
   ASSIGN_OR_RETURN(Predicted predicted,
                    Predict(flags, job, pool, budget, options.plan));
-  ASSIGN_OR_RETURN(std::unique_ptr<CheckpointManager> manager,
-                   CheckpointManager::Open(job.root, *job.backend,
-                                           *job.coordinator, options));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<CheckpointManager> manager,
+      CheckpointManager::Open(job.root, *job.backend, *job.coordinator, options,
+                              job.storage.get()));
   const bool print = job.lead && !flags.json;
   if (print) {
     std::cout << absl::StrFormat(
@@ -865,9 +859,9 @@ absl::Status RunDemo(const DemoFlags& given) {
     // The restarted job pins its pool before it restores, so that neither
     // restore timed below pays for it.
     options.pool_pinning = CheckpointManagerOptions::PoolPinning::kAtOpen;
-    ASSIGN_OR_RETURN(manager,
-                     CheckpointManager::Open(job.root, *job.backend,
-                                             *job.coordinator, options));
+    ASSIGN_OR_RETURN(manager, CheckpointManager::Open(job.root, *job.backend,
+                                                      *job.coordinator, options,
+                                                      job.storage.get()));
     ASSIGN_OR_RETURN(restored, RestoreTiersAndCheck(job, *manager));
   }
 
@@ -893,7 +887,7 @@ absl::Status RunDemo(const DemoFlags& given) {
 }  // namespace
 }  // namespace demo
 
-void AddDemoCommand(CLI::App& app) {
+void AddDemoCommand(CLI::App& app, const StorageOptions& storage) {
   auto flags = std::make_shared<demo::DemoFlags>();
   CLI::App* cmd = app.add_subcommand(
       "demo",
@@ -1013,7 +1007,8 @@ void AddDemoCommand(CLI::App& app) {
                 "start-up, and the prediction made from them (always "
                 "skipped for an s3:// or gs:// root: the rates are the "
                 "local disk's)");
-  cmd->callback([flags] {
+  cmd->callback([flags, &storage] {
+    flags->storage = storage;
     absl::Status status = demo::RunDemo(*flags);
     if (!status.ok()) FailCommand("demo", status);
   });

@@ -6,9 +6,13 @@
 
 #include <CLI/CLI.hpp>
 
+#include "hoist/storage.h"
+
 namespace hoist {
 
-void AddDemoCommand(CLI::App& app);
+// `storage`: the CLI's storage flags (storage_flags.h), read when the
+// command runs.
+void AddDemoCommand(CLI::App& app, const StorageOptions& storage);
 
 }  // namespace hoist
 

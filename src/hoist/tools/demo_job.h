@@ -46,6 +46,8 @@ struct DemoFlags {
   int64_t persist_every = 0;  // 0: 2 x save_every with a local tier, else 1
   int lose_local = -1;
   bool cold = false;
+  // The root's storage: hoist's object-store flags (io from --io).
+  StorageOptions storage;
 };
 
 struct ModeStats {
@@ -82,6 +84,7 @@ struct DemoJob {
   bool lead = true;  // rank 0: prints, and owns the default root
   std::string root;
   bool own_root = false;
+  std::unique_ptr<Storage> storage;  // the root's, opened once
   std::pair<int64_t, int64_t> mesh_shape;
   int64_t mesh_devices = 0;
   std::string mesh_name;

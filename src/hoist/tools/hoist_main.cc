@@ -1,6 +1,4 @@
 // The hoist command-line tool.
-#include <stdlib.h>
-
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <string>
@@ -9,6 +7,7 @@
 #include "hoist/tools/inspect_commands.h"
 #include "hoist/tools/interop_commands.h"
 #include "hoist/tools/plan_command.h"
+#include "hoist/tools/storage_flags.h"
 
 int main(int argc, char** argv) {
   CLI::App app(
@@ -17,36 +16,14 @@ int main(int argc, char** argv) {
       "hoist");
   app.require_subcommand(1);
   app.set_version_flag("--version", "hoist " HOIST_VERSION);
-  // Object stores, for every command (given before or after it): each flag
-  // sets the variable the client reads, so it overrides the environment.
-  // Keys stay in the environment or a profile: never on a command line.
+  // Storage flags, for every command (given before or after it).
   app.fallthrough();
-  const auto sets = [&app](const char* flag, const char* variable,
-                           const char* help) {
-    app.add_option_function<std::string>(
-           flag,
-           [variable](const std::string& value) {
-             setenv(variable, value.c_str(), 1);
-           },
-           help)
-        ->trigger_on_parse()
-        ->group("Object stores (s3://BUCKET/PREFIX, gs://BUCKET/PREFIX)");
-  };
-  sets("--s3-endpoint", "AWS_ENDPOINT_URL_S3",
-       "S3 endpoint URL (else AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, AWS)");
-  sets("--s3-region", "AWS_REGION",
-       "S3 region (else AWS_REGION, AWS_DEFAULT_REGION, the profile's)");
-  sets("--aws-profile", "AWS_PROFILE",
-       "AWS profile in ~/.aws for credentials and region (else "
-       "AWS_PROFILE)");
-  sets("--gcs-endpoint", "STORAGE_EMULATOR_HOST",
-       "GCS endpoint of an emulator, e.g. http://127.0.0.1:4443 (else "
-       "STORAGE_EMULATOR_HOST; unset: Google's, with application default "
-       "credentials)");
-  hoist::AddDemoCommand(app);
+  hoist::StorageOptions storage;
+  hoist::AddStorageFlags(app, storage);
+  hoist::AddDemoCommand(app, storage);
   hoist::AddPlanCommand(app);
-  hoist::AddInspectCommands(app);
-  hoist::AddInteropCommands(app);
+  hoist::AddInspectCommands(app, storage);
+  hoist::AddInteropCommands(app, storage);
   // CLI11 takes an unknown command for a stray argument ("A subcommand is
   // required"); say what it is instead.
   if (argc > 1 && argv[1][0] != '-') {

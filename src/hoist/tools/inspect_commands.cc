@@ -27,9 +27,10 @@ int64_t ManifestBytes(const Manifest& manifest) {
   return bytes;
 }
 
-absl::Status Ls(const std::string& path, bool json) {
+absl::Status Ls(const std::string& path, const StorageOptions& storage,
+                bool json) {
   ASSIGN_OR_RETURN(std::unique_ptr<CheckpointRoot> root,
-                   CheckpointRoot::OpenForReading(path));
+                   CheckpointRoot::OpenForReading(path, storage));
   ASSIGN_OR_RETURN(std::vector<RootEntry> entries, root->Entries());
   nlohmann::json out = nlohmann::json::array();
   if (!json) {
@@ -82,8 +83,9 @@ absl::Status Ls(const std::string& path, bool json) {
   return absl::OkStatus();
 }
 
-absl::Status Inspect(const std::string& step_dir, bool json) {
-  ASSIGN_OR_RETURN(Manifest manifest, ReadManifestAt(step_dir));
+absl::Status Inspect(const std::string& step_dir, const StorageOptions& storage,
+                     bool json) {
+  ASSIGN_OR_RETURN(Manifest manifest, ReadManifestAt(step_dir, storage));
   // Files by their path from the step directory ("data/r00000_w00.bin"),
   // or, for another step's bytes, "step 3: data/r00000_w00.bin".
   std::map<std::string, int64_t> file_bytes;
@@ -153,8 +155,8 @@ absl::Status Inspect(const std::string& step_dir, bool json) {
 }
 
 // 0: verified; 1: problems found (printed), or no step to verify.
-int Verify(const std::string& path, bool json) {
-  auto opened = OpenStepAt(path);
+int Verify(const std::string& path, const StorageOptions& storage, bool json) {
+  auto opened = OpenStepAt(path, storage);
   absl::StatusOr<VerifyReport> verified =
       opened.ok() ? opened->first->Verify(opened->second) : opened.status();
   if (!verified.ok()) {
@@ -185,11 +187,14 @@ int Verify(const std::string& path, bool json) {
   return report.ok() ? 0 : 1;
 }
 
-absl::Status Rm(const std::string& path, const std::vector<int64_t>& steps) {
+absl::Status Rm(const std::string& path, const StorageOptions& options,
+                const std::vector<int64_t>& steps) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Storage> storage,
+                   OpenStorage(path, options));
   // Never creates a root: it must exist before it is locked and recovered.
-  RETURN_IF_ERROR(CheckpointRoot::OpenForReading(path).status());
+  RETURN_IF_ERROR(CheckpointRoot::OpenForReading(path, storage.get()).status());
   ASSIGN_OR_RETURN(std::unique_ptr<CheckpointRoot> root,
-                   CheckpointRoot::Open(path));
+                   CheckpointRoot::Open(path, storage.get()));
   for (int64_t step : steps) {
     RETURN_IF_ERROR(root->Delete(step));
     std::cout << "removed step " << step << " from " << path << "\n";
@@ -199,7 +204,7 @@ absl::Status Rm(const std::string& path, const std::vector<int64_t>& steps) {
 
 }  // namespace
 
-void AddInspectCommands(CLI::App& app) {
+void AddInspectCommands(CLI::App& app, const StorageOptions& storage) {
   struct Flags {
     std::string path;
     bool json = false;
@@ -211,8 +216,8 @@ void AddInspectCommands(CLI::App& app) {
       "ls", "List a root's committed steps (and incomplete saves)");
   ls->add_option("ROOT", flags->path, "Checkpoint root")->required();
   ls->add_flag("--json", flags->json, "Print JSON");
-  ls->callback([flags] {
-    if (absl::Status s = Ls(flags->path, flags->json); !s.ok())
+  ls->callback([flags, &storage] {
+    if (absl::Status s = Ls(flags->path, storage, flags->json); !s.ok())
       FailCommand("ls", s);
   });
 
@@ -224,8 +229,8 @@ void AddInspectCommands(CLI::App& app) {
                    "Step directory (ROOT/step_N), or a root (its newest step)")
       ->required();
   inspect->add_flag("--json", flags->json, "Print JSON");
-  inspect->callback([flags] {
-    if (absl::Status s = Inspect(flags->path, flags->json); !s.ok()) {
+  inspect->callback([flags, &storage] {
+    if (absl::Status s = Inspect(flags->path, storage, flags->json); !s.ok()) {
       FailCommand("inspect", s);
     }
   });
@@ -239,8 +244,10 @@ void AddInspectCommands(CLI::App& app) {
                    "Step directory (ROOT/step_N), or a root (its newest step)")
       ->required();
   verify->add_flag("--json", flags->json, "Print JSON");
-  verify->callback([flags] {
-    if (Verify(flags->path, flags->json) != 0) throw CLI::RuntimeError(1);
+  verify->callback([flags, &storage] {
+    if (Verify(flags->path, storage, flags->json) != 0) {
+      throw CLI::RuntimeError(1);
+    }
   });
 
   CLI::App* rm = app.add_subcommand(
@@ -249,8 +256,8 @@ void AddInspectCommands(CLI::App& app) {
   rm->add_option("STEP", flags->steps, "Steps to delete")
       ->required()
       ->check(NonNegative());
-  rm->callback([flags] {
-    if (absl::Status s = Rm(flags->path, flags->steps); !s.ok())
+  rm->callback([flags, &storage] {
+    if (absl::Status s = Rm(flags->path, storage, flags->steps); !s.ok())
       FailCommand("rm", s);
   });
 }

@@ -5,9 +5,13 @@
 
 #include <CLI/CLI.hpp>
 
+#include "hoist/storage.h"
+
 namespace hoist {
 
-void AddInspectCommands(CLI::App& app);
+// `storage`: the CLI's storage flags (storage_flags.h), read when the
+// command runs.
+void AddInspectCommands(CLI::App& app, const StorageOptions& storage);
 
 }  // namespace hoist
 

@@ -15,7 +15,7 @@ namespace hoist {
 
 namespace {
 
-void AddImportCommand(CLI::App& app) {
+void AddImportCommand(CLI::App& app, const StorageOptions& storage) {
   struct Flags {
     std::string src, root, format = "safetensors", pool = "256MiB";
     int64_t step = 0;
@@ -41,11 +41,11 @@ void AddImportCommand(CLI::App& app) {
   command->add_option("--pool", flags->pool, "Staging pool")
       ->capture_default_str();
   command->add_flag("--json", flags->json, "Print the figures as JSON");
-  command->callback([flags] {
+  command->callback([flags, &storage] {
     absl::StatusOr<int64_t> pool = ParseBytes(flags->pool);
     if (!pool.ok()) FailCommand("import", pool.status());
     absl::StatusOr<ImportStats> stats =
-        ImportSafetensors(flags->src, flags->root, flags->step, *pool);
+        ImportSafetensors(flags->src, flags->root, flags->step, *pool, storage);
     if (!stats.ok()) FailCommand("import", stats.status());
     const double seconds = absl::ToDoubleSeconds(stats->elapsed);
     if (flags->json) {
@@ -64,7 +64,7 @@ void AddImportCommand(CLI::App& app) {
   });
 }
 
-void AddExportCommand(CLI::App& app) {
+void AddExportCommand(CLI::App& app, const StorageOptions& storage) {
   struct Flags {
     std::string step_dir, out_dir, format = "safetensors", prefix;
     std::string max_shard, memory = "256MiB";
@@ -99,9 +99,10 @@ void AddExportCommand(CLI::App& app) {
       ->add_option("--memory", flags->memory, "Host memory for bytes in flight")
       ->capture_default_str();
   command->add_flag("--json", flags->json, "Print the figures as JSON");
-  command->callback([flags] {
+  command->callback([flags, &storage] {
     SafetensorsExportOptions options;
     options.prefix = flags->prefix;
+    options.storage = storage;
     for (auto [text, out, what] :
          {std::tuple{&flags->max_shard, &options.max_shard_bytes,
                      "--max-shard-size"},
@@ -141,9 +142,9 @@ void AddExportCommand(CLI::App& app) {
 
 }  // namespace
 
-void AddInteropCommands(CLI::App& app) {
-  AddExportCommand(app);
-  AddImportCommand(app);
+void AddInteropCommands(CLI::App& app, const StorageOptions& storage) {
+  AddExportCommand(app, storage);
+  AddImportCommand(app, storage);
 }
 
 }  // namespace hoist
