@@ -14,8 +14,8 @@
 #include <set>
 #include <string>
 
-#include "hoist/checkpoint/restore.h"
-#include "hoist/checkpoint/verify.h"
+#include "hoist/checkpoint/restore/restore.h"
+#include "hoist/checkpoint/restore/verify.h"
 #include "hoist/host_backend.h"
 #include "hoist/io/memory_storage.h"
 #include "hoist/manifest.h"

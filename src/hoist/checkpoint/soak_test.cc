@@ -11,7 +11,7 @@
 #include <fstream>
 
 #include "absl/time/clock.h"
-#include "hoist/checkpoint/restore.h"
+#include "hoist/checkpoint/restore/restore.h"
 #include "hoist/checkpoint_manager.h"
 #include "hoist/host_backend.h"
 #include "testing/array_bytes.h"

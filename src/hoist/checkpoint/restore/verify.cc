@@ -1,0 +1,60 @@
+#include "hoist/checkpoint/restore/verify.h"
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_format.h"
+#include "hoist/checkpoint/restore/extent_reader.h"
+#include "hoist/io/io_sizes.h"
+#include "hoist/format/layout.h"
+#include "hoist/format/manifest_file.h"
+
+namespace hoist {
+
+VerifyReport VerifyCheckpoint(Storage& storage, const std::string& step_dir) {
+  VerifyReport report;
+  absl::StatusOr<Manifest> manifest = ReadManifestFile(storage, step_dir);
+  if (!manifest.ok()) {
+    report.problems.push_back(manifest.status().ToString());
+    return report;
+  }
+  absl::flat_hash_map<std::string, std::unique_ptr<ReadableFile>> files;
+  absl::flat_hash_map<std::string, absl::Status> unopenable;
+  ReadBuffer buffer;
+  for (const ManifestArray& array : manifest->arrays) {
+    ++report.arrays;
+    for (size_t e = 0; e < array.extents.size(); ++e) {
+      const ManifestExtent& extent = array.extents[e];
+      const ExtentPlace place = PlaceOfExtent(step_dir, extent);
+      const std::string where = absl::StrFormat(
+          "array '%s': extent %d of %d (%s @ %d)", array.name, e,
+          array.extents.size(), place.relative, extent.offset_bytes);
+      if (unopenable.contains(place.path)) continue;  // reported once
+      std::unique_ptr<ReadableFile>& file = files[place.path];
+      if (file == nullptr) {
+        absl::StatusOr<std::unique_ptr<ReadableFile>> opened =
+            storage.OpenReadableBeneath(place.dir, place.relative);
+        if (!opened.ok()) {
+          report.problems.push_back(
+              absl::StrFormat("%s: %s", where, opened.status().ToString()));
+          unopenable.emplace(place.path, opened.status());
+          files.erase(place.path);
+          continue;
+        }
+        file = *std::move(opened);
+      }
+      ++report.extents;
+      // Pieces of at most 16 MiB: a manifest's claim never sizes a buffer.
+      const absl::Status read = ReadExtentInPieces(
+          *file, extent, ItemSize(array.dtype), kMaxIoRunBytes, buffer,
+          [](const Box&, const uint8_t*) {});
+      if (!read.ok()) {
+        report.problems.push_back(
+            absl::StrFormat("%s: %s", where, read.ToString()));
+        continue;
+      }
+      report.bytes += extent.length_bytes;
+    }
+  }
+  return report;
+}
+
+}  // namespace hoist

@@ -1,0 +1,688 @@
+// The save and commit protocol of one step. Each process, in order:
+//
+//   0. Dispatch the first wave of this process's copies (TransferEngine):
+//      nothing in storage stands between a save and its copies (a save in
+//      dispatched mode returns here when the pool holds it); while they
+//      run, steps 1 and 2, and the extents they stage wait for the writer.
+//      The save is reported staged once the last copy is delivered,
+//      whether or not steps 1 and 2 are done.
+//   1. Rank 0 refuses the step if ROOT/step_N is committed and overwrite is
+//      off (kAlreadyExists, before any byte is written).
+//   2. Rank 0 begins the step's directory through the storage's commit
+//      (Storage::BeginDir): on POSIX it creates ROOT/.step_N.tmp-<nonce>/
+//      and its data/; an object store writes in place, into ROOT/step_N/
+//      (what an uncommitted save left there removed first). The directory,
+//      or the error of step 1 or 2, is broadcast ("tmp_dir") so every rank
+//      writes into the same one or fails with rank 0's error (the staged
+//      extents are then dropped).
+//   3. Stage the rest of this process's slices while the ExtentWriter
+//      writes them into this process's data files, hashing each: at their
+//      planned offsets, or, into a file written from start to end (an
+//      object), one after the other in the order they are staged, each
+//      where it lands; then sync and close each data file (an object's
+//      upload completes).
+//   4. All-gather "written" (the barrier): each rank's outcome and the
+//      fingerprint of its plan. Any rank's failure, or a plan that differs
+//      from rank 0's, aborts the step on every rank, naming that rank. Then
+//      all-gather each extent's hash and offset.
+//   5. Rank 0 commits (Storage::CommitDir), writing MANIFEST.json last. On
+//      POSIX: to MANIFEST.json.tmp, fsync, rename, fsync data/ and the step
+//      directory, so the manifest and every data file's name are durable
+//      before the step becomes visible; then the directory is renamed to
+//      ROOT/step_N and ROOT fsynced: from the rename's durability on, the
+//      step exists. (Overwrite: the old step is first renamed aside to
+//      .step_N.tmp-<nonce>.old, then removed after the new one is durable;
+//      a crash between the two renames leaves the new step complete in its
+//      .tmp directory and the old one aside, and the CheckpointRoot's
+//      recovery commits the new one.) On an object store the manifest
+//      object's put is the commit: every data object of every process was
+//      complete at step 4's barrier.
+//   6. Rank 0 broadcasts how step 5 went ("committed"): every rank returns
+//      success only once the step is durable, or rank 0's error.
+// A rank that never arrives at an operation fails it on every other rank
+// after the Coordinator's timeout (naming the rank), so no step commits.
+//
+// A step directory without a valid MANIFEST.json is never a checkpoint, so
+// a crash at any point before step 5's commit leaves the previous steps as
+// they were and the new one absent; on error the directory begun in step 2
+// is removed here, or by the CheckpointRoot's recovery if the process died
+// (which also commits a POSIX .tmp directory whose manifest was already in
+// place).
+#include "hoist/checkpoint/save/save.h"
+
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "absl/algorithm/container.h"
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "hoist/base/status_macros.h"
+#include "hoist/base/xxh3.h"
+#include "hoist/checkpoint/save/delta.h"
+#include "hoist/checkpoint/save/extent_writer.h"
+#include "hoist/coord/status_wire.h"
+#include "hoist/format/layout.h"
+#include "hoist/format/manifest_file.h"
+#include "hoist/mutex.h"
+
+namespace hoist {
+namespace {
+
+// (slice, hash, offset, referenced) of this process's slices, as bytes for
+// the all-gather.
+struct WrittenRecord {
+  int32_t slice;
+  uint8_t referenced;
+  uint64_t low, high;
+  int64_t offset;
+};
+
+std::string EncodeWritten(const SavePlan& plan, int process,
+                          const WrittenExtents& written) {
+  std::string out;
+  for (int s : plan.SlicesOfProcess(process)) {
+    const WrittenRecord record{s, written.referenced[s], written.hashes[s].low,
+                               written.hashes[s].high, written.offsets[s]};
+    out.append(reinterpret_cast<const char*>(&record.slice),
+               sizeof record.slice);
+    out.append(reinterpret_cast<const char*>(&record.referenced),
+               sizeof record.referenced);
+    out.append(reinterpret_cast<const char*>(&record.low), sizeof record.low);
+    out.append(reinterpret_cast<const char*>(&record.high), sizeof record.high);
+    out.append(reinterpret_cast<const char*>(&record.offset),
+               sizeof record.offset);
+  }
+  return out;
+}
+
+absl::Status DecodeWritten(const std::string& bytes, WrittenExtents& written) {
+  constexpr size_t kRecord = sizeof(int32_t) + sizeof(uint8_t) +
+                             2 * sizeof(uint64_t) + sizeof(int64_t);
+  if (bytes.size() % kRecord != 0) {
+    return absl::InternalError("malformed extent hashes from a peer");
+  }
+  for (size_t at = 0; at < bytes.size(); at += kRecord) {
+    WrittenRecord record;
+    const char* p = bytes.data() + at;
+    std::memcpy(&record.slice, p, sizeof record.slice);
+    p += sizeof record.slice;
+    std::memcpy(&record.referenced, p, sizeof record.referenced);
+    p += sizeof record.referenced;
+    std::memcpy(&record.low, p, sizeof record.low);
+    p += sizeof record.low;
+    std::memcpy(&record.high, p, sizeof record.high);
+    p += sizeof record.high;
+    std::memcpy(&record.offset, p, sizeof record.offset);
+    if (record.slice < 0 ||
+        static_cast<size_t>(record.slice) >= written.hashes.size()) {
+      return absl::InternalError("extent hash for an unknown slice");
+    }
+    written.hashes[record.slice] = {record.low, record.high, true};
+    written.offsets[record.slice] = record.offset;
+    written.referenced[record.slice] = record.referenced;
+  }
+  return absl::OkStatus();
+}
+
+Manifest BuildManifest(const SaveRequest& request,
+                       const WrittenExtents& written, const DeltaBase* base);
+
+// What every process must agree on: the manifest without hashes or
+// metadata (arrays, shapes, dtypes, shardings, every slice's place).
+uint64_t PlanFingerprint(const SaveRequest& request) {
+  SaveRequest bare = request;
+  bare.metadata_json = "{}";
+  const absl::StatusOr<std::string> text = EncodeManifest(
+      BuildManifest(bare, WrittenExtents(*request.plan), nullptr));
+  // The request was validated before any byte moved; an encoding error
+  // would be the same on every rank.
+  return text.ok() ? XXH3_64bits(text->data(), text->size()) : 0;
+}
+
+// The step's manifest: a referenced slice's extent is the base's (its
+// bytes, in the step that wrote them).
+Manifest BuildManifest(const SaveRequest& request,
+                       const WrittenExtents& written, const DeltaBase* base) {
+  const SavePlan& plan = *request.plan;
+  Manifest manifest;
+  manifest.step = request.step;
+  manifest.metadata_json = request.metadata_json;
+  manifest.part = request.part;
+  for (size_t a = 0; a < plan.arrays.size(); ++a) {
+    const PlannedArray& array = plan.arrays[a];
+    manifest.arrays.push_back({array.name,
+                               array.dtype,
+                               array.shape,
+                               request.arrays[a].sharding.ToString(),
+                               {}});
+  }
+  // Each file's name once, not once per slice.
+  std::vector<std::string> file_names;
+  file_names.reserve(plan.files.size());
+  for (const auto& file : plan.files) {
+    file_names.push_back(DataFileName(file.process, file.stream));
+  }
+  for (size_t s = 0; s < plan.slices.size(); ++s) {
+    const PlannedSlice& slice = plan.slices[s];
+    if (written.referenced[s] && base != nullptr && base->extents[s]) {
+      manifest.arrays[slice.array].extents.push_back(base->Reference(s));
+      continue;
+    }
+    manifest.arrays[slice.array].extents.push_back(
+        {slice.box, file_names[slice.file], written.offsets[s],
+         slice.length_bytes, written.hashes[s], std::nullopt});
+  }
+  return manifest;
+}
+
+// Where an overwrite moves the committed step `step` while the new one
+// takes its place (CheckpointRoot's recovery brings it back after a crash).
+std::string AsideDir(const std::string& root, int64_t step) {
+  return JoinPath(root, absl::StrCat(TmpStepDirName(step), kAsideSuffix));
+}
+
+// Step 5, on rank 0: the manifest, written last by the storage's commit.
+absl::Status Commit(Storage& storage, const SaveRequest& request,
+                    const std::string& tmp, const Manifest& manifest,
+                    const std::function<void(const char*)>& traced) {
+  ASSIGN_OR_RETURN(const std::string text, EncodeManifest(manifest));
+  RETURN_IF_ERROR(CommitStep(storage, request.root, request.step, tmp, text,
+                             request.overwrite));
+  traced("commit (manifest, then publish)");
+  return absl::OkStatus();
+}
+
+// What steps 1 and 2 decide for every rank: the directory to write into,
+// and the base step whose bytes may be referenced (-1: none).
+struct Decided {
+  std::string dir;
+  int64_t base = -1;
+  absl::Status base_error;  // this rank could not read the base's manifest
+};
+
+// Rank 0's base for a save of `request`: the newest committed step other
+// than this one, when deltas are on and its manifest reads (a save never
+// fails for a base it cannot use: it writes every byte). `manifest`
+// receives the base's.
+int64_t ChooseBase(Storage& storage, const SaveRequest& request,
+                   std::shared_ptr<const IndexedManifest>& manifest) {
+  if (!request.deltas || request.part) return -1;
+  absl::StatusOr<std::optional<int64_t>> newest =
+      NewestCommittedStep(storage, request.root, request.step);
+  if (!newest.ok() || !newest->has_value()) return -1;
+  const int64_t base = **newest;
+  if (request.base_hint == nullptr || request.base_hint->step() != base) {
+    absl::StatusOr<Manifest> read =
+        ReadManifestFile(storage, JoinPath(request.root, StepDirName(base)));
+    if (!read.ok()) return -1;
+    manifest = std::make_shared<const IndexedManifest>(*std::move(read));
+  } else {
+    manifest = request.base_hint;
+  }
+  return base;
+}
+
+// Refuses to overwrite a step whose bytes kept steps reference (they would
+// read the new step's bytes under the old names).
+absl::Status CheckNotReferenced(Storage& storage, const SaveRequest& request) {
+  ASSIGN_OR_RETURN(std::vector<int64_t> referencing,
+                   StepsReferencing(storage, request.root, request.step));
+  if (referencing.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "%s: step %d cannot be overwritten: steps %s reference its bytes "
+      "(delete them first)",
+      request.root, request.step, absl::StrJoin(referencing, ", ")));
+}
+
+// A save whose frozen arrays were not staged references them in the base
+// its caller expected: kAborted when the newest step is another.
+absl::Status CheckFrozenBase(const SaveRequest& request, int64_t base) {
+  if (!request.frozen_skipped || base == request.frozen_base) {
+    return absl::OkStatus();
+  }
+  return absl::AbortedError(absl::StrFormat(
+      "step %d: its frozen arrays were left to step %d, but the newest "
+      "committed step is %d: save again",
+      request.step, request.frozen_base, base));
+}
+
+// Steps 1 and 2, decided by rank 0 for everyone: the directory to write
+// into (made) and the base, or why there is none (the same error on every
+// rank). `base` receives the base's manifest, on every rank.
+absl::StatusOr<Decided> DecideTmpDir(
+    Storage& storage, Coordinator& coordinator, const SaveRequest& request,
+    std::shared_ptr<const IndexedManifest>& base) {
+  Decided decided;  // rank 0's, once begun
+  absl::Status refused;
+  if (coordinator.rank() == 0) {
+    const std::string final_dir =
+        JoinPath(request.root, StepDirName(request.step));
+    absl::StatusOr<bool> exists =
+        storage.HasMarker(final_dir, std::string(kManifestFileName));
+    refused = exists.status();
+    if (refused.ok() && *exists && !request.overwrite) {
+      refused = absl::AlreadyExistsError(absl::StrFormat(
+          "%s: step %d is already committed (ask for overwrite to replace it)",
+          final_dir, request.step));
+    }
+    if (refused.ok() && *exists) refused = CheckNotReferenced(storage, request);
+    if (refused.ok()) {
+      decided.base = ChooseBase(storage, request, base);
+      refused = CheckFrozenBase(request, decided.base);
+    }
+    if (refused.ok()) {
+      const std::string subdirs[] = {kDataDirName};
+      absl::StatusOr<std::string> begun = storage.BeginDir(
+          final_dir, JoinPath(request.root, TmpStepDirName(request.step)),
+          subdirs, std::string(kManifestFileName), request.overwrite);
+      refused = begun.status();
+      if (begun.ok()) decided.dir = *std::move(begun);
+    }
+  }
+  absl::StatusOr<std::string> sent = coordinator.Broadcast(
+      "tmp_dir",
+      refused.ok() ? absl::StrCat(decided.base, "|", decided.dir)
+                   : absl::StrCat("!", EncodeStatus(refused)),
+      0);
+  if (!refused.ok()) return refused;
+  if (!sent.ok()) {
+    if (coordinator.rank() == 0) storage.RemoveAll(decided.dir).IgnoreError();
+    return sent.status();
+  }
+  const size_t bar = sent->find('|');
+  if (sent->empty() || absl::StartsWith(*sent, "!") ||
+      bar == std::string::npos) {
+    return DecodeStatus(
+        absl::StartsWith(*sent, "!") ? sent->substr(1) : "13:no directory", 0);
+  }
+  if (coordinator.rank() == 0) return decided;
+  if (!absl::SimpleAtoi(sent->substr(0, bar), &decided.base)) {
+    return absl::InternalError("malformed base step from rank 0");
+  }
+  decided.dir = sent->substr(bar + 1);
+  decided.base_error = CheckFrozenBase(request, decided.base);
+  if (!decided.base_error.ok()) return decided;
+  if (decided.base >= 0) {
+    if (request.base_hint != nullptr &&
+        request.base_hint->step() == decided.base) {
+      base = request.base_hint;
+    } else {
+      // Rank 0 read it: a rank that cannot fails the step at the
+      // barrier (its filesystem is not rank 0's).
+      absl::StatusOr<Manifest> read = ReadManifestFile(
+          storage, JoinPath(request.root, StepDirName(decided.base)));
+      if (!read.ok()) {
+        decided.base_error = read.status();
+        return decided;
+      }
+      base = std::make_shared<const IndexedManifest>(*std::move(read));
+    }
+  }
+  return decided;
+}
+
+// The frozen slices of this process that were not staged
+// (SaveRequest::frozen_skipped): referenced in the base, counted as saved.
+// kAborted when the base lacks one (it cannot, unless the root changed
+// under the manager).
+absl::Status ReferenceSkipped(const SaveRequest& request, const DeltaBase* base,
+                              int process, WrittenExtents& written,
+                              SaveResult& result) {
+  if (!request.frozen_skipped) return absl::OkStatus();
+  const SavePlan& plan = *request.plan;
+  for (int s : plan.SlicesOfProcess(process)) {
+    if (!(*request.frozen)[s]) continue;
+    if (base == nullptr || !base->extents[s]) {
+      return absl::AbortedError(absl::StrFormat(
+          "step %d: frozen array '%s' was not copied, but the base step "
+          "lacks its box %s: save again",
+          request.step, plan.arrays[plan.slices[s].array].name,
+          plan.slices[s].box.ToString()));
+    }
+    written.referenced[s] = 1;
+    written.hashes[s] = base->extents[s]->hash;
+    written.offsets[s] = base->extents[s]->offset_bytes;
+    result.bytes += plan.slices[s].length_bytes;
+  }
+  return absl::OkStatus();
+}
+
+// `request`'s metadata with "per_rank": every rank's per-rank state
+// (SaveRequest::per_rank_json) when they gave some; kInvalidArgument when
+// some ranks did and others did not.
+absl::StatusOr<std::string> MetadataWithPerRank(
+    const SaveRequest& request, const std::vector<std::string>& all) {
+  const size_t given = absl::c_count_if(
+      all, [](const std::string& json) { return !json.empty(); });
+  if (given == 0) return request.metadata_json;
+  if (given != all.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "step %d: %d of %d ranks gave per-rank state: all or none must",
+        request.step, given, all.size()));
+  }
+  const std::string& metadata = request.metadata_json;
+  const size_t close = metadata.find_last_of('}');
+  if (close == std::string::npos) {
+    return absl::InvalidArgumentError("metadata is not a JSON object");
+  }
+  const bool empty =
+      metadata.find_first_not_of(" \t\r\n", metadata.find('{') + 1) == close;
+  return absl::StrCat(metadata.substr(0, close), empty ? "" : ", ",
+                      "\"per_rank\": [", absl::StrJoin(all, ", "), "]}");
+}
+
+// Steps 1-6 for this process; `tmp` is set once steps 1 and 2 made it.
+absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
+                                     const SaveRequest& request,
+                                     TransferEngine& engine,
+                                     absl::Span<Device* const> devices,
+                                     const ShardSources& sources,
+                                     absl::Time start, std::string& tmp,
+                                     BegunSave* begun) {
+  const SavePlan& plan = *request.plan;
+  const int process = coordinator.rank();
+  SaveResult result;
+  // 3, with 1 and 2 inside it: the first wave's copies are dispatched
+  // before anything touches the disk (a save in dispatched mode returns
+  // sooner), then the directory is decided and the writer opened while
+  // they run; the extents staged meanwhile wait in `sink`.
+  absl::Status decided;  // steps 1 and 2
+  absl::Status local;    // this process's: the writer's, staging's
+  WrittenExtents written_here(plan);
+  DeferredSink own_sink;  // unless the begun save brought its own
+  DeferredSink& sink = begun != nullptr ? begun->sink : own_sink;
+  sink.CountInto(request.progress);
+  // The base step's manifest and what this save may reference of it.
+  std::shared_ptr<const IndexedManifest> base_manifest;
+  std::unique_ptr<DeltaBase> delta_base;  // outlives `writer`
+  std::unique_ptr<ExtentWriter> writer;   // destroyed before `sink`
+  bool prepared = false;
+  const auto prepare = [&]() -> absl::Status {
+    prepared = true;
+    absl::StatusOr<Decided> dir =
+        DecideTmpDir(storage, coordinator, request, base_manifest);
+    if (!dir.ok()) {
+      decided = dir.status();
+      sink.Attach(nullptr);
+      return decided;
+    }
+    tmp = std::move(dir->dir);
+    if (!dir->base_error.ok()) {
+      sink.Attach(nullptr);
+      return dir->base_error;
+    }
+    if (base_manifest != nullptr) {
+      delta_base = std::make_unique<DeltaBase>(
+          MakeDeltaBase(plan, base_manifest, request.frozen.get()));
+    }
+    absl::StatusOr<std::unique_ptr<ExtentWriter>> opened = ExtentWriter::Open(
+        storage, tmp, plan, process, 2, request.tracer, request.progress,
+        request.writer_thread_setup, delta_base.get());
+    if (!opened.ok()) {
+      sink.Attach(nullptr);
+      return opened.status();
+    }
+    writer = *std::move(opened);
+    sink.Attach(writer.get());
+    return absl::OkStatus();
+  };
+  bool dispatched = false;
+  const auto on_dispatched = [&] {
+    dispatched = true;
+    if (request.on_dispatched) request.on_dispatched(absl::OkStatus());
+  };
+  // The run begun ahead, else one begun here (from the kept layout when
+  // there is one); Stage is Begin then Finish.
+  absl::StatusOr<std::unique_ptr<StagingRun>> run;
+  if (begun != nullptr && begun->run != nullptr) {
+    run = std::move(begun->run);
+  } else if (request.layout != nullptr) {
+    run = engine.Begin(plan, request.layout, devices, sources, sink,
+                       request.stable);
+  } else {
+    run = engine.Begin(plan, process, devices, sources, sink);
+  }
+  // Steps 1 and 2 and the writer are prepared beside the first wave's
+  // copies (a share of several waves needs the writer to free the pool for
+  // the next), and the copies are reported staged as soon as the last is
+  // delivered, on its thread: the caller, blocked until then, does not
+  // wait for the directory, the delta base (one lookup per array) or the
+  // handing over of the extents held meanwhile, and the writes still
+  // overlap the copies.
+  bool staged_reported = false;
+  const auto report_staged = [&](const absl::Status& status,
+                                 const TransferStats& stats) {
+    if (request.progress != nullptr) {
+      request.progress->stalled_bytes.store(stats.stalled_bytes,
+                                            std::memory_order_relaxed);
+    }
+    if (!dispatched && request.on_dispatched) request.on_dispatched(status);
+    if (request.on_staged) request.on_staged(status);
+    result.staged = absl::Now() - start;
+    staged_reported = true;
+  };
+  absl::StatusOr<TransferStats> staged =
+      run.ok() ? engine.Finish(*std::move(run), on_dispatched, prepare,
+                               report_staged)
+               : absl::StatusOr<TransferStats>(run.status());
+  // Every rank takes part in step 2's broadcast, whether or not staging
+  // got to its first wave.
+  if (!prepared) {
+    const absl::Status prepared_late = prepare();
+    if (staged.ok() && !prepared_late.ok()) staged = prepared_late;
+  }
+  if (!staged_reported) {  // stopped early
+    report_staged(staged.status(), staged.ok() ? *staged : TransferStats{});
+  }
+  if (!decided.ok()) return decided;  // the same on every rank
+  local = staged.status();
+  if (writer != nullptr) {
+    absl::StatusOr<WrittenExtents> written = writer->Finish();
+    if (local.ok() && !written.ok()) local = written.status();
+    if (local.ok()) {
+      result.transfer = *staged;
+      result.bytes = staged->bytes;
+      written_here = *std::move(written);
+      local = ReferenceSkipped(request, delta_base.get(), process, written_here,
+                               result);
+      for (int s : plan.SlicesOfProcess(process)) {
+        if (written_here.referenced[s]) {
+          result.referenced_bytes += plan.slices[s].length_bytes;
+        }
+      }
+    }
+  }
+  // 4. Everyone learns whether everyone succeeded, and the hashes.
+  // Commit phases go on the "commit" track.
+  absl::Time phase = absl::Now();
+  const auto traced = [&](const char* name) {
+    const absl::Time now = absl::Now();
+    if (request.tracer != nullptr) {
+      request.tracer->Span("commit", name, phase, now);
+    }
+    phase = now;
+  };
+  if (request.tracer != nullptr) {
+    request.tracer->Span("commit", "stage + persist", start, phase);
+  }
+  // One all-gather is the "written" barrier: each process's outcome and
+  // its plan's fingerprint (encoding the plan costs milliseconds per save:
+  // skipped when there is no other process to disagree with).
+  const uint64_t fingerprint =
+      coordinator.size() > 1 ? PlanFingerprint(request) : 0;
+  ASSIGN_OR_RETURN(
+      std::vector<std::string> outcomes,
+      coordinator.AllGather("written", absl::StrCat(absl::Hex(fingerprint), "|",
+                                                    EncodeStatus(local))));
+  for (int r = 0; r < static_cast<int>(outcomes.size()); ++r) {
+    const size_t bar = outcomes[r].find('|');
+    const absl::Status theirs =
+        DecodeStatus(bar == std::string::npos ? "2:malformed outcome"
+                                              : outcomes[r].substr(bar + 1),
+                     r);
+    if (!theirs.ok()) {
+      if (!local.ok()) return local;
+      return absl::AbortedError(absl::StrFormat(
+          "step %d aborted: %s", request.step, theirs.message()));
+    }
+    if (outcomes[r].substr(0, bar) !=
+        outcomes[0].substr(0, outcomes[0].find('|'))) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "step %d aborted: rank %d planned a different checkpoint than "
+          "rank 0 (different arrays, shapes, shardings or plan options)",
+          request.step, r));
+    }
+  }
+  // Each rank's per-rank state, length-prefixed, then its records.
+  std::string mine(sizeof(uint32_t), '\0');
+  const uint32_t per_rank_bytes =
+      static_cast<uint32_t>(request.per_rank_json.size());
+  std::memcpy(mine.data(), &per_rank_bytes, sizeof per_rank_bytes);
+  mine += request.per_rank_json;
+  mine += EncodeWritten(plan, process, written_here);
+  ASSIGN_OR_RETURN(std::vector<std::string> gathered,
+                   coordinator.AllGather("hashes", std::move(mine)));
+  WrittenExtents all(plan);
+  std::vector<std::string> per_rank;
+  for (const std::string& bytes : gathered) {
+    uint32_t length = 0;
+    if (bytes.size() < sizeof length) {
+      return absl::InternalError("malformed extent hashes from a peer");
+    }
+    std::memcpy(&length, bytes.data(), sizeof length);
+    if (bytes.size() - sizeof length < length) {
+      return absl::InternalError("malformed per-rank state from a peer");
+    }
+    per_rank.push_back(bytes.substr(sizeof length, length));
+    RETURN_IF_ERROR(DecodeWritten(bytes.substr(sizeof length + length), all));
+  }
+  // Every rank referenced the same base's extents (it read the manifest
+  // of the step rank 0 chose): one this rank's base lacks cannot be.
+  for (size_t s = 0; s < plan.slices.size(); ++s) {
+    if (all.referenced[s] &&
+        (delta_base == nullptr || !delta_base->extents[s])) {
+      return absl::InternalError(absl::StrFormat(
+          "step %d aborted: a process referenced a box of '%s' that the base "
+          "step lacks",
+          request.step, plan.arrays[plan.slices[s].array].name));
+    }
+  }
+  // 5: rank 0 commits, and tells everyone how it went (step 6).
+  const std::string final_dir =
+      JoinPath(request.root, StepDirName(request.step));
+  absl::Status committed;
+  ASSIGN_OR_RETURN(std::string metadata,
+                   MetadataWithPerRank(request, per_rank));
+  Manifest built = BuildManifest(request, all, delta_base.get());
+  built.metadata_json = std::move(metadata);
+  if (coordinator.rank() == 0) {
+    traced("barrier + hash all-gather");
+    committed = Commit(storage, request, tmp, built, traced);
+  }
+  ASSIGN_OR_RETURN(
+      std::string outcome,
+      coordinator.Broadcast("committed", EncodeStatus(committed), 0));
+  if (coordinator.rank() == 0) RETURN_IF_ERROR(committed);
+  RETURN_IF_ERROR(DecodeStatus(outcome, 0));
+  traced("committed");
+  result.path = final_dir;
+  // Indexed here, on the saver's thread, for the next save's delta base.
+  result.manifest = std::make_shared<const IndexedManifest>(std::move(built));
+  result.committed = absl::Now() - start;
+  return result;
+}
+
+}  // namespace
+
+static absl::StatusOr<SaveResult> SaveCheckpointImpl(
+    Storage& storage, Coordinator& coordinator, const SaveRequest& request,
+    TransferEngine& engine, absl::Span<Device* const> devices,
+    const ShardSources& sources, BegunSave* begun) {
+  const absl::Time start = absl::Now();
+  if (request.plan == nullptr || request.step < 0 ||
+      request.arrays.size() != request.plan->arrays.size()) {
+    return absl::InvalidArgumentError(
+        "save request needs a step >= 0 and the plan of its arrays");
+  }
+  std::string tmp;  // once steps 1 and 2 made it
+  absl::StatusOr<SaveResult> result =
+      SaveSteps(storage, coordinator, request, engine, devices, sources, start,
+                tmp, begun);
+  if (!result.ok() && !tmp.empty() && coordinator.rank() == 0) {
+    storage.RemoveAll(tmp).IgnoreError();  // best effort; GC finishes it
+  }
+  return result;
+}
+
+absl::Status CommitStep(Storage& storage, const std::string& root, int64_t step,
+                        const std::string& tmp, std::string_view manifest_json,
+                        bool overwrite) {
+  return storage.CommitDir(tmp, JoinPath(root, StepDirName(step)),
+                           std::string(kManifestFileName), manifest_json,
+                           overwrite ? AsideDir(root, step) : std::string());
+}
+
+BegunSave::~BegunSave() {
+  // A run nobody finished (the save stopped before staging): its copies
+  // use the sink, so they end first; their extents are dropped.
+  if (run != nullptr) {
+    sink.Attach(nullptr);
+    engine->Finish(std::move(run)).IgnoreError();
+  }
+}
+
+bool BegunSave::all_dispatched() const {
+  return run != nullptr && AllDispatched(*run);
+}
+
+absl::StatusOr<std::unique_ptr<BegunSave>> BeginSave(
+    const SavePlan& plan, std::shared_ptr<const StagingLayout> layout,
+    TransferEngine& engine, absl::Span<Device* const> devices,
+    const ShardSources& sources, std::shared_ptr<StableSources> stable) {
+  auto begun = std::make_unique<BegunSave>();
+  begun->engine = &engine;
+  ASSIGN_OR_RETURN(begun->run,
+                   engine.Begin(plan, std::move(layout), devices, sources,
+                                begun->sink, std::move(stable)));
+  return begun;
+}
+
+absl::StatusOr<SaveResult> SaveCheckpoint(
+    Storage& storage, Coordinator& coordinator, const SaveRequest& request,
+    TransferEngine& engine, absl::Span<Device* const> devices,
+    const ShardSources& sources, std::unique_ptr<BegunSave> begun) {
+  // Each callback runs exactly once: where staging reports it, or here with
+  // the error that stopped the save before staging did.
+  struct Once {
+    std::function<void(const absl::Status&)> fn;
+    bool done = false;
+    void operator()(const absl::Status& status) {
+      if (done || !fn) return;
+      done = true;
+      fn(status);
+    }
+  };
+  auto dispatched = std::make_shared<Once>(Once{request.on_dispatched});
+  auto staged = std::make_shared<Once>(Once{request.on_staged});
+  SaveRequest wrapped = request;
+  wrapped.on_dispatched = [dispatched](const absl::Status& s) {
+    (*dispatched)(s);
+  };
+  wrapped.on_staged = [staged](const absl::Status& s) { (*staged)(s); };
+  absl::StatusOr<SaveResult> result = SaveCheckpointImpl(
+      storage, coordinator, wrapped, engine, devices, sources, begun.get());
+  const absl::Status status =
+      result.ok() ? absl::InternalError("staging never reported")
+                  : result.status();
+  (*dispatched)(status);
+  (*staged)(status);
+  return result;
+}
+
+}  // namespace hoist

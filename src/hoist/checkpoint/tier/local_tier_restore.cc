@@ -1,0 +1,525 @@
+// The local tier's restore: see local_tier.h.
+//
+// A local restore (Restore):
+//   1. the ranks all-gather which steps they hold, of their own and copies;
+//      a step is a candidate when every rank's part of it is here or
+//      described by a copy (its PART.json);
+//   2. for the newest candidate, they all-gather the extents of every part
+//      and copy they hold, and the whole manifest of each lost part;
+//   3. each evaluates PlanRecovery: for each extent of a lost part, the
+//      process that serves it (a data-parallel replica's own part, or a
+//      copy), spreading the bytes over them;
+//   4. shifts move those extents; the lost rank checks each one's hash,
+//      writes its part's manifest pointing at the received files, fsyncs
+//      and renames the directory into place: its part is back;
+//   5. every rank restores from its part. A part or copy found bad is left
+//      out and 2-5 run again; when no source is left, the next candidate.
+#include <algorithm>
+#include <set>
+
+#include "absl/algorithm/container.h"
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "hoist/base/status_macros.h"
+#include "hoist/checkpoint/tier/local_tier.h"
+#include "hoist/checkpoint/tier/part_files.h"
+#include "hoist/checkpoint/tier/peer_shift.h"
+#include "hoist/checkpoint/tier/replica_plan.h"
+#include "hoist/checkpoint/save/save.h"
+#include "hoist/format/extent_hash.h"
+#include "hoist/format/layout.h"
+#include "hoist/manifest.h"
+
+namespace hoist {
+namespace {
+
+// "<tag> <rank> <step>,<step>,..." lines: what one rank holds.
+void AppendSteps(std::string& out, absl::string_view tag, int rank,
+                 const std::vector<int64_t>& steps) {
+  absl::StrAppendFormat(&out, "%s %d %s\n", tag, rank,
+                        absl::StrJoin(steps, ","));
+}
+
+// What a restore from the local tier works with on this rank.
+struct Tier {
+  Coordinator& coordinator;
+  Storage& storage;
+  CheckpointRoot& own;
+  const std::map<int, std::unique_ptr<CheckpointRoot>>& kept;
+};
+
+// One try at rebuilding the lost parts of a step (steps 2-4 of a restore).
+struct Attempt {
+  int64_t step = 0;
+  std::set<int> lost;                             // ranks whose part is rebuilt
+  std::map<int, std::unique_ptr<HeldPart>> held;  // this rank's, by origin
+  std::vector<ExtentSource> sources;              // every rank's, gathered
+  std::vector<std::vector<PartExtent>> needs;     // of each lost part
+  Manifest manifest;                              // this rank's, when lost
+  std::vector<std::vector<int>> plan;  // PlanRecovery(needs, sources)
+  std::set<int> bad;                   // sources this rank found bad (indices)
+  int64_t received = 0;                // bytes this rank received
+};
+
+std::string SourceName(const ExtentSource& source, int lost) {
+  if (source.rank == source.origin) {
+    return absl::StrFormat("rank %d's part", source.rank);
+  }
+  if (source.origin == lost) {
+    return absl::StrFormat("rank %d's replica of it", source.rank);
+  }
+  return absl::StrFormat("rank %d's replica of rank %d's part", source.rank,
+                         source.origin);
+}
+
+// The indices of `r`'s extents that source `b` serves, ascending.
+std::vector<int> Served(const Attempt& attempt, int r, int b) {
+  std::vector<int> indices;
+  for (size_t i = 0; i < attempt.plan[r].size(); ++i) {
+    if (attempt.plan[r][i] == b) indices.push_back(static_cast<int>(i));
+  }
+  return indices;
+}
+
+// Step 2: each rank's holdings of the step, gathered. This rank's part
+// (unless lost), and its copies not found bad, are opened in `held`; a
+// holder of a lost part's copy adds the part's whole manifest. False when
+// a part was missing that the ranks thought there: it is lost now, and its
+// holders describe it in the next try.
+absl::StatusOr<bool> GatherHoldings(
+    Tier tier, Attempt& attempt, const std::set<std::pair<int, int>>& excluded,
+    const std::string& tag) {
+  const int n = tier.coordinator.size(), rank = tier.coordinator.rank();
+  std::string message;
+  const auto hold = [&](int origin, CheckpointRoot& root) {
+    absl::StatusOr<std::string> dir = root.StepDir(attempt.step);
+    if (!dir.ok()) return;
+    absl::StatusOr<std::unique_ptr<HeldPart>> opened =
+        OpenHeldPart(tier.storage, *dir);
+    if (!opened.ok()) return;  // an unreadable part serves nothing
+    AppendRecord(message, origin == rank ? "own" : "kept");
+    AppendRecord(message, absl::StrCat(origin));
+    AppendRecord(message, EncodePartExtents((*opened)->extents));
+    if (attempt.lost.contains(origin)) {
+      // A copy made before PART.json existed holds the whole part.
+      absl::StatusOr<std::string> text =
+          ReadText(JoinPath(*dir, kPartManifestFileName));
+      if (!text.ok())
+        text = ReadText(JoinPath(*dir, std::string(kManifestFileName)));
+      if (text.ok()) {
+        AppendRecord(message, "part");
+        AppendRecord(message, absl::StrCat(origin));
+        AppendRecord(message, *text);
+      }
+    }
+    attempt.held[origin] = *std::move(opened);
+  };
+  if (!attempt.lost.contains(rank)) hold(rank, tier.own);
+  for (const auto& [origin, root] : tier.kept) {
+    if (!excluded.contains({rank, origin})) hold(origin, *root);
+  }
+  ASSIGN_OR_RETURN(std::vector<std::string> all,
+                   tier.coordinator.AllGather(tag + " holdings", message));
+  std::set<int> own;
+  std::map<int, std::vector<absl::string_view>> texts;
+  for (int p = 0; p < n; ++p) {
+    const std::string what = absl::StrFormat("rank %d's holdings", p);
+    ASSIGN_OR_RETURN(std::vector<absl::string_view> records,
+                     SplitRecords(all[p], what));
+    for (size_t i = 0; i + 2 < records.size(); i += 3) {
+      int origin = -1;
+      if (!absl::SimpleAtoi(records[i + 1], &origin) || origin < 0 ||
+          origin >= n) {
+        return absl::DataLossError(absl::StrFormat("%s: no rank", what));
+      }
+      if (records[i] == "part") {
+        texts[origin].push_back(records[i + 2]);
+        continue;
+      }
+      ASSIGN_OR_RETURN(std::vector<PartExtent> extents,
+                       DecodePartExtents(records[i + 2], what));
+      if (records[i] == "own") own.insert(p);
+      attempt.sources.push_back({p, origin, std::move(extents)});
+    }
+  }
+  bool more_lost = false;
+  for (int r = 0; r < n; ++r) {
+    if (!attempt.lost.contains(r) && !own.contains(r)) {
+      attempt.lost.insert(r);
+      more_lost = true;
+    }
+  }
+  if (more_lost) return false;
+  // Each lost part's own manifest: what it held, and its metadata.
+  attempt.needs.assign(n, {});
+  for (int r : attempt.lost) {
+    bool found = false;
+    for (absl::string_view text : texts[r]) {
+      absl::StatusOr<Manifest> manifest =
+          DecodeManifest(std::string_view(text.data(), text.size()));
+      if (!manifest.ok() || !manifest->part || manifest->part->process != r ||
+          manifest->step != attempt.step) {
+        continue;
+      }
+      attempt.needs[r] = PartExtents(*manifest);
+      if (r == rank) attempt.manifest = *std::move(manifest);
+      found = true;
+      break;
+    }
+    if (!found) {
+      return absl::NotFoundError(absl::StrFormat(
+          "no process holds a readable copy of rank %d's part", r));
+    }
+  }
+  return true;
+}
+
+// Checks the extents of this rank's lost part that arrived in `tmp`, and
+// returns its manifest, pointing at them.
+absl::StatusOr<std::string> RebuiltManifest(Tier tier, Attempt& attempt,
+                                            const std::string& tmp) {
+  const int rank = tier.coordinator.rank();
+  std::map<int, std::vector<int64_t>> offsets;  // by source
+  std::map<int, size_t> next;
+  std::map<int, MappedFile> files;
+  absl::Status status;
+  Manifest manifest = attempt.manifest;
+  size_t i = 0;
+  for (ManifestArray& array : manifest.arrays) {
+    for (ManifestExtent& extent : array.extents) {
+      const int b = attempt.plan[rank][i++];
+      const ExtentSource& source = attempt.sources[b];
+      if (!offsets.contains(b)) {
+        std::vector<int64_t> lengths;
+        for (int k : Served(attempt, rank, b)) {
+          lengths.push_back(attempt.needs[rank][k].length_bytes);
+        }
+        offsets[b] = PackedOffsets(lengths);
+        ASSIGN_OR_RETURN(files[b],
+                         MappedFile::Open(JoinPath(
+                             tmp, CopyFileName(source.rank, source.origin))));
+      }
+      extent.file = CopyFileName(source.rank, source.origin);
+      extent.offset_bytes = offsets[b][next[b]++];
+      const absl::Span<const uint8_t> bytes = files[b].bytes();
+      if (extent.offset_bytes + extent.length_bytes >
+              static_cast<int64_t>(bytes.size()) ||
+          !ExtentMatches(extent.hash, bytes.data() + extent.offset_bytes,
+                         extent.length_bytes)) {
+        attempt.bad.insert(b);
+        if (status.ok()) {
+          status = absl::DataLossError(absl::StrFormat(
+              "array '%s' %s from %s: its bytes do not match its hash",
+              array.name, extent.box.ToString(), SourceName(source, rank)));
+        }
+      }
+    }
+  }
+  RETURN_IF_ERROR(status);
+  return EncodeManifest(manifest);
+}
+
+// Steps 3-4: moves the extents of the lost parts to their ranks, which
+// check them and commit their parts again. Errors: this rank's, as a lost
+// part; a source this rank could not send from is put in `attempt.bad`.
+absl::Status Rebuild(Tier tier, Attempt& attempt) {
+  const int n = tier.coordinator.size(), rank = tier.coordinator.rank();
+  std::set<int> offsets;
+  for (int r : attempt.lost) {
+    for (int b : attempt.plan[r]) {
+      offsets.insert((r - attempt.sources[b].rank + n) % n);
+    }
+  }
+  const bool lost = attempt.lost.contains(rank);
+  absl::Status first;
+  std::string tmp;
+  if (lost) {
+    absl::StatusOr<std::string> made =
+        MakeTmpStep(tier.storage, tier.own.path(), attempt.step);
+    if (made.ok()) {
+      tmp = *made;
+    } else {
+      first = made.status();
+    }
+  }
+  for (int d : offsets) {
+    const int to = (rank + d) % n, from = (rank - d + n) % n;
+    std::vector<OutgoingFile> files;
+    for (size_t b = 0; b < attempt.sources.size() && attempt.lost.contains(to);
+         ++b) {
+      const ExtentSource& source = attempt.sources[b];
+      if (source.rank != rank) continue;
+      const std::vector<int> served = Served(attempt, to, b);
+      if (served.empty()) continue;
+      HeldPart& part = *attempt.held.at(source.origin);
+      std::vector<int> indices;
+      for (int i : served) {
+        indices.push_back(part.by_key.at(attempt.needs[to][i].key));
+      }
+      absl::StatusOr<OutgoingFile> file =
+          PackedFile(part, CopyFileName(rank, source.origin), indices);
+      if (file.ok()) {
+        files.push_back(*std::move(file));
+      } else {
+        attempt.bad.insert(static_cast<int>(b));  // it arrives short
+      }
+    }
+    const bool receives =
+        lost && absl::c_any_of(attempt.plan[rank], [&](int b) {
+          return attempt.sources[b].rank == from;
+        });
+    absl::Status shifted = ShiftFiles(
+        tier.coordinator, tier.storage,
+        absl::StrFormat("local restore %d +%d", attempt.step, d), attempt.step,
+        d, files, receives && first.ok() ? tmp : "", &attempt.received);
+    if (receives && first.ok()) first = shifted;
+  }
+  if (!lost) return absl::OkStatus();
+  if (first.ok()) {
+    absl::StatusOr<std::string> manifest = RebuiltManifest(tier, attempt, tmp);
+    first = manifest.ok() ? CommitStep(tier.storage, tier.own.path(),
+                                       attempt.step, tmp, *manifest,
+                                       /*overwrite=*/true)
+                          : manifest.status();
+  }
+  if (!first.ok() && !tmp.empty()) tier.storage.RemoveAll(tmp).IgnoreError();
+  return first;
+}
+
+// How many ranks' errors a try's note names.
+constexpr int kNotedFailures = 2;
+
+// How restoring step `s` from the local tier went.
+struct StepResult {
+  std::optional<LocalTier::Outcome> outcome;  // set when it was restored
+  bool another_sharding = false;              // a rank's part does not serve it
+  std::vector<std::string> notes;
+};
+
+// Steps 2-5 for step `s`, whose parts of `lost` ranks are not where they
+// were saved.
+absl::StatusOr<StepResult> RestoreStep(
+    Tier tier, int64_t s, std::set<int> lost,
+    const std::function<absl::StatusOr<RestoreStats>(const std::string&)>&
+        restore) {
+  const int n = tier.coordinator.size();
+  std::set<std::pair<int, int>> excluded;  // copies found bad
+  StepResult result;
+  for (int t = 0; t < 4 * n + 4; ++t) {
+    const std::string tag = absl::StrFormat("local restore %d try %d", s, t);
+    Attempt attempt;
+    attempt.step = s;
+    attempt.lost = lost;
+    absl::StatusOr<bool> gathered =
+        GatherHoldings(tier, attempt, excluded, tag);
+    if (absl::IsNotFound(gathered.status())) {
+      result.notes.push_back(std::string(gathered.status().message()));
+      return result;
+    }
+    RETURN_IF_ERROR(gathered.status());
+    if (!*gathered) {
+      lost = attempt.lost;
+      continue;
+    }
+    absl::StatusOr<std::vector<std::vector<int>>> plan =
+        PlanRecovery(attempt.needs, attempt.sources);
+    if (!plan.ok()) {
+      result.notes.push_back(std::string(plan.status().message()));
+      return result;
+    }
+    attempt.plan = *std::move(plan);
+    absl::Status rebuilt = Rebuild(tier, attempt);
+    absl::StatusOr<RestoreStats> stats = [&]() -> absl::StatusOr<RestoreStats> {
+      RETURN_IF_ERROR(rebuilt);
+      ASSIGN_OR_RETURN(const std::string dir, tier.own.StepDir(s));
+      return restore(dir);
+    }();
+    ASSIGN_OR_RETURN(
+        std::vector<std::string> results,
+        tier.coordinator.AllGather(
+            tag, absl::StrFormat("%d\t%s\t%s",
+                                 static_cast<int>(stats.status().code()),
+                                 absl::StrJoin(attempt.bad, ","),
+                                 stats.ok() ? "" : stats.status().ToString())));
+    bool all_ok = true, stuck = false;
+    int failures = 0;
+    for (int r = 0; r < n; ++r) {
+      std::vector<std::string> fields =
+          absl::StrSplit(results[r], absl::MaxSplits('\t', 2));
+      int code = static_cast<int>(absl::StatusCode::kUnknown);
+      if (fields.size() != 3 || !absl::SimpleAtoi(fields[0], &code)) {
+        fields = {"", "", results[r]};
+      }
+      bool bad_found = false;
+      for (absl::string_view at :
+           absl::StrSplit(fields[1], ',', absl::SkipEmpty())) {
+        size_t b = 0;
+        if (!absl::SimpleAtoi(at, &b) || b >= attempt.sources.size()) continue;
+        const ExtentSource& source = attempt.sources[b];
+        bad_found = true;
+        if (source.rank == source.origin) {
+          lost.insert(source.rank);  // its own part is bad
+        } else {
+          excluded.insert({source.rank, source.origin});
+        }
+      }
+      if (static_cast<absl::StatusCode>(code) == absl::StatusCode::kOk)
+        continue;
+      all_ok = false;
+      const bool was_lost = attempt.lost.contains(r);
+      // The first few ranks' errors (a job of many ranks fails alike).
+      if (++failures <= kNotedFailures) {
+        result.notes.push_back(absl::StrFormat(
+            "rank %d's %spart: %s", r, was_lost ? "rebuilt " : "", fields[2]));
+      }
+      if (static_cast<absl::StatusCode>(code) ==
+          absl::StatusCode::kFailedPrecondition) {
+        result.another_sharding = true;
+      } else if (!was_lost) {
+        lost.insert(r);  // its part is bad: rebuild it
+      } else if (!bad_found) {
+        stuck = true;  // no source to blame: trying again cannot help
+      }
+    }
+    if (all_ok) {
+      std::vector<std::string> used;
+      for (int r : attempt.lost) {
+        std::map<int, int64_t> bytes;  // by source
+        for (size_t i = 0; i < attempt.plan[r].size(); ++i) {
+          bytes[attempt.plan[r][i]] += attempt.needs[r][i].length_bytes;
+        }
+        std::vector<std::string> from;
+        for (const auto& [b, size] : bytes) {
+          from.push_back(absl::StrFormat(
+              "%s (%d bytes)", SourceName(attempt.sources[b], r), size));
+        }
+        used.push_back(absl::StrFormat("rank %d's part from %s", r,
+                                       absl::StrJoin(from, ", ")));
+      }
+      LocalTier::Outcome outcome;
+      outcome.stats = *std::move(stats);
+      outcome.step = s;
+      outcome.received_bytes = attempt.received;
+      outcome.note = absl::StrFormat(
+          "local step %d%s%s%s", s, used.empty() ? "" : ": ",
+          absl::StrJoin(used, "; "),
+          result.notes.empty()
+              ? ""
+              : " (after: " + absl::StrJoin(result.notes, "; ") + ")");
+      result.outcome = std::move(outcome);
+      return result;
+    }
+    if (failures > kNotedFailures) {
+      result.notes.push_back(
+          absl::StrFormat("and %d more ranks", failures - kNotedFailures));
+    }
+    if (result.another_sharding || stuck) return result;
+  }
+  result.notes.push_back("every try failed");
+  return result;
+}
+
+}  // namespace
+
+absl::StatusOr<LocalTier::Outcome> LocalTier::Restore(
+    std::optional<int64_t> step, const std::vector<int64_t>& durable_steps,
+    const std::function<absl::StatusOr<RestoreStats>(const std::string&)>&
+        restore) {
+  const int n = coordinator_.size(), rank = coordinator_.rank();
+  // 1. Which steps every rank holds.
+  std::string inventory;
+  AppendSteps(inventory, "durable", rank, durable_steps);
+  AppendSteps(inventory, "own", rank,
+              own_->List().value_or(std::vector<int64_t>{}));
+  for (const auto& [origin, root] : kept_) {
+    AppendSteps(inventory, "kept", origin,
+                root->List().value_or(std::vector<int64_t>{}));
+  }
+  ASSIGN_OR_RETURN(
+      std::vector<std::string> all,
+      coordinator_.AllGather("local restore inventory", inventory));
+  std::vector<int64_t> durable;  // rank 0's view decides
+  std::vector<std::set<int64_t>> own(n);
+  std::set<std::pair<int, int64_t>> described;  // (origin, step) copies
+  std::set<int64_t> seen;
+  for (int p = 0; p < n; ++p) {
+    for (absl::string_view line :
+         absl::StrSplit(all[p], '\n', absl::SkipEmpty())) {
+      std::vector<absl::string_view> fields = absl::StrSplit(line, ' ');
+      int origin = -1;
+      if (fields.size() != 3 || !absl::SimpleAtoi(fields[1], &origin) ||
+          origin < 0 || origin >= n) {
+        continue;
+      }
+      for (absl::string_view s :
+           absl::StrSplit(fields[2], ',', absl::SkipEmpty())) {
+        int64_t at = 0;
+        if (!absl::SimpleAtoi(s, &at)) continue;
+        if (fields[0] == "durable") {
+          if (p == 0) durable.push_back(at);
+        } else if (fields[0] == "own" && origin == p) {
+          own[p].insert(at);
+          seen.insert(at);
+        } else if (fields[0] == "kept") {
+          described.insert({origin, at});
+          seen.insert(at);
+        }
+      }
+    }
+  }
+  // A candidate: every rank's part is where it was saved or described by
+  // a copy.
+  const auto candidate = [&](int64_t s) {
+    for (int r = 0; r < n; ++r) {
+      if (!own[r].contains(s) && !described.contains({r, s})) return false;
+    }
+    return true;
+  };
+  std::optional<int64_t> newest_durable;
+  for (int64_t s : durable) {
+    if (!step || s == *step) {
+      newest_durable = std::max(newest_durable.value_or(s), s);
+    }
+  }
+  Outcome outcome;
+  const auto use_durable = [&](std::string why) {
+    outcome.durable = newest_durable.has_value();
+    outcome.none = !outcome.durable;
+    outcome.step = newest_durable.value_or(-1);
+    outcome.note =
+        outcome.durable
+            ? absl::StrFormat("durable step %d: %s", outcome.step, why)
+            : absl::StrFormat("no step to restore: %s", why);
+    return outcome;
+  };
+  // 2-5, for each candidate, newest first, newer than the durable step.
+  std::vector<std::string> notes;
+  for (auto it = seen.rbegin(); it != seen.rend(); ++it) {
+    const int64_t s = *it;
+    if ((step && s != *step) || !candidate(s)) continue;
+    if (newest_durable && *newest_durable >= s) {
+      if (!notes.empty()) break;
+      return use_durable(absl::StrFormat(
+          "it is at least as new as the newest complete local step, %d", s));
+    }
+    std::set<int> lost;
+    for (int r = 0; r < n; ++r) {
+      if (!own[r].contains(s)) lost.insert(r);
+    }
+    ASSIGN_OR_RETURN(
+        StepResult result,
+        RestoreStep({coordinator_, storage_, *own_, kept_}, s, lost, restore));
+    if (result.outcome) return *std::move(result.outcome);
+    notes.push_back(absl::StrFormat("local step %d could not be restored: %s",
+                                    s, absl::StrJoin(result.notes, "; ")));
+    if (result.another_sharding) break;
+  }
+  if (notes.empty()) return use_durable("no local step has every rank's part");
+  return use_durable(absl::StrJoin(notes, "; "));
+}
+
+}  // namespace hoist

@@ -1,0 +1,21 @@
+// An absl::Status as bytes that one rank sends another through a
+// Coordinator, and back: the one encoding every protocol between ranks uses.
+#ifndef HOIST_COORD_STATUS_WIRE_H_
+#define HOIST_COORD_STATUS_WIRE_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace hoist {
+
+// "" for OK, else "CODE:MESSAGE".
+std::string EncodeStatus(const absl::Status& status);
+
+// The status EncodeStatus made on rank `rank`, its message prefixed with
+// "rank N: "; bytes that are not such an encoding are kUnknown, as is.
+absl::Status DecodeStatus(const std::string& bytes, int rank);
+
+}  // namespace hoist
+
+#endif  // HOIST_COORD_STATUS_WIRE_H_
