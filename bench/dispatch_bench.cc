@@ -37,7 +37,7 @@
 #include "hoist/base/checked_math.h"
 #include "hoist/checkpoint_manager.h"
 #include "hoist/host_backend.h"
-#include "hoist/tools/synthetic.h"
+#include "hoist/model/synthetic.h"
 
 namespace hoist {
 namespace {

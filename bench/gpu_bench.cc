@@ -32,8 +32,8 @@
 #include "hoist/base/bytes.h"
 #include "hoist/checkpoint_manager.h"
 #include "hoist/cuda_backend.h"
-#include "hoist/tools/sample_model.h"
-#include "hoist/tools/synthetic.h"
+#include "hoist/model/sample_model.h"
+#include "hoist/model/synthetic.h"
 #include "hoist/transfer/transfer_engine.h"
 
 namespace hoist {

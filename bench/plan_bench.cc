@@ -7,7 +7,7 @@
 #include <benchmark/benchmark.h>
 
 #include "hoist/save_plan.h"
-#include "hoist/tools/sample_model.h"
+#include "hoist/model/sample_model.h"
 
 namespace hoist {
 namespace {

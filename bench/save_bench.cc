@@ -65,8 +65,8 @@
 #include "hoist/host_backend.h"
 #include "hoist/interop.h"
 #include "hoist/save_plan.h"
-#include "hoist/tools/sample_model.h"
-#include "hoist/tools/synthetic.h"
+#include "hoist/model/sample_model.h"
+#include "hoist/model/synthetic.h"
 #include "testing/shard_buffers.h"
 
 namespace hoist {

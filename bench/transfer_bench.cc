@@ -33,7 +33,7 @@
 #include "hoist/base/stream_copy.h"
 #include "hoist/host_backend.h"
 #include "hoist/save_plan.h"
-#include "hoist/tools/sample_model.h"
+#include "hoist/model/sample_model.h"
 #include "hoist/transfer/transfer_engine.h"
 
 namespace hoist {

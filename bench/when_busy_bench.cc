@@ -29,7 +29,7 @@
 #include "hoist/checkpoint_manager.h"
 #include "hoist/host_backend.h"
 #include "hoist/io/fault_storage.h"
-#include "hoist/tools/synthetic.h"
+#include "hoist/model/synthetic.h"
 
 namespace hoist {
 namespace {

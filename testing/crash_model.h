@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "hoist/array_spec.h"
-#include "hoist/tools/synthetic.h"
+#include "hoist/model/synthetic.h"
 
 namespace hoist::testing {
 

@@ -17,8 +17,8 @@
 
 #include "hoist/checkpoint_manager.h"
 #include "hoist/host_backend.h"
-#include "hoist/tools/sample_model.h"
-#include "hoist/tools/synthetic.h"
+#include "hoist/model/sample_model.h"
+#include "hoist/model/synthetic.h"
 #include "testing/crash_model.h"
 
 namespace hoist {

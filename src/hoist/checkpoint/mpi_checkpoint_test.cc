@@ -36,7 +36,7 @@
 #include "hoist/format/manifest_file.h"
 #include "hoist/host_backend.h"
 #include "hoist/io/fault_storage.h"
-#include "hoist/tools/sample_model.h"
+#include "hoist/model/sample_model.h"
 #include "testing/array_bytes.h"
 #include "testing/mixed_model.h"
 #include "testing/shard_buffers.h"

@@ -57,9 +57,9 @@
 #include "hoist/predict.h"
 #include "hoist/tools/command_error.h"
 #include "hoist/tools/demo_job.h"
-#include "hoist/tools/flags.h"
-#include "hoist/tools/sample_model.h"
-#include "hoist/tools/synthetic.h"
+#include "hoist/model/mesh_flag.h"
+#include "hoist/model/sample_model.h"
+#include "hoist/model/synthetic.h"
 
 namespace hoist {
 namespace demo {

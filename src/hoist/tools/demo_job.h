@@ -16,7 +16,7 @@
 #include "hoist/box.h"
 #include "hoist/checkpoint_manager.h"
 #include "hoist/predict.h"
-#include "hoist/tools/sample_model.h"
+#include "hoist/model/sample_model.h"
 
 namespace hoist::demo {
 

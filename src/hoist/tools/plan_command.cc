@@ -12,8 +12,8 @@
 #include "hoist/base/bytes.h"
 #include "hoist/predict.h"
 #include "hoist/save_plan.h"
-#include "hoist/tools/flags.h"
-#include "hoist/tools/sample_model.h"
+#include "hoist/model/mesh_flag.h"
+#include "hoist/model/sample_model.h"
 
 namespace hoist {
 namespace {

@@ -1,6 +1,6 @@
 // Synthetic array contents for the demo, the benchmarks and the crash tests.
-#ifndef HOIST_TOOLS_SYNTHETIC_H_
-#define HOIST_TOOLS_SYNTHETIC_H_
+#ifndef HOIST_MODEL_SYNTHETIC_H_
+#define HOIST_MODEL_SYNTHETIC_H_
 
 #include <cstdint>
 
@@ -12,4 +12,4 @@ void FillSynthetic(uint8_t* data, int64_t bytes, uint64_t seed);
 
 }  // namespace hoist
 
-#endif  // HOIST_TOOLS_SYNTHETIC_H_
+#endif  // HOIST_MODEL_SYNTHETIC_H_

@@ -1,8 +1,8 @@
 // A GPT-style model (weights and Adam state) sharded Megatron-style on a
 // (data, model) mesh: the sample the CLI plans, and later saves, and that the
 // benchmarks measure. Only specs: no bytes are allocated here.
-#ifndef HOIST_TOOLS_SAMPLE_MODEL_H_
-#define HOIST_TOOLS_SAMPLE_MODEL_H_
+#ifndef HOIST_MODEL_SAMPLE_MODEL_H_
+#define HOIST_MODEL_SAMPLE_MODEL_H_
 
 #include <cstdint>
 #include <string>
@@ -42,4 +42,4 @@ absl::StatusOr<std::vector<ArraySpec>> GptModel(const GptConfig& config,
 
 }  // namespace hoist
 
-#endif  // HOIST_TOOLS_SAMPLE_MODEL_H_
+#endif  // HOIST_MODEL_SAMPLE_MODEL_H_

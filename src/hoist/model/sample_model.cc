@@ -1,4 +1,4 @@
-#include "hoist/tools/sample_model.h"
+#include "hoist/model/sample_model.h"
 
 #include <cmath>
 #include <cstring>

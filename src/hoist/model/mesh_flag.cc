@@ -1,4 +1,4 @@
-#include "hoist/tools/flags.h"
+#include "hoist/model/mesh_flag.h"
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"

@@ -1,4 +1,4 @@
-#include "hoist/tools/synthetic.h"
+#include "hoist/model/synthetic.h"
 
 #include <cstring>
 

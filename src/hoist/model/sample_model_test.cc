@@ -1,4 +1,4 @@
-#include "hoist/tools/sample_model.h"
+#include "hoist/model/sample_model.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,6 +1,7 @@
-// Parsing the CLI's shared flags.
-#ifndef HOIST_TOOLS_FLAGS_H_
-#define HOIST_TOOLS_FLAGS_H_
+// Parsing a mesh shape flag ("DATAxMODEL"), as the CLI, the benchmarks
+// and the crash tests take it.
+#ifndef HOIST_MODEL_MESH_FLAG_H_
+#define HOIST_MODEL_MESH_FLAG_H_
 
 #include <cstdint>
 #include <string>
@@ -17,4 +18,4 @@ absl::StatusOr<std::pair<int64_t, int64_t>> ParseMeshFlag(
 
 }  // namespace hoist
 
-#endif  // HOIST_TOOLS_FLAGS_H_
+#endif  // HOIST_MODEL_MESH_FLAG_H_
