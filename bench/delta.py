@@ -39,7 +39,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
-from peers import child_result, parse_bytes  # noqa: E402
+from benchlib import child_result, parse_bytes  # noqa: E402
 
 LAYERS = 16
 WIDTH = 1024

@@ -27,7 +27,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peers import drop_caches, parse_bytes  # noqa: E402
+from benchlib import drop_caches, parse_bytes  # noqa: E402
 
 CHILD = r"""
 import json, os, resource, sys, time

@@ -5,7 +5,7 @@ hoist's adapter for it, in one run.
     .venv/bin/python bench/integrations.py [--size 1GiB] [--rounds 5]
                                            [--frameworks dcp,lightning,...]
 
-The state is hoist's sample model (bench/peers.py's arrays: bf16 weights,
+The state is hoist's sample model (bench/benchlib.py's arrays: bf16 weights,
 fp32 Adam moments; --size of them), in each framework's own form:
   dcp:        a state dict of tensors. Default: dcp.async_save with
               FileSystemWriter (its default stager: this host has no CUDA
@@ -42,14 +42,14 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import peers  # noqa: E402  (the arrays, cache dropping, child processes)
+import benchlib  # noqa: E402  (the arrays, cache dropping, child processes)
 
 FRAMEWORKS = ["dcp", "lightning", "accelerate", "orbax"]
 GIB = 1 << 30
 
 
 def _tensors(specs):
-    return peers.torch_tensors(peers.host_arrays(specs))
+    return benchlib.torch_tensors(benchlib.host_arrays(specs))
 
 
 def _sync_wait(fn):
@@ -68,7 +68,7 @@ class Dcp:
         self.dcp, self.hoist_dcp = dcp, hoist.dcp
         self.state = _tensors(specs)
         self.path, self.system, self.args = path, system, args
-        peers.dcp_group()
+        benchlib.dcp_group()
 
     def save(self, step):
         """(blocked s, save s)."""
@@ -186,9 +186,9 @@ class Orbax:
         import orbax.checkpoint as ocp
         from hoist.orbax import CheckpointManager
         self.ocp = ocp
-        host = peers.host_arrays(specs)
-        self.state, shardings = peers.jax_arrays(specs, host)
-        self.abstract = peers.abstract_jax(specs, shardings)
+        host = benchlib.host_arrays(specs)
+        self.state, shardings = benchlib.jax_arrays(specs, host)
+        self.abstract = benchlib.abstract_jax(specs, shardings)
         options = ocp.CheckpointManagerOptions(save_interval_steps=1)
         if system == "hoist":
             self.manager = CheckpointManager(
@@ -223,19 +223,19 @@ JOBS = {"dcp": Dcp, "lightning": Lightning, "accelerate": Accelerate,
 
 def child(args):
     """One framework, one system: the timed saves and loads."""
-    specs = peers.array_list(args.size)
+    specs = benchlib.array_list(args.size)
     path = os.path.join(args.dir, f"{args.framework}-{args.system}")
     shutil.rmtree(path, ignore_errors=True)
     job = JOBS[args.framework](specs, path, args.system, args)
     job.save(0)  # warm-up: imports, threads, the pool, a writer process
     saves = [job.save(step) for step in range(1, args.rounds + 1)]
     loads, verified = [], True
-    host = peers.host_arrays(specs)
+    host = benchlib.host_arrays(specs)
     for _ in range(args.rounds):
-        cache = peers.drop_caches(path)
+        cache = benchlib.drop_caches(path)
         seconds, out = job.load(args.rounds)
         loads.append(seconds)
-        verified = verified and peers.same(out, host)
+        verified = verified and benchlib.same(out, host)
     result = {"blocked_s_samples": [b for b, _ in saves],
               "save_s_samples": [s for _, s in saves],
               "load_s_samples": loads, "cache": cache, "verified": verified}
@@ -252,7 +252,7 @@ def run(framework, system, args):
     env = dict(os.environ)
     env.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
     env.setdefault("JAX_PLATFORMS", "cpu")
-    return peers.child_result(
+    return benchlib.child_result(
         [sys.executable, os.path.abspath(__file__), "--child", "--framework",
          framework, "--system", system, "--size", str(args.size), "--rounds",
          str(args.rounds), "--pool", str(args.pool), "--dir", args.dir], env)
@@ -286,14 +286,14 @@ def table(report):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--size", type=peers.parse_bytes, default=GIB,
+    parser.add_argument("--size", type=benchlib.parse_bytes, default=GIB,
                         help="the state's bytes (default 1GiB)")
     parser.add_argument("--rounds", type=int, default=5,
                         help="timed saves and loads per system (default 5)")
     parser.add_argument("--frameworks", default=",".join(FRAMEWORKS),
                         help="comma-separated subset of " +
                         ",".join(FRAMEWORKS))
-    parser.add_argument("--pool", type=peers.parse_bytes, default=None,
+    parser.add_argument("--pool", type=benchlib.parse_bytes, default=None,
                         help="hoist's pinned pool (default: the state's "
                         "size plus an eighth, so one wave stages it)")
     parser.add_argument("--dir", default="bench-scratch",

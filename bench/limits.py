@@ -14,7 +14,7 @@ the rounds' ratios, their range, and the goal and floor of issue 41.
      (save_bench --repeats ROUNDS --no-export: fio-style limits, the best of
      several io_uring job/depth/block configurations, O_DIRECT);
   3. time blocked by a save from Python (JAX arrays, torch tensors; the
-     model of bench/peers.py, --saves 5 each after a warm-up) against the
+     model of bench/benchlib.py, --saves 5 each after a warm-up) against the
      single-thread memcpy of the same bytes (transfer_bench), each round
      (its time with non-temporal stores, as hoist copies, is recorded as
      stream_copy_bound_s);
@@ -37,6 +37,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib  # noqa: E402
 import peers  # noqa: E402
 
 # (figure, what, goal, floor, higher is better)
@@ -60,16 +61,16 @@ def log(message):
 
 
 def model_bytes(size):
-    """The bytes of bench/peers.py's model of `size` (its arrays are made
+    """The bytes of bench/benchlib.py's model of `size` (its arrays are made
     empty: never touched, so never in memory)."""
-    return sum(a.nbytes for a in peers.host_arrays(
-        peers.array_list(size), fill=False).values())
+    return sum(a.nbytes for a in benchlib.host_arrays(
+        benchlib.array_list(size), fill=False).values())
 
 
 def disk_rounds(args):
     """Per-round ratios of save_bench: save, restore onto devices and into
     new host memory, each against its round's limit."""
-    out = peers.cpp_json([peers.SAVE_BENCH, "--bytes", str(args.size), "--dir",
+    out = benchlib.cpp_json([benchlib.SAVE_BENCH, "--bytes", str(args.size), "--dir",
                           args.dir, "--repeats", str(args.rounds),
                           "--no-export", "--json"])
     return {"save": out["save_vs_raw_write_samples"],
@@ -82,7 +83,7 @@ def disk_rounds(args):
 
 def blocked_round(args, nbytes):
     """One round: the memcpy bound, then each system's blocked times."""
-    memcpy = peers.cpp_json([peers.TRANSFER_BENCH, "--json", "--model-bytes",
+    memcpy = benchlib.cpp_json([benchlib.TRANSFER_BENCH, "--json", "--model-bytes",
                              str(args.blocked_size), "--repeats", "3"])
     bound = nbytes / (memcpy["memcpy_gbps"] * 1e9)
     # hoist's copies use non-temporal stores (StreamCopy): the same
@@ -105,7 +106,7 @@ def train_round(args):
     """One round: bench/train_loop.py --pairs in a process of its own, hoist
     at its defaults: the median over pairs of windows (with a save, without)
     of their ratio - 1, and its quartiles."""
-    result = peers.child_result(
+    result = benchlib.child_result(
         [sys.executable, os.path.join(os.path.dirname(__file__),
                                       "train_loop.py"), "--child",
          "--variant", "hoist_low", "--every", "5", "--pairs",

@@ -12,7 +12,7 @@ hoist (as NumPy arrays sharing the tensors' memory) four times, reporting
 how long the first save() blocked and the median of the next three, which
 repeat the structure as a training loop's saves do; by torch.save once, with
 fsync; and by hoist as tensors, the step the restores read; then each is restored in a new process after the page cache is
-emptied (bench/peers.py's drop_caches), timing hoist from opening the
+emptied (bench/benchlib.py's drop_caches), timing hoist from opening the
 manager to the restored tensors (restore(like=template), the template a job
 has) and torch from torch.load to its tensors. Also reported: the engine's
 own time (the C++ restore call) and the time per array.
@@ -38,7 +38,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import peers  # noqa: E402
+import benchlib  # noqa: E402
 
 ELEMENTS = 256
 
@@ -93,7 +93,7 @@ def scaling(counts, directory, saves):
     rows = []
     for deltas in (1, 0):
         for n in counts:
-            result = peers.child_result(
+            result = benchlib.child_result(
                 [sys.executable, os.path.abspath(__file__), "--child",
                  "--phase", "repeat", "--count", str(n), "--dir", directory,
                  "--deltas", str(deltas), "--saves", str(saves)])
@@ -195,7 +195,7 @@ def child(args):
 
 
 def run(phase, count, directory):
-    result = peers.child_result(
+    result = benchlib.child_result(
         [sys.executable, os.path.abspath(__file__), "--child", "--phase", phase,
          "--count", str(count), "--dir", directory])
     if "error" in result:
@@ -245,7 +245,7 @@ def main():
         for n in (int(c) for c in counts.split(",")):
             row = {"arrays": n, **run("save", n, args.dir)}
             for phase in ("hoist", "torch"):
-                row["cache"] = peers.drop_caches(args.dir)
+                row["cache"] = benchlib.drop_caches(args.dir)
                 r = run(phase, n, args.dir)
                 row[phase + "_s"] = r["seconds"]
                 row["verified"] = row.get("verified", True) and r["verified"]

@@ -42,7 +42,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "bench"))
-from peers import parse_bytes  # noqa: E402
+from benchlib import parse_bytes  # noqa: E402
 
 
 def state(size, step, rank, layout="zero"):

@@ -34,7 +34,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import peers  # noqa: E402
+import benchlib  # noqa: E402
 
 VARIANTS = ["none", "hoist_low", "hoist_idle", "hoist_normal", "dcp",
             "torch_save"]
@@ -217,7 +217,7 @@ def main():
     rows = {}
     try:
         for variant in variants:
-            rows[variant] = peers.child_result(
+            rows[variant] = benchlib.child_result(
                 [sys.executable, os.path.abspath(__file__), "--child",
                  "--variant", variant, "--steps", str(args.steps), "--every",
                  str(args.every), "--pairs", str(args.pairs), "--dir",

@@ -23,7 +23,7 @@ import time
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import peers  # noqa: E402
+import benchlib  # noqa: E402
 
 
 def main():
@@ -37,8 +37,8 @@ def main():
     from flax.training import train_state
 
     import hoist
-    specs = peers.array_list(peers.parse_bytes(args.size))
-    params, _ = peers.jax_arrays(specs, peers.host_arrays(specs))
+    specs = benchlib.array_list(benchlib.parse_bytes(args.size))
+    params, _ = benchlib.jax_arrays(specs, benchlib.host_arrays(specs))
     state = train_state.TrainState.create(apply_fn=None, params=params,
                                           tx=optax.adamw(1e-3))
     adam = state.opt_state[0]
