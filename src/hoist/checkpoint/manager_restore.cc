@@ -1,0 +1,134 @@
+// The manager's restores: the step chosen (from the local tier or the
+// durable root), then read by every rank for itself or once per job
+// (restore/shared_restore.h), onto any sharding.
+#include "hoist/checkpoint/manager_impl.h"
+
+namespace hoist {
+
+absl::StatusOr<CheckpointManager::PreparedRestore>
+CheckpointManager::Impl::PrepareRestore(std::optional<int64_t> step) {
+  RETURN_IF_ERROR(TakeDeferredError());
+  PreparedRestore prepared;
+  if (local_ != nullptr && options_.restore.local_tier) {
+    AwaitIdle();
+    Storage& storage = local_->own().storage();
+    ASSIGN_OR_RETURN(
+        LocalTier::Outcome outcome,
+        local_->Restore(
+            step, List().value_or(std::vector<int64_t>{}),
+            [&](const std::string& dir) -> absl::StatusOr<RestoreStats> {
+              ASSIGN_OR_RETURN(prepared.manifest,
+                               ReadManifestFile(storage, dir));
+              return RestoreStats{};
+            }));
+    if (outcome.none) return NoStepInEitherTier(step, outcome.note);
+    prepared.step = outcome.step;
+    prepared.note = outcome.note;
+    prepared.bytes_received = outcome.received_bytes;
+    if (outcome.stats) {
+      prepared.tier = Tier::kLocal;
+      return prepared;
+    }
+    step = outcome.step;
+  }
+  if (!step) {
+    ASSIGN_OR_RETURN(step, NewestDurable());
+  }
+  prepared.step = *step;
+  prepared.tier = Tier::kDurable;
+  ASSIGN_OR_RETURN(prepared.manifest, root_->ReadManifest(*step));
+  return prepared;
+}
+
+absl::StatusOr<RestoreStats> CheckpointManager::Impl::Restore(
+    std::optional<int64_t> step, absl::Span<const RestoreTarget> targets,
+    const RestoreReceiver& receiver,
+    const std::optional<RestoreOptions>& options) {
+  RETURN_IF_ERROR(TakeDeferredError());
+  const RestoreOptions& chosen = options.value_or(options_.restore);
+  const bool needs_pool = absl::c_any_of(targets, [](const auto& target) {
+    return absl::c_any_of(target.destinations, [](const auto& dest) {
+      return dest.data == nullptr || dest.device != nullptr;
+    });
+  });
+  if (needs_pool) StartPinning();
+  // From the durable root, or (local_restore) from the local tier, which
+  // has a storage of its own when the root is on an object store.
+  const auto restore_from = [&](Storage& storage) {
+    return [&](const std::string& dir) {
+      return RestoreCheckpoint(storage, dir, targets, *pool_, chosen, receiver);
+    };
+  };
+  // A durable step, in a job of several processes: read once per job
+  // (shared_restore.h), collectively; not beside a save, which may be
+  // using the coordinator.
+  const auto restore =
+      [&](const std::string& dir) -> absl::StatusOr<RestoreStats> {
+    using Shared = RestoreOptions::SharedReads;
+    if (coordinator_.size() == 1 || chosen.shared_reads == Shared::kNever) {
+      return RestoreCheckpoint(storage_, dir, targets, *pool_, chosen,
+                               receiver);
+    }
+    AwaitIdle();
+    return SharedRestore(coordinator_, storage_, dir, targets, *pool_, chosen,
+                         receiver,
+                         chosen.shared_reads == Shared::kAlways ||
+                             !storage_.capabilities().local);
+  };
+  absl::StatusOr<RestoreStats> stats;
+  if (local_ != nullptr && chosen.local_tier) {
+    // Collective: the saver thread must not use the coordinator beside it.
+    AwaitIdle();
+    ASSIGN_OR_RETURN(
+        LocalTier::Outcome outcome,
+        local_->Restore(step, List().value_or(std::vector<int64_t>{}),
+                        restore_from(local_->own().storage())));
+    if (outcome.none) return NoStepInEitherTier(step, outcome.note);
+    if (outcome.stats) {
+      stats = *std::move(outcome.stats);
+      stats->restored_from = Tier::kLocal;
+    } else {
+      stats = RestoreDurable(outcome.step, restore);
+    }
+    if (stats.ok()) {
+      stats->step = outcome.step;
+      stats->note = outcome.note;
+      stats->bytes_received = outcome.received_bytes;
+    }
+  } else {
+    if (!step) {
+      ASSIGN_OR_RETURN(step, NewestDurable());
+    }
+    stats = RestoreDurable(*step, restore);
+    if (stats.ok()) stats->step = *step;
+  }
+  // The job goes on to train, then save (unless the caller pins later).
+  if (chosen.pin_pool_after) StartPinning();
+  return stats;
+}
+
+absl::Status CheckpointManager::Impl::NoStepInEitherTier(
+    std::optional<int64_t> step, const std::string& note) const {
+  return absl::NotFoundError(absl::StrFormat(
+      "%s and the local tier hold no step to restore%s (%s)", root(),
+      step ? absl::StrFormat(" numbered %d", *step) : "", note));
+}
+
+absl::StatusOr<int64_t> CheckpointManager::Impl::NewestDurable() const {
+  ASSIGN_OR_RETURN(std::vector<int64_t> steps, List());
+  if (steps.empty()) {
+    return absl::NotFoundError(
+        absl::StrFormat("%s holds no committed step", root()));
+  }
+  return steps.back();
+}
+
+absl::StatusOr<RestoreStats> CheckpointManager::Impl::RestoreDurable(
+    int64_t step,
+    const std::function<absl::StatusOr<RestoreStats>(const std::string&)>&
+        restore) {
+  ASSIGN_OR_RETURN(const std::string dir, root_->StepDir(step));
+  return restore(dir);
+}
+
+}  // namespace hoist
