@@ -47,62 +47,30 @@
 #include "hoist/base/status_macros.h"
 #include "hoist/base/xxh3.h"
 #include "hoist/checkpoint/restore/extent_reader.h"
-#include "hoist/io/io_sizes.h"
 #include "hoist/checkpoint_root.h"
 #include "hoist/format/extent_hash.h"
 #include "hoist/format/layout.h"
 #include "hoist/interop.h"
+#include "hoist/interop/export_streams.h"
 #include "hoist/interop/safetensors_names.h"
+#include "hoist/io/io_sizes.h"
 #include "hoist/mutex.h"
 
 namespace hoist {
 namespace {
 
-constexpr int kHashHexDigits = 16;
-// Writes whose offset, length and memory are multiples of this go straight
-// to the disk (O_DIRECT).
-constexpr int64_t kBlockBytes = 4096;
-// Chunks read, hashed or being written at once: while one is read, the
-// writes of the others keep the disk's queue full.
-constexpr int kBuffers = 4;
-// Threads writing at once, and the bytes of one write.
-constexpr int kWriteThreads = 8;
-constexpr int64_t kWriteBytes = int64_t{8} << 20;
-// Threads reading extents at once.
-constexpr int kReaderThreads = 4;
-
-struct Tensor {
-  const ManifestArray* array;
-  std::string name;  // in the export
-  int64_t bytes = 0;
-  int file = 0;
-  int64_t offset = 0;  // in its file, from the start of the file
-  XXH3_state_t* hash = nullptr;
-};
-
-struct OutFile {
-  std::string name;
-  std::vector<int> tensors;
-  int64_t header_bytes = 0;  // the JSON, padded
-  int64_t data_bytes = 0;
-  std::unique_ptr<WritableFile> file;
-  std::string tmp_path;  // where it is written (on an object store: its name)
-};
-
-// A part of a tensor: `box` of it, whose bytes lie contiguously in the
-// tensor's C-order bytes from `offset_in_tensor`.
-struct Piece {
-  int tensor;
-  Box box;
-  int64_t bytes;
-};
-
-struct Chunk {
-  int file = 0;
-  int64_t file_offset = 0;  // where its first byte goes
-  int64_t bytes = 0;
-  std::vector<Piece> pieces;
-};
+using export_internal::Chunk;
+using export_internal::ExtentStreamer;
+using export_internal::kBlockBytes;
+using export_internal::kBuffers;
+using export_internal::kHashHexDigits;
+using export_internal::kReaderThreads;
+using export_internal::kWriteBytes;
+using export_internal::kWriteThreads;
+using export_internal::OutFile;
+using export_internal::Piece;
+using export_internal::Tensor;
+using export_internal::WriteQueue;
 
 std::string HeaderText(const std::vector<Tensor>& tensors, const OutFile& file,
                        int64_t step, const std::vector<std::string>& hashes) {
@@ -234,248 +202,295 @@ std::vector<Chunk> CutChunks(const std::vector<Tensor>& tensors,
   return chunks;
 }
 
-// Reads chunks' pieces from the step's extents, every extent's bytes once
-// and in order however the pieces cut it. A piece spans its tensor's inner
-// axes whole, so its part of any extent is one run of the extent's bytes;
-// a tensor's pieces come in C order, so each extent is read front to back
-// across chunks, its XXH3 carried from one run to the next and checked at
-// its last byte (a mismatch fails the export, whose files then never get
-// their names). Runs of an extent are read in order by one thread; up to
-// `threads` extents at once, each run straight into the chunk where its
-// bytes lie contiguously there, else through a buffer of at most
-// `run_bytes` a thread.
-class ExtentStreamer {
+// One export, as the steps of this file's comment.
+class Exporter {
  public:
-  ExtentStreamer(Storage& storage, std::string step_dir, int threads,
-                 int64_t run_bytes)
-      : storage_(storage),
-        step_dir_(std::move(step_dir)),
-        run_bytes_(run_bytes),
-        buffers_(static_cast<size_t>(threads)) {}
+  Exporter(const SafetensorsExportOptions& options, std::string out_dir)
+      : options_(options), out_dir_(std::move(out_dir)) {}
 
-  // Fills `pieces`, which lie one after the other from `data`.
-  absl::Status Read(const std::vector<Piece>& pieces,
-                    const std::vector<Tensor>& tensors, uint8_t* data) {
-    // The runs, grouped by extent in the order the pieces meet them.
-    std::vector<std::vector<Run>> groups;
-    absl::flat_hash_map<const ManifestExtent*, size_t> group_of;
-    for (const Piece& piece : pieces) {
-      const ManifestArray& array = *tensors[piece.tensor].array;
-      const int64_t item = ItemSize(array.dtype);
-      for (const ManifestExtent& extent : array.extents) {
-        const Box part = piece.box.Intersect(extent.box);
-        if (part.empty()) continue;
-        Stream& stream = streams_[&extent];
-        const ExtentPlace place = PlaceOfExtent(step_dir_, extent);
-        if (stream.hash == nullptr) {
-          stream.hash = std::make_unique<ExtentHasher>(extent.hash);
-          stream.where =
-              absl::StrFormat("array '%s': extent at %s @ %d", array.name,
-                              place.relative, extent.offset_bytes);
-        }
-        ASSIGN_OR_RETURN(ReadableFile * file, File(place, stream.where));
-        const size_t group =
-            group_of.try_emplace(&extent, groups.size()).first->second;
-        if (group == groups.size()) groups.emplace_back();
+  // 1. The step's manifest read and its arrays selected; `out_dir` made
+  // (or found empty of an export).
+  absl::Status Open(const std::string& step_dir) {
+    ASSIGN_OR_RETURN(auto opened, OpenStepAt(step_dir, options_.storage));
+    root_ = std::move(opened.first);
+    step_ = opened.second;
+    ASSIGN_OR_RETURN(manifest_, root_->ReadManifest(step_));
+    ASSIGN_OR_RETURN(tensors_, SelectTensors(manifest_, options_.prefix));
+    // The local disk, or an object store. A file that cannot be renamed (an
+    // object) is written under its own name and appears whole when its
+    // upload completes. One that is written from its start to its end (an
+    // object again) has its header (which holds the hashes) first, so the
+    // bytes are read twice: hashed, then written behind the header.
+    ASSIGN_OR_RETURN(storage_, OpenStorage(out_dir_, options_.storage));
+    const StorageCapabilities can = storage_->capabilities();
+    renames_ = can.atomic_rename;
+    sequential_ = !can.random_writes;
+    ASSIGN_OR_RETURN(bool out_exists, storage_->Exists(out_dir_));
+    if (!out_exists) {
+      // A directory of its own on a filesystem; on an object store the
+      // bucket must exist (a prefix needs no object).
+      return can.local ? storage_->CreateDir(out_dir_)
+                       : storage_->CreateDirs(out_dir_);
+    }
+    ASSIGN_OR_RETURN(bool out_is_dir, storage_->IsDir(out_dir_));
+    if (!out_is_dir) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s is not a directory", out_dir_));
+    }
+    for (const char* name : {kSafetensorsSingleFile, kSafetensorsIndexFile}) {
+      RETURN_IF_ERROR(RefuseTaken(name, "an export (%s)"));
+    }
+    return absl::OkStatus();
+  }
+
+  // 2. The files laid out: each header's length and every tensor's offset.
+  absl::Status LayOut() {
+    files_ = LayOutFiles(tensors_, options_.max_shard_bytes);
+    hashes_.assign(tensors_.size(), std::string(kHashHexDigits, '0'));
+    for (OutFile& file : files_) {
+      RETURN_IF_ERROR(RefuseTaken(file.name, "%s"));
+      file.header_bytes = static_cast<int64_t>(
+          HeaderText(tensors_, file, step_, hashes_).size());
+      int64_t at = 8 + file.header_bytes;
+      for (int t : file.tensors) {
+        tensors_[t].offset = at;
+        at += tensors_[t].bytes;
+      }
+    }
+    for (Tensor& tensor : tensors_) {
+      states_.emplace_back(XXH3_createState(), &XXH3_freeState);
+      tensor.hash = states_.back().get();
+      XXH3_64bits_reset(tensor.hash);
+    }
+    return absl::OkStatus();
+  }
+
+  // 3 and 4: every file written, its header last (first on an object
+  // store), durable and closed; on an error, what was begun is removed.
+  absl::Status WriteFiles() {
+    absl::Status status = WriteFilesOrFail();
+    if (!status.ok()) RemoveBegun();
+    return status;
+  }
+
+  // 4. The files under their names, then the index (for several files),
+  // `out_dir` synced.
+  absl::StatusOr<ExportStats> Publish() {
+    ExportStats stats;
+    for (OutFile& file : files_) {
+      if (renames_) {
         RETURN_IF_ERROR(
-            ForEachContiguousPiece(part, item, run_bytes_, [&](const Box& box) {
-              groups[group].push_back(
-                  {&extent, &stream, file, box, item,
-                   *ContiguousByteOffset(extent.box, box, item), data,
-                   &piece.box});
-              return absl::OkStatus();
-            }));
+            storage_->Rename(file.tmp_path, JoinPath(out_dir_, file.name)));
       }
-      data += piece.bytes;
+      file.tmp_path.clear();
+      stats.files.push_back(JoinPath(out_dir_, file.name));
     }
-    FirstError error;
-    std::atomic<size_t> next{0};
-    const auto reader = [&](ReadBuffer& buffer) {
-      for (size_t g = next.fetch_add(1); g < groups.size() && error.Get().ok();
-           g = next.fetch_add(1)) {
-        for (const Run& run : groups[g]) {
-          if (absl::Status s = ReadRun(run, buffer); !s.ok()) {
-            error.Record(std::move(s));
-            return;
-          }
-        }
-      }
-    };
-    const size_t threads = std::min(buffers_.size(), groups.size());
-    std::vector<std::thread> pool;
-    for (size_t i = 1; i < threads; ++i) {
-      pool.emplace_back(reader, std::ref(buffers_[i]));
+    if (files_.size() > 1) {
+      RETURN_IF_ERROR(WriteIndex());
+      stats.files.push_back(JoinPath(out_dir_, kSafetensorsIndexFile));
     }
-    if (threads > 0) reader(buffers_[0]);
-    for (std::thread& t : pool) t.join();
-    RETURN_IF_ERROR(error.Get());
-    for (auto it = streams_.begin(); it != streams_.end();) {
-      auto here = it++;
-      if (here->second.done == here->first->length_bytes) {
-        streams_.erase(here);
-      }
-    }
-    return absl::OkStatus();
+    RETURN_IF_ERROR(storage_->SyncDir(out_dir_));
+    stats.tensors = static_cast<int64_t>(tensors_.size());
+    stats.bytes_read = bytes_read_;
+    for (const Tensor& tensor : tensors_) stats.bytes += tensor.bytes;
+    return stats;
   }
-
-  int64_t bytes_read() const { return bytes_read_.load(); }
 
  private:
-  struct Stream {
-    std::unique_ptr<ExtentHasher> hash;
-    int64_t done = 0;  // bytes of the extent read so far
-    std::string where;
-  };
-  // A run of an extent's bytes: `box` of the array, at `offset` in the
-  // extent, bound for `piece_box`'s bytes at `piece_data`.
-  struct Run {
-    const ManifestExtent* extent;
-    Stream* stream;
-    ReadableFile* file;
-    Box box;
-    int64_t item;
-    int64_t offset;
-    uint8_t* piece_data;
-    const Box* piece_box;
-  };
-
-  absl::StatusOr<ReadableFile*> File(const ExtentPlace& place,
-                                     const std::string& where) {
-    std::unique_ptr<ReadableFile>& file = files_[place.path];
-    if (file == nullptr) {
-      absl::StatusOr<std::unique_ptr<ReadableFile>> opened =
-          storage_.OpenReadableBeneath(place.dir, place.relative);
-      if (!opened.ok()) {
-        files_.erase(place.path);
-        return absl::Status(
-            opened.status().code(),
-            absl::StrCat(where, ": ", opened.status().message()));
-      }
-      file = *std::move(opened);
-    }
-    return file.get();
+  // kAlreadyExists when `out_dir` holds `name` (`what` names it).
+  absl::Status RefuseTaken(const std::string& name,
+                           const absl::FormatSpec<std::string>& what) {
+    ASSIGN_OR_RETURN(bool taken, storage_->Exists(JoinPath(out_dir_, name)));
+    if (!taken) return absl::OkStatus();
+    return absl::AlreadyExistsError(
+        absl::StrCat(out_dir_, " already holds ", absl::StrFormat(what, name)));
   }
 
-  absl::Status ReadRun(const Run& run, ReadBuffer& buffer) {
-    Stream& stream = *run.stream;
-    const int64_t length = run.box.num_elements() * run.item;
-    if (run.offset != stream.done) {
-      return absl::InternalError(
-          absl::StrFormat("%s: read at %d after %d bytes of it (out of order)",
-                          stream.where, run.offset, stream.done));
+  // Where `name` is written: a temporary name beside it, unless the
+  // storage cannot rename (an object is uploaded under its name).
+  std::string WrittenAs(const std::string& name) const {
+    if (!renames_) return JoinPath(out_dir_, name);
+    return JoinPath(out_dir_, absl::StrFormat(".%s.tmp-%d", name, getpid()));
+  }
+
+  absl::Status WriteFilesOrFail() {
+    for (OutFile& file : files_) {
+      file.tmp_path = WrittenAs(file.name);
+      ASSIGN_OR_RETURN(file.file, storage_->OpenWritable(file.tmp_path));
+      // Room for the whole file now: a full disk fails here, before any
+      // byte moves, and the direct writes need not allocate.
+      RETURN_IF_ERROR(
+          file.file->Reserve(0, 8 + file.header_bytes + file.data_bytes));
     }
-    const std::optional<int64_t> in_piece =
-        ContiguousByteOffset(*run.piece_box, run.box, run.item);
-    uint8_t* bytes = in_piece ? run.piece_data + *in_piece : buffer.Get(length);
-    if (absl::Status s = run.file->ReadAt(run.extent->offset_bytes + run.offset,
-                                          absl::MakeSpan(bytes, length));
-        !s.ok()) {
-      return absl::Status(s.code(),
-                          absl::StrCat(stream.where, ": ", s.message()));
+    // 3. The memory: a sixteenth (at most kMaxIoRunBytes) for each
+    // reader's buffer, the rest for kBuffers chunks, each behind the
+    // previous chunk's unwritten tail (less than a block).
+    run_bytes_ = std::min(kMaxIoRunBytes, options_.memory_bytes / 16);
+    chunk_bytes_ =
+        (options_.memory_bytes - kReaderThreads * run_bytes_) / kBuffers -
+        kBlockBytes;
+    ASSIGN_OR_RETURN(step_dir_, root_->StepDir(step_));
+    chunks_ = CutChunks(tensors_, files_, chunk_bytes_);
+    buffers_.resize(kBuffers);  // not zeroed: every byte written is read
+    // 4
+    if (!sequential_) {
+      RETURN_IF_ERROR(Stream(/*write=*/true));
+      hashes_ = Digests();
+      RETURN_IF_ERROR(WriteHeaders());
+      return FinishFiles();
     }
-    stream.hash->Update(bytes, length);
-    stream.done += length;
-    bytes_read_.fetch_add(length);
-    if (stream.done == run.extent->length_bytes && !stream.hash->Matches()) {
-      return absl::DataLossError(
-          absl::StrFormat("%s: xxh3 mismatch", stream.where));
+    RETURN_IF_ERROR(Stream(/*write=*/false));
+    hashes_ = Digests();
+    RETURN_IF_ERROR(WriteHeaders());
+    RETURN_IF_ERROR(Stream(/*write=*/true));
+    // The bytes uploaded are the bytes hashed (a committed step does not
+    // change; this says so before any object is completed).
+    if (Digests() != hashes_) {
+      return absl::DataLossError(absl::StrFormat(
+          "%s: the step's bytes changed between the two reads of the export",
+          step_dir_));
     }
-    if (!in_piece) {
-      CopyBox(bytes, run.box, run.piece_data, *run.piece_box, run.box,
-              run.item);
+    return FinishFiles();
+  }
+
+  // Reads every chunk and hashes it; with `write`, writes it too. An
+  // object is written by one thread, in order (after its header).
+  absl::Status Stream(bool write) {
+    for (Tensor& tensor : tensors_) XXH3_64bits_reset(tensor.hash);
+    ExtentStreamer streamer(root_->storage(), step_dir_, kReaderThreads,
+                            run_bytes_);
+    // After `buffers_`: its threads stop before the buffers go.
+    WriteQueue writes(sequential_ ? 1 : kWriteThreads);
+    const uint8_t* tail = nullptr;  // the previous chunk's, in its buffer
+    int64_t carry = 0;              // its length
+    for (size_t c = 0; c < chunks_.size(); ++c) {
+      const Chunk& chunk = chunks_[c];
+      OutFile& file = files_[chunk.file];
+      uint8_t* buffer = buffers_[c % kBuffers].Get(chunk_bytes_ + kBlockBytes);
+      if (c >= kBuffers) RETURN_IF_ERROR(writes.Wait(c - kBuffers));
+      if (carry > 0) std::memcpy(buffer, tail, carry);
+      RETURN_IF_ERROR(streamer.Read(chunk.pieces, tensors_, buffer + carry));
+      int64_t at = carry;
+      for (const Piece& piece : chunk.pieces) {
+        XXH3_64bits_update(tensors_[piece.tensor].hash, buffer + at,
+                           piece.bytes);
+        at += piece.bytes;
+      }
+      // Every whole block goes out directly, in writes of kWriteBytes; the
+      // rest (less than a block) is the next chunk's carry, or, after a
+      // file's last chunk, written through the page cache.
+      const int64_t base = chunk.file_offset - carry;
+      const int64_t whole = at / kBlockBytes * kBlockBytes;
+      for (int64_t from = 0; write && from < whole; from += kWriteBytes) {
+        writes.Add(c, file.file.get(), base + from,
+                   absl::MakeConstSpan(buffer + from,
+                                       std::min(kWriteBytes, whole - from)));
+      }
+      const bool last_of_file =
+          c + 1 == chunks_.size() || chunks_[c + 1].file != chunk.file;
+      if (write && last_of_file && at > whole) {
+        writes.Add(c, file.file.get(), base + whole,
+                   absl::MakeConstSpan(buffer + whole, at - whole));
+      }
+      tail = buffer + whole;
+      carry = last_of_file ? 0 : at - whole;
+    }
+    if (!chunks_.empty()) RETURN_IF_ERROR(writes.Wait(chunks_.size() - 1));
+    bytes_read_ += streamer.bytes_read();
+    return absl::OkStatus();
+  }
+
+  // The header of each file at its offset 0, its hashes as `hashes_` holds
+  // them.
+  absl::Status WriteHeaders() {
+    for (OutFile& file : files_) {
+      const std::string header = HeaderText(tensors_, file, step_, hashes_);
+      std::string prefix(8, '\0');
+      uint64_t length = header.size();
+      for (int i = 0; i < 8; ++i) {
+        prefix[i] = static_cast<char>(length >> (8 * i));
+      }
+      prefix += header;
+      RETURN_IF_ERROR(file.file->WriteAt(
+          0,
+          absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(prefix.data()),
+                              prefix.size())));
     }
     return absl::OkStatus();
   }
 
-  Storage& storage_;
-  const std::string step_dir_;
-  const int64_t run_bytes_;
+  // Every file made durable (an object: its upload completed) and closed.
+  absl::Status FinishFiles() {
+    for (OutFile& file : files_) {
+      RETURN_IF_ERROR(file.file->Sync());
+      RETURN_IF_ERROR(file.file->Close());
+      file.file.reset();
+    }
+    return absl::OkStatus();
+  }
+
+  // Each tensor's digest, as 16 hex digits.
+  std::vector<std::string> Digests() const {
+    std::vector<std::string> out;
+    for (const Tensor& tensor : tensors_) {
+      out.push_back(absl::StrFormat("%016x", XXH3_64bits_digest(tensor.hash)));
+    }
+    return out;
+  }
+
+  void RemoveBegun() {
+    for (OutFile& file : files_) {
+      if (file.file != nullptr) file.file->Close().IgnoreError();
+      if (!file.tmp_path.empty()) {
+        storage_->RemoveAll(file.tmp_path).IgnoreError();
+      }
+    }
+  }
+
+  // model.safetensors.index.json: the total size and each tensor's file.
+  absl::Status WriteIndex() {
+    nlohmann::ordered_json index;
+    int64_t total = 0;
+    for (const Tensor& tensor : tensors_) total += tensor.bytes;
+    index["metadata"] = {{"total_size", total}};
+    index["weight_map"] = nlohmann::ordered_json::object();
+    for (const Tensor& tensor : tensors_) {
+      index["weight_map"][tensor.name] = files_[tensor.file].name;
+    }
+    const std::string text = index.dump(2) + "\n";
+    const std::string tmp = WrittenAs(kSafetensorsIndexFile);
+    ASSIGN_OR_RETURN(auto out, storage_->OpenWritable(tmp));
+    absl::Status written = out->WriteAt(
+        0, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(text.data()),
+                               text.size()));
+    if (written.ok()) written = out->Sync();
+    out->Close().IgnoreError();
+    if (written.ok() && renames_) {
+      written =
+          storage_->Rename(tmp, JoinPath(out_dir_, kSafetensorsIndexFile));
+    }
+    if (!written.ok()) storage_->RemoveAll(tmp).IgnoreError();
+    return written;
+  }
+
+  const SafetensorsExportOptions& options_;
+  const std::string out_dir_;
+  std::unique_ptr<CheckpointRoot> root_;
+  int64_t step_ = 0;
+  std::string step_dir_;
+  Manifest manifest_;  // tensors_ point into it
+  std::vector<Tensor> tensors_;
+  std::vector<OutFile> files_;
+  std::vector<std::string> hashes_;
+  std::vector<std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)>> states_;
+  std::unique_ptr<Storage> storage_;
+  bool renames_ = true;      // files are written aside, then renamed
+  bool sequential_ = false;  // files are written start to end
+  int64_t run_bytes_ = 0;    // a reader's buffer
+  int64_t chunk_bytes_ = 0;
+  std::vector<Chunk> chunks_;
   std::vector<ReadBuffer> buffers_;
-  absl::flat_hash_map<std::string, std::unique_ptr<ReadableFile>> files_;
-  // Extents begun and not yet finished; node-based, so a Run's pointer
-  // stays valid while other streams are added and removed.
-  std::unordered_map<const ManifestExtent*, Stream> streams_;
-  std::atomic<int64_t> bytes_read_{0};
-};
-
-// Writes taken in order by `threads` threads, each write counted against
-// its chunk, so that a chunk's buffer is reused only when all of its writes
-// are done while later chunks' writes keep the disk busy.
-class WriteQueue {
- public:
-  explicit WriteQueue(int threads) {
-    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Run(); });
-  }
-  // Drops the writes not yet begun and waits for those under way.
-  ~WriteQueue() {
-    {
-      MutexLock lock(&mu_);
-      stopping_ = true;
-      queue_.clear();
-    }
-    for (std::thread& thread : threads_) thread.join();
-  }
-
-  void Add(int64_t chunk, WritableFile* file, int64_t offset,
-           absl::Span<const uint8_t> data) ABSL_LOCKS_EXCLUDED(mu_) {
-    MutexLock lock(&mu_);
-    ++pending_[chunk];
-    queue_.push_back({chunk, file, offset, data});
-  }
-
-  // Waits until every write of chunks up to `chunk` is done; the first
-  // error of any write so far.
-  absl::Status Wait(int64_t chunk) ABSL_LOCKS_EXCLUDED(mu_) {
-    MutexLock lock(&mu_);
-    awaited_ = chunk;
-    mu_.Await(Condition(this, &WriteQueue::AwaitedDone));
-    return error_;
-  }
-
- private:
-  struct Write {
-    int64_t chunk;
-    WritableFile* file;
-    int64_t offset;
-    absl::Span<const uint8_t> data;
-  };
-
-  bool AwaitedDone() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    return !error_.ok() || pending_.empty() ||
-           pending_.begin()->first > awaited_;
-  }
-  bool HasWorkOrStopping() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    return stopping_ || !queue_.empty();
-  }
-
-  void Run() ABSL_LOCKS_EXCLUDED(mu_) {
-    while (true) {
-      Write write;
-      {
-        MutexLock lock(&mu_);
-        mu_.Await(Condition(this, &WriteQueue::HasWorkOrStopping));
-        if (queue_.empty()) return;
-        write = queue_.front();
-        queue_.pop_front();
-        if (!error_.ok()) {
-          if (--pending_[write.chunk] == 0) pending_.erase(write.chunk);
-          continue;
-        }
-      }
-      absl::Status written = write.file->WriteAt(write.offset, write.data);
-      MutexLock lock(&mu_);
-      error_.Update(written);
-      if (--pending_[write.chunk] == 0) pending_.erase(write.chunk);
-    }
-  }
-
-  Mutex mu_;
-  std::deque<Write> queue_ ABSL_GUARDED_BY(mu_);
-  std::map<int64_t, int> pending_ ABSL_GUARDED_BY(mu_);  // by chunk
-  int64_t awaited_ ABSL_GUARDED_BY(mu_) = -1;
-  absl::Status error_ ABSL_GUARDED_BY(mu_);
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<std::thread> threads_;
+  int64_t bytes_read_ = 0;
 };
 
 }  // namespace
@@ -517,247 +532,11 @@ absl::StatusOr<ExportStats> ExportSafetensors(
         "export options: max_shard_bytes must be positive and memory_bytes "
         "at least 1 MiB");
   }
-  // 1
-  ASSIGN_OR_RETURN(auto opened, OpenStepAt(step_dir, options.storage));
-  const std::unique_ptr<CheckpointRoot>& root = opened.first;
-  const int64_t step = opened.second;
-  ASSIGN_OR_RETURN(const Manifest manifest, root->ReadManifest(step));
-  ASSIGN_OR_RETURN(std::vector<Tensor> tensors,
-                   SelectTensors(manifest, options.prefix));
-  // The local disk, or an object store. A file that cannot be renamed (an
-  // object) is written under its own name and appears whole when its upload
-  // completes. One that is written from its start to its end (an object
-  // again) has its header (which holds the hashes) first, so the bytes are
-  // read twice: hashed, then written behind the header.
-  ASSIGN_OR_RETURN(std::unique_ptr<Storage> storage,
-                   OpenStorage(out_dir, options.storage));
-  const StorageCapabilities can = storage->capabilities();
-  const bool renames = can.atomic_rename;
-  const bool sequential = !can.random_writes;
-  ASSIGN_OR_RETURN(bool out_exists, storage->Exists(out_dir));
-  if (!out_exists) {
-    // A directory of its own on a filesystem; on an object store the bucket
-    // must exist (a prefix needs no object).
-    RETURN_IF_ERROR(can.local ? storage->CreateDir(out_dir)
-                              : storage->CreateDirs(out_dir));
-  } else {
-    ASSIGN_OR_RETURN(bool out_is_dir, storage->IsDir(out_dir));
-    if (!out_is_dir) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s is not a directory", out_dir));
-    }
-  }
-  for (const char* name : {kSafetensorsSingleFile, kSafetensorsIndexFile}) {
-    ASSIGN_OR_RETURN(bool taken, storage->Exists(JoinPath(out_dir, name)));
-    if (taken) {
-      return absl::AlreadyExistsError(
-          absl::StrFormat("%s already holds an export (%s)", out_dir, name));
-    }
-  }
-  // 2
-  std::vector<OutFile> files = LayOutFiles(tensors, options.max_shard_bytes);
-  std::vector<std::string> hashes(tensors.size(),
-                                  std::string(kHashHexDigits, '0'));
-  for (OutFile& file : files) {
-    ASSIGN_OR_RETURN(bool taken, storage->Exists(JoinPath(out_dir, file.name)));
-    if (taken) {
-      return absl::AlreadyExistsError(
-          absl::StrFormat("%s already holds %s", out_dir, file.name));
-    }
-    file.header_bytes =
-        static_cast<int64_t>(HeaderText(tensors, file, step, hashes).size());
-    int64_t at = 8 + file.header_bytes;
-    for (int t : file.tensors) {
-      tensors[t].offset = at;
-      at += tensors[t].bytes;
-    }
-  }
-  std::vector<std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)>> states;
-  for (Tensor& tensor : tensors) {
-    states.emplace_back(XXH3_createState(), &XXH3_freeState);
-    tensor.hash = states.back().get();
-    XXH3_64bits_reset(tensor.hash);
-  }
-  auto remove_tmp = [&] {
-    for (OutFile& file : files) {
-      if (file.file != nullptr) file.file->Close().IgnoreError();
-      if (!file.tmp_path.empty()) {
-        storage->RemoveAll(file.tmp_path).IgnoreError();
-      }
-    }
-  };
-  // The header of each file at its offset 0, its hashes as `hashes` holds
-  // them.
-  auto write_headers = [&]() -> absl::Status {
-    for (OutFile& file : files) {
-      const std::string header = HeaderText(tensors, file, step, hashes);
-      std::string prefix(8, '\0');
-      uint64_t length = header.size();
-      for (int i = 0; i < 8; ++i)
-        prefix[i] = static_cast<char>(length >> (8 * i));
-      prefix += header;
-      RETURN_IF_ERROR(file.file->WriteAt(
-          0,
-          absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(prefix.data()),
-                              prefix.size())));
-    }
-    return absl::OkStatus();
-  };
-  // Every file made durable (an object: its upload completed) and closed.
-  auto finish_files = [&]() -> absl::Status {
-    for (OutFile& file : files) {
-      RETURN_IF_ERROR(file.file->Sync());
-      RETURN_IF_ERROR(file.file->Close());
-      file.file.reset();
-    }
-    return absl::OkStatus();
-  };
-  // Each tensor's digest, as 16 hex digits.
-  auto digests = [&] {
-    std::vector<std::string> out;
-    for (const Tensor& tensor : tensors) {
-      out.push_back(absl::StrFormat("%016x", XXH3_64bits_digest(tensor.hash)));
-    }
-    return out;
-  };
-  int64_t bytes_read = 0;
-  absl::Status status = [&]() -> absl::Status {
-    for (OutFile& file : files) {
-      file.tmp_path =
-          !renames ? JoinPath(out_dir, file.name)
-                   : JoinPath(out_dir, absl::StrFormat(".%s.tmp-%d", file.name,
-                                                       getpid()));
-      ASSIGN_OR_RETURN(file.file, storage->OpenWritable(file.tmp_path));
-      // Room for the whole file now: a full disk fails here, before any
-      // byte moves, and the direct writes need not allocate.
-      RETURN_IF_ERROR(
-          file.file->Reserve(0, 8 + file.header_bytes + file.data_bytes));
-    }
-    // 3
-    // The memory: a sixteenth (at most kMaxIoRunBytes) for each reader's
-    // buffer, the rest for kBuffers chunks, each behind the previous
-    // chunk's unwritten tail (less than a block).
-    const int64_t run_bytes =
-        std::min(kMaxIoRunBytes, options.memory_bytes / 16);
-    const int64_t chunk_bytes =
-        (options.memory_bytes - kReaderThreads * run_bytes) / kBuffers -
-        kBlockBytes;
-    ASSIGN_OR_RETURN(const std::string dir, root->StepDir(step));
-    std::vector<Chunk> chunks = CutChunks(tensors, files, chunk_bytes);
-    // Not zeroed: every byte written is read first.
-    std::vector<ReadBuffer> buffers(kBuffers);
-    // Reads every chunk and hashes it; with `write`, writes it too. An
-    // object is written by one thread, in order (after its header).
-    auto stream = [&](bool write) -> absl::Status {
-      for (Tensor& tensor : tensors) XXH3_64bits_reset(tensor.hash);
-      ExtentStreamer streamer(root->storage(), dir, kReaderThreads, run_bytes);
-      // After `buffers`: its threads stop before the buffers go.
-      WriteQueue writes(sequential ? 1 : kWriteThreads);
-      const uint8_t* tail = nullptr;  // the previous chunk's, in its buffer
-      int64_t carry = 0;              // its length
-      for (size_t c = 0; c < chunks.size(); ++c) {
-        const Chunk& chunk = chunks[c];
-        OutFile& file = files[chunk.file];
-        uint8_t* buffer = buffers[c % kBuffers].Get(chunk_bytes + kBlockBytes);
-        if (c >= kBuffers) RETURN_IF_ERROR(writes.Wait(c - kBuffers));
-        if (carry > 0) std::memcpy(buffer, tail, carry);
-        RETURN_IF_ERROR(streamer.Read(chunk.pieces, tensors, buffer + carry));
-        int64_t at = carry;
-        for (const Piece& piece : chunk.pieces) {
-          XXH3_64bits_update(tensors[piece.tensor].hash, buffer + at,
-                             piece.bytes);
-          at += piece.bytes;
-        }
-        // Every whole block goes out directly, in writes of kWriteBytes;
-        // the rest (less than a block) is the next chunk's carry, or, after
-        // a file's last chunk, written through the page cache.
-        const int64_t base = chunk.file_offset - carry;
-        const int64_t whole = at / kBlockBytes * kBlockBytes;
-        for (int64_t from = 0; write && from < whole; from += kWriteBytes) {
-          writes.Add(c, file.file.get(), base + from,
-                     absl::MakeConstSpan(buffer + from,
-                                         std::min(kWriteBytes, whole - from)));
-        }
-        const bool last_of_file =
-            c + 1 == chunks.size() || chunks[c + 1].file != chunk.file;
-        if (write && last_of_file && at > whole) {
-          writes.Add(c, file.file.get(), base + whole,
-                     absl::MakeConstSpan(buffer + whole, at - whole));
-        }
-        tail = buffer + whole;
-        carry = last_of_file ? 0 : at - whole;
-      }
-      if (!chunks.empty()) RETURN_IF_ERROR(writes.Wait(chunks.size() - 1));
-      bytes_read += streamer.bytes_read();
-      return absl::OkStatus();
-    };
-    // 4
-    if (!sequential) {
-      RETURN_IF_ERROR(stream(/*write=*/true));
-      hashes = digests();
-      RETURN_IF_ERROR(write_headers());
-      return finish_files();
-    }
-    RETURN_IF_ERROR(stream(/*write=*/false));
-    hashes = digests();
-    RETURN_IF_ERROR(write_headers());
-    RETURN_IF_ERROR(stream(/*write=*/true));
-    // The bytes uploaded are the bytes hashed (a committed step does not
-    // change; this says so before any object is completed).
-    if (digests() != hashes) {
-      return absl::DataLossError(absl::StrFormat(
-          "%s: the step's bytes changed between the two reads of the export",
-          dir));
-    }
-    return finish_files();
-  }();
-  if (!status.ok()) {
-    remove_tmp();
-    return status;
-  }
-  ExportStats stats;
-  for (OutFile& file : files) {
-    if (renames) {
-      RETURN_IF_ERROR(
-          storage->Rename(file.tmp_path, JoinPath(out_dir, file.name)));
-    }
-    file.tmp_path.clear();
-    stats.files.push_back(JoinPath(out_dir, file.name));
-  }
-  if (files.size() > 1) {
-    nlohmann::ordered_json index;
-    int64_t total = 0;
-    for (const Tensor& tensor : tensors) total += tensor.bytes;
-    index["metadata"] = {{"total_size", total}};
-    index["weight_map"] = nlohmann::ordered_json::object();
-    for (const Tensor& tensor : tensors) {
-      index["weight_map"][tensor.name] = files[tensor.file].name;
-    }
-    const std::string text = index.dump(2) + "\n";
-    const std::string tmp =
-        !renames ? JoinPath(out_dir, kSafetensorsIndexFile)
-                 : JoinPath(out_dir,
-                            absl::StrFormat(".%s.tmp-%d", kSafetensorsIndexFile,
-                                            getpid()));
-    ASSIGN_OR_RETURN(auto out, storage->OpenWritable(tmp));
-    absl::Status written = out->WriteAt(
-        0, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(text.data()),
-                               text.size()));
-    if (written.ok()) written = out->Sync();
-    out->Close().IgnoreError();
-    if (written.ok() && renames) {
-      written = storage->Rename(tmp, JoinPath(out_dir, kSafetensorsIndexFile));
-    }
-    if (!written.ok()) {
-      storage->RemoveAll(tmp).IgnoreError();
-      return written;
-    }
-    stats.files.push_back(JoinPath(out_dir, kSafetensorsIndexFile));
-  }
-  RETURN_IF_ERROR(storage->SyncDir(out_dir));
-  stats.tensors = static_cast<int64_t>(tensors.size());
-  stats.bytes_read = bytes_read;
-  for (const Tensor& tensor : tensors) stats.bytes += tensor.bytes;
+  Exporter exporter(options, out_dir);
+  RETURN_IF_ERROR(exporter.Open(step_dir));
+  RETURN_IF_ERROR(exporter.LayOut());
+  RETURN_IF_ERROR(exporter.WriteFiles());
+  ASSIGN_OR_RETURN(ExportStats stats, exporter.Publish());
   stats.elapsed = absl::Now() - start;
   return stats;
 }

@@ -15,8 +15,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "hoist/box.h"
 #include "hoist/checkpoint_manager.h"
-#include "hoist/predict.h"
 #include "hoist/model/sample_model.h"
+#include "hoist/predict.h"
 
 namespace hoist::demo {
 
@@ -135,6 +135,38 @@ struct Predicted {
   double save_s = 0;
   double queued_s = 0;
 };
+
+// The demo's steps, by file. demo_setup.cc: the job (SetUp) and what the
+// others share of it.
+absl::StatusOr<DemoJob> SetUp(const DemoFlags& flags, int64_t size);
+absl::StatusOr<int64_t> PoolBytes(const DemoFlags& flags, int64_t model_bytes);
+// The restore's mesh: the training mesh's axes swapped.
+absl::StatusOr<Mesh> OtherMesh(const DemoJob& job);
+int64_t PeakRssBytes();
+// Changes every 64th word of `data` as a training step would (`seed`: the
+// shard's, so replicas change alike).
+void Mutate(uint8_t* data, int64_t bytes, uint64_t seed, int step);
+// Copies every part's host bytes to its replicas: one dispatch per device.
+absl::Status Upload(std::vector<std::vector<Part>>& parts);
+
+// demo_train.cc: the prediction, the training loop, and the schedule the
+// prediction is held against.
+absl::StatusOr<Predicted> Predict(const DemoFlags& flags, const DemoJob& job,
+                                  int64_t pool, int64_t budget,
+                                  const SavePlanOptions& plan_options);
+absl::StatusOr<Trained> Train(const DemoFlags& flags, absl::Duration step_time,
+                              DemoJob& job, CheckpointManager& manager,
+                              bool print);
+void Schedule(const Trained& trained, Predicted& predicted);
+
+// demo_restore.cc: the restores, checked.
+absl::StatusOr<Restored> RestoreAndCheck(DemoJob& job,
+                                         CheckpointManager& manager,
+                                         int64_t step);
+absl::StatusOr<Restored> RestoreTiersAndCheck(DemoJob& job,
+                                              CheckpointManager& manager);
+// Drops `dir`'s files from the page cache (--cold).
+void EvictFromPageCache(const std::string& dir);
 
 // 4. The report: JSON (--json) or the tables, from the lead process
 // (demo_report.cc).
