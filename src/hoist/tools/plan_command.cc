@@ -10,10 +10,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "hoist/base/bytes.h"
-#include "hoist/predict.h"
-#include "hoist/save_plan.h"
+#include "hoist/base/status_macros.h"
 #include "hoist/model/mesh_flag.h"
 #include "hoist/model/sample_model.h"
+#include "hoist/predict.h"
+#include "hoist/save_plan.h"
 
 namespace hoist {
 namespace {
@@ -61,37 +62,46 @@ nlohmann::json SummaryJson(const PlanSummary& s) {
           {"dispatches_batched", s.dispatches_batched}};
 }
 
-absl::Status RunPlan(PlanFlags flags) {
-  absl::StatusOr<std::pair<int64_t, int64_t>> mesh_shape =
-      ParseMeshFlag(flags.mesh);
-  if (!mesh_shape.ok()) return mesh_shape.status();
-  absl::StatusOr<int64_t> min_slice = ParseBytes(flags.min_slice);
-  if (!min_slice.ok()) return min_slice.status();
-  absl::StatusOr<DType> dtype = ParseDType(flags.dtype);
-  if (!dtype.ok()) return dtype.status();
+// What the flags describe: the model's arrays on the mesh, the processes
+// that hold its devices, and the plan's minimum slice.
+struct PlanInputs {
+  Mesh mesh;
+  Topology topology;
+  std::vector<ArraySpec> model;
+  int64_t min_slice = 0;
+};
+
+absl::StatusOr<PlanInputs> ResolveInputs(PlanFlags& flags) {
+  ASSIGN_OR_RETURN(const auto mesh_shape, ParseMeshFlag(flags.mesh));
+  ASSIGN_OR_RETURN(const int64_t min_slice, ParseBytes(flags.min_slice));
+  ASSIGN_OR_RETURN(const DType dtype, ParseDType(flags.dtype));
   if (!flags.size.empty()) {
-    absl::StatusOr<int64_t> size = ParseBytes(flags.size);
-    if (!size.ok()) return size.status();
+    ASSIGN_OR_RETURN(const int64_t size, ParseBytes(flags.size));
     const int64_t vocab = flags.model.vocab;
-    flags.model = GptConfigForBytes(*size, *dtype);
+    flags.model = GptConfigForBytes(size, dtype);
     flags.model.vocab = vocab;
   }
-  flags.model.dtype = *dtype;
+  flags.model.dtype = dtype;
   flags.model.adam = !flags.no_adam;
-
-  absl::StatusOr<Mesh> mesh =
-      Mesh::Create({"data", "model"}, {mesh_shape->first, mesh_shape->second});
-  if (!mesh.ok()) return mesh.status();
-  if (flags.processes < 1 || mesh->num_devices() % flags.processes != 0) {
+  ASSIGN_OR_RETURN(
+      Mesh mesh,
+      Mesh::Create({"data", "model"}, {mesh_shape.first, mesh_shape.second}));
+  if (flags.processes < 1 || mesh.num_devices() % flags.processes != 0) {
     return absl::InvalidArgumentError(
         absl::StrFormat("--processes %d must divide the mesh's %d devices",
-                        flags.processes, mesh->num_devices()));
+                        flags.processes, mesh.num_devices()));
   }
-  const Topology topology = Topology::Uniform(
-      flags.processes, static_cast<int>(mesh->num_devices() / flags.processes));
-  absl::StatusOr<std::vector<ArraySpec>> model = GptModel(flags.model, *mesh);
-  if (!model.ok()) return model.status();
+  Topology topology = Topology::Uniform(
+      flags.processes, static_cast<int>(mesh.num_devices() / flags.processes));
+  ASSIGN_OR_RETURN(std::vector<ArraySpec> model, GptModel(flags.model, mesh));
+  return PlanInputs{std::move(mesh), std::move(topology), std::move(model),
+                    min_slice};
+}
 
+// The JSON report's header: the model, the mesh, the plan's options (and,
+// with --list-arrays, every array as another program would build it: the
+// benchmarks against other checkpoint engines shard them exactly so).
+nlohmann::json InputsJson(const PlanFlags& flags, const PlanInputs& in) {
   nlohmann::json json = {{"model",
                           {{"layers", flags.model.layers},
                            {"d_model", flags.model.d_model},
@@ -100,19 +110,17 @@ absl::Status RunPlan(PlanFlags flags) {
                            {"adam", flags.model.adam},
                            {"dtype", flags.dtype},
                            {"parameters", GptParameterCount(flags.model)},
-                           {"arrays", model->size()}}},
-                         {"mesh", mesh->ToString()},
+                           {"arrays", in.model.size()}}},
+                         {"mesh", in.mesh.ToString()},
                          {"processes", flags.processes},
-                         {"devices_per_process", topology.devices(0).size()},
-                         {"min_slice_bytes", *min_slice},
+                         {"devices_per_process", in.topology.devices(0).size()},
+                         {"min_slice_bytes", in.min_slice},
                          {"max_replicas", flags.max_replicas},
                          {"writer_streams", flags.writers},
                          {"rules", nlohmann::json::object()}};
   if (flags.list_arrays) {
-    // What another program needs to build the same arrays: the benchmarks
-    // against other checkpoint engines shard them exactly like this.
     nlohmann::json list = nlohmann::json::array();
-    for (const ArraySpec& spec : *model) {
+    for (const ArraySpec& spec : in.model) {
       list.push_back({{"name", spec.name},
                       {"dtype", std::string(DTypeName(spec.dtype))},
                       {"shape", spec.shape},
@@ -120,11 +128,6 @@ absl::Status RunPlan(PlanFlags flags) {
     }
     json["array_list"] = std::move(list);
   }
-  std::vector<std::pair<ReplicaRule, PlanSummary>> rows;
-  std::vector<double> plan_seconds;
-  std::vector<SavePrediction> predictions;
-  flags.rates.dispatch_s = flags.dispatch_us * 1e-6;
-  flags.rates.per_slice_s = flags.per_slice_us * 1e-6;
   if (flags.predict) {
     json["rates"] = {{"d2h_gbps", flags.rates.d2h_gbps},
                      {"host_gbps", flags.rates.host_gbps},
@@ -134,62 +137,76 @@ absl::Status RunPlan(PlanFlags flags) {
                      {"per_slice_s", flags.rates.per_slice_s},
                      {"commit_s", flags.rates.commit_s}};
   }
-  for (ReplicaRule rule : {ReplicaRule::kSingleReplica, ReplicaRule::kOrbax,
-                           ReplicaRule::kBalanced}) {
-    SavePlanOptions options;
-    options.replica_rule = rule;
-    options.min_slice_bytes = *min_slice;
-    options.max_replicas = flags.max_replicas;
-    options.writer_streams = flags.writers;
-    const absl::Time start = absl::Now();
-    absl::StatusOr<SavePlan> plan = MakeSavePlan(*model, topology, options);
-    if (!plan.ok()) return plan.status();
-    plan_seconds.push_back(absl::ToDoubleSeconds(absl::Now() - start));
-    rows.emplace_back(rule, Summarize(*plan, topology));
-    nlohmann::json summary = SummaryJson(rows.back().second);
-    summary["plan_s"] = plan_seconds.back();  // MakeSavePlan alone
-    if (flags.predict) {
-      // "auto": room for the busiest process's whole share.
-      int64_t pool = rows.back().second.max_process_bytes +
-                     rows.back().second.slices * options.alignment_bytes;
-      if (flags.pool != "auto") {
-        absl::StatusOr<int64_t> bytes = ParseBytes(flags.pool);
-        if (!bytes.ok()) return bytes.status();
-        pool = *bytes;
-      }
-      // "auto": room for the busiest share too (a host with memory to
-      // spare, as the manager's auto budget gives a GPU host); "pool": the
-      // pool alone.
-      int64_t budget = std::max(
-          pool, rows.back().second.max_process_bytes +
-                    rows.back().second.slices * options.alignment_bytes);
-      if (flags.host_memory_budget == "pool") {
-        budget = pool;
-      } else if (flags.host_memory_budget != "auto") {
-        absl::StatusOr<int64_t> bytes = ParseBytes(flags.host_memory_budget);
-        if (!bytes.ok()) return bytes.status();
-        budget = *bytes;
-      }
-      absl::StatusOr<SavePrediction> p =
-          PredictSave(*plan, topology, pool, flags.rates, budget);
-      if (!p.ok()) return p.status();
-      summary["pool_bytes"] = pool;
-      summary["host_memory_budget_bytes"] = budget;
-      summary["predicted_blocked_s"] = p->blocked_s;
-      summary["predicted_save_s"] = p->save_s;
-      summary["blocked_bound"] = p->blocked_bound;
-      summary["save_bound"] = p->save_bound;
-      summary["waves"] = p->waves;
-      predictions.push_back(*std::move(p));
-    }
-    json["rules"][std::string(ReplicaRuleName(rule))] = std::move(summary);
-  }
-  if (flags.json) {
-    std::cout << json.dump(2) << "\n";
-    return absl::OkStatus();
-  }
+  return json;
+}
 
-  const PlanSummary& first = rows.front().second;
+// One replica rule's plan: its summary, how long planning took, and (with
+// --predict) what a save of it costs.
+struct PlanRow {
+  ReplicaRule rule = ReplicaRule::kBalanced;
+  PlanSummary summary;
+  double plan_s = 0;
+  SavePrediction prediction;
+};
+
+// A save's prediction with the pool and host memory budget the flags give
+// ("auto": room for the busiest process's whole share; a budget of "pool":
+// the pool alone), recorded in `summary`.
+absl::StatusOr<SavePrediction> PredictRow(
+    const PlanFlags& flags, const PlanInputs& in, const SavePlan& plan,
+    const PlanSummary& s, int64_t alignment, nlohmann::json& summary) {
+  const int64_t share = s.max_process_bytes + s.slices * alignment;
+  int64_t pool = share;
+  if (flags.pool != "auto") {
+    ASSIGN_OR_RETURN(pool, ParseBytes(flags.pool));
+  }
+  int64_t budget = std::max(pool, share);
+  if (flags.host_memory_budget == "pool") {
+    budget = pool;
+  } else if (flags.host_memory_budget != "auto") {
+    ASSIGN_OR_RETURN(budget, ParseBytes(flags.host_memory_budget));
+  }
+  ASSIGN_OR_RETURN(SavePrediction p,
+                   PredictSave(plan, in.topology, pool, flags.rates, budget));
+  summary["pool_bytes"] = pool;
+  summary["host_memory_budget_bytes"] = budget;
+  summary["predicted_blocked_s"] = p.blocked_s;
+  summary["predicted_save_s"] = p.save_s;
+  summary["blocked_bound"] = p.blocked_bound;
+  summary["save_bound"] = p.save_bound;
+  summary["waves"] = p.waves;
+  return p;
+}
+
+absl::StatusOr<PlanRow> PlanWithRule(ReplicaRule rule, const PlanFlags& flags,
+                                     const PlanInputs& in,
+                                     nlohmann::json& json) {
+  SavePlanOptions options;
+  options.replica_rule = rule;
+  options.min_slice_bytes = in.min_slice;
+  options.max_replicas = flags.max_replicas;
+  options.writer_streams = flags.writers;
+  PlanRow row;
+  row.rule = rule;
+  const absl::Time start = absl::Now();
+  ASSIGN_OR_RETURN(const SavePlan plan,
+                   MakeSavePlan(in.model, in.topology, options));
+  row.plan_s = absl::ToDoubleSeconds(absl::Now() - start);
+  row.summary = Summarize(plan, in.topology);
+  nlohmann::json summary = SummaryJson(row.summary);
+  summary["plan_s"] = row.plan_s;  // MakeSavePlan alone
+  if (flags.predict) {
+    ASSIGN_OR_RETURN(row.prediction,
+                     PredictRow(flags, in, plan, row.summary,
+                                options.alignment_bytes, summary));
+  }
+  json["rules"][std::string(ReplicaRuleName(rule))] = std::move(summary);
+  return row;
+}
+
+void PrintTable(const PlanFlags& flags, const PlanInputs& in,
+                const std::vector<PlanRow>& rows) {
+  const PlanSummary& first = rows.front().summary;
   std::cout << absl::StrFormat(
       "GPT-style model: %d layers, d_model %d, vocab %d, seq %d, %s%s\n"
       "  %.1fM parameters, %d arrays, %s to save\n"
@@ -198,49 +215,54 @@ absl::Status RunPlan(PlanFlags flags) {
       flags.model.layers, flags.model.d_model, flags.model.vocab,
       flags.model.seq, flags.dtype, flags.model.adam ? " + Adam (mu, nu)" : "",
       GptParameterCount(flags.model) / 1e6, first.arrays,
-      FormatBytes(first.total_bytes), mesh->ToString(), flags.processes,
-      topology.devices(0).size(), FormatBytes(*min_slice),
+      FormatBytes(first.total_bytes), in.mesh.ToString(), flags.processes,
+      in.topology.devices(0).size(), FormatBytes(in.min_slice),
       flags.max_replicas == 0 ? "all" : std::to_string(flags.max_replicas),
       flags.writers);
   std::cout << absl::StrFormat(
       "%-10s %8s %8s %9s %23s %23s %11s %8s %9s\n", "rule", "slices", "strided",
       "unsplit", "bytes/device max/mean", "bytes/process max/mean", "per-slice",
       "batched", "plan");
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const auto& [rule, s] = rows[i];
+  for (const PlanRow& row : rows) {
+    const PlanSummary& s = row.summary;
     std::cout << absl::StrFormat(
         "%-10s %8d %8d %4d/%-4d %11s  %8.2fx  %11s  %8.2fx %11d %8d %8.3fs\n",
-        ReplicaRuleName(rule), s.slices, s.strided_slices, s.unsplit_arrays,
+        ReplicaRuleName(row.rule), s.slices, s.strided_slices, s.unsplit_arrays,
         s.replicated_arrays, FormatBytes(s.max_device_bytes),
         s.max_device_bytes / std::max(1.0, s.mean_device_bytes),
         FormatBytes(s.max_process_bytes),
         s.max_process_bytes / std::max(1.0, s.mean_process_bytes),
-        s.dispatches_per_slice, s.dispatches_batched, plan_seconds[i]);
+        s.dispatches_per_slice, s.dispatches_batched, row.plan_s);
   }
-  if (flags.predict) {
+}
+
+void PrintPredictions(const PlanFlags& flags,
+                      const std::vector<PlanRow>& rows) {
+  std::cout << absl::StrFormat(
+      "\npredicted, per save (rates: D2H %.1f GB/s per device, host %s, "
+      "writes %.2f GB/s per process, filesystem %s; commit %.3fs):\n"
+      "%-10s %12s %8s %12s %8s %7s\n",
+      flags.rates.d2h_gbps,
+      flags.rates.host_gbps > 0
+          ? absl::StrFormat("%.1f GB/s", flags.rates.host_gbps)
+          : std::string("unlimited"),
+      flags.rates.write_gbps,
+      flags.rates.fs_gbps > 0
+          ? absl::StrFormat("%.1f GB/s", flags.rates.fs_gbps)
+          : std::string("unlimited"),
+      flags.rates.commit_s, "rule", "blocked", "bound", "to durable", "bound",
+      "waves");
+  for (const PlanRow& row : rows) {
+    const SavePrediction& p = row.prediction;
     std::cout << absl::StrFormat(
-        "\npredicted, per save (rates: D2H %.1f GB/s per device, host %s, "
-        "writes %.2f GB/s per process, filesystem %s; commit %.3fs):\n"
-        "%-10s %12s %8s %12s %8s %7s\n",
-        flags.rates.d2h_gbps,
-        flags.rates.host_gbps > 0
-            ? absl::StrFormat("%.1f GB/s", flags.rates.host_gbps)
-            : std::string("unlimited"),
-        flags.rates.write_gbps,
-        flags.rates.fs_gbps > 0
-            ? absl::StrFormat("%.1f GB/s", flags.rates.fs_gbps)
-            : std::string("unlimited"),
-        flags.rates.commit_s, "rule", "blocked", "bound", "to durable", "bound",
-        "waves");
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const SavePrediction& p = predictions[i];
-      std::cout << absl::StrFormat(
-          "%-10s %11.3fs %8s %11.3fs %8s %7d\n", ReplicaRuleName(rows[i].first),
-          p.blocked_s, p.blocked_bound, p.save_s, p.save_bound, p.waves);
-    }
+        "%-10s %11.3fs %8s %11.3fs %8s %7d\n", ReplicaRuleName(row.rule),
+        p.blocked_s, p.blocked_bound, p.save_s, p.save_bound, p.waves);
   }
-  const PlanSummary& orbax = rows[1].second;
-  const PlanSummary& balanced = rows[2].second;
+}
+
+void PrintComparison(const std::vector<PlanRow>& rows) {
+  const PlanSummary& orbax = rows[1].summary;
+  const PlanSummary& balanced = rows[2].summary;
   std::cout << absl::StrFormat(
       "\nunsplit = replicated arrays saved whole by one replica somewhere "
       "(of all replicated arrays).\n"
@@ -252,6 +274,25 @@ absl::Status RunPlan(PlanFlags flags) {
       FormatBytes(orbax.max_device_bytes),
       FormatBytes(balanced.max_device_bytes), balanced.dispatches_per_slice,
       balanced.dispatches_batched);
+}
+
+absl::Status RunPlan(PlanFlags flags) {
+  ASSIGN_OR_RETURN(const PlanInputs in, ResolveInputs(flags));
+  flags.rates.dispatch_s = flags.dispatch_us * 1e-6;
+  flags.rates.per_slice_s = flags.per_slice_us * 1e-6;
+  nlohmann::json json = InputsJson(flags, in);
+  std::vector<PlanRow> rows;
+  for (ReplicaRule rule : {ReplicaRule::kSingleReplica, ReplicaRule::kOrbax,
+                           ReplicaRule::kBalanced}) {
+    ASSIGN_OR_RETURN(rows.emplace_back(), PlanWithRule(rule, flags, in, json));
+  }
+  if (flags.json) {
+    std::cout << json.dump(2) << "\n";
+    return absl::OkStatus();
+  }
+  PrintTable(flags, in, rows);
+  if (flags.predict) PrintPredictions(flags, rows);
+  PrintComparison(rows);
   return absl::OkStatus();
 }
 
