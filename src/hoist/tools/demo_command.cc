@@ -63,9 +63,11 @@
 namespace hoist {
 namespace demo {
 
-absl::Status RunDemo(const DemoFlags& given) {
-  DemoFlags flags = given;
-  ASSIGN_OR_RETURN(int64_t size, ParseBytes(flags.size));
+namespace {
+
+// The flags that the parser cannot check alone: --steps against
+// --save-every, --step-time's duration, --lose-local's --local-root.
+absl::StatusOr<absl::Duration> CheckFlags(const DemoFlags& flags) {
   if (flags.steps < 1 || flags.save_every < 1 ||
       flags.steps < flags.save_every) {
     return absl::InvalidArgumentError(
@@ -80,11 +82,12 @@ absl::Status RunDemo(const DemoFlags& given) {
   if (flags.local_root.empty() && flags.lose_local >= 0) {
     return absl::InvalidArgumentError("--lose-local needs --local-root");
   }
-  const int64_t persist_every =
-      flags.persist_every > 0
-          ? flags.persist_every
-          : (flags.local_root.empty() ? 1 : 2 * int64_t{flags.save_every});
-  ASSIGN_OR_RETURN(DemoJob job, SetUp(flags, size));
+  return step_time;
+}
+
+// The root's storage, opened once for the job (the CLI's storage flags and
+// --io), and the writer streams it chooses when --writers is 0.
+absl::Status OpenRootStorage(DemoFlags& flags, DemoJob& job) {
   flags.storage.io =
       flags.io == "io_uring" ? IoEngine::kIoUring : IoEngine::kPosix;
   ASSIGN_OR_RETURN(job.storage, OpenStorage(job.root, flags.storage));
@@ -96,40 +99,110 @@ absl::Status RunDemo(const DemoFlags& given) {
         absl::StrFormat("--lose-local %d: the job has ranks 0 to %d",
                         flags.lose_local, job.processes - 1));
   }
+  return absl::OkStatus();
+}
 
-  ASSIGN_OR_RETURN(const int64_t pool, PoolBytes(flags, job.model_bytes));
-  const int64_t budget = job.host_memory_budget;
+CheckpointManagerOptions ManagerOptions(const DemoFlags& flags,
+                                        const DemoJob& job, int64_t pool,
+                                        int64_t persist_every) {
   CheckpointManagerOptions options;
   options.pool_bytes = pool;
-  options.host_memory_budget = budget;
+  options.host_memory_budget = job.host_memory_budget;
   options.plan.writer_streams = flags.writers;
   options.keep_last = flags.keep;
   options.io = flags.storage.io;  // the local tier's
   options.persist_every = persist_every;
   options.local.root = flags.local_root;
   options.local.replicas = flags.replicas;
+  return options;
+}
+
+void PrintHeader(const DemoFlags& flags, const DemoJob& job, int64_t pool) {
+  std::cout << absl::StrFormat(
+      "hoist demo: GPT-style model, %d layers x d_model %d, bf16 weights + "
+      "fp32 Adam moments: %s in %d arrays\n"
+      "%s over %d %s devices in %d process%s; %s staging pool (%s of host "
+      "memory) per process; %d writer streams; %s I/O; root %s\n\n"
+      "%5s %-11s %11s %11s %11s %9s %11s\n",
+      job.config.layers, job.config.d_model, FormatBytes(job.model_bytes),
+      job.model.size(), job.mesh_name, job.mesh_devices, job.backend->name(),
+      job.processes, job.processes == 1 ? "" : "es", FormatBytes(pool),
+      FormatBytes(job.host_memory_budget), flags.writers, flags.io, job.root,
+      "step", "mode", "blocked", "staged", "committed", "GB/s", "dispatches");
+}
+
+// With a local tier: the job stops, a lost node takes its local root with
+// it (replicas it kept for others included), the job restarts (its pool
+// pinned before it restores, so that neither restore timed pays for it)
+// and restores from each tier.
+absl::StatusOr<Restored> RestartAndRestoreTiers(
+    const DemoFlags& flags, DemoJob& job, CheckpointManagerOptions options,
+    std::unique_ptr<CheckpointManager>& manager) {
+  manager.reset();
+  const std::string local_root = absl::StrReplaceAll(
+      flags.local_root, {{"{rank}", absl::StrCat(job.rank)}});
+  if (job.rank == flags.lose_local) {
+    std::filesystem::remove_all(local_root);
+    std::cerr << absl::StrFormat("hoist demo: rank %d lost %s\n", job.rank,
+                                 local_root);
+  }
+  if (flags.cold) {
+    EvictFromPageCache(job.root);
+    EvictFromPageCache(local_root);
+  }
+  RETURN_IF_ERROR(job.coordinator->Barrier("local tier lost"));
+  options.pool_pinning = CheckpointManagerOptions::PoolPinning::kAtOpen;
+  ASSIGN_OR_RETURN(
+      manager, CheckpointManager::Open(job.root, *job.backend, *job.coordinator,
+                                       options, job.storage.get()));
+  return RestoreTiersAndCheck(job, *manager);
+}
+
+// The job's end: the manager closed on every rank, the trace written, the
+// default root removed.
+absl::Status Finish(const DemoFlags& flags, const DemoJob& job,
+                    std::unique_ptr<CheckpointManager> manager,
+                    const Tracer& tracer) {
+  manager.reset();
+  RETURN_IF_ERROR(job.coordinator->Barrier("done"));
+  if (!flags.trace.empty()) {
+    RETURN_IF_ERROR(tracer.WriteFile(
+        job.processes == 1
+            ? flags.trace
+            : absl::StrFormat("%s.rank%d", flags.trace, job.rank)));
+  }
+  if (job.lead && job.own_root && !flags.keep_files) {
+    std::filesystem::remove_all(job.root);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RunDemo(const DemoFlags& given) {
+  DemoFlags flags = given;
+  ASSIGN_OR_RETURN(const int64_t size, ParseBytes(flags.size));
+  ASSIGN_OR_RETURN(const absl::Duration step_time, CheckFlags(flags));
+  const int64_t persist_every =
+      flags.persist_every > 0
+          ? flags.persist_every
+          : (flags.local_root.empty() ? 1 : 2 * int64_t{flags.save_every});
+  ASSIGN_OR_RETURN(DemoJob job, SetUp(flags, size));
+  RETURN_IF_ERROR(OpenRootStorage(flags, job));
+  ASSIGN_OR_RETURN(const int64_t pool, PoolBytes(flags, job.model_bytes));
+  CheckpointManagerOptions options =
+      ManagerOptions(flags, job, pool, persist_every);
   Tracer tracer;
   if (!flags.trace.empty()) options.tracer = &tracer;
-  ASSIGN_OR_RETURN(Predicted predicted,
-                   Predict(flags, job, pool, budget, options.plan));
+  ASSIGN_OR_RETURN(
+      Predicted predicted,
+      Predict(flags, job, pool, job.host_memory_budget, options.plan));
   ASSIGN_OR_RETURN(
       std::unique_ptr<CheckpointManager> manager,
       CheckpointManager::Open(job.root, *job.backend, *job.coordinator, options,
                               job.storage.get()));
   const bool print = job.lead && !flags.json;
-  if (print) {
-    std::cout << absl::StrFormat(
-        "hoist demo: GPT-style model, %d layers x d_model %d, bf16 weights + "
-        "fp32 Adam moments: %s in %d arrays\n"
-        "%s over %d %s devices in %d process%s; %s staging pool (%s of host "
-        "memory) per process; %d writer streams; %s I/O; root %s\n\n"
-        "%5s %-11s %11s %11s %11s %9s %11s\n",
-        job.config.layers, job.config.d_model, FormatBytes(job.model_bytes),
-        job.model.size(), job.mesh_name, job.mesh_devices, job.backend->name(),
-        job.processes, job.processes == 1 ? "" : "es", FormatBytes(pool),
-        FormatBytes(budget), flags.writers, flags.io, job.root, "step", "mode",
-        "blocked", "staged", "committed", "GB/s", "dispatches");
-  }
+  if (print) PrintHeader(flags, job, pool);
 
   ASSIGN_OR_RETURN(Trained trained,
                    Train(flags, step_time, job, *manager, print));
@@ -145,42 +218,10 @@ absl::Status RunDemo(const DemoFlags& given) {
     }
     ASSIGN_OR_RETURN(restored, RestoreAndCheck(job, *manager, *latest));
   } else {
-    // The job stops; a lost node takes its local root with it (replicas it
-    // kept for others included); the job restarts and restores.
-    manager.reset();
-    if (job.rank == flags.lose_local) {
-      const std::string lost = absl::StrReplaceAll(
-          flags.local_root, {{"{rank}", absl::StrCat(job.rank)}});
-      std::filesystem::remove_all(lost);
-      std::cerr << absl::StrFormat("hoist demo: rank %d lost %s\n", job.rank,
-                                   lost);
-    }
-    if (flags.cold) {
-      EvictFromPageCache(job.root);
-      EvictFromPageCache(absl::StrReplaceAll(
-          flags.local_root, {{"{rank}", absl::StrCat(job.rank)}}));
-    }
-    RETURN_IF_ERROR(job.coordinator->Barrier("local tier lost"));
-    // The restarted job pins its pool before it restores, so that neither
-    // restore timed below pays for it.
-    options.pool_pinning = CheckpointManagerOptions::PoolPinning::kAtOpen;
-    ASSIGN_OR_RETURN(manager, CheckpointManager::Open(job.root, *job.backend,
-                                                      *job.coordinator, options,
-                                                      job.storage.get()));
-    ASSIGN_OR_RETURN(restored, RestoreTiersAndCheck(job, *manager));
+    ASSIGN_OR_RETURN(restored,
+                     RestartAndRestoreTiers(flags, job, options, manager));
   }
-
-  manager.reset();
-  RETURN_IF_ERROR(job.coordinator->Barrier("done"));
-  if (!flags.trace.empty()) {
-    RETURN_IF_ERROR(tracer.WriteFile(
-        job.processes == 1
-            ? flags.trace
-            : absl::StrFormat("%s.rank%d", flags.trace, job.rank)));
-  }
-  if (job.lead && job.own_root && !flags.keep_files) {
-    std::filesystem::remove_all(job.root);
-  }
+  RETURN_IF_ERROR(Finish(flags, job, std::move(manager), tracer));
   Report(flags, job, trained, restored, predicted, *latest, persist_every,
          print);
   if (!restored.verified) {
@@ -191,6 +232,8 @@ absl::Status RunDemo(const DemoFlags& given) {
 
 }  // namespace demo
 
+// The demo's flags, one statement each (a list, not logic: longer than
+// the other functions by nature).
 void AddDemoCommand(CLI::App& app, const StorageOptions& storage) {
   auto flags = std::make_shared<demo::DemoFlags>();
   CLI::App* cmd = app.add_subcommand(
