@@ -202,6 +202,192 @@ absl::Status CheckInPart(const ManifestArray& array, const Box& box,
       array.name, box.ToString(), step_dir));
 }
 
+// 1. What the targets ask of the manifest: the saved arrays the plan
+// reads (`saved`, `arrays` in the same order), and every destination box
+// (`boxes`, `dest_of` in the same order).
+struct MatchedTargets {
+  std::vector<const ManifestArray*> arrays;
+  std::vector<SavedArray> saved;
+  std::vector<DestinationBox> boxes;
+  std::vector<const RestoreDestination*> dest_of;
+};
+
+absl::StatusOr<MatchedTargets> MatchTargets(
+    const Manifest& manifest, const std::string& step_dir,
+    absl::Span<const RestoreTarget> targets, const RestoreReceiver& receiver) {
+  MatchedTargets m;
+  const ManifestIndex index(manifest);
+  absl::flat_hash_map<const ManifestArray*, int> index_of;
+  for (const RestoreTarget& target : targets) {
+    const ManifestArray* array = index.Find(target.name);
+    if (array == nullptr) {
+      return absl::NotFoundError(
+          absl::StrFormat("array '%s' is not in %s", target.name, step_dir));
+    }
+    if (array->dtype != target.dtype || array->shape != target.shape) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "array '%s': requested %s %s but %s holds %s %s", target.name,
+          DTypeName(target.dtype), ShapeToString(target.shape), step_dir,
+          DTypeName(array->dtype), ShapeToString(array->shape)));
+    }
+    auto [it, inserted] =
+        index_of.emplace(array, static_cast<int>(m.saved.size()));
+    if (inserted) {
+      SavedArray s{array->name, ItemSize(array->dtype), array->shape, {}};
+      s.extents.reserve(array->extents.size());
+      for (const ManifestExtent& extent : array->extents) {
+        s.extents.push_back(extent.box);
+      }
+      m.saved.push_back(std::move(s));
+      m.arrays.push_back(array);
+    }
+    const Box whole = Box::FromShape(array->shape);
+    for (const RestoreDestination& dest : target.destinations) {
+      const bool received = dest.data == nullptr && dest.device == nullptr;
+      if (dest.box.rank() != whole.rank() || !whole.Contains(dest.box) ||
+          (dest.data == nullptr && !dest.box.empty() &&
+           !(received && receiver))) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "array '%s': destination box %s lies outside %s or has no memory "
+            "(and no receiver)",
+            target.name, dest.box.ToString(), ShapeToString(array->shape)));
+      }
+      if (dest.box.empty()) continue;
+      if (manifest.part) {
+        RETURN_IF_ERROR(CheckInPart(*array, dest.box, step_dir));
+      }
+      // Device and receiver boxes are staged through the pool.
+      m.boxes.push_back(
+          {it->second, dest.box, dest.device != nullptr || received});
+      m.dest_of.push_back(&dest);
+    }
+  }
+  return m;
+}
+
+// The plan, and the readers' buffers. These are the pool's first bytes,
+// up to a quarter of it, where they are free now: resident and in huge
+// pages, where buffers mapped for this restore are fresh memory, and fresh
+// huge pages cost 4-9 s/GiB to fault in on this project's VM (a third of a
+// restore's CPU onto devices). The waves are then planned in the rest of
+// the pool, and always find room there once other users of the pool (a
+// save under way) are done (TryAcquireFront). Otherwise (a pool too small,
+// busy, or still to be pinned; or boxes that need all of it) each reader
+// maps its own.
+struct PlannedReads {
+  RestorePlan plan;
+  std::optional<Lease> lent_memory;
+  std::vector<ReadBuffer> buffers;
+};
+
+absl::StatusOr<PlannedReads> PlanReads(const MatchedTargets& m,
+                                       StagingPool& pool, int readers) {
+  constexpr int64_t kLent = AlignUp(kReadBufferBytes, StagingPool::kAlignment);
+  const int lent = static_cast<int>(
+      std::min<int64_t>(readers, pool.capacity_bytes() / 4 / kLent));
+  PlannedReads out;
+  if (lent > 0) out.lent_memory = pool.TryAcquireFront(lent * kLent);
+  absl::StatusOr<RestorePlan> planned = PlanRestore(
+      m.saved, m.boxes,
+      pool.capacity_bytes() -
+          (out.lent_memory ? out.lent_memory->reserved_bytes() : 0));
+  if (!planned.ok() && out.lent_memory) {
+    out.lent_memory.reset();
+    planned = PlanRestore(m.saved, m.boxes, pool.capacity_bytes());
+  }
+  RETURN_IF_ERROR(planned.status());
+  out.plan = *std::move(planned);
+  out.buffers.reserve(readers);
+  for (int i = 0; i < readers; ++i) {
+    if (out.lent_memory && i < lent) {
+      out.buffers.emplace_back(absl::MakeSpan(
+          out.lent_memory->data() + i * kLent, static_cast<size_t>(kLent)));
+    } else {
+      out.buffers.emplace_back();
+    }
+  }
+  return out;
+}
+
+// A wave's reads planned into its leases (and its in-place destinations):
+// images[k] is where image wave.images[k] is assembled.
+std::unique_ptr<StagedWave> StageWave(const MatchedTargets& m,
+                                      const RestorePlan& plan,
+                                      const RestoreOptions& options,
+                                      const RestoreWave& wave,
+                                      std::vector<Lease> leases) {
+  std::vector<WaveImage> images;
+  absl::flat_hash_map<int, int> image_at;
+  size_t next_lease = 0;
+  for (int i : wave.images) {
+    const RestoreImage& image = plan.images[i];
+    uint8_t* host = image.in_place
+                        ? static_cast<uint8_t*>(
+                              m.dest_of[image.destinations[0].first]->data)
+                        : leases[next_lease++].data();
+    image_at[i] = static_cast<int>(images.size());
+    images.push_back({image.box, host, image.in_place});
+  }
+  std::vector<ReadTask> tasks;
+  tasks.reserve(wave.reads.size());
+  for (const RestoreRead& read : wave.reads) {
+    ReadTask task{m.arrays[read.array], read.extent, {}};
+    for (int i : read.images) task.images.push_back(image_at.at(i));
+    tasks.push_back(std::move(task));
+  }
+  auto staged = std::make_unique<StagedWave>();
+  staged->leases = std::move(leases);
+  staged->reads = std::make_unique<WaveReads>(
+      std::move(tasks), std::move(images), options.stage_host_reads);
+  return staged;
+}
+
+// A wave whose reads are over, placed: one CopyFromHost per device and one
+// call of the receiver carry its images; its leases return once the copies
+// landed (`copies` gets the future of that). On an error the wave's leases
+// return when the acquirer stops.
+absl::Status PlaceWave(const MatchedTargets& m, const RestorePlan& plan,
+                       const RestoreWave& wave, StagedWave& staged,
+                       const RestoreReceiver& receiver, RestoreStats& stats,
+                       std::vector<Future<>>& copies) {
+  absl::flat_hash_map<Device*, std::vector<CopyOp>> ops;
+  std::vector<StagedPart> received;
+  for (size_t k = 0; k < wave.images.size(); ++k) {
+    const RestoreImage& image = plan.images[wave.images[k]];
+    if (image.in_place) continue;
+    const uint8_t* from = staged.reads->images()[k].host;
+    for (const auto& [d, offset] : image.destinations) {
+      const RestoreDestination& dest = *m.dest_of[d];
+      if (dest.device == nullptr) {
+        received.push_back({&dest, image.box, offset, from, image.bytes});
+        continue;
+      }
+      ops[dest.device].push_back({from, image.bytes,
+                                  static_cast<uint8_t*>(dest.data) + offset,
+                                  image.bytes, image.bytes, 1});
+    }
+  }
+  if (!received.empty()) RETURN_IF_ERROR(receiver(received));
+  std::vector<Future<>> wave_copies;
+  for (auto& [device, device_ops] : ops) {
+    wave_copies.push_back(device->CopyFromHost(device_ops));
+    ++stats.dispatches;
+  }
+  // `released` completes only after the leases are back: a callback added
+  // to `landed` later could otherwise run (inline) while the release is
+  // still under way on the device's thread.
+  Promise<> released;
+  copies.push_back(released.future());
+  WhenAll(wave_copies)
+      .OnReady(
+          [leases = std::move(staged.leases),
+           released = std::move(released)](const absl::Status& status) mutable {
+            leases.clear();
+            released.Set(status);
+          });
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<RestoreStats> RestoreCheckpoint(
@@ -232,126 +418,23 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
   const absl::Time start = absl::Now();
   RestoreStats stats;
   // 1. Each target matched against the manifest, and the plan.
-  const ManifestIndex index(manifest);
-  std::vector<const ManifestArray*> arrays;  // the plan's saved arrays
-  std::vector<SavedArray> saved;
-  absl::flat_hash_map<const ManifestArray*, int> index_of;
-  std::vector<DestinationBox> boxes;
-  std::vector<const RestoreDestination*> dest_of;  // per box
-  for (const RestoreTarget& target : targets) {
-    const ManifestArray* array = index.Find(target.name);
-    if (array == nullptr) {
-      return absl::NotFoundError(
-          absl::StrFormat("array '%s' is not in %s", target.name, step_dir));
-    }
-    if (array->dtype != target.dtype || array->shape != target.shape) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "array '%s': requested %s %s but %s holds %s %s", target.name,
-          DTypeName(target.dtype), ShapeToString(target.shape), step_dir,
-          DTypeName(array->dtype), ShapeToString(array->shape)));
-    }
-    auto [it, inserted] =
-        index_of.emplace(array, static_cast<int>(saved.size()));
-    if (inserted) {
-      SavedArray s{array->name, ItemSize(array->dtype), array->shape, {}};
-      s.extents.reserve(array->extents.size());
-      for (const ManifestExtent& extent : array->extents) {
-        s.extents.push_back(extent.box);
-      }
-      saved.push_back(std::move(s));
-      arrays.push_back(array);
-    }
-    const Box whole = Box::FromShape(array->shape);
-    for (const RestoreDestination& dest : target.destinations) {
-      const bool received = dest.data == nullptr && dest.device == nullptr;
-      if (dest.box.rank() != whole.rank() || !whole.Contains(dest.box) ||
-          (dest.data == nullptr && !dest.box.empty() &&
-           !(received && receiver))) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "array '%s': destination box %s lies outside %s or has no memory "
-            "(and no receiver)",
-            target.name, dest.box.ToString(), ShapeToString(array->shape)));
-      }
-      if (dest.box.empty()) continue;
-      if (manifest.part)
-        RETURN_IF_ERROR(CheckInPart(*array, dest.box, step_dir));
-      // Device and receiver boxes are staged through the pool.
-      boxes.push_back(
-          {it->second, dest.box, dest.device != nullptr || received});
-      dest_of.push_back(&dest);
-    }
-  }
-  // The readers' buffers are the pool's first bytes, up to a quarter of
-  // it, where they are free now: resident and in huge pages, where buffers
-  // mapped for this restore are fresh memory, and fresh huge pages cost
-  // 4-9 s/GiB to fault in on this project's VM (a third of a restore's CPU
-  // onto devices). The waves are then planned in the rest of the pool, and
-  // always find room there once other users of the pool (a save under way)
-  // are done (TryAcquireFront). Otherwise (a pool too small, busy, or still
-  // to be pinned; or boxes that need all of it) each reader maps its own.
-  const int readers = std::max(1, options.reader_threads);
-  constexpr int64_t kLent = AlignUp(kReadBufferBytes, StagingPool::kAlignment);
-  const int lent = static_cast<int>(
-      std::min<int64_t>(readers, pool.capacity_bytes() / 4 / kLent));
-  std::optional<Lease> lent_memory;
-  if (lent > 0) lent_memory = pool.TryAcquireFront(lent * kLent);
-  absl::StatusOr<RestorePlan> planned =
-      PlanRestore(saved, boxes,
-                  pool.capacity_bytes() -
-                      (lent_memory ? lent_memory->reserved_bytes() : 0));
-  if (!planned.ok() && lent_memory) {
-    lent_memory.reset();
-    planned = PlanRestore(saved, boxes, pool.capacity_bytes());
-  }
-  RETURN_IF_ERROR(planned.status());
-  const RestorePlan& plan = *planned;
+  ASSIGN_OR_RETURN(const MatchedTargets m,
+                   MatchTargets(manifest, step_dir, targets, receiver));
+  ASSIGN_OR_RETURN(PlannedReads reads,
+                   PlanReads(m, pool, std::max(1, options.reader_threads)));
+  const RestorePlan& plan = reads.plan;
   for (const RestoreImage& image : plan.images) {
     stats.target_bytes += image.bytes;
   }
-  std::vector<ReadBuffer> buffers;
-  buffers.reserve(readers);
-  for (int i = 0; i < readers; ++i) {
-    if (lent_memory && i < lent) {
-      buffers.emplace_back(absl::MakeSpan(lent_memory->data() + i * kLent,
-                                          static_cast<size_t>(kLent)));
-    } else {
-      buffers.emplace_back();
-    }
-  }
-
   // 2. The waves: their leases and reads, taken ahead (WaveAcquirer); then,
   // as each one's reads are over, one copy per device.
   const ReadContext context{&open, &step_dir, options.verify_xxh3};
-  ReaderCrew crew(context, buffers);
-  const auto stage = [&](const RestoreWave& wave, std::vector<Lease> leases) {
-    // images[k] is where image wave.images[k] is assembled.
-    std::vector<WaveImage> images;
-    absl::flat_hash_map<int, int> image_at;
-    size_t next_lease = 0;
-    for (int i : wave.images) {
-      const RestoreImage& image = plan.images[i];
-      uint8_t* host = image.in_place
-                          ? static_cast<uint8_t*>(
-                                dest_of[image.destinations[0].first]->data)
-                          : leases[next_lease++].data();
-      image_at[i] = static_cast<int>(images.size());
-      images.push_back({image.box, host, image.in_place});
-    }
-    std::vector<ReadTask> tasks;
-    tasks.reserve(wave.reads.size());
-    for (const RestoreRead& read : wave.reads) {
-      ReadTask task{arrays[read.array], read.extent, {}};
-      for (int i : read.images) task.images.push_back(image_at.at(i));
-      tasks.push_back(std::move(task));
-    }
-    auto staged = std::make_unique<StagedWave>();
-    staged->leases = std::move(leases);
-    staged->reads = std::make_unique<WaveReads>(
-        std::move(tasks), std::move(images), options.stage_host_reads);
-    return staged;
-  };
-  WaveAcquirer acquirer(plan, pool, crew,
-                        options.prefault ? PrefaultThreads() : 0, stage);
+  ReaderCrew crew(context, reads.buffers);
+  WaveAcquirer acquirer(
+      plan, pool, crew, options.prefault ? PrefaultThreads() : 0,
+      [&](const RestoreWave& wave, std::vector<Lease> leases) {
+        return StageWave(m, plan, options, wave, std::move(leases));
+      });
   std::vector<Future<>> copies;
   absl::Status status;
   for (size_t w = 0; w < plan.waves.size(); ++w) {
@@ -366,47 +449,8 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
     staged.prefaulter.reset();
     ++stats.waves;
     stats.extents_read += static_cast<int64_t>(staged.reads->tasks());
-    // One CopyFromHost per device, and one call of the receiver, carry the
-    // wave's images; the wave's leases return once the copies landed.
-    const RestoreWave& wave = plan.waves[w];
-    absl::flat_hash_map<Device*, std::vector<CopyOp>> ops;
-    std::vector<StagedPart> received;
-    for (size_t k = 0; k < wave.images.size(); ++k) {
-      const RestoreImage& image = plan.images[wave.images[k]];
-      if (image.in_place) continue;
-      const uint8_t* from = staged.reads->images()[k].host;
-      for (const auto& [d, offset] : image.destinations) {
-        const RestoreDestination& dest = *dest_of[d];
-        if (dest.device == nullptr) {
-          received.push_back({&dest, image.box, offset, from, image.bytes});
-          continue;
-        }
-        ops[dest.device].push_back({from, image.bytes,
-                                    static_cast<uint8_t*>(dest.data) + offset,
-                                    image.bytes, image.bytes, 1});
-      }
-    }
-    if (!received.empty()) {
-      status = receiver(received);
-      if (!status.ok()) break;  // the wave's leases return in Stop
-    }
-    std::vector<Future<>> wave_copies;
-    for (auto& [device, device_ops] : ops) {
-      wave_copies.push_back(device->CopyFromHost(device_ops));
-      ++stats.dispatches;
-    }
-    // `released` completes only after the leases are back: a callback added
-    // to `landed` later could otherwise run (inline) while the release is
-    // still under way on the device's thread.
-    Promise<> released;
-    copies.push_back(released.future());
-    WhenAll(wave_copies)
-        .OnReady([leases = std::move(staged.leases),
-                  released =
-                      std::move(released)](const absl::Status& status) mutable {
-          leases.clear();
-          released.Set(status);
-        });
+    status = PlaceWave(m, plan, plan.waves[w], staged, receiver, stats, copies);
+    if (!status.ok()) break;
   }
   acquirer.Stop();
   // 3. Every copy must be over before the destinations or leases are touched
