@@ -163,108 +163,156 @@ class CachedFile final : public ReadableFile {
   std::unique_ptr<ReadableFile> file_;
 };
 
-}  // namespace
-
-absl::StatusOr<RestoreStats> SharedRestore(
-    Coordinator& coordinator, Storage& storage, const std::string& step_dir,
-    absl::Span<const RestoreTarget> targets, StagingPool& pool,
-    const RestoreOptions& options, const RestoreReceiver& receiver,
-    bool on_one_host) {
-  const int n = coordinator.size(), rank = coordinator.rank();
-  if (n == 1) {
-    return RestoreCheckpoint(storage, step_dir, targets, pool, options,
-                             receiver);
-  }
-  const absl::Time start = absl::Now();
-  // 1. The manifest and what each rank needs. A rank that cannot read the
-  // manifest still takes part, so that every rank learns it and each falls
-  // back to restoring alone.
-  absl::StatusOr<Manifest> manifest = ReadManifestFile(storage, step_dir);
-  std::vector<int64_t> first_id;  // per array: the flat id of its extent 0
+// What the job's ranks need (step 1): the manifest, every extent by its
+// flat id (`first_id[a]`: array a's extent 0), and each rank's ids.
+// Heap-allocated: `index` points into `manifest`.
+struct JobNeeds {
+  Manifest manifest;
+  std::vector<int64_t> first_id;
   std::optional<ManifestIndex> index;
   int64_t count = 0;
-  std::string mine = "!";
-  if (manifest.ok()) {
-    for (size_t a = 0; a < manifest->arrays.size(); ++a) {
-      first_id.push_back(count);
-      count += static_cast<int64_t>(manifest->arrays[a].extents.size());
+  std::vector<std::vector<int64_t>> needs;  // per rank, sorted
+  std::vector<const ManifestExtent*> extent_of;
+  std::vector<int> array_of;
+};
+
+// A round's bytes on this rank (step 3): its shared extents grouped by
+// reader (this rank's own first), each group in id order, in one buffer.
+struct RoundBuffer {
+  std::vector<std::vector<int64_t>> by_reader;  // per rank: ids
+  std::set<int> offsets;  // rank offsets that carry any extent
+  absl::flat_hash_map<int64_t, int64_t> slot;  // id -> offset in buffer
+  std::vector<int64_t> group_at;               // per reader
+  // Not a lease of the pool: the caller may hold leases of it (staged parts
+  // handed to a receiver) for as long as it likes.
+  HostBuffer buffer{0};
+};
+
+class SharedRestorer {
+ public:
+  SharedRestorer(Coordinator& coordinator, Storage& storage,
+                 const std::string& step_dir,
+                 absl::Span<const RestoreTarget> targets, StagingPool& pool,
+                 const RestoreOptions& options, const RestoreReceiver& receiver)
+      : coordinator_(coordinator),
+        storage_(storage),
+        step_dir_(step_dir),
+        targets_(targets),
+        pool_(pool),
+        options_(options),
+        receiver_(receiver),
+        n_(coordinator.size()),
+        rank_(coordinator.rank()) {}
+
+  // 1. The manifest and what each rank needs, all-gathered with each
+  // rank's host. A rank that cannot read the manifest still takes part, so
+  // that every rank learns it and each falls back to restoring alone
+  // (shared() false; this rank's error if its manifest failed).
+  absl::Status GatherNeeds(bool share_on_one_host) {
+    auto job = std::make_unique<JobNeeds>();
+    absl::StatusOr<Manifest> manifest = ReadManifestFile(storage_, step_dir_);
+    std::string mine = "!";
+    if (manifest.ok()) {
+      job->manifest = *std::move(manifest);
+      for (const ManifestArray& array : job->manifest.arrays) {
+        job->first_id.push_back(job->count);
+        job->count += static_cast<int64_t>(array.extents.size());
+      }
+      job->index.emplace(job->manifest);
+      mine = EncodeIds(
+          NeededExtents(job->manifest, job->first_id, *job->index, targets_));
     }
-    index.emplace(*manifest);
-    mine = EncodeIds(NeededExtents(*manifest, first_id, *index, targets));
-  }
-  // "HOST\nIDS": a host name has no line break.
-  ASSIGN_OR_RETURN(std::vector<std::string> lists,
-                   coordinator.AllGather("shared restore " + step_dir,
-                                         absl::StrCat(HostName(), "\n", mine)));
-  std::set<std::string> hosts;
-  for (std::string& list : lists) {
-    const size_t line = list.find('\n');
-    hosts.insert(list.substr(0, line));
-    list.erase(0, line == std::string::npos ? list.size() : line + 1);
-  }
-  std::vector<std::vector<int64_t>> needs(n);
-  bool alone = !manifest.ok() || (hosts.size() == 1 && !on_one_host);
-  for (int r = 0; r < n && !alone; ++r) {
-    absl::StatusOr<std::vector<int64_t>> ids =
-        lists[r] == "!" ? absl::DataLossError("")
-                        : DecodeIds(lists[r], count, r);
-    if (ids.ok()) {
-      needs[r] = *std::move(ids);
-    } else {
-      alone = true;
+    // "HOST\nIDS": a host name has no line break.
+    ASSIGN_OR_RETURN(
+        std::vector<std::string> lists,
+        coordinator_.AllGather("shared restore " + step_dir_,
+                               absl::StrCat(HostName(), "\n", mine)));
+    std::set<std::string> hosts;
+    for (std::string& list : lists) {
+      const size_t line = list.find('\n');
+      hosts.insert(list.substr(0, line));
+      list.erase(0, line == std::string::npos ? list.size() : line + 1);
     }
-  }
-  if (alone) {
     RETURN_IF_ERROR(manifest.status());
-    return RestoreCheckpoint(storage, step_dir, targets, pool, options,
-                             receiver);
+    if (hosts.size() == 1 && !share_on_one_host) return absl::OkStatus();
+    job->needs.resize(n_);
+    for (int r = 0; r < n_; ++r) {
+      if (lists[r] == "!") return absl::OkStatus();
+      absl::StatusOr<std::vector<int64_t>> ids =
+          DecodeIds(lists[r], job->count, r);
+      if (!ids.ok()) return absl::OkStatus();
+      job->needs[r] = *std::move(ids);
+    }
+    job->extent_of.resize(job->count);
+    job->array_of.resize(job->count);
+    for (size_t a = 0; a < job->manifest.arrays.size(); ++a) {
+      for (size_t e = 0; e < job->manifest.arrays[a].extents.size(); ++e) {
+        job->extent_of[job->first_id[a] + e] =
+            &job->manifest.arrays[a].extents[e];
+        job->array_of[job->first_id[a] + e] = static_cast<int>(a);
+      }
+    }
+    job_ = std::move(job);
+    return absl::OkStatus();
   }
-  std::vector<const ManifestExtent*> extent_of(count);
-  std::vector<int> array_of(count);
-  for (size_t a = 0; a < manifest->arrays.size(); ++a) {
-    for (size_t e = 0; e < manifest->arrays[a].extents.size(); ++e) {
-      extent_of[first_id[a] + e] = &manifest->arrays[a].extents[e];
-      array_of[first_id[a] + e] = static_cast<int>(a);
+
+  // 2. A reader for each shared extent (among the ranks that need it, the
+  // one with the fewest such bytes so far), and the rounds; then 3, each
+  // round.
+  absl::StatusOr<RestoreStats> Run() {
+    AssignReaders();
+    const std::vector<std::pair<int, int>> rounds = PlanRounds();
+    for (size_t k = 0; k < rounds.size(); ++k) {
+      RETURN_IF_ERROR(RunRound(k, rounds[k].first, rounds[k].second));
+    }
+    RETURN_IF_ERROR(failed_);
+    stats_.bytes_read += read_.load() - served_.load();
+    return stats_;
+  }
+
+  bool shared() const { return job_ != nullptr; }
+
+ private:
+  void AssignReaders() {
+    // Per id, the ranks that need it, ascending (binary-searched below);
+    // shared ids only, after the loop that drops the others.
+    for (int r = 0; r < n_; ++r) {
+      for (int64_t id : job_->needs[r]) needers_[id].push_back(r);
+    }
+    std::vector<int64_t> assigned(n_, 0);
+    for (auto it = needers_.begin(); it != needers_.end();) {
+      if (it->second.size() < 2) {
+        it = needers_.erase(it);
+        continue;
+      }
+      int best = it->second.front();
+      for (int r : it->second) {
+        if (assigned[r] < assigned[best]) best = r;
+      }
+      assigned[best] += job_->extent_of[it->first]->length_bytes;
+      reader_[it->first] = best;
+      ++it;
     }
   }
 
-  // 2. A reader for each shared extent, and the rounds.
-  // Per id, the ranks that need it, ascending (binary-searched below);
-  // shared ids only, after the loop that drops the others.
-  std::map<int64_t, std::vector<int>> needers;
-  for (int r = 0; r < n; ++r) {
-    for (int64_t id : needs[r]) needers[id].push_back(r);
-  }
-  std::vector<int64_t> assigned(n, 0);
-  std::map<int64_t, int> reader;  // shared id -> the rank that reads it
-  for (auto it = needers.begin(); it != needers.end();) {
-    if (it->second.size() < 2) {
-      it = needers.erase(it);
-      continue;
-    }
-    int best = it->second.front();
-    for (int r : it->second) {
-      if (assigned[r] < assigned[best]) best = r;
-    }
-    assigned[best] += extent_of[it->first]->length_bytes;
-    reader[it->first] = best;
-    ++it;
-  }
   // Rounds: [first array, end array), closed before an array whose shared
-  // extents would take a rank past the budget.
-  const int64_t budget = std::max<int64_t>(pool.capacity_bytes() / 2, 1);
-  std::vector<std::pair<int, int>> rounds;
-  {
-    std::vector<int64_t> held(n, 0);
+  // extents would take a rank past half the pool.
+  std::vector<std::pair<int, int>> PlanRounds() const {
+    const int64_t budget = std::max<int64_t>(pool_.capacity_bytes() / 2, 1);
+    const int arrays = static_cast<int>(job_->manifest.arrays.size());
+    std::vector<std::pair<int, int>> rounds;
+    std::vector<int64_t> held(n_, 0);
     int begin = 0;
-    auto it = needers.begin();
-    for (int a = 0; a < static_cast<int>(manifest->arrays.size()); ++a) {
+    auto it = needers_.begin();
+    for (int a = 0; a < arrays; ++a) {
       std::map<int, int64_t> add;
       const int64_t end_id =
-          first_id[a] +
-          static_cast<int64_t>(manifest->arrays[a].extents.size());
-      for (auto j = it; j != needers.end() && j->first < end_id; ++j) {
-        for (int r : j->second) add[r] += extent_of[j->first]->length_bytes;
+          job_->first_id[a] +
+          static_cast<int64_t>(job_->manifest.arrays[a].extents.size());
+      for (auto j = it; j != needers_.end() && j->first < end_id; ++j) {
+        for (int r : j->second) {
+          add[r] += job_->extent_of[j->first]->length_bytes;
+        }
       }
       bool over = false;
       for (const auto& [r, bytes] : add) over |= held[r] + bytes > budget;
@@ -274,182 +322,238 @@ absl::StatusOr<RestoreStats> SharedRestore(
         std::fill(held.begin(), held.end(), 0);
       }
       for (const auto& [r, bytes] : add) held[r] += bytes;
-      while (it != needers.end() && it->first < end_id) ++it;
+      while (it != needers_.end() && it->first < end_id) ++it;
     }
-    rounds.emplace_back(begin, static_cast<int>(manifest->arrays.size()));
+    rounds.emplace_back(begin, arrays);
+    return rounds;
   }
 
-  // 3. The rounds.
-  RestoreStats stats;
-  absl::Status failed;  // this rank's first error; it still sends its share
-  // Bytes of extents: read for the others here, and served from memory to
-  // RestoreCheckpoint (which counts every extent it takes as read).
-  std::atomic<int64_t> read{0}, served{0};
-  for (size_t k = 0; k < rounds.size(); ++k) {
-    const auto [first_array, end_array] = rounds[k];
+  // 3. One round: this rank reads its share for the others, sends each
+  // rank its part and receives its own, then restores the round's targets.
+  // A rank that failed still sends its share: the other rounds need it.
+  absl::Status RunRound(size_t k, int first_array, int end_array) {
+    RoundBuffer round = LayOutRound(first_array, end_array);
+    ReadOwnShare(round);
+    for (int d : round.offsets) RETURN_IF_ERROR(ExchangeShare(k, d, round));
+    if (!failed_.ok()) return absl::OkStatus();
+    absl::StatusOr<RestoreStats> restored =
+        RestoreRound(round, first_array, end_array);
+    if (!restored.ok()) {
+      failed_ = restored.status();
+      return absl::OkStatus();
+    }
+    stats_.extents_read += restored->extents_read;
+    stats_.bytes_read += restored->bytes_read;
+    stats_.target_bytes += restored->target_bytes;
+    stats_.dispatches += restored->dispatches;
+    stats_.waves += restored->waves;
+    return absl::OkStatus();
+  }
+
+  RoundBuffer LayOutRound(int first_array, int end_array) const {
     // (A manifest without arrays is one empty round.)
     const auto id_of = [&](int a) {
-      return a < static_cast<int>(first_id.size()) ? first_id[a] : count;
+      return a < static_cast<int>(job_->first_id.size()) ? job_->first_id[a]
+                                                         : job_->count;
     };
     const int64_t lo = id_of(first_array), hi = id_of(end_array);
-    // This rank's shared extents of the round, grouped by reader (its own
-    // first), each group in id order; and the offsets that carry any.
-    std::vector<std::vector<int64_t>> by_reader(n);
-    std::set<int> offsets;
-    for (auto it = needers.lower_bound(lo);
-         it != needers.end() && it->first < hi; ++it) {
-      const int from = reader.at(it->first);
+    RoundBuffer round;
+    round.by_reader.resize(n_);
+    for (auto it = needers_.lower_bound(lo);
+         it != needers_.end() && it->first < hi; ++it) {
+      const int from = reader_.at(it->first);
       for (int r : it->second) {
-        if (r == rank) by_reader[from].push_back(it->first);
-        if (r != from) offsets.insert((r - from + n) % n);
+        if (r == rank_) round.by_reader[from].push_back(it->first);
+        if (r != from) round.offsets.insert((r - from + n_) % n_);
       }
     }
-    absl::flat_hash_map<int64_t, int64_t> slot;  // id -> offset in buffer
-    std::vector<int64_t> group_at(n, 0);
+    round.group_at.assign(n_, 0);
     int64_t bytes = 0;
-    for (int i = 0; i < n; ++i) {
-      const int from = (rank + i) % n;
-      group_at[from] = bytes;
-      for (int64_t id : by_reader[from]) {
-        slot[id] = bytes;
-        bytes += extent_of[id]->length_bytes;
+    for (int i = 0; i < n_; ++i) {
+      const int from = (rank_ + i) % n_;
+      round.group_at[from] = bytes;
+      for (int64_t id : round.by_reader[from]) {
+        round.slot[id] = bytes;
+        bytes += job_->extent_of[id]->length_bytes;
       }
     }
-    // Not a lease of the pool: the caller may hold leases of it (staged
-    // parts handed to a receiver) for as long as it likes.
-    HostBuffer buffer(bytes);
-    // Read and verify what this rank reads for the others.
-    {
-      const std::vector<int64_t>& own = by_reader[rank];
-      FirstError error;
-      std::atomic<size_t> next{0};
-      const auto read_some = [&] {
-        absl::flat_hash_map<std::string, std::unique_ptr<ReadableFile>> files;
-        for (size_t i = next.fetch_add(1); i < own.size();
-             i = next.fetch_add(1)) {
-          const ManifestExtent& extent = *extent_of[own[i]];
-          const ExtentPlace place = PlaceOfExtent(step_dir, extent);
-          absl::Span<uint8_t> into(buffer.data() + slot.at(own[i]),
-                                   extent.length_bytes);
-          absl::Status s = [&]() -> absl::Status {
-            std::unique_ptr<ReadableFile>& file = files[place.path];
-            if (file == nullptr) {
-              ASSIGN_OR_RETURN(
-                  file, storage.OpenReadableBeneath(place.dir, place.relative));
-            }
-            RETURN_IF_ERROR(file->ReadAt(extent.offset_bytes, into));
-            read.fetch_add(extent.length_bytes);
-            if (options.verify_xxh3 &&
-                !ExtentMatches(extent.hash, into.data(), into.size())) {
-              return absl::DataLossError(
-                  absl::StrFormat("array '%s': xxh3 mismatch in %s @ %d",
-                                  manifest->arrays[array_of[own[i]]].name,
-                                  place.relative, extent.offset_bytes));
-            }
-            return absl::OkStatus();
-          }();
-          if (!s.ok()) {
-            // The receivers' hash check fails on these zeros.
-            std::memset(into.data(), 0, into.size());
-            error.Record(s);
+    round.buffer = HostBuffer(bytes);
+    return round;
+  }
+
+  // Reads and verifies what this rank reads for the others, on up to
+  // options.reader_threads threads. An extent that fails is left as zeros,
+  // which fail the receivers' hash check; this rank records its error.
+  void ReadOwnShare(RoundBuffer& round) {
+    const std::vector<int64_t>& own = round.by_reader[rank_];
+    FirstError error;
+    std::atomic<size_t> next{0};
+    const auto read_some = [&] {
+      absl::flat_hash_map<std::string, std::unique_ptr<ReadableFile>> files;
+      for (size_t i = next.fetch_add(1); i < own.size();
+           i = next.fetch_add(1)) {
+        absl::Span<uint8_t> into(round.buffer.data() + round.slot.at(own[i]),
+                                 job_->extent_of[own[i]]->length_bytes);
+        if (absl::Status s = ReadExtent(own[i], into, files); !s.ok()) {
+          std::memset(into.data(), 0, into.size());
+          error.Record(s);
+        }
+      }
+    };
+    std::vector<std::thread> threads;
+    const size_t count_threads =
+        std::min<size_t>(std::max(1, options_.reader_threads), own.size());
+    for (size_t t = 1; t < count_threads; ++t) {
+      threads.emplace_back(read_some);
+    }
+    read_some();
+    for (std::thread& t : threads) t.join();
+    if (failed_.ok()) failed_ = error.Get();
+  }
+
+  absl::Status ReadExtent(
+      int64_t id, absl::Span<uint8_t> into,
+      absl::flat_hash_map<std::string, std::unique_ptr<ReadableFile>>& files) {
+    const ManifestExtent& extent = *job_->extent_of[id];
+    const ExtentPlace place = PlaceOfExtent(step_dir_, extent);
+    std::unique_ptr<ReadableFile>& file = files[place.path];
+    if (file == nullptr) {
+      ASSIGN_OR_RETURN(file,
+                       storage_.OpenReadableBeneath(place.dir, place.relative));
+    }
+    RETURN_IF_ERROR(file->ReadAt(extent.offset_bytes, into));
+    read_.fetch_add(extent.length_bytes);
+    if (options_.verify_xxh3 &&
+        !ExtentMatches(extent.hash, into.data(), into.size())) {
+      return absl::DataLossError(
+          absl::StrFormat("array '%s': xxh3 mismatch in %s @ %d",
+                          job_->manifest.arrays[job_->array_of[id]].name,
+                          place.relative, extent.offset_bytes));
+    }
+    return absl::OkStatus();
+  }
+
+  // Sends rank +d its share of this rank's reads; receives rank -d's into
+  // its group. kDataLoss recorded (not returned) for a short share; the
+  // coordinator's errors (a lost rank) returned.
+  absl::Status ExchangeShare(size_t k, int d, RoundBuffer& round) {
+    const int to = (rank_ + d) % n_, from = (rank_ - d + n_) % n_;
+    // What `to` needs of this rank's reads: all of them (data-parallel
+    // replicas), sent from the buffer as it is; else a copy of its share.
+    std::vector<uint8_t> copy;
+    int64_t own_bytes = 0;
+    bool all = true;
+    for (int64_t id : round.by_reader[rank_]) {
+      own_bytes += job_->extent_of[id]->length_bytes;
+      const std::vector<int>& who = needers_.at(id);
+      all &= std::binary_search(who.begin(), who.end(), to);
+    }
+    absl::Span<const uint8_t> send(round.buffer.data() + round.group_at[rank_],
+                                   static_cast<size_t>(own_bytes));
+    if (!all) {
+      for (int64_t id : round.by_reader[rank_]) {
+        const std::vector<int>& who = needers_.at(id);
+        if (!std::binary_search(who.begin(), who.end(), to)) continue;
+        const uint8_t* at = round.buffer.data() + round.slot.at(id);
+        copy.insert(copy.end(), at, at + job_->extent_of[id]->length_bytes);
+      }
+      send = copy;
+    }
+    int64_t expected = 0;
+    for (int64_t id : round.by_reader[from]) {
+      expected += job_->extent_of[id]->length_bytes;
+    }
+    int64_t got = 0;
+    RETURN_IF_ERROR(coordinator_.Exchange(
+        absl::StrFormat("shared restore round %d +%d", k, d), send, to, from,
+        [&](absl::Span<const uint8_t> piece) {
+          if (got + static_cast<int64_t>(piece.size()) <= expected) {
+            std::memcpy(round.buffer.data() + round.group_at[from] + got,
+                        piece.data(), piece.size());
           }
-        }
-      };
-      std::vector<std::thread> threads;
-      const size_t count_threads =
-          std::min<size_t>(std::max(1, options.reader_threads), own.size());
-      for (size_t t = 1; t < count_threads; ++t)
-        threads.emplace_back(read_some);
-      read_some();
-      for (std::thread& t : threads) t.join();
-      if (failed.ok()) failed = error.Get();
+          got += static_cast<int64_t>(piece.size());
+          return absl::OkStatus();
+        }));
+    stats_.bytes_received += got;
+    if (got != expected && failed_.ok()) {
+      failed_ = absl::DataLossError(absl::StrFormat(
+          "shared restore: rank %d sent %d bytes of extents where %d were "
+          "due",
+          from, got, expected));
     }
-    // Send each offset's share; receive into the group of its reader.
-    for (int d : offsets) {
-      const int to = (rank + d) % n, from = (rank - d + n) % n;
-      // What `to` needs of this rank's reads: all of them (data-parallel
-      // replicas), sent from the buffer as it is; else a copy of its share.
-      std::vector<uint8_t> copy;
-      int64_t own_bytes = 0;
-      bool all = true;
-      for (int64_t id : by_reader[rank]) {
-        own_bytes += extent_of[id]->length_bytes;
-        const std::vector<int>& who = needers.at(id);
-        all &= std::binary_search(who.begin(), who.end(), to);
-      }
-      absl::Span<const uint8_t> send(buffer.data() + group_at[rank],
-                                     static_cast<size_t>(own_bytes));
-      if (!all) {
-        for (int64_t id : by_reader[rank]) {
-          const std::vector<int>& who = needers.at(id);
-          if (!std::binary_search(who.begin(), who.end(), to)) continue;
-          const uint8_t* at = buffer.data() + slot.at(id);
-          copy.insert(copy.end(), at, at + extent_of[id]->length_bytes);
-        }
-        send = copy;
-      }
-      int64_t expected = 0;
-      for (int64_t id : by_reader[from])
-        expected += extent_of[id]->length_bytes;
-      int64_t got = 0;
-      RETURN_IF_ERROR(coordinator.Exchange(
-          absl::StrFormat("shared restore round %d +%d", k, d), send, to, from,
-          [&](absl::Span<const uint8_t> piece) {
-            if (got + static_cast<int64_t>(piece.size()) <= expected) {
-              std::memcpy(buffer.data() + group_at[from] + got, piece.data(),
-                          piece.size());
-            }
-            got += static_cast<int64_t>(piece.size());
-            return absl::OkStatus();
-          }));
-      stats.bytes_received += got;
-      if (got != expected && failed.ok()) {
-        failed = absl::DataLossError(absl::StrFormat(
-            "shared restore: rank %d sent %d bytes of extents where %d were "
-            "due",
-            from, got, expected));
-      }
-    }
-    if (!failed.ok()) continue;  // the other rounds still need its share
-    // Restore the round's targets (those the manifest lacks: in the first,
-    // where RestoreCheckpoint reports them).
+    return absl::OkStatus();
+  }
+
+  // The round's targets (those the manifest lacks: in the first, where
+  // RestoreCheckpoint reports them) restored, shared extents served from
+  // the round's buffer, the rest read from storage.
+  absl::StatusOr<RestoreStats> RestoreRound(const RoundBuffer& round,
+                                            int first_array, int end_array) {
     std::vector<RestoreTarget> round_targets;
-    for (const RestoreTarget& target : targets) {
-      const int a =
-          index.has_value() ? std::max(0, index->IndexOf(target.name)) : 0;
+    for (const RestoreTarget& target : targets_) {
+      const int a = std::max(0, job_->index->IndexOf(target.name));
       if (a >= first_array && a < end_array) round_targets.push_back(target);
     }
     absl::flat_hash_map<std::string,
                         std::map<int64_t, absl::Span<const uint8_t>>>
         cached;
-    for (const auto& [id, at] : slot) {
-      const ManifestExtent& extent = *extent_of[id];
-      cached[PlaceOfExtent(step_dir, extent).path][extent.offset_bytes] =
-          absl::MakeConstSpan(buffer.data() + at, extent.length_bytes);
+    for (const auto& [id, at] : round.slot) {
+      const ManifestExtent& extent = *job_->extent_of[id];
+      cached[PlaceOfExtent(step_dir_, extent).path][extent.offset_bytes] =
+          absl::MakeConstSpan(round.buffer.data() + at, extent.length_bytes);
     }
-    absl::StatusOr<RestoreStats> round = RestoreCheckpoint(
-        *manifest, step_dir, round_targets, pool, options, receiver,
+    return RestoreCheckpoint(
+        job_->manifest, step_dir_, round_targets, pool_, options_, receiver_,
         [&](const ExtentPlace& place)
             -> absl::StatusOr<std::unique_ptr<ReadableFile>> {
-          const auto open = [&storage, place] {
-            return storage.OpenReadableBeneath(place.dir, place.relative);
+          const auto open = [this, place] {
+            return storage_.OpenReadableBeneath(place.dir, place.relative);
           };
           auto found = cached.find(place.path);
           if (found == cached.end()) return open();
-          return std::make_unique<CachedFile>(&found->second, open, &served);
+          return std::make_unique<CachedFile>(&found->second, open, &served_);
         });
-    if (!round.ok()) {
-      failed = round.status();
-      continue;
-    }
-    stats.extents_read += round->extents_read;
-    stats.bytes_read += round->bytes_read;
-    stats.target_bytes += round->target_bytes;
-    stats.dispatches += round->dispatches;
-    stats.waves += round->waves;
   }
-  RETURN_IF_ERROR(failed);
-  stats.bytes_read += read.load() - served.load();
+
+  Coordinator& coordinator_;
+  Storage& storage_;
+  const std::string& step_dir_;
+  const absl::Span<const RestoreTarget> targets_;
+  StagingPool& pool_;
+  const RestoreOptions& options_;
+  const RestoreReceiver& receiver_;
+  const int n_, rank_;
+  std::unique_ptr<JobNeeds> job_;
+  // Per shared id: the ranks that need it (ascending), and its reader.
+  std::map<int64_t, std::vector<int>> needers_;
+  std::map<int64_t, int> reader_;
+  RestoreStats stats_;
+  absl::Status failed_;  // this rank's first error; it still sends its share
+  // Bytes of extents: read for the others here, and served from memory to
+  // RestoreCheckpoint (which counts every extent it takes as read).
+  std::atomic<int64_t> read_{0}, served_{0};
+};
+
+}  // namespace
+
+absl::StatusOr<RestoreStats> SharedRestore(
+    Coordinator& coordinator, Storage& storage, const std::string& step_dir,
+    absl::Span<const RestoreTarget> targets, StagingPool& pool,
+    const RestoreOptions& options, const RestoreReceiver& receiver,
+    bool share_on_one_host) {
+  if (coordinator.size() == 1) {
+    return RestoreCheckpoint(storage, step_dir, targets, pool, options,
+                             receiver);
+  }
+  const absl::Time start = absl::Now();
+  SharedRestorer restorer(coordinator, storage, step_dir, targets, pool,
+                          options, receiver);
+  RETURN_IF_ERROR(restorer.GatherNeeds(share_on_one_host));
+  if (!restorer.shared()) {
+    return RestoreCheckpoint(storage, step_dir, targets, pool, options,
+                             receiver);
+  }
+  ASSIGN_OR_RETURN(RestoreStats stats, restorer.Run());
   stats.elapsed = absl::Now() - start;
   return stats;
 }

@@ -34,14 +34,16 @@ namespace hoist {
 // extent its reader could not read reaches the others as bytes that fail their
 // hash: kDataLoss there too); the coordinator's (a lost rank) on all.
 //
-// `on_one_host`: whether to share when every rank is on one host (the ranks
-// learn each other's host names with what they need); when not, they all
-// restore alone there, as RestoreCheckpoint does.
+// `share_on_one_host`: whether to share when every rank is on one host (the
+// ranks learn each other's host names with what they need; the manager
+// shares there when asked to, or when the storage is not local: reads from
+// an object store cost a request each); when not, they all restore alone
+// there, as RestoreCheckpoint does.
 absl::StatusOr<RestoreStats> SharedRestore(
     Coordinator& coordinator, Storage& storage, const std::string& step_dir,
     absl::Span<const RestoreTarget> targets, StagingPool& pool,
     const RestoreOptions& options, const RestoreReceiver& receiver,
-    bool on_one_host);
+    bool share_on_one_host);
 
 }  // namespace hoist
 
