@@ -377,31 +377,34 @@ absl::StatusOr<std::string> MetadataWithPerRank(
                       "\"per_rank\": [", absl::StrJoin(all, ", "), "]}");
 }
 
-// Steps 1-6 for this process; `tmp` is set once steps 1 and 2 made it.
-absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
-                                     const SaveRequest& request,
-                                     TransferEngine& engine,
-                                     absl::Span<Device* const> devices,
-                                     const ShardSources& sources,
-                                     absl::Time start, std::string& tmp,
-                                     BegunSave* begun) {
+// Steps 1 to 3 on this process: what the rest of the save needs of them.
+struct Persisted {
+  absl::Status local;  // this process's outcome: staging's, the writer's
+  WrittenExtents written;
+  std::unique_ptr<DeltaBase> delta_base;  // null without a base
+};
+
+// 3, with 1 and 2 inside it: the first wave's copies are dispatched before
+// anything touches the disk (a save in dispatched mode returns sooner),
+// then the directory is decided and the writer opened while they run; the
+// extents staged meanwhile wait in the sink. An error deciding the
+// directory (the same on every rank) is returned; this process's own
+// (staging's, the writer's) is Persisted::local, for every rank to learn.
+absl::StatusOr<Persisted> StageAndPersist(
+    Storage& storage, Coordinator& coordinator, const SaveRequest& request,
+    TransferEngine& engine, absl::Span<Device* const> devices,
+    const ShardSources& sources, absl::Time start, std::string& tmp,
+    BegunSave* begun, SaveResult& result) {
   const SavePlan& plan = *request.plan;
   const int process = coordinator.rank();
-  SaveResult result;
-  // 3, with 1 and 2 inside it: the first wave's copies are dispatched
-  // before anything touches the disk (a save in dispatched mode returns
-  // sooner), then the directory is decided and the writer opened while
-  // they run; the extents staged meanwhile wait in `sink`.
   absl::Status decided;  // steps 1 and 2
-  absl::Status local;    // this process's: the writer's, staging's
-  WrittenExtents written_here(plan);
+  Persisted out{absl::OkStatus(), WrittenExtents(plan), nullptr};
   DeferredSink own_sink;  // unless the begun save brought its own
   DeferredSink& sink = begun != nullptr ? begun->sink : own_sink;
   sink.CountInto(request.progress);
   // The base step's manifest and what this save may reference of it.
   std::shared_ptr<const IndexedManifest> base_manifest;
-  std::unique_ptr<DeltaBase> delta_base;  // outlives `writer`
-  std::unique_ptr<ExtentWriter> writer;   // destroyed before `sink`
+  std::unique_ptr<ExtentWriter> writer;  // destroyed before `sink`
   bool prepared = false;
   const auto prepare = [&]() -> absl::Status {
     prepared = true;
@@ -418,12 +421,12 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
       return dir->base_error;
     }
     if (base_manifest != nullptr) {
-      delta_base = std::make_unique<DeltaBase>(
+      out.delta_base = std::make_unique<DeltaBase>(
           MakeDeltaBase(plan, base_manifest, request.frozen.get()));
     }
     absl::StatusOr<std::unique_ptr<ExtentWriter>> opened = ExtentWriter::Open(
         storage, tmp, plan, process, 2, request.tracer, request.progress,
-        request.writer_thread_setup, delta_base.get());
+        request.writer_thread_setup, out.delta_base.get());
     if (!opened.ok()) {
       sink.Attach(nullptr);
       return opened.status();
@@ -481,39 +484,32 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
     report_staged(staged.status(), staged.ok() ? *staged : TransferStats{});
   }
   if (!decided.ok()) return decided;  // the same on every rank
-  local = staged.status();
-  if (writer != nullptr) {
-    absl::StatusOr<WrittenExtents> written = writer->Finish();
-    if (local.ok() && !written.ok()) local = written.status();
-    if (local.ok()) {
-      result.transfer = *staged;
-      result.bytes = staged->bytes;
-      written_here = *std::move(written);
-      local = ReferenceSkipped(request, delta_base.get(), process, written_here,
-                               result);
-      for (int s : plan.SlicesOfProcess(process)) {
-        if (written_here.referenced[s]) {
-          result.referenced_bytes += plan.slices[s].length_bytes;
-        }
-      }
+  out.local = staged.status();
+  if (writer == nullptr) return out;
+  absl::StatusOr<WrittenExtents> written = writer->Finish();
+  if (out.local.ok() && !written.ok()) out.local = written.status();
+  if (!out.local.ok()) return out;
+  result.transfer = *staged;
+  result.bytes = staged->bytes;
+  out.written = *std::move(written);
+  out.local = ReferenceSkipped(request, out.delta_base.get(), process,
+                               out.written, result);
+  for (int s : plan.SlicesOfProcess(process)) {
+    if (out.written.referenced[s]) {
+      result.referenced_bytes += plan.slices[s].length_bytes;
     }
   }
-  // 4. Everyone learns whether everyone succeeded, and the hashes.
-  // Commit phases go on the "commit" track.
-  absl::Time phase = absl::Now();
-  const auto traced = [&](const char* name) {
-    const absl::Time now = absl::Now();
-    if (request.tracer != nullptr) {
-      request.tracer->Span("commit", name, phase, now);
-    }
-    phase = now;
-  };
-  if (request.tracer != nullptr) {
-    request.tracer->Span("commit", "stage + persist", start, phase);
-  }
-  // One all-gather is the "written" barrier: each process's outcome and
-  // its plan's fingerprint (encoding the plan costs milliseconds per save:
-  // skipped when there is no other process to disagree with).
+  return out;
+}
+
+// 4a. Everyone learns whether everyone succeeded, and that every process
+// planned the same checkpoint. One all-gather is the "written" barrier:
+// each process's outcome and its plan's fingerprint (encoding the plan
+// costs milliseconds per save: skipped when there is no other process to
+// disagree with).
+absl::Status AgreeOnOutcome(Coordinator& coordinator,
+                            const SaveRequest& request,
+                            const absl::Status& local) {
   const uint64_t fingerprint =
       coordinator.size() > 1 ? PlanFingerprint(request) : 0;
   ASSIGN_OR_RETURN(
@@ -539,17 +535,30 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
           request.step, r));
     }
   }
+  return absl::OkStatus();
+}
+
+// 4b. Every process's extents (hashes, references) and per-rank state, on
+// every process.
+struct Gathered {
+  WrittenExtents all;
+  std::vector<std::string> per_rank;
+};
+
+absl::StatusOr<Gathered> GatherWritten(Coordinator& coordinator,
+                                       const SaveRequest& request,
+                                       const WrittenExtents& written) {
+  const SavePlan& plan = *request.plan;
   // Each rank's per-rank state, length-prefixed, then its records.
   std::string mine(sizeof(uint32_t), '\0');
   const uint32_t per_rank_bytes =
       static_cast<uint32_t>(request.per_rank_json.size());
   std::memcpy(mine.data(), &per_rank_bytes, sizeof per_rank_bytes);
   mine += request.per_rank_json;
-  mine += EncodeWritten(plan, process, written_here);
+  mine += EncodeWritten(plan, coordinator.rank(), written);
   ASSIGN_OR_RETURN(std::vector<std::string> gathered,
                    coordinator.AllGather("hashes", std::move(mine)));
-  WrittenExtents all(plan);
-  std::vector<std::string> per_rank;
+  Gathered out{WrittenExtents(plan), {}};
   for (const std::string& bytes : gathered) {
     uint32_t length = 0;
     if (bytes.size() < sizeof length) {
@@ -559,13 +568,48 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
     if (bytes.size() - sizeof length < length) {
       return absl::InternalError("malformed per-rank state from a peer");
     }
-    per_rank.push_back(bytes.substr(sizeof length, length));
-    RETURN_IF_ERROR(DecodeWritten(bytes.substr(sizeof length + length), all));
+    out.per_rank.push_back(bytes.substr(sizeof length, length));
+    RETURN_IF_ERROR(
+        DecodeWritten(bytes.substr(sizeof length + length), out.all));
   }
+  return out;
+}
+
+// Steps 1-6 for this process; `tmp` is set once steps 1 and 2 made it.
+absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
+                                     const SaveRequest& request,
+                                     TransferEngine& engine,
+                                     absl::Span<Device* const> devices,
+                                     const ShardSources& sources,
+                                     absl::Time start, std::string& tmp,
+                                     BegunSave* begun) {
+  const SavePlan& plan = *request.plan;
+  SaveResult result;
+  ASSIGN_OR_RETURN(
+      Persisted persisted,
+      StageAndPersist(storage, coordinator, request, engine, devices, sources,
+                      start, tmp, begun, result));
+  // 4. Everyone learns whether everyone succeeded, and the hashes.
+  // Commit phases go on the "commit" track.
+  absl::Time phase = absl::Now();
+  const auto traced = [&](const char* name) {
+    const absl::Time now = absl::Now();
+    if (request.tracer != nullptr) {
+      request.tracer->Span("commit", name, phase, now);
+    }
+    phase = now;
+  };
+  if (request.tracer != nullptr) {
+    request.tracer->Span("commit", "stage + persist", start, phase);
+  }
+  RETURN_IF_ERROR(AgreeOnOutcome(coordinator, request, persisted.local));
+  ASSIGN_OR_RETURN(Gathered gathered,
+                   GatherWritten(coordinator, request, persisted.written));
+  const DeltaBase* delta_base = persisted.delta_base.get();
   // Every rank referenced the same base's extents (it read the manifest
   // of the step rank 0 chose): one this rank's base lacks cannot be.
   for (size_t s = 0; s < plan.slices.size(); ++s) {
-    if (all.referenced[s] &&
+    if (gathered.all.referenced[s] &&
         (delta_base == nullptr || !delta_base->extents[s])) {
       return absl::InternalError(absl::StrFormat(
           "step %d aborted: a process referenced a box of '%s' that the base "
@@ -574,12 +618,10 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
     }
   }
   // 5: rank 0 commits, and tells everyone how it went (step 6).
-  const std::string final_dir =
-      JoinPath(request.root, StepDirName(request.step));
   absl::Status committed;
   ASSIGN_OR_RETURN(std::string metadata,
-                   MetadataWithPerRank(request, per_rank));
-  Manifest built = BuildManifest(request, all, delta_base.get());
+                   MetadataWithPerRank(request, gathered.per_rank));
+  Manifest built = BuildManifest(request, gathered.all, delta_base);
   built.metadata_json = std::move(metadata);
   if (coordinator.rank() == 0) {
     traced("barrier + hash all-gather");
@@ -591,7 +633,7 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
   if (coordinator.rank() == 0) RETURN_IF_ERROR(committed);
   RETURN_IF_ERROR(DecodeStatus(outcome, 0));
   traced("committed");
-  result.path = final_dir;
+  result.path = JoinPath(request.root, StepDirName(request.step));
   // Indexed here, on the saver's thread, for the next save's delta base.
   result.manifest = std::make_shared<const IndexedManifest>(std::move(built));
   result.committed = absl::Now() - start;
