@@ -195,141 +195,7 @@ class MpiCoordinator final : public Coordinator {
     }
     MutexLock lock(&mu_);
     const int tag = 1 + static_cast<int>(sequence_++ % (max_tag_ - 1));
-    size_t total = 0;
-    for (absl::Span<const uint8_t> piece : pieces) total += piece.size();
-    std::string header;
-    AppendU64(header, total);
-    header.append(name);
-    // Sends in flight: their requests, and their buffers in pending_.
-    std::deque<std::pair<MPI_Request, std::list<std::string>::iterator>>
-        sending;
-    // Buffers of finished sends, reused: a fresh 64 MiB buffer is faulted
-    // in page by page, which costs as much as the copy into it.
-    std::vector<std::string> spare;
-    // Posts a send of the bytes `fill` appends to a (reused) buffer.
-    auto post =
-        [&](const std::function<void(std::string&)>& fill) -> absl::Status {
-      std::string buffer_bytes;
-      if (!spare.empty()) {
-        buffer_bytes = std::move(spare.back());
-        spare.pop_back();
-      }
-      buffer_bytes.clear();
-      fill(buffer_bytes);
-      pending_.push_back(std::move(buffer_bytes));
-      auto buffer = std::prev(pending_.end());
-      MPI_Request request;
-      HOIST_MPI(MPI_Isend(buffer->data(), static_cast<int>(buffer->size()),
-                          MPI_BYTE, to, tag, comm_, &request));
-      sending.emplace_back(request, buffer);
-      return absl::OkStatus();
-    };
-    absl::Status status =
-        post([&](std::string& buffer) { buffer.append(header); });
-    size_t sent = 0;                 // bytes of the pieces posted
-    size_t piece = 0, in_piece = 0;  // where the next send starts
-    bool have_header = false;
-    uint64_t expected = 0, received = 0;
-    absl::Time deadline = absl::Now() + timeout_;
-    absl::Time last_moved = absl::Now();
-    absl::Duration pause = absl::Microseconds(20);
-    std::string message;  // each piece received, its buffer reused
-    while (status.ok()) {
-      bool moved = false;
-      while (status.ok() && sending.size() < 3 && sent < total) {
-        const size_t n = std::min(kPieceBytes, total - sent);
-        status = post([&](std::string& buffer) {
-          buffer.reserve(n);  // one allocation, not a doubling series
-          while (buffer.size() < n) {
-            const absl::Span<const uint8_t> from_piece =
-                pieces[piece].subspan(in_piece, n - buffer.size());
-            buffer.append(reinterpret_cast<const char*>(from_piece.data()),
-                          from_piece.size());
-            in_piece += from_piece.size();
-            if (in_piece == pieces[piece].size()) ++piece, in_piece = 0;
-          }
-        });
-        sent += n;
-      }
-      while (status.ok() && !sending.empty()) {
-        int done = 0;
-        status = MpiStatus(
-            MPI_Test(&sending.front().first, &done, MPI_STATUS_IGNORE),
-            "MPI_Test");
-        if (!status.ok() || !done) break;
-        spare.push_back(std::move(*sending.front().second));
-        pending_.erase(sending.front().second);
-        sending.pop_front();
-        moved = true;
-      }
-      absl::StatusOr<bool> got =
-          status.ok() && (!have_header || received < expected)
-              ? TryReceive(from, tag, message)
-              : absl::StatusOr<bool>(false);
-      if (!got.ok()) status = got.status();
-      if (status.ok() && *got) {
-        moved = true;
-        if (!have_header) {
-          size_t at = 0;
-          if (!Take(message, at, expected)) {
-            status = absl::InternalError(absl::StrFormat(
-                "exchange '%s': rank %d sent a malformed header", name, from));
-          } else if (std::string_view(message).substr(at) != name) {
-            status = absl::FailedPreconditionError(absl::StrFormat(
-                "exchange '%s': rank %d sent exchange '%s': the ranks "
-                "disagree on what to do",
-                name, from, message.substr(at)));
-          }
-          have_header = true;
-        } else {
-          received += message.size();
-          if (received > expected) {
-            status = absl::InternalError(absl::StrFormat(
-                "exchange '%s': rank %d sent more than the %d bytes it "
-                "announced",
-                name, from, expected));
-          } else {
-            status = receive(absl::Span<const uint8_t>(
-                reinterpret_cast<const uint8_t*>(message.data()),
-                message.size()));
-          }
-        }
-      }
-      if (!status.ok()) break;
-      if (sending.empty() && sent == total && have_header &&
-          received == expected) {
-        return absl::OkStatus();
-      }
-      const absl::Time now = absl::Now();
-      if (moved) {
-        deadline = now + timeout_;
-        last_moved = now;
-        pause = absl::Microseconds(20);
-        continue;
-      }
-      // MPI moves a large message's fragments only inside MPI calls (the
-      // shared-memory transport copies them through small buffers): while
-      // pieces are in flight, and for a while after the last one moved, poll
-      // without sleeping, else a 64 MiB piece crawls at a fragment per nap.
-      if ((!sending.empty() || (have_header && received < expected)) &&
-          now - last_moved < kSpinAfterMove) {
-        std::this_thread::yield();
-        continue;
-      }
-      if (now >= deadline) {
-        status = absl::DeadlineExceededError(absl::StrFormat(
-            "exchange '%s': nothing moved between rank %d and ranks %d (to) "
-            "and %d (from) within %s (dead, hung, or doing something else)",
-            name, rank_, to, from, absl::FormatDuration(timeout_)));
-        break;
-      }
-      absl::SleepFor(pause);
-      pause = std::min(pause * 2, absl::Milliseconds(1));
-    }
-    // Abandoned sends keep their buffers in pending_ until the coordinator
-    // ends; MPI may still read them.
-    for (auto& [request, buffer] : sending) MPI_Request_free(&request);
-    return status;
+    return PointToPoint(*this, name, pieces, to, from, receive, tag).Run();
   }
 
   absl::StatusOr<std::string> Broadcast(std::string_view name,
@@ -530,6 +396,184 @@ class MpiCoordinator final : public Coordinator {
     }
     return result;
   }
+
+  // One ExchangeGathered between this rank and its peers `to` and `from`,
+  // under `tag`: sends the header, then the pieces (at most three sends in
+  // flight, each from a buffer this coordinator owns), while receiving
+  // `from`'s header and pieces; polls until both are over, or until
+  // nothing has moved for the timeout.
+  class PointToPoint {
+   public:
+    PointToPoint(MpiCoordinator& c, std::string_view name,
+                 absl::Span<const absl::Span<const uint8_t>> pieces, int to,
+                 int from, const ReceivePiece& receive, int tag)
+        : c_(c),
+          name_(name),
+          pieces_(pieces),
+          to_(to),
+          from_(from),
+          receive_(receive),
+          tag_(tag) {
+      for (absl::Span<const uint8_t> piece : pieces) total_ += piece.size();
+    }
+    // Abandoned sends keep their buffers in pending_ until the coordinator
+    // ends; MPI may still read them.
+    ~PointToPoint() {
+      for (auto& [request, buffer] : sending_) MPI_Request_free(&request);
+    }
+
+    absl::Status Run() {
+      std::string header;
+      AppendU64(header, total_);
+      header.append(name_);
+      RETURN_IF_ERROR(
+          Post([&](std::string& buffer) { buffer.append(header); }));
+      absl::Time deadline = absl::Now() + c_.timeout_;
+      absl::Time last_moved = absl::Now();
+      absl::Duration pause = absl::Microseconds(20);
+      while (true) {
+        RETURN_IF_ERROR(PostPieces());
+        ASSIGN_OR_RETURN(bool reaped, ReapSends());
+        ASSIGN_OR_RETURN(bool received, ReceiveNext());
+        if (sending_.empty() && sent_ == total_ && have_header_ &&
+            received_ == expected_) {
+          return absl::OkStatus();
+        }
+        const absl::Time now = absl::Now();
+        if (reaped || received) {
+          deadline = now + c_.timeout_;
+          last_moved = now;
+          pause = absl::Microseconds(20);
+          continue;
+        }
+        // MPI moves a large message's fragments only inside MPI calls (the
+        // shared-memory transport copies them through small buffers): while
+        // pieces are in flight, and for a while after the last one moved,
+        // poll without sleeping, else a 64 MiB piece crawls at a fragment
+        // per nap.
+        if ((!sending_.empty() || (have_header_ && received_ < expected_)) &&
+            now - last_moved < kSpinAfterMove) {
+          std::this_thread::yield();
+          continue;
+        }
+        if (now >= deadline) {
+          return absl::DeadlineExceededError(absl::StrFormat(
+              "exchange '%s': nothing moved between rank %d and ranks %d "
+              "(to) and %d (from) within %s (dead, hung, or doing something "
+              "else)",
+              name_, c_.rank_, to_, from_, absl::FormatDuration(c_.timeout_)));
+        }
+        absl::SleepFor(pause);
+        pause = std::min(pause * 2, absl::Milliseconds(1));
+      }
+    }
+
+   private:
+    // Posts a send of the bytes `fill` appends to a (reused) buffer.
+    absl::Status Post(const std::function<void(std::string&)>& fill) {
+      std::string buffer_bytes;
+      if (!spare_.empty()) {
+        buffer_bytes = std::move(spare_.back());
+        spare_.pop_back();
+      }
+      buffer_bytes.clear();
+      fill(buffer_bytes);
+      c_.pending_.push_back(std::move(buffer_bytes));
+      auto buffer = std::prev(c_.pending_.end());
+      MPI_Request request;
+      HOIST_MPI(MPI_Isend(buffer->data(), static_cast<int>(buffer->size()),
+                          MPI_BYTE, to_, tag_, c_.comm_, &request));
+      sending_.emplace_back(request, buffer);
+      return absl::OkStatus();
+    }
+
+    // The next pieces' sends, while fewer than three are in flight.
+    absl::Status PostPieces() {
+      while (sending_.size() < 3 && sent_ < total_) {
+        const size_t n = std::min(kPieceBytes, total_ - sent_);
+        RETURN_IF_ERROR(Post([&](std::string& buffer) {
+          buffer.reserve(n);  // one allocation, not a doubling series
+          while (buffer.size() < n) {
+            const absl::Span<const uint8_t> from_piece =
+                pieces_[piece_].subspan(in_piece_, n - buffer.size());
+            buffer.append(reinterpret_cast<const char*>(from_piece.data()),
+                          from_piece.size());
+            in_piece_ += from_piece.size();
+            if (in_piece_ == pieces_[piece_].size()) ++piece_, in_piece_ = 0;
+          }
+        }));
+        sent_ += n;
+      }
+      return absl::OkStatus();
+    }
+
+    // Frees the sends that finished, in order (their buffers kept for
+    // reuse: a fresh 64 MiB buffer is faulted in page by page, which costs
+    // as much as the copy into it). True when one did.
+    absl::StatusOr<bool> ReapSends() {
+      bool moved = false;
+      while (!sending_.empty()) {
+        int done = 0;
+        RETURN_IF_ERROR(MpiStatus(
+            MPI_Test(&sending_.front().first, &done, MPI_STATUS_IGNORE),
+            "MPI_Test"));
+        if (!done) break;
+        spare_.push_back(std::move(*sending_.front().second));
+        c_.pending_.erase(sending_.front().second);
+        sending_.pop_front();
+        moved = true;
+      }
+      return moved;
+    }
+
+    // Takes `from`'s header or next piece, if one is there.
+    absl::StatusOr<bool> ReceiveNext() {
+      if (have_header_ && received_ >= expected_) return false;
+      ASSIGN_OR_RETURN(bool got, c_.TryReceive(from_, tag_, message_));
+      if (!got) return false;
+      if (!have_header_) {
+        size_t at = 0;
+        if (!Take(message_, at, expected_)) {
+          return absl::InternalError(absl::StrFormat(
+              "exchange '%s': rank %d sent a malformed header", name_, from_));
+        }
+        if (std::string_view(message_).substr(at) != name_) {
+          return absl::FailedPreconditionError(absl::StrFormat(
+              "exchange '%s': rank %d sent exchange '%s': the ranks "
+              "disagree on what to do",
+              name_, from_, message_.substr(at)));
+        }
+        have_header_ = true;
+        return true;
+      }
+      received_ += message_.size();
+      if (received_ > expected_) {
+        return absl::InternalError(absl::StrFormat(
+            "exchange '%s': rank %d sent more than the %d bytes it announced",
+            name_, from_, expected_));
+      }
+      RETURN_IF_ERROR(receive_(absl::Span<const uint8_t>(
+          reinterpret_cast<const uint8_t*>(message_.data()), message_.size())));
+      return true;
+    }
+
+    MpiCoordinator& c_;
+    const std::string_view name_;
+    const absl::Span<const absl::Span<const uint8_t>> pieces_;
+    const int to_, from_;
+    const ReceivePiece& receive_;
+    const int tag_;
+    size_t total_ = 0;
+    // Sends in flight: their requests, and their buffers in pending_.
+    std::deque<std::pair<MPI_Request, std::list<std::string>::iterator>>
+        sending_;
+    std::vector<std::string> spare_;   // buffers of finished sends
+    size_t sent_ = 0;                  // bytes of the pieces posted
+    size_t piece_ = 0, in_piece_ = 0;  // where the next send starts
+    bool have_header_ = false;
+    uint64_t expected_ = 0, received_ = 0;
+    std::string message_;  // each piece received, its buffer reused
+  };
 
   static constexpr size_t kPieceBytes = size_t{64} << 20;
   // How long Exchange polls without sleeping after a piece moved.
