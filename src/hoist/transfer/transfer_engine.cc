@@ -346,121 +346,122 @@ TransferEngine::Dispatched TransferEngine::DispatchWave(StagingRun& run,
       sizes.push_back(bytes);
     }
   }
-  TransferStats& stats = run.stats;
   absl::StatusOr<std::optional<std::vector<Lease>>> acquired =
-      AcquireWave(sizes, stats, may_wait);
+      AcquireWave(sizes, run.stats, may_wait);
   if (!acquired.ok()) {
     run.first_error->Record(acquired.status());
     return Dispatched::kNo;
   }
   if (!*acquired) return Dispatched::kWouldWait;
-  std::vector<Lease>* const leases = &**acquired;
-  ++stats.waves;
-  const bool per_slice = options_.dispatch == DispatchMode::kPerSlice;
-
-  // Dispatches `slices` (on device d) into `lease` through `copy`; the
-  // completion hands each slice its range of the lease, on the thread the
-  // copy completes on.
-  const auto dispatch = [&](size_t d, absl::Span<const size_t> slices,
-                            Lease lease, absl::FunctionRef<Future<>()> copy) {
-    const absl::Time dispatched_at = absl::Now();
-    Future<> copied = copy();
-    ++stats.dispatches;
-    Promise<> done;
-    run.delivered.push_back(done.future());
-    std::string span;
-    if (options_.tracer != nullptr) {
-      int64_t bytes = 0;
-      for (size_t i : slices) bytes += layout.lengths[i];
-      span = absl::StrFormat("copy %d slices, %s", slices.size(),
-                             FormatBytes(static_cast<double>(bytes)));
-    }
-    // The layout (kept alive here) holds the slices.
-    copied.OnReady([layout = run.layout, slices, lease = std::move(lease),
-                    sink = run.sink, first_error = run.first_error,
-                    done = std::move(done), tracer = options_.tracer,
-                    device = run.devices[d]->id(), span = std::move(span),
-                    dispatched_at](const absl::Status& status) mutable {
-      if (tracer != nullptr) {
-        tracer->Span(absl::StrFormat("device %d", device), span, dispatched_at,
-                     absl::Now());
-      }
-      if (status.ok()) {
-        for (size_t i : slices) {
-          sink->OnStaged(
-              {layout->slices[i].slice, lease.TakeFront(layout->lengths[i])});
-        }
-      } else {
-        first_error->Record(status);
-        lease.Release();  // the copy is over: the lease can go back
-      }
-      done.Set(status);
-    });
-    if (options_.wait == WaitMode::kSequential) {
-      run.devices[d]->ReleaseCopies();
-      run.delivered.back().Wait();
-    }
-  };
-
+  std::vector<Lease>& leases = **acquired;
+  ++run.stats.waves;
   // Every device's copies are enqueued before any starts: on the host
   // backend the first devices' copies would take the cores from this loop.
   for (Device* device : run.devices) device->HoldCopies();
   size_t next_lease = 0;
-  std::vector<CopyOp> ops;
   for (size_t d = 0; d < devices; ++d) {
-    Device& device = *run.devices[d];
-    const size_t group = w * devices + d;
-    // Not a structured binding: clang 14 cannot capture one (build_ops).
-    const std::pair<size_t, size_t> range = GroupRange(layout, group);
-    const size_t begin = range.first, end = range.second;
-    if (begin == end) continue;
-    const absl::Span<const size_t> slices =
-        absl::MakeConstSpan(layout.by_device).subspan(begin, end - begin);
-    Lease lease = std::move((*leases)[next_lease++]);
-    uint8_t* const base = lease.data();
-    const auto build_ops = [&] {
-      ops.clear();
-      for (size_t k = begin; k < end; ++k) {
-        ops.push_back(CopyOf(layout, *run.sources, layout.by_device[k],
-                             base + layout.group_offsets[k]));
-      }
-    };
-    if (per_slice) {
-      for (size_t k = 0; k < slices.size(); ++k) {
-        Lease own = lease.TakeFront(layout.lengths[slices[k]]);
-        const CopyOp op = CopyOf(layout, *run.sources, slices[k], own.data());
-        dispatch(d, slices.subspan(k, 1), std::move(own), [&] {
-          return device.CopyToHost({&op, 1});
-        });
-      }
-    } else if (!run.sources->prepared.empty()) {
-      // Prepared once for where this group's lease lands; an empty pool
-      // places a wave where it placed the last one.
-      StableSources::Prepared& kept = run.sources->prepared[group];
-      absl::Status prepared;
-      if (kept.copies == nullptr || kept.base != base) {
-        build_ops();
-        absl::StatusOr<std::shared_ptr<const PreparedCopies>> copies =
-            device.PrepareCopiesToHost(ops);
-        kept = {};
-        if (copies.ok()) {
-          kept = {base, *std::move(copies)};
-        } else {
-          prepared = copies.status();
-        }
-      }
-      dispatch(d, slices, std::move(lease), [&] {
-        return prepared.ok() ? device.CopyPreparedToHost(kept.copies)
-                             : Future<>::Ready(prepared);
-      });
-    } else {
-      build_ops();
-      dispatch(d, slices, std::move(lease),
-               [&] { return device.CopyToHost(ops); });
-    }
+    const std::pair<size_t, size_t> range = GroupRange(layout, w * devices + d);
+    if (range.first == range.second) continue;
+    DispatchGroup(run, w, d, std::move(leases[next_lease++]));
   }
   for (Device* device : run.devices) device->ReleaseCopies();
   return Dispatched::kYes;
+}
+
+void TransferEngine::DispatchGroup(StagingRun& run, size_t w, size_t d,
+                                   Lease lease) {
+  const StagingLayout& layout = *run.layout;
+  Device& device = *run.devices[d];
+  const size_t group = w * run.devices.size() + d;
+  // Not a structured binding: clang 14 cannot capture one (build_ops).
+  const std::pair<size_t, size_t> range = GroupRange(layout, group);
+  const size_t begin = range.first, end = range.second;
+  const absl::Span<const size_t> slices =
+      absl::MakeConstSpan(layout.by_device).subspan(begin, end - begin);
+  uint8_t* const base = lease.data();
+  std::vector<CopyOp> ops;
+  const auto build_ops = [&] {
+    ops.clear();
+    for (size_t k = begin; k < end; ++k) {
+      ops.push_back(CopyOf(layout, *run.sources, layout.by_device[k],
+                           base + layout.group_offsets[k]));
+    }
+  };
+  if (options_.dispatch == DispatchMode::kPerSlice) {
+    for (size_t k = 0; k < slices.size(); ++k) {
+      Lease own = lease.TakeFront(layout.lengths[slices[k]]);
+      const CopyOp op = CopyOf(layout, *run.sources, slices[k], own.data());
+      DispatchCopy(run, d, slices.subspan(k, 1), std::move(own), [&] {
+        return device.CopyToHost({&op, 1});
+      });
+    }
+  } else if (!run.sources->prepared.empty()) {
+    // Prepared once for where this group's lease lands; an empty pool
+    // places a wave where it placed the last one.
+    StableSources::Prepared& kept = run.sources->prepared[group];
+    absl::Status prepared;
+    if (kept.copies == nullptr || kept.base != base) {
+      build_ops();
+      absl::StatusOr<std::shared_ptr<const PreparedCopies>> copies =
+          device.PrepareCopiesToHost(ops);
+      kept = {};
+      if (copies.ok()) {
+        kept = {base, *std::move(copies)};
+      } else {
+        prepared = copies.status();
+      }
+    }
+    DispatchCopy(run, d, slices, std::move(lease), [&] {
+      return prepared.ok() ? device.CopyPreparedToHost(kept.copies)
+                           : Future<>::Ready(prepared);
+    });
+  } else {
+    build_ops();
+    DispatchCopy(run, d, slices, std::move(lease),
+                 [&] { return device.CopyToHost(ops); });
+  }
+}
+
+void TransferEngine::DispatchCopy(StagingRun& run, size_t d,
+                                  absl::Span<const size_t> slices, Lease lease,
+                                  absl::FunctionRef<Future<>()> copy) {
+  const absl::Time dispatched_at = absl::Now();
+  Future<> copied = copy();
+  ++run.stats.dispatches;
+  Promise<> done;
+  run.delivered.push_back(done.future());
+  std::string span;
+  if (options_.tracer != nullptr) {
+    int64_t bytes = 0;
+    for (size_t i : slices) bytes += run.layout->lengths[i];
+    span = absl::StrFormat("copy %d slices, %s", slices.size(),
+                           FormatBytes(static_cast<double>(bytes)));
+  }
+  // The layout (kept alive here) holds the slices.
+  copied.OnReady([layout = run.layout, slices, lease = std::move(lease),
+                  sink = run.sink, first_error = run.first_error,
+                  done = std::move(done), tracer = options_.tracer,
+                  device = run.devices[d]->id(), span = std::move(span),
+                  dispatched_at](const absl::Status& status) mutable {
+    if (tracer != nullptr) {
+      tracer->Span(absl::StrFormat("device %d", device), span, dispatched_at,
+                   absl::Now());
+    }
+    if (status.ok()) {
+      for (size_t i : slices) {
+        sink->OnStaged(
+            {layout->slices[i].slice, lease.TakeFront(layout->lengths[i])});
+      }
+    } else {
+      first_error->Record(status);
+      lease.Release();  // the copy is over: the lease can go back
+    }
+    done.Set(status);
+  });
+  if (options_.wait == WaitMode::kSequential) {
+    run.devices[d]->ReleaseCopies();
+    run.delivered.back().Wait();
+  }
 }
 
 }  // namespace hoist

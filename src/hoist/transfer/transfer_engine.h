@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -322,6 +323,14 @@ class TransferEngine {
   // counted in stats.stalled_bytes.
   absl::StatusOr<std::optional<std::vector<Lease>>> AcquireWave(
       absl::Span<const int64_t> sizes, TransferStats& stats, bool may_wait);
+  // Dispatches device `d`'s group of wave `w` (its slices, one after the
+  // other in `lease`): per slice, prepared once, or one batch.
+  void DispatchGroup(StagingRun& run, size_t w, size_t d, Lease lease);
+  // Dispatches `slices` (on device d) into `lease` through `copy`; the
+  // completion hands each slice its range of the lease, on the thread the
+  // copy completes on.
+  void DispatchCopy(StagingRun& run, size_t d, absl::Span<const size_t> slices,
+                    Lease lease, absl::FunctionRef<Future<>()> copy);
 
   StagingPool& pool_;
   StagingPool* overflow_ = nullptr;
