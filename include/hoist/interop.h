@@ -118,10 +118,12 @@ struct ImportStats {
 // `src`, which must be local). Errors: those of
 // ReadSafetensorsHeaders; kAlreadyExists for a committed step;
 // kFailedPrecondition when another manager holds the root; storage errors.
+// ImportSafetensors' staging pool unless the caller gives one.
+inline constexpr int64_t kImportPoolBytes = int64_t{256} << 20;
+
 absl::StatusOr<ImportStats> ImportSafetensors(
     const std::string& src, const std::string& root, int64_t step,
-    int64_t pool_bytes = int64_t{256} << 20,
-    const StorageOptions& storage = {});
+    int64_t pool_bytes = kImportPoolBytes, const StorageOptions& storage = {});
 
 // The safetensors name of a hoist dtype name ("bfloat16" -> "BF16",
 // "float8_e4m3fn" -> "F8_E4M3"), and back; kInvalidArgument for a name the

@@ -175,6 +175,23 @@ def _shared_reads(value):
         return "always" if value else "never"
     raise ValueError(f"shared_reads={value!r}: use 'auto', True or False")
 
+
+# The engine's defaults (CheckpointManagerOptions), which CheckpointManager
+# takes as its own: each is written once, in C++.
+_DEFAULTS = _hoist.ManagerOptions()
+
+
+def _manager_options(storage_options, frozen, **fields):
+    """The engine's options (ManagerOptions) with `fields` set; an enum's
+    unknown name is a ValueError naming the names it takes."""
+    options = _hoist.ManagerOptions()
+    for name, value in fields.items():
+        setattr(options, name, value)
+    options.set_storage_options(storage_options)
+    options.set_frozen(frozen)
+    return options
+
+
 class CheckpointManager:
     """Saves and restores the steps of one checkpoint root.
 
@@ -285,14 +302,20 @@ class CheckpointManager:
     """
 
     def __init__(self, path, *, keep=None, keep_every=None,
-                 pool_bytes=1 << 30, backend="host", num_devices=None,
-                 max_in_flight=1, writers=None, io="posix",
-                 background_priority="low", when_busy="wait",
-                 coordinator="auto", coordinator_timeout_s=600.0,
-                 storage_options=None, deltas=True, frozen=None,
-                 frozen_check_every=0, persist_every=1, local_root=None,
-                 local_every=1, replicas=2, local_keep_last=2,
-                 shared_reads="auto", host_memory_budget="auto"):
+                 pool_bytes=_DEFAULTS.pool_bytes, backend="host",
+                 num_devices=None, max_in_flight=_DEFAULTS.max_in_flight,
+                 writers=None, io=_DEFAULTS.io,
+                 background_priority=_DEFAULTS.background_priority,
+                 when_busy=_DEFAULTS.when_busy, coordinator="auto",
+                 coordinator_timeout_s=600.0, storage_options=None,
+                 deltas=_DEFAULTS.deltas, frozen=None,
+                 frozen_check_every=_DEFAULTS.frozen_check_every,
+                 persist_every=_DEFAULTS.persist_every, local_root=None,
+                 local_every=_DEFAULTS.local_every,
+                 replicas=_DEFAULTS.replicas,
+                 local_keep_last=_DEFAULTS.local_keep_last,
+                 shared_reads=_DEFAULTS.shared_reads,
+                 host_memory_budget="auto"):
         if keep is not None and keep < 1:
             raise ValueError("keep must be >= 1 (or None to keep every step)")
         # A coordinator hoist makes is hoist's to close; a caller's is not.
@@ -305,19 +328,23 @@ class CheckpointManager:
         elif isinstance(coordinator, str):
             raise ValueError(f"coordinator {coordinator!r}: use 'auto', "
                              "'single' or a coordinator object")
+        options = _call(
+            _manager_options, pool_bytes=int(pool_bytes),
+            host_memory_budget=_budget(host_memory_budget),
+            keep_last=int(keep or 0), keep_every=int(keep_every or 0),
+            max_in_flight=int(max_in_flight), writers=int(writers or 0),
+            io=io, background_priority=background_priority,
+            when_busy=when_busy, deltas=bool(deltas),
+            frozen_check_every=int(frozen_check_every),
+            persist_every=int(persist_every),
+            local_root=os.fspath(local_root or ""),
+            local_every=int(local_every), replicas=int(replicas),
+            local_keep_last=int(local_keep_last),
+            shared_reads=_shared_reads(shared_reads),
+            storage_options=_storage_options(storage_options),
+            frozen=_frozen(frozen))
         try:
-            self._open(path, coordinator, backend, num_devices, pool_bytes,
-                       keep, keep_every, max_in_flight, writers, io,
-                       background_priority, when_busy,
-                       _storage_options(storage_options), bool(deltas),
-                       _frozen(frozen), int(frozen_check_every),
-                       dict(persist_every=int(persist_every),
-                            local_root=os.fspath(local_root or ""),
-                            local_every=int(local_every),
-                            replicas=int(replicas),
-                            local_keep_last=int(local_keep_last),
-                            shared_reads=_shared_reads(shared_reads),
-                            host_memory_budget=_budget(host_memory_budget)))
+            self._open(path, coordinator, backend, num_devices, options)
         except BaseException:
             self._close_coordinator()
             raise
@@ -332,10 +359,7 @@ class CheckpointManager:
         # Whether a save that waited for storage was logged (once).
         self._stall_logged = False
 
-    def _open(self, path, coordinator, backend, num_devices, pool_bytes,
-              keep, keep_every, max_in_flight, writers, io,
-              background_priority, when_busy, storage_options, deltas,
-              frozen, frozen_check_every, tiers):
+    def _open(self, path, coordinator, backend, num_devices, options):
         rank = coordinator.rank if coordinator is not None else 0
         self._rank = rank
         self._size = coordinator.size if coordinator is not None else 1
@@ -352,13 +376,9 @@ class CheckpointManager:
             backend, device_ids[0], processes, rank,
             {self._backend.ordinal(d): d for d in device_ids}
             if backend == "cuda" else None)
-        self._manager = _call(
-            _hoist.Manager, os.fspath(path), self._backend, int(pool_bytes),
-            int(keep or 0), int(keep_every or 0), int(max_in_flight),
-            int(writers or 0), io, background_priority, coordinator,
-            when_busy, storage_options, deltas, frozen, frozen_check_every,
-            **tiers)
-        self._tiers = tiers
+        self._manager = _call(_hoist.Manager, os.fspath(path), self._backend,
+                              options, coordinator)
+        self._options = options
 
     # -- saving ------------------------------------------------------------
 
@@ -441,10 +461,10 @@ class CheckpointManager:
     def _tier_of(self, step):
         """The tier `step` goes to, as the engine decides it: durable,
         local, or None (not saved)."""
-        tiers = self._tiers
-        if step % tiers["persist_every"] == 0:
+        options = self._options
+        if step % options.persist_every == 0:
             return "durable"
-        if tiers["local_root"] and step % tiers["local_every"] == 0:
+        if options.local_root and step % options.local_every == 0:
             return "local"
         return None
 

@@ -21,8 +21,8 @@ from ._errors import step_number
 
 
 def export(step_dir, out_dir, format="safetensors", *,
-           max_shard_bytes=5_000_000_000, prefix="", memory_bytes=256 << 20,
-           storage_options=None):
+           max_shard_bytes=_hoist.EXPORT_MAX_SHARD_BYTES, prefix="",
+           memory_bytes=_hoist.EXPORT_MEMORY_BYTES, storage_options=None):
     """Writes the committed step `step_dir` (ROOT/step_N, or a root: its
     newest step) into `out_dir` (a directory, or an s3:// or gs:// prefix:
     one object a file, each complete or absent) as safetensors:
@@ -73,7 +73,8 @@ def import_checkpoint(src, root, step, format, **manager_options):
                             f"storage_options only, not {sorted(unknown)}")
         return _call(_hoist.import_safetensors, os.fspath(src),
                      os.fspath(root), step_number(step),
-                     int(manager_options.get("pool_bytes", 256 << 20)),
+                     int(manager_options.get("pool_bytes",
+                                             _hoist.IMPORT_POOL_BYTES)),
                      _storage_options(manager_options.get("storage_options")))
     readers = {"orbax": _read_orbax, "dcp": _read_dcp}
     if format not in readers:
@@ -82,16 +83,13 @@ def import_checkpoint(src, root, step, format, **manager_options):
     tree = readers[format](os.fspath(src))
     manager_options.setdefault("coordinator", "single")
     manager_options["pool_bytes"] = _import_pool_bytes(
-        tree, manager_options.get("pool_bytes", _IMPORT_POOL_BYTES))
+        tree, manager_options.get("pool_bytes", _hoist.IMPORT_POOL_BYTES))
     with CheckpointManager(root, **manager_options) as mgr:
         return mgr.save(step, tree, metadata={"imported_from": {
             "format": format, "path": os.fspath(src)}}).wait()
 
 
 # -- Orbax and DCP -----------------------------------------------------------
-
-_IMPORT_POOL_BYTES = 256 << 20  # as `hoist import`'s --pool
-_POOL_ALIGNMENT = 4096          # StagingPool::kAlignment
 
 
 def _import_pool_bytes(tree, pool_bytes):
@@ -109,7 +107,7 @@ def _import_pool_bytes(tree, pool_bytes):
             nodes.extend(node)
         else:
             largest = max(largest, int(getattr(node, "nbytes", 0)))
-    aligned = -(-largest // _POOL_ALIGNMENT) * _POOL_ALIGNMENT
+    aligned = -(-largest // _hoist.POOL_ALIGNMENT) * _hoist.POOL_ALIGNMENT
     return max(int(pool_bytes), aligned)
 
 

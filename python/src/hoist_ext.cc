@@ -37,12 +37,14 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "hoist/checkpoint/option_names.h"
 #include "hoist/checkpoint_manager.h"
 #include "hoist/checkpoint_root.h"
 #include "hoist/cuda_backend.h"
 #include "hoist/host_backend.h"
 #include "hoist/huge_pages.h"
 #include "hoist/interop.h"
+#include "hoist/transfer/staging_pool.h"
 #include "py_coordinator.h"
 
 namespace nb = nanobind;
@@ -431,65 +433,14 @@ nb::dict RestoreStatsDict(const RestoreStats& s) {
 
 class PyManager {
  public:
-  // `coordinator`: a Python coordinator (py_coordinator.h), or None for a
-  // single process.
+  // `options`: a ManagerOptions (BindManagerOptions); `coordinator`: a
+  // Python coordinator (py_coordinator.h), or None for a single process.
   PyManager(const std::string& root, std::shared_ptr<PyBackend> backend,
-            int64_t pool_bytes, int keep_last, int64_t keep_every,
-            int max_in_flight, int writers, const std::string& io,
-            const std::string& background_priority, nb::object coordinator,
-            const std::string& when_busy,
-            const std::map<std::string, std::string>& storage_options,
-            bool deltas, nb::object frozen, int frozen_check_every,
-            int64_t persist_every, const std::string& local_root,
-            int64_t local_every, int replicas, int local_keep_last,
-            const std::string& shared_reads, int64_t host_memory_budget)
+            const CheckpointManagerOptions& options, nb::object coordinator)
       : backend_(std::move(backend)),
         coordinator_(coordinator.is_none()
                          ? MakeSingleProcessCoordinator()
                          : Check(MakePyCoordinator(coordinator))) {
-    CheckpointManagerOptions options;
-    using Priority = CheckpointManagerOptions::BackgroundPriority;
-    if (background_priority == "normal") {
-      options.background_priority = Priority::kNormal;
-    } else if (background_priority == "low") {
-      options.background_priority = Priority::kLow;
-    } else if (background_priority == "idle") {
-      options.background_priority = Priority::kIdle;
-    } else {
-      Invalid(absl::StrFormat(
-          "background_priority '%s': use 'low', 'idle' or 'normal'",
-          background_priority));
-    }
-    if (when_busy != "wait" && when_busy != "skip") {
-      Invalid(
-          absl::StrFormat("when_busy '%s': use 'wait' or 'skip'", when_busy));
-    }
-    options.when_busy = when_busy == "skip"
-                            ? CheckpointManagerOptions::WhenBusy::kSkip
-                            : CheckpointManagerOptions::WhenBusy::kWait;
-    options.pool_bytes = pool_bytes;
-    options.host_memory_budget = host_memory_budget;
-    options.keep_last = keep_last;
-    options.keep_every = keep_every;
-    options.deltas = deltas;
-    options.frozen = FrozenPredicate(frozen);
-    options.frozen_check_every = frozen_check_every;
-    options.persist_every = persist_every;
-    options.local.root = local_root;
-    options.local.every = local_every;
-    options.local.replicas = replicas;
-    options.local.keep_last = local_keep_last;
-    options.max_in_flight = max_in_flight;
-    options.plan.writer_streams = writers;
-    if (io != "posix" && io != "io_uring") {
-      Invalid(absl::StrFormat("io '%s': use 'posix' or 'io_uring'", io));
-    }
-    options.io = io == "io_uring" ? IoEngine::kIoUring : IoEngine::kPosix;
-    options.object_store = ObjectStoreOptionsOf(storage_options);
-    using Shared = RestoreOptions::SharedReads;
-    options.restore.shared_reads = shared_reads == "always"  ? Shared::kAlways
-                                   : shared_reads == "never" ? Shared::kNever
-                                                             : Shared::kAuto;
     nb::gil_scoped_release release;
     manager_ = Check(
         CheckpointManager::Open(root, backend_->get(), *coordinator_, options));
@@ -885,6 +836,82 @@ nb::dict ImportSafetensorsFrom(
   return d;
 }
 
+// An enum option as a string property, through its one table of names
+// (checkpoint/option_names.h).
+template <typename E, typename Get, typename Set>
+void EnumProperty(nb::class_<CheckpointManagerOptions>& c, const char* name,
+                  Get get, Set set,
+                  absl::StatusOr<E> (*parse)(std::string_view),
+                  std::string (*spell)(E)) {
+  c.def_prop_rw(
+      name,
+      [get, spell](const CheckpointManagerOptions& o) { return spell(get(o)); },
+      [set, parse](CheckpointManagerOptions& o, const std::string& text) {
+        set(o, Check(parse(text)));
+      });
+}
+
+// CheckpointManagerOptions as hoist._hoist.ManagerOptions: constructed
+// with the C++ defaults, which Python's CheckpointManager takes as its own
+// (one source for every default); Python's names for the fields.
+void BindManagerOptions(nb::module_& m) {
+  using O = CheckpointManagerOptions;
+  nb::class_<O> c(m, "ManagerOptions");
+  c.def(nb::init<>())
+      .def_rw("pool_bytes", &O::pool_bytes)
+      .def_rw("host_memory_budget", &O::host_memory_budget)
+      .def_rw("keep_last", &O::keep_last)
+      .def_rw("keep_every", &O::keep_every)
+      .def_rw("max_in_flight", &O::max_in_flight)
+      .def_rw("deltas", &O::deltas)
+      .def_rw("frozen_check_every", &O::frozen_check_every)
+      .def_rw("persist_every", &O::persist_every)
+      .def_prop_rw(
+          "writers", [](const O& o) { return o.plan.writer_streams; },
+          [](O& o, int n) { o.plan.writer_streams = n; })
+      .def_prop_rw(
+          "local_root", [](const O& o) { return o.local.root; },
+          [](O& o, const std::string& root) { o.local.root = root; })
+      .def_prop_rw(
+          "local_every", [](const O& o) { return o.local.every; },
+          [](O& o, int64_t every) { o.local.every = every; })
+      .def_prop_rw(
+          "replicas", [](const O& o) { return o.local.replicas; },
+          [](O& o, int n) { o.local.replicas = n; })
+      .def_prop_rw(
+          "local_keep_last", [](const O& o) { return o.local.keep_last; },
+          [](O& o, int n) { o.local.keep_last = n; })
+      // storage_options (names to strings; see ObjectStoreOptionsOf): set
+      // only, never read back (they may hold keys).
+      .def("set_storage_options",
+           [](O& o, const std::map<std::string, std::string>& given) {
+             o.object_store = ObjectStoreOptionsOf(given);
+           })
+      // frozen: None, a list of names, or a callable (FrozenPredicate).
+      .def(
+          "set_frozen",
+          [](O& o, nb::object frozen) {
+            o.frozen = FrozenPredicate(std::move(frozen));
+          },
+          nb::arg("frozen").none());
+  EnumProperty<IoEngine>(
+      c, "io", [](const O& o) { return o.io; },
+      [](O& o, IoEngine v) { o.io = v; }, &ParseIoEngine, &IoEngineName);
+  EnumProperty<O::BackgroundPriority>(
+      c, "background_priority",
+      [](const O& o) { return o.background_priority; },
+      [](O& o, O::BackgroundPriority v) { o.background_priority = v; },
+      &ParseBackgroundPriority, &BackgroundPriorityName);
+  EnumProperty<O::WhenBusy>(
+      c, "when_busy", [](const O& o) { return o.when_busy; },
+      [](O& o, O::WhenBusy v) { o.when_busy = v; }, &ParseWhenBusy,
+      &WhenBusyName);
+  EnumProperty<RestoreOptions::SharedReads>(
+      c, "shared_reads", [](const O& o) { return o.restore.shared_reads; },
+      [](O& o, RestoreOptions::SharedReads v) { o.restore.shared_reads = v; },
+      &ParseSharedReads, &SharedReadsName);
+}
+
 }  // namespace
 }  // namespace hoist
 
@@ -927,25 +954,12 @@ NB_MODULE(_hoist, m) {
       .def("progress", &PyHandle::Progress)
       .def("stalled_bytes", &PyHandle::StalledBytes);
 
+  BindManagerOptions(m);
   nb::class_<PyManager>(m, "Manager")
-      .def(nb::init<const std::string&, std::shared_ptr<PyBackend>, int64_t,
-                    int, int64_t, int, int, const std::string&,
-                    const std::string&, nb::object, const std::string&,
-                    const std::map<std::string, std::string>&, bool, nb::object,
-                    int, int64_t, const std::string&, int64_t, int, int,
-                    const std::string&, int64_t>(),
-           nb::arg("root"), nb::arg("backend"), nb::arg("pool_bytes"),
-           nb::arg("keep_last"), nb::arg("keep_every"),
-           nb::arg("max_in_flight"), nb::arg("writers"), nb::arg("io"),
-           nb::arg("background_priority") = "low",
-           nb::arg("coordinator").none() = nb::none(),
-           nb::arg("when_busy") = "wait",
-           nb::arg("storage_options") = std::map<std::string, std::string>(),
-           nb::arg("deltas") = true, nb::arg("frozen").none() = nb::none(),
-           nb::arg("frozen_check_every") = 0, nb::arg("persist_every") = 1,
-           nb::arg("local_root") = "", nb::arg("local_every") = 1,
-           nb::arg("replicas") = 2, nb::arg("local_keep_last") = 2,
-           nb::arg("shared_reads") = "auto", nb::arg("host_memory_budget") = 0)
+      .def(nb::init<const std::string&, std::shared_ptr<PyBackend>,
+                    const CheckpointManagerOptions&, nb::object>(),
+           nb::arg("root"), nb::arg("backend"), nb::arg("options"),
+           nb::arg("coordinator").none() = nb::none())
       .def("durability", &PyManager::DurabilityDict)
       .def("save", &PyManager::Save, nb::arg("step"), nb::arg("arrays"),
            nb::arg("metadata_json"), nb::arg("dispatched"),
@@ -976,6 +990,11 @@ NB_MODULE(_hoist, m) {
   m.def("verify_at", &VerifyAt, nb::arg("path"), nb::arg("storage_options"));
   m.def("read_at", &ReadAt, nb::arg("path"), nb::arg("step").none(),
         nb::arg("arrays"), nb::arg("storage_options"));
+  // Defaults the Python functions take from the engine.
+  m.attr("POOL_ALIGNMENT") = StagingPool::kAlignment;
+  m.attr("IMPORT_POOL_BYTES") = kImportPoolBytes;
+  m.attr("EXPORT_MAX_SHARD_BYTES") = SafetensorsExportOptions{}.max_shard_bytes;
+  m.attr("EXPORT_MEMORY_BYTES") = SafetensorsExportOptions{}.memory_bytes;
   m.def("export_safetensors", &ExportSafetensorsTo, nb::arg("step_dir"),
         nb::arg("out_dir"), nb::arg("max_shard_bytes"), nb::arg("prefix"),
         nb::arg("memory_bytes"), nb::arg("storage_options"));

@@ -41,7 +41,7 @@ from torchtitan.components.checkpointer.dcp import (
 )
 from torchtitan.tools import filesystem
 
-from .. import DataLossError, inspect
+from .. import _DEFAULTS, DataLossError, inspect
 from ..dcp import Reader, Writer
 from ._managers import open_manager
 
@@ -62,7 +62,7 @@ class CheckpointManager(DcpCheckpointManager):
 
     @dataclass(kw_only=True, slots=True)
     class Config(DcpCheckpointManager.Config):
-        hoist_pool_bytes: int = 1 << 30
+        hoist_pool_bytes: int = _DEFAULTS.pool_bytes
         """hoist's pinned staging pool (per process): a state larger than
         it stages in waves."""
 

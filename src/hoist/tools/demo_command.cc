@@ -49,6 +49,7 @@
 #include "hoist/base/host_name.h"
 #include "hoist/base/status_macros.h"
 #include "hoist/box.h"
+#include "hoist/checkpoint/option_names.h"
 #include "hoist/checkpoint_manager.h"
 #include "hoist/cuda_backend.h"
 #include "hoist/host_backend.h"
@@ -88,8 +89,7 @@ absl::StatusOr<absl::Duration> CheckFlags(const DemoFlags& flags) {
 // The root's storage, opened once for the job (the CLI's storage flags and
 // --io), and the writer streams it chooses when --writers is 0.
 absl::Status OpenRootStorage(DemoFlags& flags, DemoJob& job) {
-  flags.storage.io =
-      flags.io == "io_uring" ? IoEngine::kIoUring : IoEngine::kPosix;
+  ASSIGN_OR_RETURN(flags.storage.io, ParseIoEngine(flags.io));
   ASSIGN_OR_RETURN(job.storage, OpenStorage(job.root, flags.storage));
   if (flags.writers == 0) {  // the root's storage chooses, as for any job
     flags.writers = job.storage->preferred_writer_streams();
@@ -286,7 +286,7 @@ void AddDemoCommand(CLI::App& app, const StorageOptions& storage) {
       ->check(NonNegative());
   cmd->add_option("--io", flags->io, "I/O engine: posix or io_uring")
       ->capture_default_str()
-      ->check(CLI::IsMember({"posix", "io_uring"}));
+      ->check(CLI::IsMember(IoEngineNames()));
   cmd->add_option(
          "--host-copies", flags->host_copies,
          "host backend: how its devices' copy threads are scheduled (on "

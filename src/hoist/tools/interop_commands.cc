@@ -17,7 +17,8 @@ namespace {
 
 void AddImportCommand(CLI::App& app, const StorageOptions& storage) {
   struct Flags {
-    std::string src, root, format = "safetensors", pool = "256MiB";
+    std::string src, root, format = "safetensors",
+                           pool = absl::StrCat(kImportPoolBytes >> 20, "MiB");
     int64_t step = 0;
     bool json = false;
   };
@@ -67,7 +68,9 @@ void AddImportCommand(CLI::App& app, const StorageOptions& storage) {
 void AddExportCommand(CLI::App& app, const StorageOptions& storage) {
   struct Flags {
     std::string step_dir, out_dir, format = "safetensors", prefix;
-    std::string max_shard, memory = "256MiB";
+    std::string max_shard,
+        memory =
+            absl::StrCat(SafetensorsExportOptions{}.memory_bytes >> 20, "MiB");
     bool json = false;
   };
   auto flags = std::make_shared<Flags>();
