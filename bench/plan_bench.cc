@@ -6,8 +6,8 @@
 //   build/release/bench/plan_bench
 #include <benchmark/benchmark.h>
 
-#include "hoist/save_plan.h"
 #include "hoist/model/sample_model.h"
+#include "hoist/save_plan.h"
 
 namespace hoist {
 namespace {

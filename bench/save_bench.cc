@@ -64,9 +64,9 @@
 #include "hoist/checkpoint_manager.h"
 #include "hoist/host_backend.h"
 #include "hoist/interop.h"
-#include "hoist/save_plan.h"
 #include "hoist/model/sample_model.h"
 #include "hoist/model/synthetic.h"
+#include "hoist/save_plan.h"
 #include "testing/shard_buffers.h"
 
 namespace hoist {

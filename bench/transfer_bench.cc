@@ -32,8 +32,8 @@
 #include "hoist/base/checked_math.h"
 #include "hoist/base/stream_copy.h"
 #include "hoist/host_backend.h"
-#include "hoist/save_plan.h"
 #include "hoist/model/sample_model.h"
+#include "hoist/save_plan.h"
 #include "hoist/transfer/transfer_engine.h"
 
 namespace hoist {

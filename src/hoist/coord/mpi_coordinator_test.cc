@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/types/span.h"
-#include "hoist/coordinator.h"
 #include "hoist/coord/launch.h"
+#include "hoist/coordinator.h"
 
 namespace hoist {
 namespace {

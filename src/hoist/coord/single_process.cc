@@ -2,8 +2,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
-#include "hoist/coordinator.h"
 #include "hoist/coord/launch.h"
+#include "hoist/coordinator.h"
 
 namespace hoist {
 namespace {

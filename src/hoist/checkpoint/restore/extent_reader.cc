@@ -10,9 +10,9 @@
 #include "absl/strings/str_format.h"
 #include "hoist/base/checked_math.h"
 #include "hoist/base/status_macros.h"
-#include "hoist/io/io_sizes.h"
 #include "hoist/format/extent_hash.h"
 #include "hoist/huge_pages.h"
+#include "hoist/io/io_sizes.h"
 
 namespace hoist {
 namespace {

@@ -3,9 +3,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
 #include "hoist/checkpoint/restore/extent_reader.h"
-#include "hoist/io/io_sizes.h"
 #include "hoist/format/layout.h"
 #include "hoist/format/manifest_file.h"
+#include "hoist/io/io_sizes.h"
 
 namespace hoist {
 

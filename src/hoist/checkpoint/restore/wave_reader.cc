@@ -21,9 +21,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "hoist/base/checked_math.h"
-#include "hoist/io/io_sizes.h"
 #include "hoist/format/extent_hash.h"
 #include "hoist/format/layout.h"
+#include "hoist/io/io_sizes.h"
 
 namespace hoist {
 

@@ -15,9 +15,9 @@
 #include "absl/time/clock.h"
 #include "hoist/base/host_name.h"
 #include "hoist/base/status_macros.h"
-#include "hoist/checkpoint/save/delta.h"
 #include "hoist/checkpoint/restore/restore.h"
 #include "hoist/checkpoint/restore/verify.h"
+#include "hoist/checkpoint/save/delta.h"
 #include "hoist/format/layout.h"
 #include "hoist/format/manifest_file.h"
 

@@ -7,9 +7,9 @@
 #include "absl/time/clock.h"
 #include "hoist/base/bytes.h"
 #include "hoist/base/thread_priority.h"
-#include "hoist/io/io_sizes.h"
 #include "hoist/format/extent_hash.h"
 #include "hoist/format/layout.h"
+#include "hoist/io/io_sizes.h"
 
 namespace hoist {
 

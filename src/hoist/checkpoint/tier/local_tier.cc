@@ -24,10 +24,10 @@
 #include "absl/strings/str_replace.h"
 #include "hoist/base/host_name.h"
 #include "hoist/base/status_macros.h"
+#include "hoist/checkpoint/save/save.h"
 #include "hoist/checkpoint/tier/part_files.h"
 #include "hoist/checkpoint/tier/peer_shift.h"
 #include "hoist/checkpoint/tier/replica_plan.h"
-#include "hoist/checkpoint/save/save.h"
 #include "hoist/manifest.h"
 
 namespace hoist {
