@@ -1,6 +1,7 @@
 // The demo's shared types: its flags, its job (processes, devices, model,
 // training state), and what training, the prediction and the restores
-// found; demo_command.cc runs the job, demo_report.cc reports it.
+// found; demo_command.cc runs the job (demo_setup.cc, demo_train.cc and
+// demo_restore.cc its steps), demo_report.cc reports it.
 #ifndef HOIST_TOOLS_DEMO_JOB_H_
 #define HOIST_TOOLS_DEMO_JOB_H_
 

@@ -3,7 +3,7 @@
 // share of it laid out for staging (kept, and reused while the specs stay
 // the same, as in a training loop, so planning stays off the time training
 // is blocked), and where the arrays' shards are. The manager (its queue,
-// saver thread and retention) is checkpoint_manager.cc.
+// saver thread and retention) is checkpoint/manager_save.cc.
 #ifndef HOIST_CHECKPOINT_SAVE_SAVE_PLANNER_H_
 #define HOIST_CHECKPOINT_SAVE_SAVE_PLANNER_H_
 

@@ -1,0 +1,214 @@
+// What every process wrote, exchanged and agreed on (steps 4 and 5 of
+// save.cc's protocol), and the manifest built from it.
+#include "hoist/checkpoint/save/written.h"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/algorithm/container.h"
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "hoist/base/status_macros.h"
+#include "hoist/base/xxh3.h"
+#include "hoist/coord/status_wire.h"
+#include "hoist/format/layout.h"
+
+namespace hoist {
+namespace {
+
+// (slice, hash, offset, referenced) of this process's slices, as bytes for
+// the all-gather.
+struct WrittenRecord {
+  int32_t slice;
+  uint8_t referenced;
+  uint64_t low, high;
+  int64_t offset;
+};
+
+std::string EncodeWritten(const SavePlan& plan, int process,
+                          const WrittenExtents& written) {
+  std::string out;
+  for (int s : plan.SlicesOfProcess(process)) {
+    const WrittenRecord record{s, written.referenced[s], written.hashes[s].low,
+                               written.hashes[s].high, written.offsets[s]};
+    out.append(reinterpret_cast<const char*>(&record.slice),
+               sizeof record.slice);
+    out.append(reinterpret_cast<const char*>(&record.referenced),
+               sizeof record.referenced);
+    out.append(reinterpret_cast<const char*>(&record.low), sizeof record.low);
+    out.append(reinterpret_cast<const char*>(&record.high), sizeof record.high);
+    out.append(reinterpret_cast<const char*>(&record.offset),
+               sizeof record.offset);
+  }
+  return out;
+}
+
+absl::Status DecodeWritten(const std::string& bytes, WrittenExtents& written) {
+  constexpr size_t kRecord = sizeof(int32_t) + sizeof(uint8_t) +
+                             2 * sizeof(uint64_t) + sizeof(int64_t);
+  if (bytes.size() % kRecord != 0) {
+    return absl::InternalError("malformed extent hashes from a peer");
+  }
+  for (size_t at = 0; at < bytes.size(); at += kRecord) {
+    WrittenRecord record;
+    const char* p = bytes.data() + at;
+    std::memcpy(&record.slice, p, sizeof record.slice);
+    p += sizeof record.slice;
+    std::memcpy(&record.referenced, p, sizeof record.referenced);
+    p += sizeof record.referenced;
+    std::memcpy(&record.low, p, sizeof record.low);
+    p += sizeof record.low;
+    std::memcpy(&record.high, p, sizeof record.high);
+    p += sizeof record.high;
+    std::memcpy(&record.offset, p, sizeof record.offset);
+    if (record.slice < 0 ||
+        static_cast<size_t>(record.slice) >= written.hashes.size()) {
+      return absl::InternalError("extent hash for an unknown slice");
+    }
+    written.hashes[record.slice] = {record.low, record.high, true};
+    written.offsets[record.slice] = record.offset;
+    written.referenced[record.slice] = record.referenced;
+  }
+  return absl::OkStatus();
+}
+
+// What every process must agree on: the manifest without hashes or
+// metadata (arrays, shapes, dtypes, shardings, every slice's place).
+uint64_t PlanFingerprint(const SaveRequest& request) {
+  SaveRequest bare = request;
+  bare.metadata_json = "{}";
+  const absl::StatusOr<std::string> text = EncodeManifest(
+      BuildManifest(bare, WrittenExtents(*request.plan), nullptr));
+  // The request was validated before any byte moved; an encoding error
+  // would be the same on every rank.
+  return text.ok() ? XXH3_64bits(text->data(), text->size()) : 0;
+}
+
+}  // namespace
+
+Manifest BuildManifest(const SaveRequest& request,
+                       const WrittenExtents& written, const DeltaBase* base) {
+  const SavePlan& plan = *request.plan;
+  Manifest manifest;
+  manifest.step = request.step;
+  manifest.metadata_json = request.metadata_json;
+  manifest.part = request.part;
+  for (size_t a = 0; a < plan.arrays.size(); ++a) {
+    const PlannedArray& array = plan.arrays[a];
+    manifest.arrays.push_back({array.name,
+                               array.dtype,
+                               array.shape,
+                               request.arrays[a].sharding.ToString(),
+                               {}});
+  }
+  // Each file's name once, not once per slice.
+  std::vector<std::string> file_names;
+  file_names.reserve(plan.files.size());
+  for (const auto& file : plan.files) {
+    file_names.push_back(DataFileName(file.process, file.stream));
+  }
+  for (size_t s = 0; s < plan.slices.size(); ++s) {
+    const PlannedSlice& slice = plan.slices[s];
+    if (written.referenced[s] && base != nullptr && base->extents[s]) {
+      manifest.arrays[slice.array].extents.push_back(base->Reference(s));
+      continue;
+    }
+    manifest.arrays[slice.array].extents.push_back(
+        {slice.box, file_names[slice.file], written.offsets[s],
+         slice.length_bytes, written.hashes[s], std::nullopt});
+  }
+  return manifest;
+}
+
+absl::StatusOr<std::string> MetadataWithPerRank(
+    const SaveRequest& request, const std::vector<std::string>& all) {
+  const size_t given = absl::c_count_if(
+      all, [](const std::string& json) { return !json.empty(); });
+  if (given == 0) return request.metadata_json;
+  if (given != all.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "step %d: %d of %d ranks gave per-rank state: all or none must",
+        request.step, given, all.size()));
+  }
+  const std::string& metadata = request.metadata_json;
+  const size_t close = metadata.find_last_of('}');
+  if (close == std::string::npos) {
+    return absl::InvalidArgumentError("metadata is not a JSON object");
+  }
+  const bool empty =
+      metadata.find_first_not_of(" \t\r\n", metadata.find('{') + 1) == close;
+  return absl::StrCat(metadata.substr(0, close), empty ? "" : ", ",
+                      "\"per_rank\": [", absl::StrJoin(all, ", "), "]}");
+}
+
+// 4a. Everyone learns whether everyone succeeded, and that every process
+// planned the same checkpoint. One all-gather is the "written" barrier:
+// each process's outcome and its plan's fingerprint (encoding the plan
+// costs milliseconds per save: skipped when there is no other process to
+// disagree with).
+absl::Status AgreeOnOutcome(Coordinator& coordinator,
+                            const SaveRequest& request,
+                            const absl::Status& local) {
+  const uint64_t fingerprint =
+      coordinator.size() > 1 ? PlanFingerprint(request) : 0;
+  ASSIGN_OR_RETURN(
+      std::vector<std::string> outcomes,
+      coordinator.AllGather("written", absl::StrCat(absl::Hex(fingerprint), "|",
+                                                    EncodeStatus(local))));
+  for (int r = 0; r < static_cast<int>(outcomes.size()); ++r) {
+    const size_t bar = outcomes[r].find('|');
+    const absl::Status theirs =
+        DecodeStatus(bar == std::string::npos ? "2:malformed outcome"
+                                              : outcomes[r].substr(bar + 1),
+                     r);
+    if (!theirs.ok()) {
+      if (!local.ok()) return local;
+      return absl::AbortedError(absl::StrFormat(
+          "step %d aborted: %s", request.step, theirs.message()));
+    }
+    if (outcomes[r].substr(0, bar) !=
+        outcomes[0].substr(0, outcomes[0].find('|'))) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "step %d aborted: rank %d planned a different checkpoint than "
+          "rank 0 (different arrays, shapes, shardings or plan options)",
+          request.step, r));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Gathered> GatherWritten(Coordinator& coordinator,
+                                       const SaveRequest& request,
+                                       const WrittenExtents& written) {
+  const SavePlan& plan = *request.plan;
+  // Each rank's per-rank state, length-prefixed, then its records.
+  std::string mine(sizeof(uint32_t), '\0');
+  const uint32_t per_rank_bytes =
+      static_cast<uint32_t>(request.per_rank_json.size());
+  std::memcpy(mine.data(), &per_rank_bytes, sizeof per_rank_bytes);
+  mine += request.per_rank_json;
+  mine += EncodeWritten(plan, coordinator.rank(), written);
+  ASSIGN_OR_RETURN(std::vector<std::string> gathered,
+                   coordinator.AllGather("hashes", std::move(mine)));
+  Gathered out{WrittenExtents(plan), {}};
+  for (const std::string& bytes : gathered) {
+    uint32_t length = 0;
+    if (bytes.size() < sizeof length) {
+      return absl::InternalError("malformed extent hashes from a peer");
+    }
+    std::memcpy(&length, bytes.data(), sizeof length);
+    if (bytes.size() - sizeof length < length) {
+      return absl::InternalError("malformed per-rank state from a peer");
+    }
+    out.per_rank.push_back(bytes.substr(sizeof length, length));
+    RETURN_IF_ERROR(
+        DecodeWritten(bytes.substr(sizeof length + length), out.all));
+  }
+  return out;
+}
+
+}  // namespace hoist
