@@ -2,7 +2,7 @@
 // shaped like LevelDB's Env. Implementations: POSIX (pwrite/pread, O_DIRECT
 // for aligned extents), in-memory (with a model of what is durable, for crash
 // tests), a fault-injecting wrapper around any of them, and object stores
-// (S3, GCS: src/hoist/io/object_storage.h), which have no rename, no real
+// (S3, GCS: src/hoist/io/object_store/object_storage.h), which have no rename, no real
 // directories, no fsync and no lock.
 //
 // The commit, how a directory that several processes fill appears to
@@ -203,7 +203,7 @@ class Storage {
   // `written` to `dir` and syncs the parent: from that rename's durability
   // on, `dir` exists with everything in it. An object store writes in
   // place (BeginDir returns `dir`) and commits by writing the marker object,
-  // one atomic put (src/hoist/io/object_storage.h).
+  // one atomic put (src/hoist/io/object_store/object_storage.h).
   //
   // BeginDir: `replace` allows replacing a committed `dir`: the default
   // keeps it until CommitDir (a crash leaves the old or the new one); an

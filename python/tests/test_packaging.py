@@ -2,7 +2,7 @@
 `python -m hoist` run the CLI, the version is one, and without pyarrow
 `import hoist`, the CLI and POSIX roots work while an s3:// or gs:// root
 says how to get object storage (the object stores are a module loaded at
-the first such root: src/hoist/io/object_store_plugin.h)."""
+the first such root: src/hoist/io/object_store/object_store_plugin.h)."""
 import os
 import shutil
 import subprocess

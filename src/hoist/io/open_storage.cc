@@ -17,9 +17,9 @@
 #include <atomic>
 #include <cstring>
 
-#include "hoist/io/object_store_plugin.h"
+#include "hoist/io/object_store/object_store_plugin.h"
 #elif defined(HOIST_OBJECT_STORE)
-#include "hoist/io/object_storage.h"
+#include "hoist/io/object_store/object_storage.h"
 #endif
 
 namespace hoist {

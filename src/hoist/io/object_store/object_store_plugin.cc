@@ -3,11 +3,11 @@
 // own that open_storage.cc loads at the first s3:// or gs:// root, so that
 // `import hoist` and every POSIX feature work without pyarrow installed.
 // Its entry is the one symbol it exports.
-#include "hoist/io/object_store_plugin.h"
+#include "hoist/io/object_store/object_store_plugin.h"
 
 #include <string_view>
 
-#include "hoist/io/object_storage.h"
+#include "hoist/io/object_store/object_storage.h"
 
 extern "C" __attribute__((visibility("default"))) void
 hoist_open_object_store_v1(

@@ -22,8 +22,8 @@
 //     (no conditional write: see docs/object-storage.md).
 // Paths are URLs ("s3://bucket/key"); every error names the URL and the
 // operation, never a credential. Thread-safe.
-#ifndef HOIST_IO_OBJECT_STORAGE_H_
-#define HOIST_IO_OBJECT_STORAGE_H_
+#ifndef HOIST_IO_OBJECT_STORE_OBJECT_STORAGE_H_
+#define HOIST_IO_OBJECT_STORE_OBJECT_STORAGE_H_
 
 #include <memory>
 #include <string>
@@ -56,4 +56,4 @@ bool ConsumeScheme(std::string& url, std::string_view scheme);
 
 }  // namespace hoist
 
-#endif  // HOIST_IO_OBJECT_STORAGE_H_
+#endif  // HOIST_IO_OBJECT_STORE_OBJECT_STORAGE_H_

@@ -3,8 +3,8 @@
 // are built from one tree by one compiler, against one abseil, so a C++ type
 // may cross. The entry's name carries a version: a change to its signature
 // or to ObjectStoreOptions changes the name.
-#ifndef HOIST_IO_OBJECT_STORE_PLUGIN_H_
-#define HOIST_IO_OBJECT_STORE_PLUGIN_H_
+#ifndef HOIST_IO_OBJECT_STORE_OBJECT_STORE_PLUGIN_H_
+#define HOIST_IO_OBJECT_STORE_OBJECT_STORE_PLUGIN_H_
 
 #include <memory>
 
@@ -25,4 +25,4 @@ extern "C" void hoist_open_object_store_v1(
     const char* scheme, const hoist::ObjectStoreOptions* options,
     absl::StatusOr<std::unique_ptr<hoist::Storage>>* out);
 
-#endif  // HOIST_IO_OBJECT_STORE_PLUGIN_H_
+#endif  // HOIST_IO_OBJECT_STORE_OBJECT_STORE_PLUGIN_H_

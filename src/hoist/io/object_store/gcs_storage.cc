@@ -9,7 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
-#include "hoist/io/object_storage.h"
+#include "hoist/io/object_store/object_storage.h"
 
 namespace hoist {
 

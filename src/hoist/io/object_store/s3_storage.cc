@@ -19,7 +19,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "hoist/base/status_macros.h"
-#include "hoist/io/object_storage.h"
+#include "hoist/io/object_store/object_storage.h"
 
 namespace hoist {
 namespace {

@@ -1,7 +1,7 @@
 // Object stores as a Storage (see object_storage.h): Arrow's filesystem
 // calls, one per Storage call where it can, with Arrow's errors turned into
 // the Storage contract's codes.
-#include "hoist/io/object_storage.h"
+#include "hoist/io/object_store/object_storage.h"
 
 #include <arrow/filesystem/filesystem.h>
 #include <arrow/io/interfaces.h>
