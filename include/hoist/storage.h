@@ -2,8 +2,8 @@
 // shaped like LevelDB's Env. Implementations: POSIX (pwrite/pread, O_DIRECT
 // for aligned extents), in-memory (with a model of what is durable, for crash
 // tests), a fault-injecting wrapper around any of them, and object stores
-// (S3, GCS: src/hoist/io/object_store/object_storage.h), which have no rename, no real
-// directories, no fsync and no lock.
+// (S3, GCS: src/hoist/io/object_store/object_storage.h), which have no rename,
+// no real directories, no fsync and no lock.
 //
 // The commit, how a directory that several processes fill appears to
 // readers at once, is the backend's (BeginDir, CommitDir, RemoveCommitted):
