@@ -359,17 +359,18 @@ TransferEngine::Dispatched TransferEngine::DispatchWave(StagingRun& run,
   // backend the first devices' copies would take the cores from this loop.
   for (Device* device : run.devices) device->HoldCopies();
   size_t next_lease = 0;
+  std::vector<CopyOp> ops;  // each group's copies: one allocation a wave
   for (size_t d = 0; d < devices; ++d) {
     const std::pair<size_t, size_t> range = GroupRange(layout, w * devices + d);
     if (range.first == range.second) continue;
-    DispatchGroup(run, w, d, std::move(leases[next_lease++]));
+    DispatchGroup(run, w, d, std::move(leases[next_lease++]), ops);
   }
   for (Device* device : run.devices) device->ReleaseCopies();
   return Dispatched::kYes;
 }
 
 void TransferEngine::DispatchGroup(StagingRun& run, size_t w, size_t d,
-                                   Lease lease) {
+                                   Lease lease, std::vector<CopyOp>& ops) {
   const StagingLayout& layout = *run.layout;
   Device& device = *run.devices[d];
   const size_t group = w * run.devices.size() + d;
@@ -379,7 +380,6 @@ void TransferEngine::DispatchGroup(StagingRun& run, size_t w, size_t d,
   const absl::Span<const size_t> slices =
       absl::MakeConstSpan(layout.by_device).subspan(begin, end - begin);
   uint8_t* const base = lease.data();
-  std::vector<CopyOp> ops;
   const auto build_ops = [&] {
     ops.clear();
     for (size_t k = begin; k < end; ++k) {

@@ -324,8 +324,10 @@ class TransferEngine {
   absl::StatusOr<std::optional<std::vector<Lease>>> AcquireWave(
       absl::Span<const int64_t> sizes, TransferStats& stats, bool may_wait);
   // Dispatches device `d`'s group of wave `w` (its slices, one after the
-  // other in `lease`): per slice, prepared once, or one batch.
-  void DispatchGroup(StagingRun& run, size_t w, size_t d, Lease lease);
+  // other in `lease`): per slice, prepared once, or one batch, its copies
+  // built in `ops` (the wave's, reused from group to group).
+  void DispatchGroup(StagingRun& run, size_t w, size_t d, Lease lease,
+                     std::vector<CopyOp>& ops);
   // Dispatches `slices` (on device d) into `lease` through `copy`; the
   // completion hands each slice its range of the lease, on the thread the
   // copy completes on.
