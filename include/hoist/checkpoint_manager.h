@@ -165,8 +165,22 @@ struct CheckpointManagerOptions {
   int frozen_check_every = 0;
   // When set, every save records its device copies ("device N" tracks), its
   // writes ("writer FILE") and its commit phases ("commit"). It must outlive
-  // the manager. Default none.
+  // the manager. Default none. Each save's and restore's phases go on its
+  // "phases" track.
   Tracer* tracer = nullptr;
+  // When set, each save and restore appends one JSON line per phase of this
+  // rank to this file (docs/observability.md has the fields), on the saver's
+  // thread after the save. "{rank}" in it becomes the rank; without it every
+  // rank appends to one file (each record is one write). Open fails when it
+  // cannot be opened for appending. Default none.
+  std::string metrics_path;
+  // A save whose bytes have not moved for this long logs a warning naming
+  // the phase, the rank and the file or object, once per stall; it goes on
+  // running (timeouts still fail it). 0: never. Default 60 s.
+  absl::Duration stall_warn = absl::Seconds(60);
+  // Where warnings go (a stalled save), called on a background thread.
+  // Default: a line on stderr.
+  std::function<void(const std::string&)> on_warning;
 };
 
 // The host memory budget in bytes that CheckpointManager::Open resolves
@@ -257,6 +271,17 @@ struct SaveInfo {
   // Why Save() waited for more than the copies ("" when it did not): the
   // bytes that waited for storage and the setting to raise.
   std::string blocked_reason;
+  // This rank's phases, in order (docs/observability.md): planning, queued
+  // (behind an earlier save), staging, write (upload on an object store),
+  // hash (every rank's extent hashes exchanged), commit, retention; a local
+  // step's: replicate after commit, no retention. They add up to `elapsed`.
+  std::vector<PhaseStat> phases;
+  // From Save() until the save's last phase ended (retention included).
+  absl::Duration elapsed;
+  // The job's slowest rank in each phase up to write, learned with the
+  // extent hashes (no collective of its own): the phases where ranks work
+  // alone. Later phases wait for every rank, so take as long on each.
+  std::vector<PhaseStat> slowest;
 };
 
 // How far the committed steps trail the saves asked for.

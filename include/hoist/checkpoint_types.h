@@ -19,6 +19,7 @@
 #include "hoist/box.h"
 #include "hoist/device.h"
 #include "hoist/dtype.h"
+#include "hoist/mutex.h"
 
 namespace hoist {
 
@@ -162,6 +163,17 @@ struct RestoreOptions {
   SharedReads shared_reads = SharedReads::kAuto;
 };
 
+// One phase of a save or a restore on one rank: its wall time and the bytes
+// it moved (docs/observability.md names each). A save's phases, and a
+// restore's, follow one another: their times add up to its whole time on
+// that rank.
+struct PhaseStat {
+  std::string phase;  // "planning", "staging", "write", ...
+  absl::Duration elapsed;
+  int64_t bytes = 0;
+  int rank = 0;  // the rank that measured it
+};
+
 struct RestoreStats {
   int64_t extents_read = 0;
   int64_t bytes_read = 0;
@@ -181,6 +193,9 @@ struct RestoreStats {
   // With a local tier: the bytes of parts this process got from peers (a
   // part it had lost), not read from storage.
   int64_t bytes_received = 0;
+  // This rank's phases, in order: planning, read, verify, place
+  // (docs/observability.md); they add up to `elapsed`.
+  std::vector<PhaseStat> phases;
 };
 
 // Live byte counts of one save, updated as it runs (this process's share).
@@ -193,6 +208,22 @@ struct SaveProgress {
   std::atomic<int64_t> stalled_bytes{0};
   int64_t total_bytes = 0;
   absl::Time start;  // when Save() accepted the save
+  // The phase under way (a string literal: "staging", "write", ...) and
+  // the file or object last written: what a stalled save's warning names
+  // (CheckpointManagerOptions::stall_warn).
+  std::atomic<const char*> phase{"planning"};
+  void set_writing(std::string_view path) ABSL_LOCKS_EXCLUDED(writing_mu_) {
+    MutexLock lock(&writing_mu_);
+    if (writing_ != path) writing_.assign(path);
+  }
+  std::string writing() const ABSL_LOCKS_EXCLUDED(writing_mu_) {
+    MutexLock lock(&writing_mu_);
+    return writing_;
+  }
+
+ private:
+  mutable Mutex writing_mu_;
+  std::string writing_ ABSL_GUARDED_BY(writing_mu_);
 };
 
 struct VerifyReport {

@@ -35,7 +35,8 @@ CheckpointManager::Impl::Impl(std::unique_ptr<CheckpointRoot> root,
                               Topology topology, Topology part_topology,
                               std::unique_ptr<LocalTier> local,
                               std::unique_ptr<StagingPool> pool,
-                              bool pool_pinned, int64_t host_memory_budget)
+                              bool pool_pinned, int64_t host_memory_budget,
+                              std::unique_ptr<MetricsLog> metrics)
     : owned_storage_(std::move(owned)),
       root_(std::move(root)),
       storage_(root_->storage()),
@@ -49,7 +50,10 @@ CheckpointManager::Impl::Impl(std::unique_ptr<CheckpointRoot> root,
       engine_(*pool_, TransferOptions{.tracer = options_.tracer}),
       planner_(options_.plan, options_.local.writer_streams,
                std::move(topology), std::move(part_topology),
-               coordinator_.rank(), engine_, backend_, options_.frozen) {
+               coordinator_.rank(), engine_, backend_, options_.frozen),
+      metrics_(std::move(metrics)),
+      stall_watch_(options_.stall_warn, coordinator_.rank(),
+                   options_.on_warning) {
   {
     absl::StatusOr<std::vector<int64_t>> steps = root_->List();
     MutexLock lock(&mu_);

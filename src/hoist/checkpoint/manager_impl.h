@@ -22,11 +22,13 @@
 #include "absl/time/clock.h"
 #include "hoist/base/status_macros.h"
 #include "hoist/base/thread_priority.h"
+#include "hoist/checkpoint/metrics_log.h"
 #include "hoist/checkpoint/restore/restore.h"
 #include "hoist/checkpoint/restore/shared_restore.h"
 #include "hoist/checkpoint/save/host_memory.h"
 #include "hoist/checkpoint/save/save.h"
 #include "hoist/checkpoint/save/save_planner.h"
+#include "hoist/checkpoint/stall_watch.h"
 #include "hoist/checkpoint/tier/local_tier.h"
 #include "hoist/checkpoint_manager.h"
 #include "hoist/checkpoint_root.h"
@@ -52,6 +54,9 @@ class CheckpointManager::Impl {
     // SaveRequest::frozen_base: >= 0 when the frozen arrays are not staged.
     int64_t frozen_base = -1;
     absl::Time start;
+    // When Save() was called, when it had planned, and when the copies
+    // began (the first phases: SaveInfo::phases).
+    absl::Time accepted, planned_at, staging_began = absl::InfinitePast();
     Promise<CopyFences> dispatched;
     Promise<> staged;
     Promise<SaveInfo> committed;
@@ -73,7 +78,7 @@ class CheckpointManager::Impl {
        std::vector<std::unique_ptr<Storage>> owned, Topology topology,
        Topology part_topology, std::unique_ptr<LocalTier> local,
        std::unique_ptr<StagingPool> pool, bool pool_pinned,
-       int64_t host_memory_budget);
+       int64_t host_memory_budget, std::unique_ptr<MetricsLog> metrics);
 
   // Lowers the calling background thread's priority as the options say
   // (advice: a system that refuses leaves it as it was).
@@ -188,6 +193,12 @@ class CheckpointManager::Impl {
   void SaverLoop();
 
   absl::StatusOr<SaveInfo> Run(Job& job);
+  // A restore's phases completed (the time outside them is planning),
+  // stamped with this rank, and reported.
+  void FinishPhases(absl::Time began, RestoreStats& stats);
+  // Appends a save's or a restore's phases to the metrics and the trace.
+  void ReportPhases(const PhaseRecordContext& context, absl::Time began,
+                    absl::Span<const PhaseStat> phases);
 
   // A fence after the copies dispatched so far on each local device that
   // has them (WaitStagedOn). None at all when a device fails to make one:
@@ -225,6 +236,10 @@ class CheckpointManager::Impl {
 
   // Plans saves on the caller's thread (its Lay beside any staging).
   SavePlanner planner_;
+  // Where each save's and restore's phases are appended (null: nowhere),
+  // and the watch over the save the saver runs.
+  const std::unique_ptr<MetricsLog> metrics_;
+  StallWatch stall_watch_;
 
   mutable Mutex mu_;
   std::deque<std::shared_ptr<Job>> queue_ ABSL_GUARDED_BY(mu_);

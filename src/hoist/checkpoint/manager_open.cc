@@ -142,6 +142,11 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
     const std::string& root, Backend& backend, Coordinator& coordinator,
     const CheckpointManagerOptions& options, Storage* storage) {
   RETURN_IF_ERROR(ValidateOptions(options, coordinator));
+  std::unique_ptr<MetricsLog> metrics;
+  if (!options.metrics_path.empty()) {
+    ASSIGN_OR_RETURN(metrics,
+                     MetricsLog::Open(options.metrics_path, coordinator.rank()));
+  }
   ASSIGN_OR_RETURN(Storages storages, ChooseStorages(root, options, storage));
   ASSIGN_OR_RETURN(std::unique_ptr<CheckpointRoot> opened_root,
                    OpenRootOnEveryRank(root, *storages.root, coordinator));
@@ -168,7 +173,7 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
           std::move(opened_root), backend, coordinator, std::move(resolved),
           std::move(storages.owned), std::move(topology),
           std::move(part_topology), std::move(local), std::move(pool), pin_now,
-          host_memory_budget)));
+          host_memory_budget, std::move(metrics))));
 }
 
 }  // namespace hoist

@@ -44,6 +44,7 @@ absl::StatusOr<RestoreStats> CheckpointManager::Impl::Restore(
     std::optional<int64_t> step, absl::Span<const RestoreTarget> targets,
     const RestoreReceiver& receiver,
     const std::optional<RestoreOptions>& options) {
+  const absl::Time began = absl::Now();
   RETURN_IF_ERROR(TakeDeferredError());
   const RestoreOptions& chosen = options.value_or(options_.restore);
   const bool needs_pool = absl::c_any_of(targets, [](const auto& target) {
@@ -104,7 +105,24 @@ absl::StatusOr<RestoreStats> CheckpointManager::Impl::Restore(
   }
   // The job goes on to train, then save (unless the caller pins later).
   if (chosen.pin_pool_after) StartPinning();
+  if (stats.ok()) FinishPhases(began, *stats);
   return stats;
+}
+
+void CheckpointManager::Impl::FinishPhases(absl::Time began,
+                                           RestoreStats& stats) {
+  // What the restore did besides its own phases (choosing the step and the
+  // tier, with the other ranks; a lost part's transfer) is planning.
+  stats.elapsed = absl::Now() - began;
+  absl::Duration phases;
+  for (const PhaseStat& phase : stats.phases) phases += phase.elapsed;
+  AddPhases({{"planning",
+              std::max(stats.elapsed - phases, absl::ZeroDuration()), 0, 0}},
+            stats.phases);
+  for (PhaseStat& phase : stats.phases) phase.rank = coordinator_.rank();
+  ReportPhases({"restore", stats.step, TierName(stats.restored_from),
+                stats.elapsed},
+               began, stats.phases);
 }
 
 absl::Status CheckpointManager::Impl::NoStepInEitherTier(

@@ -48,6 +48,7 @@ absl::StatusOr<SaveHandle> CheckpointManager::Impl::SaveWith(
     int64_t step, std::string metadata_json, ReturnWhen return_when,
     const SaveOptions& save_options,
     absl::FunctionRef<absl::Status(Job&)> plan) {
+  const absl::Time accepted = absl::Now();
   RETURN_IF_ERROR(TakeDeferredError());
   StartPinning();  // if a restore has not started it
   if (step < 0) {
@@ -74,6 +75,7 @@ absl::StatusOr<SaveHandle> CheckpointManager::Impl::SaveWith(
     }
   }
   auto job = std::make_shared<Job>();
+  job->accepted = accepted;
   job->step = step;
   job->tier = tier;
   job->metadata_json = std::move(metadata_json);
@@ -92,6 +94,8 @@ absl::StatusOr<SaveHandle> CheckpointManager::Impl::SaveWith(
   }
   RETURN_IF_ERROR(plan(*job));
   ChooseFrozen(*job);
+  job->planned_at = absl::Now();
+  job->progress->phase.store("queued");
   // A refused share's save fails in staging, having staged nothing.
   job->progress->total_bytes =
       job->planned.layout != nullptr ? job->planned.layout->bytes : 0;
@@ -150,6 +154,8 @@ absl::StatusOr<SaveHandle> CheckpointManager::Impl::SaveWith(
 
 void CheckpointManager::Impl::DispatchHere(Job& job) {
   if (job.planned.layout == nullptr) return;
+  job.staging_began = absl::Now();
+  job.progress->phase.store("staging");
   absl::StatusOr<std::unique_ptr<BegunSave>> begun =
       BeginSave(*job.planned.plan, job.planned.layout, engine_,
                 backend_.devices(), *job.planned.sources, job.planned.stable);
@@ -234,13 +240,30 @@ void CheckpointManager::Impl::SaverLoop() {
       job = queue_.front();
       queue_.pop_front();
     }
+    stall_watch_.Watch(job->step, job->progress);
     absl::StatusOr<SaveInfo> info = Run(*job);
     if (info.ok() && job->tier == Tier::kDurable) {
+      const absl::Time begin = absl::Now();
       absl::Status retained = ApplyRetention(job->step);
       if (!retained.ok()) {
         MutexLock lock(&mu_);
         if (deferred_error_.ok()) deferred_error_ = retained;
       }
+      info->phases.push_back(
+          {"retention", absl::Now() - begin, 0, coordinator_.rank()});
+    }
+    stall_watch_.Unwatch();
+    if (info.ok()) {
+      // The last phase ends the save: it takes the moments between phases.
+      info->elapsed = absl::Now() - job->accepted;
+      absl::Duration phases;
+      for (const PhaseStat& phase : info->phases) phases += phase.elapsed;
+      if (!info->phases.empty()) {
+        info->phases.back().elapsed += info->elapsed - phases;
+      }
+      ReportPhases({"save", info->step, TierName(info->tier), info->elapsed,
+                    info->slowest},
+                   job->accepted, info->phases);
     }
     // An error Save() already returned is not reported twice.
     job->save_returned.WaitForNotification();
@@ -282,6 +305,18 @@ absl::StatusOr<SaveInfo> CheckpointManager::Impl::Run(Job& job) {
   }
   request.tracer = options_.tracer;
   request.progress = job.progress.get();
+  // The copies began in Save() (DispatchHere), or begin now.
+  const absl::Time run_began = absl::Now();
+  if (job.staging_began == absl::InfinitePast()) {
+    job.staging_began = run_began;
+    job.progress->phase.store("staging");
+  }
+  const int rank = coordinator_.rank();
+  request.phases_before = {
+      {"planning", job.planned_at - job.accepted, job.progress->total_bytes,
+       rank},
+      {"queued", job.staging_began - job.planned_at, 0, rank}};
+  request.staging_began = job.staging_began;
   request.writer_thread_setup = [this] { LowerPriority(); };
   request.on_dispatched = [this, &job](const absl::Status& status) {
     if (std::exchange(job.dispatch_reported, true)) return;  // DispatchHere
@@ -309,11 +344,18 @@ absl::StatusOr<SaveInfo> CheckpointManager::Impl::Run(Job& job) {
   int64_t replicated_bytes = 0;
   if (local) {
     // Every rank replicates, or removes its part when a rank failed.
+    job.progress->phase.store("replicate");
+    const absl::Time begin = absl::Now();
     absl::Status replicated =
         local_->Replicate(job.step, result.status(), &replicated_bytes);
     if (result.ok() && !replicated.ok()) return replicated;
+    if (result.ok()) {
+      result->phases.push_back(
+          {"replicate", absl::Now() - begin, replicated_bytes, rank});
+    }
   }
   if (!result.ok()) return result.status();
+  job.progress->phase.store("retention");
   if (!local) {
     MutexLock lock(&mu_);
     last_manifest_ = result->manifest;
@@ -335,7 +377,30 @@ absl::StatusOr<SaveInfo> CheckpointManager::Impl::Run(Job& job) {
   info.dispatched = job.dispatched_after;
   info.staged = job.staged_after;
   info.committed = absl::Now() - job.start;
+  info.phases = std::move(result->phases);
+  info.slowest = std::move(result->slowest);
   return info;
+}
+
+void CheckpointManager::Impl::ReportPhases(const PhaseRecordContext& context,
+                                           absl::Time began,
+                                           absl::Span<const PhaseStat> phases) {
+  if (options_.tracer != nullptr) {
+    absl::Time at = began;
+    for (const PhaseStat& phase : phases) {
+      options_.tracer->Span(
+          "phases", absl::StrFormat("%s %s (step %d)", context.kind,
+                                    phase.phase, context.step),
+          at, at + phase.elapsed);
+      at += phase.elapsed;
+    }
+  }
+  if (metrics_ == nullptr) return;
+  absl::Status appended = metrics_->Append(context, phases);
+  if (!appended.ok()) {  // a full disk: warned about, never a failed save
+    EmitWarning(options_.on_warning,
+                absl::StrCat("hoist: warning: ", appended.message()));
+  }
 }
 
 CopyFences CheckpointManager::Impl::FenceCopies() {

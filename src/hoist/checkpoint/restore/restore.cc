@@ -390,6 +390,47 @@ absl::Status PlaceWave(const MatchedTargets& m, const RestorePlan& plan,
 
 }  // namespace
 
+std::vector<PhaseStat> RestorePhases(const RestoreTimes& times,
+                                     absl::Duration verifying,
+                                     const RestoreStats& stats) {
+  // Reads and checks overlap on the reader threads: the checks' share of
+  // the reads' time is theirs (their threads' time over the crew's size).
+  const absl::Duration reading =
+      std::max(times.waves - times.placing, absl::ZeroDuration());
+  const absl::Duration verify = std::min(verifying, reading);
+  const int64_t verified =
+      verifying > absl::ZeroDuration() ? stats.bytes_read : 0;
+  return {
+      {"planning", times.planning, stats.target_bytes, 0},
+      {"read", reading - verify, stats.bytes_read, 0},
+      {"verify", verify, verified, 0},
+      {"place", std::min(times.placing, times.waves), stats.target_bytes, 0},
+  };
+}
+
+void AddPhases(absl::Span<const PhaseStat> more, std::vector<PhaseStat>& into) {
+  static constexpr std::string_view kOrder[] = {"planning", "read", "verify",
+                                                "place"};
+  const auto rank_of = [](std::string_view name) {
+    return std::find(std::begin(kOrder), std::end(kOrder), name) -
+           std::begin(kOrder);
+  };
+  for (const PhaseStat& phase : more) {
+    auto it = std::find_if(into.begin(), into.end(), [&](const PhaseStat& p) {
+      return p.phase == phase.phase;
+    });
+    if (it != into.end()) {
+      it->elapsed += phase.elapsed;
+      it->bytes += phase.bytes;
+      continue;
+    }
+    it = std::find_if(into.begin(), into.end(), [&](const PhaseStat& p) {
+      return rank_of(p.phase) > rank_of(phase.phase);
+    });
+    into.insert(it, phase);
+  }
+}
+
 absl::StatusOr<RestoreStats> RestoreCheckpoint(
     Storage& storage, const std::string& step_dir,
     absl::Span<const RestoreTarget> targets, StagingPool& pool,
@@ -404,7 +445,10 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
                           return storage.OpenReadableBeneath(place.dir,
                                                              place.relative);
                         }));
-  stats.elapsed = absl::Now() - start;  // the manifest's read included
+  // The manifest's read is planning too.
+  const absl::Duration total = absl::Now() - start;
+  if (!stats.phases.empty()) stats.phases[0].elapsed += total - stats.elapsed;
+  stats.elapsed = total;
   return stats;
 }
 
@@ -428,7 +472,12 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
   }
   // 2. The waves: their leases and reads, taken ahead (WaveAcquirer); then,
   // as each one's reads are over, one copy per device.
-  const ReadContext context{&open, &step_dir, options.verify_xxh3};
+  const absl::Time planned = absl::Now();
+  const int readers = std::max<int>(1, reads.buffers.size());
+  std::atomic<int64_t> verify_ns{0};
+  absl::Duration placing;
+  const ReadContext context{&open, &step_dir, options.verify_xxh3,
+                            &verify_ns};
   ReaderCrew crew(context, reads.buffers);
   WaveAcquirer acquirer(
       plan, pool, crew, options.prefault ? PrefaultThreads() : 0,
@@ -449,17 +498,24 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
     staged.prefaulter.reset();
     ++stats.waves;
     stats.extents_read += static_cast<int64_t>(staged.reads->tasks());
+    const absl::Time place = absl::Now();
     status = PlaceWave(m, plan, plan.waves[w], staged, receiver, stats, copies);
+    placing += absl::Now() - place;
     if (!status.ok()) break;
   }
   acquirer.Stop();
   // 3. Every copy must be over before the destinations or leases are touched
   // again, also after an error.
+  const absl::Time waves_done = absl::Now();
   absl::Status copied = WhenAll(copies).Wait();
   RETURN_IF_ERROR(status);
   RETURN_IF_ERROR(copied);
   stats.bytes_read = crew.bytes_read();
-  stats.elapsed = absl::Now() - start;
+  const absl::Time end = absl::Now();
+  stats.elapsed = end - start;
+  stats.phases = RestorePhases(
+      {planned - start, end - planned, placing + (end - waves_done)},
+      absl::Nanoseconds(verify_ns.load()) / readers, stats);
   return stats;
 }
 

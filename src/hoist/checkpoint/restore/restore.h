@@ -69,6 +69,22 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
     const RestoreOptions& options, const RestoreReceiver& receiver,
     const ExtentFileOpener& open);
 
+// A restore's phases (RestoreStats::phases, rank 0 until the caller says)
+// from when its planning ended, its waves (reading and placing) ended, and
+// the time of those spent placing; `verifying`: the reader threads' time
+// checking hashes over their number.
+struct RestoreTimes {
+  absl::Duration planning;
+  absl::Duration waves;
+  absl::Duration placing;
+};
+std::vector<PhaseStat> RestorePhases(const RestoreTimes& times,
+                                     absl::Duration verifying,
+                                     const RestoreStats& stats);
+// Adds each of `more` to the phase of its name in `into` (appended, in the
+// restore's order, when `into` lacks it).
+void AddPhases(absl::Span<const PhaseStat> more, std::vector<PhaseStat>& into);
+
 }  // namespace hoist
 
 #endif  // HOIST_CHECKPOINT_RESTORE_RESTORE_H_

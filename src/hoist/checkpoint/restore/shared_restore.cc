@@ -333,8 +333,10 @@ class SharedRestorer {
   // A rank that failed still sends its share: the other rounds need it.
   absl::Status RunRound(size_t k, int first_array, int end_array) {
     RoundBuffer round = LayOutRound(first_array, end_array);
+    const absl::Time sharing = absl::Now();
     ReadOwnShare(round);
     for (int d : round.offsets) RETURN_IF_ERROR(ExchangeShare(k, d, round));
+    AddPhases({{"read", absl::Now() - sharing, 0, 0}}, stats_.phases);
     if (!failed_.ok()) return absl::OkStatus();
     absl::StatusOr<RestoreStats> restored =
         RestoreRound(round, first_array, end_array);
@@ -347,6 +349,7 @@ class SharedRestorer {
     stats_.target_bytes += restored->target_bytes;
     stats_.dispatches += restored->dispatches;
     stats_.waves += restored->waves;
+    AddPhases(restored->phases, stats_.phases);
     return absl::OkStatus();
   }
 
@@ -555,6 +558,12 @@ absl::StatusOr<RestoreStats> SharedRestore(
   }
   ASSIGN_OR_RETURN(RestoreStats stats, restorer.Run());
   stats.elapsed = absl::Now() - start;
+  // The rest (gathering the needs, laying out the rounds) is planning.
+  absl::Duration phases;
+  for (const PhaseStat& phase : stats.phases) phases += phase.elapsed;
+  AddPhases({{"planning", std::max(stats.elapsed - phases, absl::ZeroDuration()),
+              0, 0}},
+            stats.phases);
   return stats;
 }
 

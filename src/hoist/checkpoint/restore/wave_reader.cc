@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "hoist/base/checked_math.h"
 #include "hoist/format/extent_hash.h"
 #include "hoist/format/layout.h"
@@ -146,10 +147,12 @@ absl::Status WaveReads::ReadRun(size_t r, const ReadContext& context,
       !s.ok()) {
     return error(s);
   }
+  absl::Duration verifying;
   for (size_t i = begin; i < end; ++i) {
     const ReadTask& task = tasks_[order_[i]];
     const ManifestExtent& extent = extent_of(order_[i]);
     const uint8_t* bytes = data + (extent.offset_bytes - first.offset_bytes);
+    const absl::Time check = absl::Now();
     if (context.verify &&
         !ExtentMatches(extent.hash, bytes, extent.length_bytes)) {
       return absl::DataLossError(absl::StrFormat(
@@ -158,6 +161,7 @@ absl::Status WaveReads::ReadRun(size_t r, const ReadContext& context,
           PlaceOfExtent(*context.step_dir, extent).relative,
           extent.offset_bytes));
     }
+    if (context.verify) verifying += absl::Now() - check;
     bytes_read.fetch_add(extent.length_bytes);
     if (direct) continue;
     for (int k : task.images) {
@@ -165,6 +169,9 @@ absl::Status WaveReads::ReadRun(size_t r, const ReadContext& context,
       CopyBox(bytes, extent.box, images_[k].host, box,
               extent.box.Intersect(box), ItemSize(task.array->dtype));
     }
+  }
+  if (context.verify_ns != nullptr) {
+    context.verify_ns->fetch_add(absl::ToInt64Nanoseconds(verifying));
   }
   return absl::OkStatus();
 }

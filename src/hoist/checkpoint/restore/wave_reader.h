@@ -44,6 +44,9 @@ struct ReadContext {
   const ExtentFileOpener* open;
   const std::string* step_dir;
   bool verify;  // check each extent's XXH3 (RestoreOptions::verify_xxh3)
+  // Adds the nanoseconds the reader threads spent checking hashes, when
+  // set (the restore's verify phase).
+  std::atomic<int64_t>* verify_ns = nullptr;
 };
 
 // A reader thread's open data files, by path.

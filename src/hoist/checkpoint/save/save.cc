@@ -84,8 +84,10 @@ std::string AsideDir(const std::string& root, int64_t step) {
 // Step 5, on rank 0: the manifest, written last by the storage's commit.
 absl::Status Commit(Storage& storage, const SaveRequest& request,
                     const std::string& tmp, const Manifest& manifest,
-                    const std::function<void(const char*)>& traced) {
+                    const std::function<void(const char*)>& traced,
+                    int64_t& manifest_bytes) {
   ASSIGN_OR_RETURN(const std::string text, EncodeManifest(manifest));
+  manifest_bytes = static_cast<int64_t>(text.size());
   RETURN_IF_ERROR(CommitStep(storage, request.root, request.step, tmp, text,
                              request.overwrite));
   traced("commit (manifest, then publish)");
@@ -339,6 +341,10 @@ absl::StatusOr<Persisted> StageAndPersist(
     if (request.on_staged) request.on_staged(status);
     result.staged = absl::Now() - start;
     staged_reported = true;
+    if (request.progress != nullptr) {
+      request.progress->phase.store(storage.capabilities().local ? "write"
+                                                                 : "upload");
+    }
   };
   absl::StatusOr<TransferStats> staged =
       run.ok() ? engine.Finish(*std::move(run), on_dispatched, prepare,
@@ -372,6 +378,38 @@ absl::StatusOr<Persisted> StageAndPersist(
   return out;
 }
 
+// This process's phases of a save, each ending where the next begins
+// (SaveResult::phases); each phase begun is named in the save's progress.
+class PhaseClock {
+ public:
+  PhaseClock(const SaveRequest& request, int rank)
+      : phases_(request.phases_before),
+        progress_(request.progress),
+        rank_(rank) {}
+
+  // A phase from `begin` to `end`; `next` (a literal) begins at `end`.
+  void End(const char* phase, int64_t bytes, absl::Time begin, absl::Time end,
+           const char* next = nullptr) {
+    phases_.push_back(
+        {phase, std::max(end - begin, absl::ZeroDuration()), bytes, rank_});
+    last_ = end;
+    if (next != nullptr && progress_ != nullptr) progress_->phase.store(next);
+  }
+  // The phase since the last one ended, ending now.
+  void Next(const char* phase, int64_t bytes, const char* next) {
+    End(phase, bytes, last_, absl::Now(), next);
+  }
+
+  absl::Span<const PhaseStat> phases() const { return phases_; }
+  std::vector<PhaseStat> Take() { return std::move(phases_); }
+
+ private:
+  std::vector<PhaseStat> phases_;
+  SaveProgress* const progress_;
+  const int rank_;
+  absl::Time last_;
+};
+
 // Steps 1-6 for this process; `tmp` is set once steps 1 and 2 made it.
 absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
                                      const SaveRequest& request,
@@ -386,6 +424,17 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
       Persisted persisted,
       StageAndPersist(storage, coordinator, request, engine, devices, sources,
                       start, tmp, begun, result));
+  const int rank = coordinator.rank();
+  PhaseClock clock(request, rank);
+  const absl::Time staged_at = start + result.staged;
+  clock.End("staging", result.bytes,
+            request.staging_began == absl::InfinitePast()
+                ? start
+                : std::min(request.staging_began, staged_at),
+            staged_at);
+  clock.End(storage.capabilities().local ? "write" : "upload",
+            result.bytes - result.referenced_bytes, staged_at, absl::Now(),
+            "hash");
   // 4. Everyone learns whether everyone succeeded, and the hashes.
   // Commit phases go on the "commit" track.
   absl::Time phase = absl::Now();
@@ -401,7 +450,9 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
   }
   RETURN_IF_ERROR(AgreeOnOutcome(coordinator, request, persisted.local));
   ASSIGN_OR_RETURN(Gathered gathered,
-                   GatherWritten(coordinator, request, persisted.written));
+                   GatherWritten(coordinator, request, persisted.written,
+                                 clock.phases()));
+  clock.Next("hash", gathered.received_bytes, "commit");
   const DeltaBase* delta_base = persisted.delta_base.get();
   // Every rank referenced the same base's extents (it read the manifest
   // of the step rank 0 chose): one this rank's base lacks cannot be.
@@ -420,9 +471,10 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
                    MetadataWithPerRank(request, gathered.per_rank));
   Manifest built = BuildManifest(request, gathered.all, delta_base);
   built.metadata_json = std::move(metadata);
+  int64_t manifest_bytes = 0;
   if (coordinator.rank() == 0) {
     traced("barrier + hash all-gather");
-    committed = Commit(storage, request, tmp, built, traced);
+    committed = Commit(storage, request, tmp, built, traced, manifest_bytes);
   }
   ASSIGN_OR_RETURN(
       std::string outcome,
@@ -430,6 +482,9 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
   if (coordinator.rank() == 0) RETURN_IF_ERROR(committed);
   RETURN_IF_ERROR(DecodeStatus(outcome, 0));
   traced("committed");
+  clock.Next("commit", manifest_bytes, "");
+  result.phases = clock.Take();
+  result.slowest = std::move(gathered.slowest);
   result.path = JoinPath(request.root, StepDirName(request.step));
   // Indexed here, on the saver's thread, for the next save's delta base.
   result.manifest = std::make_shared<const IndexedManifest>(std::move(built));

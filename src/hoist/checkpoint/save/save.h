@@ -74,6 +74,12 @@ struct SaveRequest {
   // (the last save's SaveResult::manifest): spares reading the base's
   // manifest, and indexing it, when it is. Optional.
   std::shared_ptr<const IndexedManifest> base_hint;
+  // The phases this process measured before the save was handed here (the
+  // manager's planning and queued), and when its copies began (default:
+  // when SaveCheckpoint was called). They lead SaveResult::phases and are
+  // gathered with the hashes for SaveResult::slowest.
+  std::vector<PhaseStat> phases_before;
+  absl::Time staging_began = absl::InfinitePast();
   // With `layout`: the sources of arrays that have not moved since the
   // last save given it, and the copies prepared from them
   // (TransferEngine::Begin). Optional.
@@ -90,6 +96,11 @@ struct SaveResult {
   std::shared_ptr<const IndexedManifest> manifest;
   absl::Duration staged;     // until every slice was in host memory
   absl::Duration committed;  // until the step was durable and visible
+  // SaveRequest::phases_before, then staging, write (upload where the
+  // storage is not local), hash and commit, this process's; and the job's
+  // slowest rank in each phase up to write (SaveInfo has the same).
+  std::vector<PhaseStat> phases;
+  std::vector<PhaseStat> slowest;
 };
 
 // Holds staged extents until the writer exists (the first wave's copies

@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/algorithm/container.h"
@@ -47,7 +48,7 @@ std::string EncodeWritten(const SavePlan& plan, int process,
   return out;
 }
 
-absl::Status DecodeWritten(const std::string& bytes, WrittenExtents& written) {
+absl::Status DecodeWritten(std::string_view bytes, WrittenExtents& written) {
   constexpr size_t kRecord = sizeof(int32_t) + sizeof(uint8_t) +
                              2 * sizeof(uint64_t) + sizeof(int64_t);
   if (bytes.size() % kRecord != 0) {
@@ -181,32 +182,92 @@ absl::Status AgreeOnOutcome(Coordinator& coordinator,
   return absl::OkStatus();
 }
 
+namespace {
+
+// A length-prefixed section of a gathered record.
+void AppendSection(std::string& out, std::string_view section) {
+  const uint32_t length = static_cast<uint32_t>(section.size());
+  out.append(reinterpret_cast<const char*>(&length), sizeof length);
+  out += section;
+}
+
+absl::StatusOr<std::string_view> TakeSection(std::string_view& in,
+                                             const char* what) {
+  uint32_t length = 0;
+  if (in.size() < sizeof length ||
+      in.size() - sizeof length <
+          (std::memcpy(&length, in.data(), sizeof length), length)) {
+    return absl::InternalError(
+        absl::StrFormat("malformed %s from a peer", what));
+  }
+  std::string_view section = in.substr(sizeof length, length);
+  in.remove_prefix(sizeof length + length);
+  return section;
+}
+
+// Each phase's seconds and bytes, in order (the names are the same on
+// every rank).
+struct PhaseWire {
+  double seconds;
+  int64_t bytes;
+};
+
+std::string EncodePhases(absl::Span<const PhaseStat> phases) {
+  std::string out(phases.size() * sizeof(PhaseWire), '\0');
+  for (size_t i = 0; i < phases.size(); ++i) {
+    const PhaseWire wire{absl::ToDoubleSeconds(phases[i].elapsed),
+                         phases[i].bytes};
+    std::memcpy(out.data() + i * sizeof wire, &wire, sizeof wire);
+  }
+  return out;
+}
+
+// Folds rank `rank`'s phases into the slowest so far.
+absl::Status FoldSlowest(std::string_view wire, int rank,
+                         absl::Span<const PhaseStat> mine,
+                         std::vector<PhaseStat>& slowest) {
+  if (wire.size() != mine.size() * sizeof(PhaseWire)) {
+    return absl::InternalError(absl::StrFormat(
+        "rank %d measured other save phases than this rank", rank));
+  }
+  for (size_t i = 0; i < mine.size(); ++i) {
+    PhaseWire theirs;
+    std::memcpy(&theirs, wire.data() + i * sizeof theirs, sizeof theirs);
+    const absl::Duration elapsed = absl::Seconds(theirs.seconds);
+    if (slowest.size() <= i) {
+      slowest.push_back({mine[i].phase, elapsed, theirs.bytes, rank});
+    } else if (elapsed > slowest[i].elapsed) {
+      slowest[i] = {mine[i].phase, elapsed, theirs.bytes, rank};
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<Gathered> GatherWritten(Coordinator& coordinator,
                                        const SaveRequest& request,
-                                       const WrittenExtents& written) {
+                                       const WrittenExtents& written,
+                                       absl::Span<const PhaseStat> phases) {
   const SavePlan& plan = *request.plan;
-  // Each rank's per-rank state, length-prefixed, then its records.
-  std::string mine(sizeof(uint32_t), '\0');
-  const uint32_t per_rank_bytes =
-      static_cast<uint32_t>(request.per_rank_json.size());
-  std::memcpy(mine.data(), &per_rank_bytes, sizeof per_rank_bytes);
-  mine += request.per_rank_json;
+  // Each rank's per-rank state and phases, length-prefixed, then its
+  // records.
+  std::string mine;
+  AppendSection(mine, request.per_rank_json);
+  AppendSection(mine, EncodePhases(phases));
   mine += EncodeWritten(plan, coordinator.rank(), written);
   ASSIGN_OR_RETURN(std::vector<std::string> gathered,
                    coordinator.AllGather("hashes", std::move(mine)));
-  Gathered out{WrittenExtents(plan), {}};
-  for (const std::string& bytes : gathered) {
-    uint32_t length = 0;
-    if (bytes.size() < sizeof length) {
-      return absl::InternalError("malformed extent hashes from a peer");
-    }
-    std::memcpy(&length, bytes.data(), sizeof length);
-    if (bytes.size() - sizeof length < length) {
-      return absl::InternalError("malformed per-rank state from a peer");
-    }
-    out.per_rank.push_back(bytes.substr(sizeof length, length));
-    RETURN_IF_ERROR(
-        DecodeWritten(bytes.substr(sizeof length + length), out.all));
+  Gathered out{WrittenExtents(plan), {}, {}, 0};
+  for (int r = 0; r < static_cast<int>(gathered.size()); ++r) {
+    std::string_view in = gathered[r];
+    out.received_bytes += static_cast<int64_t>(in.size());
+    ASSIGN_OR_RETURN(std::string_view per_rank,
+                     TakeSection(in, "per-rank state"));
+    out.per_rank.emplace_back(per_rank);
+    ASSIGN_OR_RETURN(std::string_view wire, TakeSection(in, "save phases"));
+    RETURN_IF_ERROR(FoldSlowest(wire, r, phases, out.slowest));
+    RETURN_IF_ERROR(DecodeWritten(in, out.all));
   }
   return out;
 }

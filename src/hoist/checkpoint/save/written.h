@@ -37,16 +37,21 @@ absl::Status AgreeOnOutcome(Coordinator& coordinator,
 
 // 4b. Every process's extents (hashes, references) and per-rank state, on
 // every process.
+// And, per phase this process measured alone (planning to write), the
+// job's slowest rank.
 struct Gathered {
   WrittenExtents all;
   std::vector<std::string> per_rank;
+  std::vector<PhaseStat> slowest;
+  int64_t received_bytes = 0;  // what this process received
 };
 
-// 4b: `written` (this process's) sent to every process, and theirs
-// received.
+// 4b: `written` and `phases` (this process's) sent to every process, and
+// theirs received. Every process sends the same phases, in one order.
 absl::StatusOr<Gathered> GatherWritten(Coordinator& coordinator,
                                        const SaveRequest& request,
-                                       const WrittenExtents& written);
+                                       const WrittenExtents& written,
+                                       absl::Span<const PhaseStat> phases);
 
 }  // namespace hoist
 

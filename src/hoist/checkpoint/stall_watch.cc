@@ -1,0 +1,101 @@
+// StallWatch: one thread that samples the watched save's byte counts.
+#include "hoist/checkpoint/stall_watch.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "hoist/base/thread_priority.h"
+
+namespace hoist {
+
+void EmitWarning(const Warn& warn, const std::string& message) {
+  if (warn) {
+    warn(message);
+  } else {
+    std::fprintf(stderr, "%s\n", message.c_str());
+  }
+}
+
+StallWatch::StallWatch(absl::Duration after, int rank, Warn warn)
+    : after_(after), rank_(rank), warn_(std::move(warn)) {
+  if (after_ <= absl::ZeroDuration()) return;
+  thread_ = std::thread([this] {
+    NameThisThread("hoist-stallwatch");
+    Run();
+  });
+}
+
+StallWatch::~StallWatch() {
+  {
+    MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void StallWatch::Watch(int64_t step,
+                       std::shared_ptr<const SaveProgress> progress) {
+  MutexLock lock(&mu_);
+  step_ = step;
+  progress_ = std::move(progress);
+}
+
+void StallWatch::Unwatch() {
+  MutexLock lock(&mu_);
+  step_ = -1;
+  progress_ = nullptr;
+}
+
+std::string StallWatch::Message(int64_t step, int rank, absl::Duration stalled,
+                                const SaveProgress& progress) {
+  const std::string writing = progress.writing();
+  return absl::StrFormat(
+      "hoist: warning: the save of step %d on rank %d has moved no bytes for "
+      "%s, in phase %s (%s); it goes on",
+      step, rank, absl::FormatDuration(absl::Trunc(stalled, absl::Seconds(1))),
+      progress.phase.load(),
+      writing.empty() ? std::string("no file or object written yet")
+                      : "last written: " + writing);
+}
+
+void StallWatch::Run() {
+  // Sampled a few times per `after_`: a stall is seen within a quarter of
+  // it (at most a second) of its length.
+  const absl::Duration poll = std::min(after_ / 4, absl::Seconds(1));
+  Sample last;
+  while (true) {
+    std::string message;
+    {
+      MutexLock lock(&mu_);
+      if (mu_.AwaitWithTimeout(Condition(this, &StallWatch::Stopping), poll)) {
+        return;
+      }
+      message = Check(last);
+    }
+    if (!message.empty()) EmitWarning(warn_, message);
+  }
+}
+
+std::string StallWatch::Check(Sample& last) {
+  if (progress_ == nullptr) {
+    last.step = -1;
+    return "";
+  }
+  const int64_t bytes =
+      progress_->staged_bytes.load() + progress_->written_bytes.load();
+  const char* phase = progress_->phase.load();
+  const absl::Time now = absl::Now();
+  if (step_ != last.step || bytes != last.bytes || phase != last.phase) {
+    // A new save, or bytes (or the phase) moved: the clock restarts.
+    last = {step_, bytes, phase, now, false};
+    return "";
+  }
+  if (last.warned || now - last.moved < after_) return "";
+  last.warned = true;
+  return Message(last.step, rank_, now - last.moved, *progress_);
+}
+
+}  // namespace hoist

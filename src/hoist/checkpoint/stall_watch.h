@@ -1,0 +1,73 @@
+// StallWatch: warns when the save under way has moved no bytes for a while
+// (CheckpointManagerOptions::stall_warn), naming its phase, the rank and the
+// file or object it last wrote. It only warns: the save goes on, and the
+// timeouts that fail a save still do.
+#ifndef HOIST_CHECKPOINT_STALL_WATCH_H_
+#define HOIST_CHECKPOINT_STALL_WATCH_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/time/time.h"
+#include "hoist/checkpoint_types.h"
+#include "hoist/mutex.h"
+
+namespace hoist {
+
+using Warn = std::function<void(const std::string&)>;
+
+// Hands `message` to `warn`, or writes it to stderr when `warn` is null.
+void EmitWarning(const Warn& warn, const std::string& message);
+
+class StallWatch {
+ public:
+
+  // `after` <= 0: never warns (no thread). `warn` null: to stderr.
+  StallWatch(absl::Duration after, int rank, Warn warn);
+  ~StallWatch();  // stops the thread
+  StallWatch(const StallWatch&) = delete;
+  StallWatch& operator=(const StallWatch&) = delete;
+
+  // Watches step `step`'s save until Unwatch (one save at a time: the one
+  // the saver runs). A stall is warned about once; bytes that move again
+  // end it.
+  void Watch(int64_t step, std::shared_ptr<const SaveProgress> progress)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void Unwatch() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The warning for a save of `step` stalled for `stalled`.
+  static std::string Message(int64_t step, int rank, absl::Duration stalled,
+                             const SaveProgress& progress);
+
+ private:
+  // What the watch saw last of the save under way.
+  struct Sample {
+    int64_t step = -1;
+    int64_t bytes = -1;
+    const char* phase = nullptr;
+    absl::Time moved;  // when its bytes or phase last changed
+    bool warned = false;
+  };
+
+  void Run() ABSL_LOCKS_EXCLUDED(mu_);
+  // The warning due now ("" if none), `last` brought up to date.
+  std::string Check(Sample& last) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool Stopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; }
+
+  const absl::Duration after_;
+  const int rank_;
+  const Warn warn_;
+  Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t step_ ABSL_GUARDED_BY(mu_) = -1;
+  std::shared_ptr<const SaveProgress> progress_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+}  // namespace hoist
+
+#endif  // HOIST_CHECKPOINT_STALL_WATCH_H_
