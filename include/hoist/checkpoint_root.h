@@ -96,7 +96,9 @@ class CheckpointRoot {
   absl::StatusOr<Manifest> ReadManifest(int64_t step) const;
   // Re-reads every extent of `step` against its hash (VerifyReport lists
   // every problem); kNotFound if there is no such step.
-  absl::StatusOr<VerifyReport> Verify(int64_t step) const;
+  // `progress` (optional) counts the bytes read.
+  absl::StatusOr<VerifyReport> Verify(
+      int64_t step, OperationProgress* progress = nullptr) const;
   // Reads `targets` of committed step `step` into host memory: every
   // destination has `data` and no device. Only the extents that meet the
   // targets are read, each checked against its hash as it is read (unless

@@ -226,6 +226,28 @@ struct SaveProgress {
   std::string writing_ ABSL_GUARDED_BY(writing_mu_);
 };
 
+// Live progress of a long operation (a verification, a restore, an export,
+// an import, a removal), for a progress bar: the operation's threads add to
+// it, any thread reads it.
+struct OperationProgress {
+  std::atomic<int64_t> done{0};
+  std::atomic<int64_t> total{0};  // 0 until known
+  bool bytes = true;              // counts bytes; else items (steps)
+  void set_current(std::string_view what) ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
+    if (current_ != what) current_.assign(what);
+  }
+  // The array, file or step under way ("" before the first).
+  std::string current() const ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
+    return current_;
+  }
+
+ private:
+  mutable Mutex mu_;
+  std::string current_ ABSL_GUARDED_BY(mu_);
+};
+
 struct VerifyReport {
   int64_t arrays = 0;
   int64_t extents = 0;                // extents checked

@@ -27,6 +27,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "hoist/checkpoint_types.h"
 #include "hoist/storage.h"
 
 namespace hoist {
@@ -47,6 +48,9 @@ struct SafetensorsExportOptions {
   // How the step is read and `out_dir` written (an object store's
   // endpoint, ...; default: the environment's).
   StorageOptions storage = {};
+  // Counts the bytes read (twice over where the step is read twice) and
+  // names the file under way, when set. Default none.
+  OperationProgress* progress = nullptr;
 };
 
 struct ExportStats {
@@ -121,9 +125,11 @@ struct ImportStats {
 // ImportSafetensors' staging pool unless the caller gives one.
 inline constexpr int64_t kImportPoolBytes = int64_t{256} << 20;
 
+// `progress` (optional) counts the bytes written of the tensors'.
 absl::StatusOr<ImportStats> ImportSafetensors(
     const std::string& src, const std::string& root, int64_t step,
-    int64_t pool_bytes = kImportPoolBytes, const StorageOptions& storage = {});
+    int64_t pool_bytes = kImportPoolBytes, const StorageOptions& storage = {},
+    OperationProgress* progress = nullptr);
 
 // The safetensors name of a hoist dtype name ("bfloat16" -> "BF16",
 // "float8_e4m3fn" -> "F8_E4M3"), and back; kInvalidArgument for a name the

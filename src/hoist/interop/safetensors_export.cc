@@ -332,6 +332,11 @@ class Exporter {
     ASSIGN_OR_RETURN(step_dir_, root_->StepDir(step_));
     chunks_ = CutChunks(tensors_, files_, chunk_bytes_);
     buffers_.resize(kBuffers);  // not zeroed: every byte written is read
+    if (options_.progress != nullptr) {
+      int64_t total = 0;
+      for (const Tensor& tensor : tensors_) total += tensor.bytes;
+      options_.progress->total.store(sequential_ ? 2 * total : total);
+    }
     // 4
     if (!sequential_) {
       RETURN_IF_ERROR(Stream(/*write=*/true));
@@ -375,6 +380,10 @@ class Exporter {
         XXH3_64bits_update(tensors_[piece.tensor].hash, buffer + at,
                            piece.bytes);
         at += piece.bytes;
+      }
+      if (options_.progress != nullptr) {
+        options_.progress->set_current(file.name);
+        options_.progress->done.fetch_add(at - carry);
       }
       // Every whole block goes out directly, in writes of kWriteBytes; the
       // rest (less than a block) is the next chunk's carry, or, after a

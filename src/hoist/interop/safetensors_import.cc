@@ -277,7 +277,8 @@ absl::StatusOr<std::vector<SafetensorsTensor>> ReadSafetensorsHeaders(
 absl::StatusOr<ImportStats> ImportSafetensors(const std::string& src,
                                               const std::string& root,
                                               int64_t step, int64_t pool_bytes,
-                                              const StorageOptions& storage) {
+                                              const StorageOptions& storage,
+                                              OperationProgress* progress) {
   const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(const std::vector<SafetensorsTensor> tensors,
                    ReadSafetensorsHeaders(src, storage));
@@ -332,6 +333,16 @@ absl::StatusOr<ImportStats> ImportSafetensors(const std::string& src,
       manager->Save(step, arrays,
                     metadata.dump(-1, ' ', false,
                                   nlohmann::json::error_handler_t::replace)));
+  if (progress != nullptr) {
+    // The save's written bytes, until it ends.
+    progress->total.store(stats.bytes);
+    progress->set_current(src);
+    while (handle.status().code() == absl::StatusCode::kUnavailable) {
+      progress->done.store(handle.progress().written_bytes.load());
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    progress->done.store(handle.progress().written_bytes.load());
+  }
   ASSIGN_OR_RETURN(const SaveInfo info, handle.WaitCommitted());
   stats.step = step;
   stats.path = info.path;

@@ -4,9 +4,11 @@
 #include <string>
 
 #include "hoist/tools/demo_command.h"
+#include "hoist/tools/diff_command.h"
 #include "hoist/tools/inspect_commands.h"
 #include "hoist/tools/interop_commands.h"
 #include "hoist/tools/plan_command.h"
+#include "hoist/tools/progress_line.h"
 #include "hoist/tools/storage_flags.h"
 
 int main(int argc, char** argv) {
@@ -20,10 +22,13 @@ int main(int argc, char** argv) {
   app.fallthrough();
   hoist::StorageOptions storage;
   hoist::AddStorageFlags(app, storage);
+  hoist::ProgressFlags progress;
+  hoist::AddProgressFlags(app, progress);
   hoist::AddDemoCommand(app, storage);
   hoist::AddPlanCommand(app);
-  hoist::AddInspectCommands(app, storage);
-  hoist::AddInteropCommands(app, storage);
+  hoist::AddInspectCommands(app, storage, progress);
+  hoist::AddDiffCommand(app, storage, progress);
+  hoist::AddInteropCommands(app, storage, progress);
   // CLI11 takes an unknown command for a stray argument ("A subcommand is
   // required"); say what it is instead.
   if (argc > 1 && argv[1][0] != '-') {

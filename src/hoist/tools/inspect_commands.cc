@@ -3,6 +3,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "absl/status/status.h"
@@ -13,6 +14,7 @@
 #include "hoist/checkpoint_root.h"
 #include "hoist/manifest.h"
 #include "hoist/tools/command_error.h"
+#include "hoist/tools/progress_line.h"
 
 namespace hoist {
 namespace {
@@ -28,16 +30,27 @@ int64_t ManifestBytes(const Manifest& manifest) {
 }
 
 absl::Status Ls(const std::string& path, const StorageOptions& storage,
-                bool json) {
+                bool json, const ProgressFlags& progress_flags) {
   ASSIGN_OR_RETURN(std::unique_ptr<CheckpointRoot> root,
                    CheckpointRoot::OpenForReading(path, storage));
   ASSIGN_OR_RETURN(std::vector<RootEntry> entries, root->Entries());
+  // One manifest read per step: a request each on an object store.
+  OperationProgress progress;
+  progress.bytes = false;
+  progress.total.store(static_cast<int64_t>(entries.size()));
+  std::optional<ProgressLine> line;
+  line.emplace(progress_flags, "ls (steps)", progress);
   nlohmann::json out = nlohmann::json::array();
+  // Printed once every manifest is read: the progress line never mixes
+  // with the table on a terminal.
+  std::string table;
   if (!json) {
-    std::cout << absl::StrFormat("%-24s %10s %8s  %s\n", "step", "bytes",
-                                 "arrays", "state");
+    table += absl::StrFormat("%-24s %10s %8s  %s\n", "step", "bytes",
+                             "arrays", "state");
   }
   for (const RootEntry& entry : entries) {
+    progress.done.fetch_add(1);
+    progress.set_current(entry.path);
     if (entry.kind == RootEntry::Kind::kCommitted) {
       absl::StatusOr<Manifest> manifest = root->ReadManifest(entry.step);
       const std::string state =
@@ -53,7 +66,7 @@ absl::Status Ls(const std::string& path, const StorageOptions& storage,
                      {"arrays", arrays},
                      {"state", manifest.ok() ? "committed" : "unreadable"}});
       if (!json) {
-        std::cout << absl::StrFormat("%-24d %10s %8d  %s\n", entry.step,
+        table += absl::StrFormat("%-24d %10s %8d  %s\n", entry.step,
                                      FormatBytes(bytes), arrays, state);
       }
     } else if (entry.kind == RootEntry::Kind::kReferenced) {
@@ -63,7 +76,7 @@ absl::Status Ls(const std::string& path, const StorageOptions& storage,
                      {"bytes", bytes},
                      {"state", "referenced"}});
       if (!json) {
-        std::cout << absl::StrFormat(
+        table += absl::StrFormat(
             "%-24d %10s %8s  %s\n", entry.step, FormatBytes(bytes), "-",
             "referenced (pruned: no checkpoint, keeps the data files that "
             "kept steps reference)");
@@ -71,7 +84,7 @@ absl::Status Ls(const std::string& path, const StorageOptions& storage,
     } else {
       out.push_back({{"path", entry.path}, {"state", "incomplete"}});
       if (!json) {
-        std::cout << absl::StrFormat(
+        table += absl::StrFormat(
             "%-24s %10s %8s  %s\n",
             entry.path.substr(entry.path.rfind('/') + 1), "-", "-",
             "incomplete (a save that did not commit; removed when a "
@@ -79,7 +92,8 @@ absl::Status Ls(const std::string& path, const StorageOptions& storage,
       }
     }
   }
-  if (json) std::cout << out.dump(2) << "\n";
+  line.reset();
+  std::cout << (json ? out.dump(2) + "\n" : table);
   return absl::OkStatus();
 }
 
@@ -155,10 +169,16 @@ absl::Status Inspect(const std::string& step_dir, const StorageOptions& storage,
 }
 
 // 0: verified; 1: problems found (printed), or no step to verify.
-int Verify(const std::string& path, const StorageOptions& storage, bool json) {
+int Verify(const std::string& path, const StorageOptions& storage, bool json,
+           const ProgressFlags& progress_flags) {
   auto opened = OpenStepAt(path, storage);
-  absl::StatusOr<VerifyReport> verified =
-      opened.ok() ? opened->first->Verify(opened->second) : opened.status();
+  absl::StatusOr<VerifyReport> verified = opened.status();
+  if (opened.ok()) {
+    OperationProgress progress;
+    ProgressLine line(progress_flags,
+                      absl::StrCat("verify step ", opened->second), progress);
+    verified = opened->first->Verify(opened->second, &progress);
+  }
   if (!verified.ok()) {
     std::cerr << "hoist verify: " << verified.status().message() << "\n";
     return 1;
@@ -188,15 +208,22 @@ int Verify(const std::string& path, const StorageOptions& storage, bool json) {
 }
 
 absl::Status Rm(const std::string& path, const StorageOptions& options,
-                const std::vector<int64_t>& steps) {
+                const std::vector<int64_t>& steps,
+                const ProgressFlags& progress_flags) {
   ASSIGN_OR_RETURN(std::unique_ptr<Storage> storage,
                    OpenStorage(path, options));
   // Never creates a root: it must exist before it is locked and recovered.
   RETURN_IF_ERROR(CheckpointRoot::OpenForReading(path, storage.get()).status());
   ASSIGN_OR_RETURN(std::unique_ptr<CheckpointRoot> root,
                    CheckpointRoot::Open(path, storage.get()));
+  OperationProgress progress;
+  progress.bytes = false;
+  progress.total.store(static_cast<int64_t>(steps.size()));
+  ProgressLine line(progress_flags, "rm (steps)", progress);
   for (int64_t step : steps) {
+    progress.set_current(absl::StrCat("step ", step));
     RETURN_IF_ERROR(root->Delete(step));
+    progress.done.fetch_add(1);
     std::cout << "removed step " << step << " from " << path << "\n";
   }
   return absl::OkStatus();
@@ -204,7 +231,8 @@ absl::Status Rm(const std::string& path, const StorageOptions& options,
 
 }  // namespace
 
-void AddInspectCommands(CLI::App& app, const StorageOptions& storage) {
+void AddInspectCommands(CLI::App& app, const StorageOptions& storage,
+                        const ProgressFlags& progress) {
   struct Flags {
     std::string path;
     bool json = false;
@@ -216,8 +244,9 @@ void AddInspectCommands(CLI::App& app, const StorageOptions& storage) {
       "ls", "List a root's committed steps (and incomplete saves)");
   ls->add_option("ROOT", flags->path, "Checkpoint root")->required();
   ls->add_flag("--json", flags->json, "Print JSON");
-  ls->callback([flags, &storage] {
-    if (absl::Status s = Ls(flags->path, storage, flags->json); !s.ok())
+  ls->callback([flags, &storage, &progress] {
+    if (absl::Status s = Ls(flags->path, storage, flags->json, progress);
+        !s.ok())
       FailCommand("ls", s);
   });
 
@@ -244,8 +273,8 @@ void AddInspectCommands(CLI::App& app, const StorageOptions& storage) {
                    "Step directory (ROOT/step_N), or a root (its newest step)")
       ->required();
   verify->add_flag("--json", flags->json, "Print JSON");
-  verify->callback([flags, &storage] {
-    if (Verify(flags->path, storage, flags->json) != 0) {
+  verify->callback([flags, &storage, &progress] {
+    if (Verify(flags->path, storage, flags->json, progress) != 0) {
       throw CLI::RuntimeError(1);
     }
   });
@@ -256,8 +285,9 @@ void AddInspectCommands(CLI::App& app, const StorageOptions& storage) {
   rm->add_option("STEP", flags->steps, "Steps to delete")
       ->required()
       ->check(NonNegative());
-  rm->callback([flags, &storage] {
-    if (absl::Status s = Rm(flags->path, storage, flags->steps); !s.ok())
+  rm->callback([flags, &storage, &progress] {
+    if (absl::Status s = Rm(flags->path, storage, flags->steps, progress);
+        !s.ok())
       FailCommand("rm", s);
   });
 }

@@ -3,6 +3,7 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -15,7 +16,8 @@ namespace hoist {
 
 namespace {
 
-void AddImportCommand(CLI::App& app, const StorageOptions& storage) {
+void AddImportCommand(CLI::App& app, const StorageOptions& storage,
+                      const ProgressFlags& progress_flags) {
   struct Flags {
     std::string src, root, format = "safetensors",
                            pool = absl::StrCat(kImportPoolBytes >> 20, "MiB");
@@ -42,11 +44,15 @@ void AddImportCommand(CLI::App& app, const StorageOptions& storage) {
   command->add_option("--pool", flags->pool, "Staging pool")
       ->capture_default_str();
   command->add_flag("--json", flags->json, "Print the figures as JSON");
-  command->callback([flags, &storage] {
+  command->callback([flags, &storage, &progress_flags] {
     absl::StatusOr<int64_t> pool = ParseBytes(flags->pool);
     if (!pool.ok()) FailCommand("import", pool.status());
-    absl::StatusOr<ImportStats> stats =
-        ImportSafetensors(flags->src, flags->root, flags->step, *pool, storage);
+    OperationProgress progress;
+    std::optional<ProgressLine> line;
+    line.emplace(progress_flags, "import", progress);
+    absl::StatusOr<ImportStats> stats = ImportSafetensors(
+        flags->src, flags->root, flags->step, *pool, storage, &progress);
+    line.reset();
     if (!stats.ok()) FailCommand("import", stats.status());
     const double seconds = absl::ToDoubleSeconds(stats->elapsed);
     if (flags->json) {
@@ -65,7 +71,8 @@ void AddImportCommand(CLI::App& app, const StorageOptions& storage) {
   });
 }
 
-void AddExportCommand(CLI::App& app, const StorageOptions& storage) {
+void AddExportCommand(CLI::App& app, const StorageOptions& storage,
+                      const ProgressFlags& progress_flags) {
   struct Flags {
     std::string step_dir, out_dir, format = "safetensors", prefix;
     std::string max_shard,
@@ -102,10 +109,12 @@ void AddExportCommand(CLI::App& app, const StorageOptions& storage) {
       ->add_option("--memory", flags->memory, "Host memory for bytes in flight")
       ->capture_default_str();
   command->add_flag("--json", flags->json, "Print the figures as JSON");
-  command->callback([flags, &storage] {
+  command->callback([flags, &storage, &progress_flags] {
     SafetensorsExportOptions options;
     options.prefix = flags->prefix;
     options.storage = storage;
+    OperationProgress progress;
+    options.progress = &progress;
     for (auto [text, out, what] :
          {std::tuple{&flags->max_shard, &options.max_shard_bytes,
                      "--max-shard-size"},
@@ -118,8 +127,11 @@ void AddExportCommand(CLI::App& app, const StorageOptions& storage) {
       }
       *out = *bytes;
     }
+    std::optional<ProgressLine> line;
+    line.emplace(progress_flags, "export", progress);
     absl::StatusOr<ExportStats> stats =
         ExportSafetensors(flags->step_dir, flags->out_dir, options);
+    line.reset();
     if (!stats.ok()) FailCommand("export", stats.status());
     const double seconds = absl::ToDoubleSeconds(stats->elapsed);
     if (flags->json) {
@@ -145,9 +157,10 @@ void AddExportCommand(CLI::App& app, const StorageOptions& storage) {
 
 }  // namespace
 
-void AddInteropCommands(CLI::App& app, const StorageOptions& storage) {
-  AddExportCommand(app, storage);
-  AddImportCommand(app, storage);
+void AddInteropCommands(CLI::App& app, const StorageOptions& storage,
+                        const ProgressFlags& progress) {
+  AddExportCommand(app, storage, progress);
+  AddImportCommand(app, storage, progress);
 }
 
 }  // namespace hoist

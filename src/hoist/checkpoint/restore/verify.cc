@@ -1,5 +1,6 @@
 #include "hoist/checkpoint/restore/verify.h"
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
 #include "hoist/checkpoint/restore/extent_reader.h"
@@ -9,20 +10,34 @@
 
 namespace hoist {
 
-VerifyReport VerifyCheckpoint(Storage& storage, const std::string& step_dir) {
+VerifyReport VerifyCheckpoint(Storage& storage, const std::string& step_dir,
+                              OperationProgress* progress) {
   VerifyReport report;
   absl::StatusOr<Manifest> manifest = ReadManifestFile(storage, step_dir);
   if (!manifest.ok()) {
     report.problems.push_back(manifest.status().ToString());
     return report;
   }
+  OperationProgress ignored;
+  OperationProgress& counted = progress != nullptr ? *progress : ignored;
+  int64_t total = 0;
+  for (const ManifestArray& array : manifest->arrays) {
+    for (const ManifestExtent& extent : array.extents) {
+      total += extent.length_bytes;
+    }
+  }
+  counted.total.store(total);
   absl::flat_hash_map<std::string, std::unique_ptr<ReadableFile>> files;
   absl::flat_hash_map<std::string, absl::Status> unopenable;
   ReadBuffer buffer;
   for (const ManifestArray& array : manifest->arrays) {
     ++report.arrays;
+    counted.set_current(array.name);
     for (size_t e = 0; e < array.extents.size(); ++e) {
       const ManifestExtent& extent = array.extents[e];
+      // Counted whole once over, read or not.
+      const int64_t done = counted.done.load() + extent.length_bytes;
+      const absl::Cleanup count = [&] { counted.done.store(done); };
       const ExtentPlace place = PlaceOfExtent(step_dir, extent);
       const std::string where = absl::StrFormat(
           "array '%s': extent %d of %d (%s @ %d)", array.name, e,
@@ -45,7 +60,10 @@ VerifyReport VerifyCheckpoint(Storage& storage, const std::string& step_dir) {
       // Pieces of at most 16 MiB: a manifest's claim never sizes a buffer.
       const absl::Status read = ReadExtentInPieces(
           *file, extent, ItemSize(array.dtype), kMaxIoRunBytes, buffer,
-          [](const Box&, const uint8_t*) {});
+          [&](const Box& piece, const uint8_t*) {
+            counted.done.fetch_add(piece.num_elements() * ItemSize(array.dtype),
+                                   std::memory_order_relaxed);
+          });
       if (!read.ok()) {
         report.problems.push_back(
             absl::StrFormat("%s: %s", where, read.ToString()));

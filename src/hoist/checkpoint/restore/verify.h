@@ -11,8 +11,10 @@
 
 namespace hoist {
 
-// Never fails as a call: what is wrong is in the report.
-VerifyReport VerifyCheckpoint(Storage& storage, const std::string& step_dir);
+// Never fails as a call: what is wrong is in the report. `progress` (when
+// set) counts the bytes read, of every extent's, and names the array.
+VerifyReport VerifyCheckpoint(Storage& storage, const std::string& step_dir,
+                              OperationProgress* progress = nullptr);
 
 }  // namespace hoist
 

@@ -297,9 +297,10 @@ absl::StatusOr<Manifest> CheckpointRoot::ReadManifest(int64_t step) const {
   return ReadManifestFile(storage_, dir);
 }
 
-absl::StatusOr<VerifyReport> CheckpointRoot::Verify(int64_t step) const {
+absl::StatusOr<VerifyReport> CheckpointRoot::Verify(
+    int64_t step, OperationProgress* progress) const {
   ASSIGN_OR_RETURN(const std::string dir, StepDir(step));
-  return VerifyCheckpoint(storage_, dir);
+  return VerifyCheckpoint(storage_, dir, progress);
 }
 
 absl::StatusOr<RestoreStats> CheckpointRoot::Read(
@@ -399,6 +400,18 @@ absl::StatusOr<std::pair<std::unique_ptr<CheckpointRoot>, int64_t>> OpenStepAt(
   if (split.ok()) return std::make_pair(std::move(root), split->second);
   ASSIGN_OR_RETURN(std::optional<int64_t> latest, root->Latest());
   if (!latest) {
+    // A step copied elsewhere (renamed, or alone in a directory) holds a
+    // manifest, but no root above it: say so rather than "no step".
+    absl::StatusOr<bool> manifest =
+        root->storage().HasMarker(path, std::string(kManifestFileName));
+    if (manifest.ok() && *manifest) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s holds a %s but is not a step directory inside a root (a "
+          "step_N directory beside its root's other steps): a step copied "
+          "elsewhere; copy it back as ROOT/step_N (with every step it "
+          "references) and give that path",
+          path, kManifestFileName));
+    }
     return absl::NotFoundError(absl::StrFormat(
         "%s: neither a step directory nor a root with a committed step", path));
   }
