@@ -110,6 +110,7 @@ CheckpointManagerOptions ManagerOptions(const DemoFlags& flags,
   options.host_memory_budget = job.host_memory_budget;
   options.plan.writer_streams = flags.writers;
   options.keep_last = flags.keep;
+  options.metrics_path = flags.metrics;
   options.io = flags.storage.io;  // the local tier's
   options.persist_every = persist_every;
   options.local.root = flags.local_root;
@@ -234,7 +235,8 @@ absl::Status RunDemo(const DemoFlags& given) {
 
 // The demo's flags, one statement each (a list, not logic: longer than
 // the other functions by nature).
-void AddDemoCommand(CLI::App& app, const StorageOptions& storage) {
+void AddDemoCommand(CLI::App& app, const StorageOptions& storage,
+                    const ProgressFlags& progress) {
   auto flags = std::make_shared<demo::DemoFlags>();
   CLI::App* cmd = app.add_subcommand(
       "demo",
@@ -354,8 +356,13 @@ void AddDemoCommand(CLI::App& app, const StorageOptions& storage) {
                 "start-up, and the prediction made from them (always "
                 "skipped for an s3:// or gs:// root: the rates are the "
                 "local disk's)");
-  cmd->callback([flags, &storage] {
+  cmd->add_option("--metrics", flags->metrics,
+                  "Append each save's and restore's phases to this file, one "
+                  "JSON line per phase per rank ({rank} is replaced by the "
+                  "rank; docs/observability.md)");
+  cmd->callback([flags, &storage, &progress] {
     flags->storage = storage;
+    flags->quiet = progress.quiet;
     absl::Status status = demo::RunDemo(*flags);
     if (!status.ok()) FailCommand("demo", status);
   });

@@ -7,12 +7,14 @@
 #include <CLI/CLI.hpp>
 
 #include "hoist/storage.h"
+#include "hoist/tools/progress_line.h"
 
 namespace hoist {
 
 // `storage`: the CLI's storage flags (storage_flags.h), read when the
 // command runs.
-void AddDemoCommand(CLI::App& app, const StorageOptions& storage);
+void AddDemoCommand(CLI::App& app, const StorageOptions& storage,
+                    const ProgressFlags& progress);
 
 }  // namespace hoist
 

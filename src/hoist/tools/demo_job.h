@@ -47,6 +47,8 @@ struct DemoFlags {
   int64_t persist_every = 0;  // 0: 2 x save_every with a local tier, else 1
   int lose_local = -1;
   bool cold = false;
+  std::string metrics;  // CheckpointManagerOptions::metrics_path
+  bool quiet = false;   // no status line (the CLI's --quiet)
   // The root's storage: hoist's object-store flags (io from --io).
   StorageOptions storage;
 };

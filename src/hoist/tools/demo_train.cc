@@ -205,7 +205,7 @@ absl::StatusOr<Trained> Train(const DemoFlags& flags, absl::Duration step_time,
   }
   Trained trained;
   std::optional<ProgressLine> progress;
-  progress.emplace(print && isatty(STDOUT_FILENO) != 0);
+  progress.emplace(print && !flags.quiet && isatty(STDOUT_FILENO) != 0);
   std::vector<SaveHandle> handles;
   std::vector<int> handle_mode;
   std::vector<double> handle_blocked;

@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
   hoist::AddStorageFlags(app, storage);
   hoist::ProgressFlags progress;
   hoist::AddProgressFlags(app, progress);
-  hoist::AddDemoCommand(app, storage);
+  hoist::AddDemoCommand(app, storage, progress);
   hoist::AddPlanCommand(app);
   hoist::AddInspectCommands(app, storage, progress);
   hoist::AddDiffCommand(app, storage, progress);

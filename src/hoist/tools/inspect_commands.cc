@@ -172,13 +172,13 @@ absl::Status Inspect(const std::string& step_dir, const StorageOptions& storage,
 int Verify(const std::string& path, const StorageOptions& storage, bool json,
            const ProgressFlags& progress_flags) {
   auto opened = OpenStepAt(path, storage);
-  absl::StatusOr<VerifyReport> verified = opened.status();
-  if (opened.ok()) {
+  absl::StatusOr<VerifyReport> verified = [&]() -> absl::StatusOr<VerifyReport> {
+    if (!opened.ok()) return opened.status();
     OperationProgress progress;
     ProgressLine line(progress_flags,
                       absl::StrCat("verify step ", opened->second), progress);
-    verified = opened->first->Verify(opened->second, &progress);
-  }
+    return opened->first->Verify(opened->second, &progress);
+  }();
   if (!verified.ok()) {
     std::cerr << "hoist verify: " << verified.status().message() << "\n";
     return 1;

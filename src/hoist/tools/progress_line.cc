@@ -13,9 +13,8 @@
 namespace hoist {
 namespace {
 
-// How often the line is redrawn on a terminal, and printed elsewhere.
+// How often the line is redrawn on a terminal.
 constexpr absl::Duration kTerminalEvery = absl::Milliseconds(200);
-constexpr absl::Duration kLogEvery = absl::Seconds(2);
 
 std::string Amount(int64_t n, bool bytes) {
   return bytes ? FormatBytes(static_cast<double>(n)) : absl::StrCat(n);
@@ -26,7 +25,12 @@ std::string Amount(int64_t n, bool bytes) {
 void AddProgressFlags(CLI::App& app, ProgressFlags& flags) {
   app.add_flag("--quiet,-q", flags.quiet,
                "No progress on stderr (long commands show it: a line redrawn "
-               "on a terminal, one every few seconds elsewhere)");
+               "on a terminal, one every --progress-every elsewhere)");
+  app.add_option("--progress-every", flags.every_s,
+                 "Seconds between progress lines when stderr is not a "
+                 "terminal (a log)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
 }
 
 ProgressLine::ProgressLine(const ProgressFlags& flags, std::string label,
@@ -34,6 +38,7 @@ ProgressLine::ProgressLine(const ProgressFlags& flags, std::string label,
     : label_(std::move(label)),
       progress_(progress),
       terminal_(isatty(STDERR_FILENO) == 1),
+      every_(terminal_ ? kTerminalEvery : absl::Seconds(flags.every_s)),
       start_(absl::Now()) {
   if (flags.quiet) return;
   thread_ = std::thread([this] { Run(); });
@@ -81,10 +86,9 @@ void ProgressLine::Show(bool final) {
 }
 
 void ProgressLine::Run() {
-  const absl::Duration every = terminal_ ? kTerminalEvery : kLogEvery;
   MutexLock lock(&mu_);
   while (!mu_.AwaitWithTimeout(Condition(this, &ProgressLine::Finishing),
-                               every)) {
+                               every_)) {
     Show(false);
   }
 }

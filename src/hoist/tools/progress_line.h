@@ -18,9 +18,11 @@ namespace hoist {
 
 struct ProgressFlags {
   bool quiet = false;
+  double every_s = 2;  // between lines off a terminal
 };
 
-// Adds --quiet to `app` (every command: given before or after it).
+// Adds --quiet and --progress-every to `app` (every command: given before
+// or after it).
 void AddProgressFlags(CLI::App& app, ProgressFlags& flags);
 
 class ProgressLine {
@@ -50,6 +52,7 @@ class ProgressLine {
   const std::string label_;
   const OperationProgress& progress_;
   const bool terminal_;
+  const absl::Duration every_;
   const absl::Time start_;
   bool shown_ = false;  // on the line's thread, then Finish's
   Mutex mu_;
