@@ -181,6 +181,10 @@ struct CheckpointManagerOptions {
   // Where warnings go (a stalled save), called on a background thread.
   // Default: a line on stderr.
   std::function<void(const std::string&)> on_warning;
+  // Called with each save's and restore's phases once they are known (the
+  // metrics file has them by then): on the saver's thread for a save, the
+  // caller's for a restore. Keep it short. Default none.
+  std::function<void(const PhaseReport&)> on_phases;
 };
 
 // The host memory budget in bytes that CheckpointManager::Open resolves
@@ -462,8 +466,10 @@ class CheckpointManager {
   // Committed steps, ascending, and the newest.
   absl::StatusOr<std::vector<int64_t>> List() const;
   absl::StatusOr<std::optional<int64_t>> Latest() const;
-  // Re-reads a committed step (see VerifyReport).
-  absl::StatusOr<VerifyReport> Verify(int64_t step) const;
+  // Re-reads a committed step (see VerifyReport); `progress` (optional)
+  // counts the bytes read.
+  absl::StatusOr<VerifyReport> Verify(
+      int64_t step, OperationProgress* progress = nullptr) const;
   // A committed step's validated manifest (CheckpointRoot::ReadManifest).
   absl::StatusOr<Manifest> ReadManifest(int64_t step) const;
   // Deletes a committed step. kFailedPrecondition for a step being saved.

@@ -108,6 +108,30 @@ inline std::string_view TierName(Tier tier) {
   return tier == Tier::kLocal ? "local" : "durable";
 }
 
+// One phase of a save or a restore on one rank: its wall time and the bytes
+// it moved (docs/observability.md names each). A save's phases, and a
+// restore's, follow one another: their times add up to its whole time on
+// that rank.
+struct PhaseStat {
+  std::string phase;  // "planning", "staging", "write", ...
+  absl::Duration elapsed;
+  int64_t bytes = 0;
+  int rank = 0;  // the rank that measured it
+};
+
+// One save's or restore's phases on this rank, with the job's slowest rank
+// per phase where known (CheckpointManagerOptions::on_phases).
+struct PhaseReport {
+  std::string kind;  // "save" or "restore"
+  int64_t step = 0;
+  Tier tier = Tier::kDurable;
+  absl::Duration elapsed;  // the whole save or restore on this rank
+  std::vector<PhaseStat> phases;
+  std::vector<PhaseStat> slowest;
+};
+
+struct OperationProgress;
+
 struct RestoreOptions {
   int reader_threads = 8;  // extents read in parallel (default 8), >= 1
   // With a local tier, CheckpointManager::Restore restores the newest step
@@ -146,6 +170,9 @@ struct RestoreOptions {
   // pinned). The first save then waits for the pool: about 0.5 s per GiB
   // on this project's VM.
   bool pin_pool_after = false;
+  // Counts the bytes read from storage (their total once planned), for a
+  // progress bar, when set. Default none.
+  OperationProgress* progress = nullptr;
   // CheckpointManager::Restore of a durable step in a job of several
   // processes is collective (every rank restores the same step, each its
   // own targets) unless kNever. With shared reads, a saved extent that
@@ -161,17 +188,6 @@ struct RestoreOptions {
   // collective).
   enum class SharedReads { kAuto, kAlways, kNever };
   SharedReads shared_reads = SharedReads::kAuto;
-};
-
-// One phase of a save or a restore on one rank: its wall time and the bytes
-// it moved (docs/observability.md names each). A save's phases, and a
-// restore's, follow one another: their times add up to its whole time on
-// that rank.
-struct PhaseStat {
-  std::string phase;  // "planning", "staging", "write", ...
-  absl::Duration elapsed;
-  int64_t bytes = 0;
-  int rank = 0;  // the rank that measured it
 };
 
 struct RestoreStats {

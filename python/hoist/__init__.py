@@ -24,7 +24,7 @@ import weakref
 import ml_dtypes  # noqa: F401  (registers bfloat16 and float8 with numpy)
 import numpy as np
 
-from . import _hoist, _per_rank, _repeat
+from . import _hoist, _per_rank, _progress, _repeat
 from ._per_rank import PerRank
 from ._errors import CoordinationError, DataLossError
 from ._errors import call as _call
@@ -36,7 +36,7 @@ from ._unflatten import unflatten
 from ._version import __version__
 
 __all__ = ["CheckpointManager", "SaveHandle", "DataLossError",
-           "CoordinationError", "inspect", "verify", "read", "export",
+           "CoordinationError", "inspect", "verify", "diff", "read", "export",
            "import_checkpoint", "TorchCoordinator", "JaxCoordinator",
            "PerRank", "__version__"]
 
@@ -100,7 +100,12 @@ class SaveHandle:
         replicated_bytes, dispatches, staged_s, committed_s, path,
         overflow_bytes (staged into host memory beside the pool),
         stalled_bytes and blocked_reason (None, or why save() waited for
-        storage: the state exceeded host_memory_budget), ..."""
+        storage: the state exceeded host_memory_budget), elapsed_s (the
+        whole save on this rank), phases ({"planning": {"seconds",
+        "bytes", "rank"}, "queued", "staging", "write" or "upload",
+        "hash", "commit", "retention"}: this rank's, adding up to
+        elapsed_s) and slowest (the job's slowest rank in each phase up to
+        write); docs/observability.md."""
         return _call(self._handle.wait)
 
     def done(self):
@@ -299,6 +304,15 @@ class CheckpointManager:
                    "session_token", "request_timeout_s",
                    "connect_timeout_s", "max_attempts", "profile" (an AWS
                    profile whose keys and region ~/.aws holds).
+    metrics_path:  a file each save and restore appends its phases to, one
+                   JSON line per phase of this rank ("{rank}" replaced by
+                   the rank; docs/observability.md). A path that cannot be
+                   opened for appending is an error here, never mid-save.
+                   hoist.metrics.PrometheusCollector exports the same
+                   phases to Prometheus.
+    stall_warn_s:  a save that moves no bytes for this long logs a warning
+                   on the "hoist" logger naming its phase, the rank and the
+                   file or object (default 60; 0: never); it goes on.
     """
 
     def __init__(self, path, *, keep=None, keep_every=None,
@@ -315,7 +329,8 @@ class CheckpointManager:
                  replicas=_DEFAULTS.replicas,
                  local_keep_last=_DEFAULTS.local_keep_last,
                  shared_reads=_DEFAULTS.shared_reads,
-                 host_memory_budget="auto"):
+                 host_memory_budget="auto", metrics_path=None,
+                 stall_warn_s=_DEFAULTS.stall_warn_s):
         if keep is not None and keep < 1:
             raise ValueError("keep must be >= 1 (or None to keep every step)")
         # A coordinator hoist makes is hoist's to close; a caller's is not.
@@ -341,6 +356,8 @@ class CheckpointManager:
             local_every=int(local_every), replicas=int(replicas),
             local_keep_last=int(local_keep_last),
             shared_reads=_shared_reads(shared_reads),
+            metrics_path=os.fspath(metrics_path or ""),
+            stall_warn_s=float(stall_warn_s),
             storage_options=_storage_options(storage_options),
             frozen=_frozen(frozen))
         try:
@@ -505,7 +522,8 @@ class CheckpointManager:
 
     # -- restoring ---------------------------------------------------------
 
-    def restore(self, step=None, like=None, names=None, per_rank=None):
+    def restore(self, step=None, like=None, names=None, per_rank=None,
+                progress=None):
         """Restores `step` (default: the latest).
 
         like=None rebuilds the saved pytree with NumPy arrays for NumPy and
@@ -523,7 +541,11 @@ class CheckpointManager:
         storage, this process), bytes_received (with a local tier: of the
         parts it got from peers), tier ("local" or "durable": where the
         step came from, the same on every rank), step, note (with a local
-        tier, which replicas served which ranks), ...
+        tier, which replicas served which ranks), elapsed_s, phases
+        (planning, read, verify, place: docs/observability.md), ...
+
+        progress=True shows a tqdm bar of the bytes read; a callable
+        receives progress events instead (see hoist._progress).
 
         In a job of several processes (unless shared_reads=False, and
         with a local tier), every rank of the job must call restore
@@ -545,12 +567,15 @@ class CheckpointManager:
         # that hold its boxes.
         step, manifest, prepared = self._prepare_restore(step)
 
-        def run(targets, received_targets, receive):
-            self._restore_targets(step, prepared, targets, received_targets,
-                                  receive)
+        def rebuild(counter):
+            def run(targets, received_targets, receive):
+                self._restore_targets(step, prepared, targets,
+                                      received_targets, receive, counter)
 
-        return _rebuild(manifest, like, names, per_rank, self._rank,
-                        self._size, run)
+            return _rebuild(manifest, like, names, per_rank, self._rank,
+                            self._size, run)
+
+        return _progress.run(progress, "restore", rebuild)
 
     def pin_pool(self):
         """Starts faulting in the staging pool in the background, if it is
@@ -570,13 +595,14 @@ class CheckpointManager:
         return step, json.loads(text), (note, received)
 
     def _restore_targets(self, step, prepared, targets, received_targets=(),
-                         receive=None):
+                         receive=None, progress=None):
         """Reads `targets` (the engine's restore targets: name, dtype,
         shape, [(-1, origin, extent, uint8 buffer)]) of the step
-        _prepare_restore chose; sets last_restore."""
+        _prepare_restore chose, counting into `progress` (a
+        _hoist.Progress) when given; sets last_restore."""
         note, received = prepared
         self.last_restore = _call(self._manager.restore, step, list(targets),
-                                  list(received_targets), receive)
+                                  list(received_targets), receive, progress)
         if note:  # the choice, made (and parts fetched) before
             self.last_restore["note"] = note
         self.last_restore["bytes_received"] += received
@@ -613,10 +639,20 @@ class CheckpointManager:
     def path(self):
         return self._manager.root
 
-    def verify(self, step):
+    def verify(self, step, *, progress=None):
         """Re-reads every extent of `step` against its hash: the list of
-        problems found (empty when intact)."""
-        return list(_call(self._manager.verify, step_number(step)))
+        problems found (empty when intact). progress: as restore's."""
+        step = step_number(step)
+        return list(_progress.run(
+            progress, "verify",
+            lambda counter: _call(self._manager.verify, step, counter)))
+
+    def _take_phase_reports(self):
+        """The phases of every save and restore since the last call (the
+        newest 10,000), oldest first: dicts with kind ("save" or
+        "restore"), step, tier, elapsed_s, phases and slowest (as wait()
+        has them). hoist.metrics.PrometheusCollector reads them."""
+        return list(self._manager.take_phase_reports())
 
     def delete(self, step):
         _call(self._manager.delete, step_number(step))
@@ -769,12 +805,40 @@ def inspect(path, *, storage_options=None):
                             _storage_options(storage_options)))
 
 
-def verify(path, *, storage_options=None):
+def verify(path, *, storage_options=None, progress=None):
     """Re-reads every extent of a step directory (or of a root's latest
     step) against its hash, as `hoist verify` does: without the root's
     lock, so beside a job that is saving into it, and without a manager's
     pool. Returns (step, problems): the step read and the problems found
-    (empty when intact). storage_options: as CheckpointManager's."""
-    step, problems = _call(_hoist.verify_at, os.fspath(path),
-                           _storage_options(storage_options))
+    (empty when intact). storage_options: as CheckpointManager's.
+    progress=True shows a tqdm bar; a callable receives progress events
+    (see hoist._progress)."""
+    options = _storage_options(storage_options)
+    step, problems = _progress.run(
+        progress, "verify",
+        lambda counter: _call(_hoist.verify_at, os.fspath(path), options,
+                              counter))
     return step, list(problems)
+
+
+def diff(root, step_a, step_b, *, root_b=None, values=False,
+         storage_options=None, progress=None):
+    """What changed from step `step_a` of `root` to step `step_b` of
+    `root_b` (default: the same root), as `hoist diff --json` says: a dict
+    with added and removed (array names), changed (one dict per array
+    with a name: dtype_a/b, shape_a/b, retyped (dtype or shape differs),
+    resharded, extents, changed_extents ((origin, shape) of each extent
+    whose bytes changed), changed_bytes), unchanged (a count), step_a and
+    step_b. From the manifests alone: no data is read, and an extent that
+    references the same bytes (a delta) is unchanged. values=True also
+    reads each changed array from both steps and adds its max_abs_diff
+    and max_rel_diff (inf where a NaN meets a number); progress as
+    verify's. storage_options: as CheckpointManager's (for both roots)."""
+    options = _storage_options(storage_options)
+    root_b = root if root_b is None else root_b
+    return _progress.run(
+        progress if values else None, "diff",
+        lambda counter: _call(_hoist.diff_at, os.fspath(root),
+                              step_number(step_a), os.fspath(root_b),
+                              step_number(step_b), bool(values), options,
+                              counter))

@@ -14,7 +14,7 @@ import re
 
 import numpy as np
 
-from . import _hoist
+from . import _hoist, _progress
 from ._errors import DataLossError
 from ._errors import call as _call
 from ._errors import step_number
@@ -22,7 +22,8 @@ from ._errors import step_number
 
 def export(step_dir, out_dir, format="safetensors", *,
            max_shard_bytes=_hoist.EXPORT_MAX_SHARD_BYTES, prefix="",
-           memory_bytes=_hoist.EXPORT_MEMORY_BYTES, storage_options=None):
+           memory_bytes=_hoist.EXPORT_MEMORY_BYTES, storage_options=None,
+           progress=None):
     """Writes the committed step `step_dir` (ROOT/step_N, or a root: its
     newest step) into `out_dir` (a directory, or an s3:// or gs:// prefix:
     one object a file, each complete or absent) as safetensors:
@@ -34,16 +35,23 @@ def export(step_dir, out_dir, format="safetensors", *,
     each extent's hash checked; each file's metadata holds "format": "pt"
     and every tensor's XXH3 ("hoist.xxh3"). Returns the figures: tensors,
     bytes, bytes_read, files, elapsed_s. storage_options (as
-    CheckpointManager's) open both the step and `out_dir`."""
+    CheckpointManager's) open both the step and `out_dir`. progress=True
+    shows a tqdm bar of the bytes read; a callable receives progress
+    events (see hoist._progress)."""
     from . import _storage_options
     if format != "safetensors":
         raise ValueError(f"format {format!r}: hoist exports 'safetensors'")
-    return _call(_hoist.export_safetensors, os.fspath(step_dir),
-                 os.fspath(out_dir), int(max_shard_bytes), str(prefix),
-                 int(memory_bytes), _storage_options(storage_options))
+    options = _storage_options(storage_options)
+    return _progress.run(
+        progress, "export",
+        lambda counter: _call(_hoist.export_safetensors, os.fspath(step_dir),
+                              os.fspath(out_dir), int(max_shard_bytes),
+                              str(prefix), int(memory_bytes), options,
+                              counter))
 
 
-def import_checkpoint(src, root, step, format, **manager_options):
+def import_checkpoint(src, root, step, format, *, progress=None,
+                      **manager_options):
     """Saves the checkpoint at `src` as step `step` of the hoist root
     `root` and returns the step's SaveHandle's figures once it has
     committed. format is "safetensors" (a file, or a directory holding one
@@ -63,7 +71,9 @@ def import_checkpoint(src, root, step, format, **manager_options):
     CheckpointManager (a safetensors import takes pool_bytes and
     storage_options only);
     pool_bytes defaults to 256 MiB, raised to the largest array. Returns
-    the save's figures (step, path, bytes, ...)."""
+    the save's figures (step, path, bytes, ...). progress=True shows a
+    tqdm bar of the bytes written; a callable receives progress events
+    (see hoist._progress)."""
     from . import CheckpointManager
     if format == "safetensors":  # the engine's own reader, as `hoist import`
         from . import _storage_options
@@ -71,11 +81,14 @@ def import_checkpoint(src, root, step, format, **manager_options):
         if unknown:
             raise TypeError(f"a safetensors import takes pool_bytes and "
                             f"storage_options only, not {sorted(unknown)}")
-        return _call(_hoist.import_safetensors, os.fspath(src),
-                     os.fspath(root), step_number(step),
-                     int(manager_options.get("pool_bytes",
-                                             _hoist.IMPORT_POOL_BYTES)),
-                     _storage_options(manager_options.get("storage_options")))
+        pool = int(manager_options.get("pool_bytes",
+                                       _hoist.IMPORT_POOL_BYTES))
+        options = _storage_options(manager_options.get("storage_options"))
+        return _progress.run(
+            progress, "import",
+            lambda counter: _call(_hoist.import_safetensors, os.fspath(src),
+                                  os.fspath(root), step_number(step), pool,
+                                  options, counter))
     readers = {"orbax": _read_orbax, "dcp": _read_dcp}
     if format not in readers:
         raise ValueError(f"format {format!r}: use 'safetensors', 'orbax' or "
@@ -85,8 +98,9 @@ def import_checkpoint(src, root, step, format, **manager_options):
     manager_options["pool_bytes"] = _import_pool_bytes(
         tree, manager_options.get("pool_bytes", _hoist.IMPORT_POOL_BYTES))
     with CheckpointManager(root, **manager_options) as mgr:
-        return mgr.save(step, tree, metadata={"imported_from": {
-            "format": format, "path": os.fspath(src)}}).wait()
+        handle = mgr.save(step, tree, metadata={"imported_from": {
+            "format": format, "path": os.fspath(src)}})
+        return _progress.watch(progress, "import", handle)
 
 
 # -- Orbax and DCP -----------------------------------------------------------

@@ -46,47 +46,14 @@
 #include "hoist/interop.h"
 #include "hoist/transfer/staging_pool.h"
 #include "py_coordinator.h"
+#include "py_observe.h"
+#include "py_status.h"
+#include "py_storage.h"
 
 namespace nb = nanobind;
 
 namespace hoist {
 namespace {
-
-// Carried to Python as hoist._hoist.Error(code, message).
-struct StatusError {
-  int code;
-  std::string message;
-};
-
-void Check(const absl::Status& status) {
-  if (!status.ok()) {
-    throw StatusError{static_cast<int>(status.code()),
-                      std::string(status.message())};
-  }
-}
-
-template <typename T>
-T Check(absl::StatusOr<T> value) {
-  Check(value.status());
-  return *std::move(value);
-}
-
-// Runs `fn`, which returns an absl::StatusOr, without the GIL (so other
-// Python threads and hoist's own callbacks run meanwhile); its value, or
-// its error raised.
-template <typename F>
-auto WithoutGil(F&& fn) {
-  decltype(fn()) result;
-  {
-    nb::gil_scoped_release release;
-    result = fn();
-  }
-  return Check(std::move(result));
-}
-
-void Invalid(const std::string& message) {
-  Check(absl::InvalidArgumentError(message));
-}
 
 // (origin, shape) lists from Python as a Box.
 Box ToBox(const std::vector<int64_t>& origin, const std::vector<int64_t>& shape,
@@ -214,6 +181,9 @@ nb::dict InfoDict(const SaveInfo& info) {
   d["dispatched_s"] = absl::ToDoubleSeconds(info.dispatched);
   d["staged_s"] = absl::ToDoubleSeconds(info.staged);
   d["committed_s"] = absl::ToDoubleSeconds(info.committed);
+  d["elapsed_s"] = absl::ToDoubleSeconds(info.elapsed);
+  d["phases"] = PhasesDict(info.phases);
+  d["slowest"] = PhasesDict(info.slowest);
   d["skipped"] = info.skipped;
   return d;
 }
@@ -308,59 +278,6 @@ using PyReceivedArray =
     std::tuple<std::string, std::string, std::vector<int64_t>,
                std::vector<PyReceivedBox>>;
 
-// storage_options (names to strings) as ObjectStoreOptions; ValueError for
-// a name it does not have or a number that is not one. Secrets are never
-// repeated in an error.
-ObjectStoreOptions ObjectStoreOptionsOf(
-    const std::map<std::string, std::string>& given) {
-  ObjectStoreOptions options;
-  for (const auto& [name, value] : given) {
-    const auto number = [&, &name = name, &value = value]() {
-      double v = 0;
-      if (!absl::SimpleAtod(value, &v) || v < 0) {
-        Invalid(absl::StrFormat(
-            "storage_options['%s'] = '%s': not a number >= 0", name, value));
-      }
-      return v;
-    };
-    if (name == "endpoint") {
-      options.endpoint = value;
-    } else if (name == "region") {
-      options.region = value;
-    } else if (name == "access_key_id") {
-      options.access_key_id = value;
-    } else if (name == "secret_access_key") {
-      options.secret_access_key = value;
-    } else if (name == "session_token") {
-      options.session_token = value;
-    } else if (name == "request_timeout_s") {
-      options.request_timeout_s = number();
-    } else if (name == "connect_timeout_s") {
-      options.connect_timeout_s = number();
-    } else if (name == "max_attempts") {
-      options.max_attempts = static_cast<int>(number());
-    } else if (name == "profile") {
-      options.profile = value;
-    } else {
-      Invalid(
-          absl::StrFormat("storage_options: no option '%s' (endpoint, region, "
-                          "access_key_id, secret_access_key, session_token, "
-                          "request_timeout_s, connect_timeout_s, max_attempts, "
-                          "profile)",
-                          name));
-    }
-  }
-  return options;
-}
-
-// storage_options as the StorageOptions of a URL (either kind of object
-// store).
-StorageOptions StorageOptionsOf(
-    const std::map<std::string, std::string>& given) {
-  const ObjectStoreOptions options = ObjectStoreOptionsOf(given);
-  return {.s3 = options, .gcs = options};
-}
-
 // CheckpointManagerOptions::frozen from Python: None (no frozen array), a
 // list of array names, or a callable taking a name (called with the GIL
 // taken, from the thread that saves, when a plan is made).
@@ -428,6 +345,7 @@ nb::dict RestoreStatsDict(const RestoreStats& s) {
   d["tier"] = TierName(s.restored_from).data();
   d["note"] = s.note;
   d["bytes_received"] = s.bytes_received;
+  d["phases"] = PhasesDict(s.phases);
   return d;
 }
 
@@ -435,16 +353,26 @@ class PyManager {
  public:
   // `options`: a ManagerOptions (BindManagerOptions); `coordinator`: a
   // Python coordinator (py_coordinator.h), or None for a single process.
+  // Warnings go to Python's logging; each save's and restore's phases
+  // wait in `reports_` for Python (take_phase_reports).
   PyManager(const std::string& root, std::shared_ptr<PyBackend> backend,
             const CheckpointManagerOptions& options, nb::object coordinator)
       : backend_(std::move(backend)),
         coordinator_(coordinator.is_none()
                          ? MakeSingleProcessCoordinator()
-                         : Check(MakePyCoordinator(coordinator))) {
+                         : Check(MakePyCoordinator(coordinator))),
+        options_(options) {
+    options_.on_warning = &WarnToPythonLog;
+    options_.on_phases = [reports = reports_](const PhaseReport& report) {
+      reports->Add(report);
+    };
     nb::gil_scoped_release release;
-    manager_ = Check(
-        CheckpointManager::Open(root, backend_->get(), *coordinator_, options));
+    manager_ = Check(CheckpointManager::Open(root, backend_->get(),
+                                             *coordinator_, options_));
   }
+
+  nb::list TakePhaseReports() { return reports_->Take(); }
+  int64_t DroppedPhaseReports() const { return reports_->dropped(); }
 
   // Closing (or dropping) the manager waits for the saves in flight, whose
   // commits may need the GIL (a Python coordinator): never hold it then.
@@ -592,7 +520,8 @@ class PyManager {
   nb::dict Restore(std::optional<int64_t> step,
                    const std::vector<PyArray>& arrays,
                    const std::vector<PyReceivedArray>& received_arrays,
-                   std::optional<nb::callable> receive) {
+                   std::optional<nb::callable> receive,
+                   OperationProgress* progress) {
     Live();
     std::vector<RestoreTarget> targets;
     for (const auto& [name, dtype_name, shape, dests] : received_arrays) {
@@ -639,8 +568,11 @@ class PyManager {
           return on;
         },
         targets);
-    return RestoreStatsDict(
-        WithoutGil([&] { return manager_->Restore(step, targets, receiver); }));
+    RestoreOptions restore_options = options_.restore;
+    restore_options.progress = progress;
+    return RestoreStatsDict(WithoutGil([&] {
+      return manager_->Restore(step, targets, receiver, restore_options);
+    }));
   }
 
   // What restore(step) would restore: (step, tier, manifest JSON, note,
@@ -684,9 +616,10 @@ class PyManager {
     Live();
     return Check(manager_->List());
   }
-  std::vector<std::string> Verify(int64_t step) {
+  std::vector<std::string> Verify(int64_t step, OperationProgress* progress) {
     Live();
-    return WithoutGil([&] { return manager_->Verify(step); }).problems;
+    return WithoutGil([&] { return manager_->Verify(step, progress); })
+        .problems;
   }
   void Delete(int64_t step) {
     Live();
@@ -741,6 +674,8 @@ class PyManager {
 
   std::shared_ptr<PyBackend> backend_;
   std::unique_ptr<Coordinator> coordinator_;
+  std::shared_ptr<PhaseReports> reports_ = std::make_shared<PhaseReports>();
+  CheckpointManagerOptions options_;
   std::unique_ptr<CheckpointManager> manager_;
   // The last accepted save's arrays (their data pointers stale once it has
   // been staged) and the bytes of each local shard, in order, for
@@ -763,11 +698,12 @@ std::string Inspect(const std::string& path,
 // newest step) against its hash, without the root's lock: (step, problems).
 std::tuple<int64_t, std::vector<std::string>> VerifyAt(
     const std::string& path,
-    const std::map<std::string, std::string>& storage_options) {
+    const std::map<std::string, std::string>& storage_options,
+    OperationProgress* progress) {
   const StorageOptions storage = StorageOptionsOf(storage_options);
   auto opened = WithoutGil([&] { return OpenStepAt(path, storage); });
-  VerifyReport report =
-      WithoutGil([&] { return opened.first->Verify(opened.second); });
+  VerifyReport report = WithoutGil(
+      [&] { return opened.first->Verify(opened.second, progress); });
   return {opened.second, std::move(report.problems)};
 }
 
@@ -800,14 +736,16 @@ std::tuple<int64_t, nb::dict> ReadAt(
 nb::dict ExportSafetensorsTo(
     const std::string& step_dir, const std::string& out_dir,
     int64_t max_shard_bytes, const std::string& prefix, int64_t memory_bytes,
-    const std::map<std::string, std::string>& storage_options) {
+    const std::map<std::string, std::string>& storage_options,
+    OperationProgress* progress) {
   const StorageOptions storage = StorageOptionsOf(storage_options);
   const ExportStats s = WithoutGil([&] {
     return ExportSafetensors(step_dir, out_dir,
                              {.max_shard_bytes = max_shard_bytes,
                               .prefix = prefix,
                               .memory_bytes = memory_bytes,
-                              .storage = storage});
+                              .storage = storage,
+                              .progress = progress});
   });
   nb::dict d;
   d["tensors"] = s.tensors;
@@ -823,10 +761,12 @@ nb::dict ExportSafetensorsTo(
 nb::dict ImportSafetensorsFrom(
     const std::string& src, const std::string& root, int64_t step,
     int64_t pool_bytes,
-    const std::map<std::string, std::string>& storage_options) {
+    const std::map<std::string, std::string>& storage_options,
+    OperationProgress* progress) {
   const StorageOptions storage = StorageOptionsOf(storage_options);
-  const ImportStats s = WithoutGil(
-      [&] { return ImportSafetensors(src, root, step, pool_bytes, storage); });
+  const ImportStats s = WithoutGil([&] {
+    return ImportSafetensors(src, root, step, pool_bytes, storage, progress);
+  });
   nb::dict d;
   d["step"] = s.step;
   d["path"] = s.path;
@@ -866,6 +806,11 @@ void BindManagerOptions(nb::module_& m) {
       .def_rw("deltas", &O::deltas)
       .def_rw("frozen_check_every", &O::frozen_check_every)
       .def_rw("persist_every", &O::persist_every)
+      .def_rw("metrics_path", &O::metrics_path)
+      .def_prop_rw(
+          "stall_warn_s",
+          [](const O& o) { return absl::ToDoubleSeconds(o.stall_warn); },
+          [](O& o, double s) { o.stall_warn = absl::Seconds(s); })
       .def_prop_rw(
           "writers", [](const O& o) { return o.plan.writer_streams; },
           [](O& o, int n) { o.plan.writer_streams = n; })
@@ -973,12 +918,16 @@ NB_MODULE(_hoist, m) {
       .def("restore", &PyManager::Restore, nb::arg("step").none(),
            nb::arg("targets"),
            nb::arg("received_targets") = std::vector<PyReceivedArray>(),
-           nb::arg("receive").none() = nb::none())
+           nb::arg("receive").none() = nb::none(),
+           nb::arg("progress").none() = nb::none())
       .def("steps", &PyManager::Steps)
       .def("manifest", &PyManager::Manifest, nb::arg("step"))
       .def("prepare_restore", &PyManager::PrepareRestore,
            nb::arg("step").none())
-      .def("verify", &PyManager::Verify)
+      .def("verify", &PyManager::Verify, nb::arg("step"),
+           nb::arg("progress").none() = nb::none())
+      .def("take_phase_reports", &PyManager::TakePhaseReports)
+      .def_prop_ro("dropped_phase_reports", &PyManager::DroppedPhaseReports)
       .def("delete", &PyManager::Delete)
       .def("wait_until_finished", &PyManager::WaitUntilFinished)
       .def("close", &PyManager::Close)
@@ -987,7 +936,8 @@ NB_MODULE(_hoist, m) {
   m.def("inspect", &Inspect, nb::arg("path"), nb::arg("storage_options"));
   // Whether restored arrays are advised for huge pages (huge_pages.h).
   m.def("advise_huge_pages", &AdviseHugePages);
-  m.def("verify_at", &VerifyAt, nb::arg("path"), nb::arg("storage_options"));
+  m.def("verify_at", &VerifyAt, nb::arg("path"), nb::arg("storage_options"),
+        nb::arg("progress").none() = nb::none());
   m.def("read_at", &ReadAt, nb::arg("path"), nb::arg("step").none(),
         nb::arg("arrays"), nb::arg("storage_options"));
   // Defaults the Python functions take from the engine.
@@ -997,8 +947,10 @@ NB_MODULE(_hoist, m) {
   m.attr("EXPORT_MEMORY_BYTES") = SafetensorsExportOptions{}.memory_bytes;
   m.def("export_safetensors", &ExportSafetensorsTo, nb::arg("step_dir"),
         nb::arg("out_dir"), nb::arg("max_shard_bytes"), nb::arg("prefix"),
-        nb::arg("memory_bytes"), nb::arg("storage_options"));
+        nb::arg("memory_bytes"), nb::arg("storage_options"),
+        nb::arg("progress").none() = nb::none());
   m.def("import_safetensors", &ImportSafetensorsFrom, nb::arg("src"),
         nb::arg("root"), nb::arg("step"), nb::arg("pool_bytes"),
-        nb::arg("storage_options"));
+        nb::arg("storage_options"), nb::arg("progress").none() = nb::none());
+  BindObserve(m);
 }

@@ -201,8 +201,9 @@ absl::StatusOr<std::optional<int64_t>> CheckpointManager::Latest() const {
   if (steps.empty()) return std::optional<int64_t>();
   return std::optional<int64_t>(steps.back());
 }
-absl::StatusOr<VerifyReport> CheckpointManager::Verify(int64_t step) const {
-  return impl_->Verify(step);
+absl::StatusOr<VerifyReport> CheckpointManager::Verify(
+    int64_t step, OperationProgress* progress) const {
+  return impl_->Verify(step, progress);
 }
 absl::StatusOr<Manifest> CheckpointManager::ReadManifest(int64_t step) const {
   return impl_->ReadManifest(step);

@@ -130,8 +130,9 @@ class CheckpointManager::Impl {
     return root_->ReadManifest(step);
   }
 
-  absl::StatusOr<VerifyReport> Verify(int64_t step) const {
-    return root_->Verify(step);
+  absl::StatusOr<VerifyReport> Verify(int64_t step,
+                                      OperationProgress* progress) const {
+    return root_->Verify(step, progress);
   }
 
   absl::Status Delete(int64_t step);
@@ -197,8 +198,7 @@ class CheckpointManager::Impl {
   // stamped with this rank, and reported.
   void FinishPhases(absl::Time began, RestoreStats& stats);
   // Appends a save's or a restore's phases to the metrics and the trace.
-  void ReportPhases(const PhaseRecordContext& context, absl::Time began,
-                    absl::Span<const PhaseStat> phases);
+  void ReportPhases(const PhaseReport& report, absl::Time began);
 
   // A fence after the copies dispatched so far on each local device that
   // has them (WaitStagedOn). None at all when a device fails to make one:

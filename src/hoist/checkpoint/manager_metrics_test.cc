@@ -113,7 +113,7 @@ TEST(MetricsLog, RecordsAreJsonLinesWithTheSlowestWhereKnown) {
   const std::vector<PhaseStat> slowest = {
       {"staging", absl::Milliseconds(400), 2048, 1}};
   const std::string lines = FormatPhaseRecords(
-      {"save", 7, "durable", absl::Milliseconds(255), slowest}, phases,
+      {"save", 7, Tier::kDurable, absl::Milliseconds(255), phases, slowest},
       absl::FromUnixSeconds(100));
   std::vector<nlohmann::json> records;
   std::istringstream in(lines);

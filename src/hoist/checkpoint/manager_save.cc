@@ -261,9 +261,9 @@ void CheckpointManager::Impl::SaverLoop() {
       if (!info->phases.empty()) {
         info->phases.back().elapsed += info->elapsed - phases;
       }
-      ReportPhases({"save", info->step, TierName(info->tier), info->elapsed,
-                    info->slowest},
-                   job->accepted, info->phases);
+      ReportPhases({"save", info->step, info->tier, info->elapsed,
+                    info->phases, info->slowest},
+                   job->accepted);
     }
     // An error Save() already returned is not reported twice.
     job->save_returned.WaitForNotification();
@@ -382,25 +382,26 @@ absl::StatusOr<SaveInfo> CheckpointManager::Impl::Run(Job& job) {
   return info;
 }
 
-void CheckpointManager::Impl::ReportPhases(const PhaseRecordContext& context,
-                                           absl::Time began,
-                                           absl::Span<const PhaseStat> phases) {
+void CheckpointManager::Impl::ReportPhases(const PhaseReport& report,
+                                           absl::Time began) {
   if (options_.tracer != nullptr) {
     absl::Time at = began;
-    for (const PhaseStat& phase : phases) {
-      options_.tracer->Span(
-          "phases", absl::StrFormat("%s %s (step %d)", context.kind,
-                                    phase.phase, context.step),
-          at, at + phase.elapsed);
+    for (const PhaseStat& phase : report.phases) {
+      options_.tracer->Span("phases",
+                            absl::StrFormat("%s %s (step %d)", report.kind,
+                                            phase.phase, report.step),
+                            at, at + phase.elapsed);
       at += phase.elapsed;
     }
   }
-  if (metrics_ == nullptr) return;
-  absl::Status appended = metrics_->Append(context, phases);
-  if (!appended.ok()) {  // a full disk: warned about, never a failed save
-    EmitWarning(options_.on_warning,
-                absl::StrCat("hoist: warning: ", appended.message()));
+  if (metrics_ != nullptr) {
+    absl::Status appended = metrics_->Append(report);
+    if (!appended.ok()) {  // a full disk: warned about, never a failed save
+      EmitWarning(options_.on_warning,
+                  absl::StrCat("hoist: warning: ", appended.message()));
+    }
   }
+  if (options_.on_phases) options_.on_phases(report);
 }
 
 CopyFences CheckpointManager::Impl::FenceCopies() {

@@ -33,21 +33,19 @@ absl::StatusOr<std::unique_ptr<MetricsLog>> MetricsLog::Open(
 
 MetricsLog::~MetricsLog() { ::close(fd_); }
 
-std::string FormatPhaseRecords(const PhaseRecordContext& context,
-                               absl::Span<const PhaseStat> phases,
-                               absl::Time now) {
+std::string FormatPhaseRecords(const PhaseReport& report, absl::Time now) {
   std::string out;
   const double time = absl::ToUnixMicros(now) / 1e6;
-  for (const PhaseStat& phase : phases) {
+  for (const PhaseStat& phase : report.phases) {
     absl::StrAppendFormat(
         &out,
         "{\"time\": %.6f, \"kind\": \"%s\", \"step\": %d, \"rank\": %d, "
         "\"tier\": \"%s\", \"phase\": \"%s\", \"seconds\": %.6f, "
         "\"bytes\": %d, \"elapsed_s\": %.6f",
-        time, context.kind, context.step, phase.rank, context.tier,
+        time, report.kind, report.step, phase.rank, TierName(report.tier),
         phase.phase, absl::ToDoubleSeconds(phase.elapsed), phase.bytes,
-        absl::ToDoubleSeconds(context.elapsed));
-    for (const PhaseStat& slowest : context.slowest) {
+        absl::ToDoubleSeconds(report.elapsed));
+    for (const PhaseStat& slowest : report.slowest) {
       if (slowest.phase != phase.phase) continue;
       absl::StrAppendFormat(&out,
                             ", \"slowest_rank\": %d, \"slowest_s\": %.6f",
@@ -59,9 +57,8 @@ std::string FormatPhaseRecords(const PhaseRecordContext& context,
   return out;
 }
 
-absl::Status MetricsLog::Append(const PhaseRecordContext& context,
-                                absl::Span<const PhaseStat> phases) {
-  const std::string lines = FormatPhaseRecords(context, phases, absl::Now());
+absl::Status MetricsLog::Append(const PhaseReport& report) {
+  const std::string lines = FormatPhaseRecords(report, absl::Now());
   size_t done = 0;
   while (done < lines.size()) {
     const ssize_t n = ::write(fd_, lines.data() + done, lines.size() - done);

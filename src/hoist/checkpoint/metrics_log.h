@@ -16,15 +16,6 @@
 
 namespace hoist {
 
-// What one record describes besides its phase.
-struct PhaseRecordContext {
-  std::string_view kind;  // "save" or "restore"
-  int64_t step = 0;
-  std::string_view tier;       // "durable" or "local"
-  absl::Duration elapsed;      // the whole save or restore on this rank
-  absl::Span<const PhaseStat> slowest = {};  // by phase, where known
-};
-
 class MetricsLog {
  public:
   // Opens `path` ("{rank}" replaced by `rank`) for appending, creating it:
@@ -38,8 +29,7 @@ class MetricsLog {
 
   // One line per phase, in one write (lines of several ranks appending to
   // one file do not interleave).
-  absl::Status Append(const PhaseRecordContext& context,
-                      absl::Span<const PhaseStat> phases);
+  absl::Status Append(const PhaseReport& report);
 
   const std::string& path() const { return path_; }
 
@@ -50,9 +40,7 @@ class MetricsLog {
 };
 
 // The records Append writes, without writing them (tested alone).
-std::string FormatPhaseRecords(const PhaseRecordContext& context,
-                               absl::Span<const PhaseStat> phases,
-                               absl::Time now);
+std::string FormatPhaseRecords(const PhaseReport& report, absl::Time now);
 
 }  // namespace hoist
 

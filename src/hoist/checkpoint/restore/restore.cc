@@ -477,7 +477,16 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
   std::atomic<int64_t> verify_ns{0};
   absl::Duration placing;
   const ReadContext context{&open, &step_dir, options.verify_xxh3,
-                            &verify_ns};
+                            &verify_ns, options.progress};
+  if (options.progress != nullptr) {
+    int64_t reading = 0;
+    for (const RestoreWave& wave : plan.waves) {
+      for (const RestoreRead& read : wave.reads) {
+        reading += m.arrays[read.array]->extents[read.extent].length_bytes;
+      }
+    }
+    options.progress->total.fetch_add(reading);
+  }
   ReaderCrew crew(context, reads.buffers);
   WaveAcquirer acquirer(
       plan, pool, crew, options.prefault ? PrefaultThreads() : 0,

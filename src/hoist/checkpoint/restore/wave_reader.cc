@@ -138,6 +138,9 @@ absl::Status WaveReads::ReadRun(size_t r, const ReadContext& context,
         context.verify);
     if (!s.ok()) return error(s);
     bytes_read.fetch_add(first.length_bytes);
+    if (context.progress != nullptr) {
+      context.progress->done.fetch_add(first.length_bytes);
+    }
     return absl::OkStatus();
   }
   uint8_t* data =
@@ -163,6 +166,9 @@ absl::Status WaveReads::ReadRun(size_t r, const ReadContext& context,
     }
     if (context.verify) verifying += absl::Now() - check;
     bytes_read.fetch_add(extent.length_bytes);
+    if (context.progress != nullptr) {
+      context.progress->done.fetch_add(extent.length_bytes);
+    }
     if (direct) continue;
     for (int k : task.images) {
       const Box& box = images_[k].box;

@@ -47,6 +47,8 @@ struct ReadContext {
   // Adds the nanoseconds the reader threads spent checking hashes, when
   // set (the restore's verify phase).
   std::atomic<int64_t>* verify_ns = nullptr;
+  // Adds the bytes read, when set (RestoreOptions::progress).
+  OperationProgress* progress = nullptr;
 };
 
 // A reader thread's open data files, by path.
