@@ -204,3 +204,31 @@ def test_jax_hung_process_is_named_after_the_timeout(tmp_path):
     seen = _survivor_saw(out, root, "TimeoutError",
                          "rank 1 did not arrive within 10 s", printed)
     assert 9.5 < seen["waited_s"] < 60
+
+
+def test_torchrun_metrics_hold_one_record_per_phase_per_rank_per_save(
+        tmp_path):
+    """4 ranks append to one metrics file: each save's phases, every rank's,
+    adding up (within 10%) to each save's time on that rank."""
+    metrics, out = tmp_path / "metrics.jsonl", tmp_path / "infos"
+    torchrun(4, "metrics", tmp_path / "root", metrics, out)
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    phases = ["planning", "queued", "staging", "write", "hash", "commit",
+              "retention"]
+    by_save = {}
+    for record in records:
+        assert record["kind"] == "save" and record["tier"] == "durable"
+        by_save.setdefault((record["step"], record["rank"]), []).append(record)
+    assert sorted(by_save) == [(s, r) for s in (1, 2, 3) for r in range(4)]
+    for rank in range(4):
+        infos = json.loads((tmp_path / f"infos.{rank}.json").read_text())
+        for info in infos:
+            mine = by_save[(info["step"], rank)]
+            assert [r["phase"] for r in mine] == phases
+            total = sum(r["seconds"] for r in mine)
+            assert abs(total - info["elapsed_s"]) <= 0.1 * info["elapsed_s"]
+            assert all(r["elapsed_s"] == pytest.approx(info["elapsed_s"],
+                                                       abs=1e-5)
+                       for r in mine)
+            assert set(info["slowest"]) == set(phases[:4])
+            assert all(0 <= s["rank"] < 4 for s in info["slowest"].values())

@@ -10,12 +10,16 @@
                                              the same
   torch_worker.py dcp DIR LAYOUT             save the reference state with
                                              torch.distributed.checkpoint
+  torch_worker.py metrics ROOT FILE OUT      three saves appending their
+                                             phases to FILE; each rank's
+                                             wait() results to OUT.RANK.json
 
 LAYOUT names the placements of every array ("a" or "b"), so a restore can
 use other placements than the save, on any number of ranks. The reference
 state's full tensors are made from fixed seeds, so every rank of every job
 knows what each shard must hold.
 """
+import json
 import os
 import signal
 import sys
@@ -129,6 +133,13 @@ def main():
                 assert torch.equal(whole["model"][name], full[name]), name
             if len(sys.argv) > 4:  # save SAVE_STEP in layout a, this job
                 mgr.save(int(sys.argv[4]), state("a")).wait()
+    elif command == "metrics":  # three saves, their phases appended
+        metrics, out = sys.argv[3], sys.argv[4]
+        with hoist.CheckpointManager(root, pool_bytes=64 << 20, keep=2,
+                                     metrics_path=metrics) as mgr:
+            infos = [mgr.save(step, state("a")).wait() for step in (1, 2, 3)]
+        with open(f"{out}.{rank}.json", "w") as f:
+            json.dump(infos, f)
     elif command == "dcp":  # the checkpoint a DCP job has, to import
         import torch.distributed.checkpoint as dcp
         dcp.save(state(sys.argv[3]), checkpoint_id=root)
