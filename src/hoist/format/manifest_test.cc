@@ -180,6 +180,45 @@ TEST(ManifestTest, ReferencesToOtherStepsRoundTrip) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// Hoist's own order (format, step, metadata, part, arrays) is decoded one
+// array at a time; any other order, as an older writer's sorted keys, the
+// whole document at once: both give the same manifest, and the same errors.
+TEST(ManifestTest, EveryKeyOrderDecodesAlikeAndErrorsAreTheSame) {
+  Manifest m = Sample();
+  m.part = ManifestPart{0, 2};
+  const std::string ours = EncodeManifest(m).value();
+  ASSERT_LT(ours.find("\"part\""), ours.find("\"arrays\""));
+  const std::string sorted = nlohmann::json::parse(ours).dump();
+  ASSERT_LT(sorted.find("\"arrays\""), sorted.find("\"format\""));
+  nlohmann::ordered_json late = nlohmann::ordered_json::parse(ours);
+  const nlohmann::ordered_json part = late["part"];
+  late.erase("part");
+  late["part"] = part;  // after the arrays
+  for (const std::string& text : {ours, sorted, late.dump()}) {
+    absl::StatusOr<Manifest> decoded = DecodeManifest(text);
+    ASSERT_TRUE(decoded.ok()) << decoded.status() << text;
+    EXPECT_EQ(*decoded, m);
+  }
+  // Errors in hoist's order name the array's place as in any other.
+  const auto edited = [&](std::string from, std::string to) {
+    std::string text = ours;
+    const size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return DecodeManifest(text.replace(at, from.size(), to)).status();
+  };
+  absl::Status status = edited("\"opt/count\"", "\"\"");
+  EXPECT_THAT(status.message(), HasSubstr("array 1 of 2: empty name"));
+  status = edited("\"opt/count\"", "\"params/w\"");
+  EXPECT_THAT(status.message(), HasSubstr("'params/w' appears twice"));
+  status = edited("\"bfloat16\"", "\"float128\"");
+  EXPECT_THAT(status.message(),
+              HasSubstr("array 'params/w': unknown dtype 'float128'"));
+  status = edited("\"step\": 1000", "\"step\": -1");
+  EXPECT_THAT(status.message(), HasSubstr("step is negative"));
+  status = edited("\"arrays\": [", "\"arrays\": [7, ");
+  EXPECT_THAT(status.message(), HasSubstr("array 0 of 3: expected a JSON"));
+}
+
 TEST(ManifestTest, GarbageAndTruncatedJsonAreDataLoss) {
   const std::string json = EncodeManifest(Sample()).value();
   for (const std::string& text :

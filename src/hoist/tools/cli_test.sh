@@ -12,9 +12,9 @@ fail() { echo "cli_test: FAILED: $*" >&2; exit 1; }
 
 "$hoist" demo --size 8MiB --vocab 512 --steps 4 --save-every 1 --keep 3 \
   --step-time 0ms --root "$dir/r" --trace "$dir/trace.json" --json \
-  >"$dir/demo.json" || fail "demo exit"
+  --metrics "$dir/metrics.jsonl" >"$dir/demo.json" || fail "demo exit"
 for track in '"device 0"' '"device 7"' '"writer data/r00000_w00.bin"' \
-  '"commit"' '"traceEvents"'; do
+  '"commit"' '"phases"' '"save staging (step 4)"' '"traceEvents"'; do
   grep -q "$track" "$dir/trace.json" || fail "trace lacks $track"
 done
 grep -q '"verified": true' "$dir/demo.json" || fail "demo not verified"
@@ -29,6 +29,49 @@ for key in ("d2h_gbps", "host_gbps", "write_gbps", "commit_s"):
 for mode in demo["modes"].values():
     assert isinstance(mode["dispatch_s"], float), mode
 PY
+python3 - "$dir/metrics.jsonl" <<'PY' || fail "demo --metrics records"
+import json, sys
+records = [json.loads(line) for line in open(sys.argv[1])]
+saves = [r for r in records if r["kind"] == "save"]
+assert sorted({r["step"] for r in saves}) == [1, 2, 3, 4], records
+for step in (1, 2, 3, 4):
+    mine = [r for r in saves if r["step"] == step]
+    assert [r["phase"] for r in mine] == ["planning", "queued", "staging",
+        "write", "hash", "commit", "retention"], mine
+    assert abs(sum(r["seconds"] for r in mine) - mine[0]["elapsed_s"]) < 1e-4
+assert any(r["kind"] == "restore" and r["phase"] == "verify" for r in records)
+PY
+# diff: steps 3 and 4 of the demo differ (its training changes the arrays);
+# a step against itself in none; the JSON has the keys scripts read.
+"$hoist" diff "$dir/r" 3 4 --json >"$dir/diff.json" || fail "diff"
+python3 - "$dir/diff.json" <<'PY' || fail "diff json"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["added"] == [] and d["removed"] == [] and len(d["changed"]) > 40, d
+assert all("name" in c and c["changed_extents"] for c in d["changed"]), d
+PY
+"$hoist" diff "$dir/r" 4 "$dir/r" 4 | grep -q "0 changed, 0 added, 0 removed" ||
+  fail "diff of a step with itself"
+expect_diff_error() {
+  if "$hoist" diff "$@" 2>"$dir/diff.err"; then fail "diff $*: exit 0"; fi
+}
+expect_diff_error "$dir/r" 3
+grep -q "ARGS" "$dir/diff.err" || fail "diff with two arguments: text"
+expect_diff_error "$dir/r" 3 x
+grep -q "'x' is not a step number" "$dir/diff.err" || fail "diff step text"
+# A step copied out of its root: verify says what it is.
+cp -r "$dir/r/step_00000004" "$dir/copied-step"
+if "$hoist" verify "$dir/copied-step" 2>"$dir/copied.err"; then
+  fail "verify of a copied step passed"
+fi
+grep -q "is not a step directory inside a root" "$dir/copied.err" ||
+  fail "verify of a copied step: text"
+rm -rf "$dir/copied-step"
+# Progress goes to stderr (python/tests/test_observability.py watches a
+# 1 GiB verify on a terminal and in a log); --quiet prints none.
+"$hoist" -q verify "$dir/r" --progress-every 0.001 >/dev/null 2>"$dir/q.err" ||
+  fail "verify --quiet"
+[ ! -s "$dir/q.err" ] || fail "--quiet printed progress"
 ls -a "$dir" | grep -q hoist-rates && fail "demo left its rate measurement"
 "$hoist" demo --size 8MiB --vocab 512 --steps 2 --save-every 1 \
   --step-time 0ms --root "$dir/not/yet/made/r" >/dev/null ||

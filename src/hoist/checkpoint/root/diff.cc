@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <thread>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
@@ -267,12 +268,22 @@ StepDiff DiffManifests(const Manifest& a, const Manifest& b) {
 absl::StatusOr<StepDiff> DiffSteps(const DiffSide& a, const DiffSide& b,
                                    const StorageOptions& storage, bool values,
                                    OperationProgress* progress) {
-  ASSIGN_OR_RETURN(OpenedSide side_a, OpenSide(a, storage));
-  ASSIGN_OR_RETURN(OpenedSide side_b, OpenSide(b, storage));
+  // The two manifests read and decoded side by side: at 100,000 arrays
+  // decoding one is most of a diff's time.
+  absl::StatusOr<OpenedSide> opened_b = absl::InternalError("not read");
+  std::thread reader([&] { opened_b = OpenSide(b, storage); });
+  absl::StatusOr<OpenedSide> opened_a = OpenSide(a, storage);
+  reader.join();
+  ASSIGN_OR_RETURN(OpenedSide side_a, std::move(opened_a));
+  ASSIGN_OR_RETURN(OpenedSide side_b, std::move(opened_b));
   StepDiff diff = DiffManifests(side_a.manifest, side_b.manifest);
   if (values) {
     RETURN_IF_ERROR(CompareChangedValues(side_a, side_b, diff, progress));
   }
+  // Freed side by side too: 100,000 arrays' strings and vectors each.
+  std::thread freer([b = std::move(side_b)]() mutable { b = {}; });
+  side_a = {};
+  freer.join();
   return diff;
 }
 
