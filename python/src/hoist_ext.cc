@@ -702,8 +702,8 @@ std::tuple<int64_t, std::vector<std::string>> VerifyAt(
     OperationProgress* progress) {
   const StorageOptions storage = StorageOptionsOf(storage_options);
   auto opened = WithoutGil([&] { return OpenStepAt(path, storage); });
-  VerifyReport report = WithoutGil(
-      [&] { return opened.first->Verify(opened.second, progress); });
+  VerifyReport report =
+      WithoutGil([&] { return opened.first->Verify(opened.second, progress); });
   return {opened.second, std::move(report.problems)};
 }
 

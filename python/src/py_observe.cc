@@ -72,9 +72,8 @@ void WarnToPythonLog(const std::string& message) {
   }
   nb::gil_scoped_acquire gil;
   try {
-    nb::module_::import_("logging")
-        .attr("getLogger")("hoist")
-        .attr("warning")(message);
+    nb::module_::import_("logging").attr("getLogger")("hoist").attr("warning")(
+        message);
   } catch (nb::python_error& e) {
     e.discard_as_unraisable("hoist's warning");
   }

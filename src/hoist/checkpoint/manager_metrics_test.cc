@@ -91,7 +91,7 @@ TEST_F(ManagerTest, ASaveAndARestoreReportTheirPhasesAndAppendThem) {
   EXPECT_THAT(restore_phases,
               ElementsAre("planning", "read", "verify", "place"));
   EXPECT_NEAR(seconds, elapsed, 1e-5);
-  EXPECT_TRUE(records[3].contains("slowest_rank"));  // write
+  EXPECT_TRUE(records[3].contains("slowest_rank"));   // write
   EXPECT_FALSE(records[4].contains("slowest_rank"));  // hash
 }
 

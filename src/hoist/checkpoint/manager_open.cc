@@ -144,8 +144,8 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
   RETURN_IF_ERROR(ValidateOptions(options, coordinator));
   std::unique_ptr<MetricsLog> metrics;
   if (!options.metrics_path.empty()) {
-    ASSIGN_OR_RETURN(metrics,
-                     MetricsLog::Open(options.metrics_path, coordinator.rank()));
+    ASSIGN_OR_RETURN(
+        metrics, MetricsLog::Open(options.metrics_path, coordinator.rank()));
   }
   ASSIGN_OR_RETURN(Storages storages, ChooseStorages(root, options, storage));
   ASSIGN_OR_RETURN(std::unique_ptr<CheckpointRoot> opened_root,

@@ -120,8 +120,12 @@ void CheckpointManager::Impl::FinishPhases(absl::Time began,
               std::max(stats.elapsed - phases, absl::ZeroDuration()), 0, 0}},
             stats.phases);
   for (PhaseStat& phase : stats.phases) phase.rank = coordinator_.rank();
-  ReportPhases({"restore", stats.step, stats.restored_from, stats.elapsed,
-                stats.phases, {}},
+  ReportPhases({"restore",
+                stats.step,
+                stats.restored_from,
+                stats.elapsed,
+                stats.phases,
+                {}},
                began);
 }
 

@@ -261,8 +261,8 @@ void CheckpointManager::Impl::SaverLoop() {
       if (!info->phases.empty()) {
         info->phases.back().elapsed += info->elapsed - phases;
       }
-      ReportPhases({"save", info->step, info->tier, info->elapsed,
-                    info->phases, info->slowest},
+      ReportPhases({"save", info->step, info->tier, info->elapsed, info->phases,
+                    info->slowest},
                    job->accepted);
     }
     // An error Save() already returned is not reported twice.

@@ -21,8 +21,8 @@ absl::StatusOr<std::unique_ptr<MetricsLog>> MetricsLog::Open(
        at = resolved.find("{rank}", at)) {
     resolved.replace(at, 6, absl::StrCat(rank));
   }
-  const int fd = ::open(resolved.c_str(),
-                        O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  const int fd =
+      ::open(resolved.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) {
     return absl::InvalidArgumentError(
         absl::StrFormat("metrics_path %s cannot be opened for appending: %s",
@@ -47,8 +47,7 @@ std::string FormatPhaseRecords(const PhaseReport& report, absl::Time now) {
         absl::ToDoubleSeconds(report.elapsed));
     for (const PhaseStat& slowest : report.slowest) {
       if (slowest.phase != phase.phase) continue;
-      absl::StrAppendFormat(&out,
-                            ", \"slowest_rank\": %d, \"slowest_s\": %.6f",
+      absl::StrAppendFormat(&out, ", \"slowest_rank\": %d, \"slowest_s\": %.6f",
                             slowest.rank,
                             absl::ToDoubleSeconds(slowest.elapsed));
     }

@@ -25,7 +25,6 @@ void EmitWarning(const Warn& warn, const std::string& message);
 
 class StallWatch {
  public:
-
   // `after` <= 0: never warns (no thread). `warn` null: to stderr.
   StallWatch(absl::Duration after, int rank, Warn warn);
   ~StallWatch();  // stops the thread

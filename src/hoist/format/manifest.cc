@@ -663,8 +663,8 @@ class StreamedDecoder {
     if (depth == 1 && event == Event::key) {
       key_ = parsed.get<std::string>();
       if (!keys_.insert(key_).second) gave_up_ = true;
-      if (arrays_done_ && (key_ == "format" || key_ == "step" ||
-                           key_ == "part")) {
+      if (arrays_done_ &&
+          (key_ == "format" || key_ == "step" || key_ == "part")) {
         gave_up_ = true;  // after the arrays, it could change them
       }
     } else if (depth == 1 && event == Event::value && !in_arrays_) {
@@ -677,8 +677,7 @@ class StreamedDecoder {
                  parsed.get<uint64_t>() <= uint64_t{INT64_MAX}) {
         step_ = static_cast<int64_t>(parsed.get<uint64_t>());
       }
-    } else if (depth == 1 && event == Event::array_start &&
-               key_ == "arrays") {
+    } else if (depth == 1 && event == Event::array_start && key_ == "arrays") {
       if (!format_ || !step_) {
         gave_up_ = true;
       } else {

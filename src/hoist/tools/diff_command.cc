@@ -60,8 +60,8 @@ void PrintText(const StepDiff& diff, const DiffSide& a, const DiffSide& b,
                              ShapeToString(array.shape_b));
     } else {
       what = absl::StrFormat(
-          "%d of %d extents, %s%s", array.changed_extents.size(),
-          array.extents, FormatBytes(static_cast<double>(array.changed_bytes)),
+          "%d of %d extents, %s%s", array.changed_extents.size(), array.extents,
+          FormatBytes(static_cast<double>(array.changed_bytes)),
           array.resharded ? " (saved with another sharding)" : "");
     }
     if (values && array.values_compared) {
@@ -140,14 +140,15 @@ void AddDiffCommand(CLI::App& app, const StorageOptions& storage,
     for (const ArrayDiff& array : diff->changed) {
       changed.push_back(ChangedJson(array, flags->values));
     }
-    std::cout << nlohmann::json{{"a", {{"path", a.path}, {"step", diff->step_a}}},
-                                {"b", {{"path", b.path}, {"step", diff->step_b}}},
-                                {"added", diff->added},
-                                {"removed", diff->removed},
-                                {"changed", changed},
-                                {"unchanged", diff->unchanged}}
-                     .dump(2)
-              << "\n";
+    std::cout
+        << nlohmann::json{{"a", {{"path", a.path}, {"step", diff->step_a}}},
+                          {"b", {{"path", b.path}, {"step", diff->step_b}}},
+                          {"added", diff->added},
+                          {"removed", diff->removed},
+                          {"changed", changed},
+                          {"unchanged", diff->unchanged}}
+               .dump(2)
+        << "\n";
   });
 }
 

@@ -3,8 +3,8 @@
 #include <iostream>
 #include <map>
 #include <memory>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -45,8 +45,8 @@ absl::Status Ls(const std::string& path, const StorageOptions& storage,
   // with the table on a terminal.
   std::string table;
   if (!json) {
-    table += absl::StrFormat("%-24s %10s %8s  %s\n", "step", "bytes",
-                             "arrays", "state");
+    table += absl::StrFormat("%-24s %10s %8s  %s\n", "step", "bytes", "arrays",
+                             "state");
   }
   for (const RootEntry& entry : entries) {
     progress.done.fetch_add(1);
@@ -67,7 +67,7 @@ absl::Status Ls(const std::string& path, const StorageOptions& storage,
                      {"state", manifest.ok() ? "committed" : "unreadable"}});
       if (!json) {
         table += absl::StrFormat("%-24d %10s %8d  %s\n", entry.step,
-                                     FormatBytes(bytes), arrays, state);
+                                 FormatBytes(bytes), arrays, state);
       }
     } else if (entry.kind == RootEntry::Kind::kReferenced) {
       const int64_t bytes = root->HeldBytes(entry.step).value_or(0);
@@ -172,7 +172,8 @@ absl::Status Inspect(const std::string& step_dir, const StorageOptions& storage,
 int Verify(const std::string& path, const StorageOptions& storage, bool json,
            const ProgressFlags& progress_flags) {
   auto opened = OpenStepAt(path, storage);
-  absl::StatusOr<VerifyReport> verified = [&]() -> absl::StatusOr<VerifyReport> {
+  absl::StatusOr<VerifyReport> verified =
+      [&]() -> absl::StatusOr<VerifyReport> {
     if (!opened.ok()) return opened.status();
     OperationProgress progress;
     ProgressLine line(progress_flags,

@@ -61,8 +61,8 @@ std::string ProgressLine::Format(const std::string& label, int64_t done,
     if (total > done) {
       absl::StrAppendFormat(
           &line, "  ETA %s",
-          absl::FormatDuration(absl::Trunc(
-              absl::Seconds((total - done) / rate), absl::Seconds(1))));
+          absl::FormatDuration(absl::Trunc(absl::Seconds((total - done) / rate),
+                                           absl::Seconds(1))));
     }
   }
   if (!current.empty()) absl::StrAppend(&line, "  ", current);
@@ -70,10 +70,9 @@ std::string ProgressLine::Format(const std::string& label, int64_t done,
 }
 
 void ProgressLine::Show(bool final) {
-  std::string line =
-      Format(label_, progress_.done.load(), progress_.total.load(),
-             progress_.bytes, absl::Now() - start_,
-             final ? std::string() : progress_.current());
+  std::string line = Format(
+      label_, progress_.done.load(), progress_.total.load(), progress_.bytes,
+      absl::Now() - start_, final ? std::string() : progress_.current());
   if (terminal_) {
     // Redrawn in place, cut to a terminal's usual width.
     if (line.size() > 120) line.resize(120);

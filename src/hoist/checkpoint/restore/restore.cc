@@ -476,8 +476,8 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
   const int readers = std::max<int>(1, reads.buffers.size());
   std::atomic<int64_t> verify_ns{0};
   absl::Duration placing;
-  const ReadContext context{&open, &step_dir, options.verify_xxh3,
-                            &verify_ns, options.progress};
+  const ReadContext context{&open, &step_dir, options.verify_xxh3, &verify_ns,
+                            options.progress};
   if (options.progress != nullptr) {
     int64_t reading = 0;
     for (const RestoreWave& wave : plan.waves) {

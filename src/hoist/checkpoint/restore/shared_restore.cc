@@ -561,8 +561,8 @@ absl::StatusOr<RestoreStats> SharedRestore(
   // The rest (gathering the needs, laying out the rounds) is planning.
   absl::Duration phases;
   for (const PhaseStat& phase : stats.phases) phases += phase.elapsed;
-  AddPhases({{"planning", std::max(stats.elapsed - phases, absl::ZeroDuration()),
-              0, 0}},
+  AddPhases({{"planning",
+              std::max(stats.elapsed - phases, absl::ZeroDuration()), 0, 0}},
             stats.phases);
   return stats;
 }

@@ -174,8 +174,8 @@ absl::Status ReadWhole(const CheckpointRoot& root, int64_t step,
                        const ArrayDiff& diff, uint8_t* into) {
   RestoreTarget target{diff.name, diff.dtype_b, diff.shape_b, {}};
   target.destinations.push_back(
-      {Box(std::vector<int64_t>(diff.shape_b.size(), 0), diff.shape_b),
-       nullptr, into, 0});
+      {Box(std::vector<int64_t>(diff.shape_b.size(), 0), diff.shape_b), nullptr,
+       into, 0});
   return root.Read(step, {&target, 1}).status();
 }
 
@@ -188,8 +188,8 @@ struct OpenedSide {
 absl::StatusOr<OpenedSide> OpenSide(const DiffSide& side,
                                     const StorageOptions& storage) {
   ASSIGN_OR_RETURN(auto opened, OpenStepAt(side.path, storage));
-  OpenedSide out{std::move(opened.first), side.step.value_or(opened.second),
-                 {}};
+  OpenedSide out{
+      std::move(opened.first), side.step.value_or(opened.second), {}};
   absl::StatusOr<Manifest> manifest = out.root->ReadManifest(out.step);
   if (!manifest.ok()) {
     return absl::Status(
@@ -202,8 +202,7 @@ absl::StatusOr<OpenedSide> OpenSide(const DiffSide& side,
 }
 
 absl::Status CompareChangedValues(const OpenedSide& a, const OpenedSide& b,
-                                  StepDiff& diff,
-                                  OperationProgress* progress) {
+                                  StepDiff& diff, OperationProgress* progress) {
   OperationProgress ignored;
   OperationProgress& counted = progress != nullptr ? *progress : ignored;
   int64_t total = 0;

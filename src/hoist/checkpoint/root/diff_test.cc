@@ -3,8 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "hoist/checkpoint_manager.h"
@@ -78,9 +78,9 @@ TEST(DiffManifests, NamesWhatWasAddedRemovedRetypedAndWhichExtentsChanged) {
 
 TEST(DiffManifests, BoxesInAnotherOrderMatchOtherBoxesCountAsChanged) {
   Manifest a, b;
-  a.arrays = {Array("moved", {8}, {Extent({0}, {4}, 1), Extent({4}, {4}, 2)}),
-              Array("resharded", {8},
-                    {Extent({0}, {4}, 3), Extent({4}, {4}, 4)})};
+  a.arrays = {
+      Array("moved", {8}, {Extent({0}, {4}, 1), Extent({4}, {4}, 2)}),
+      Array("resharded", {8}, {Extent({0}, {4}, 3), Extent({4}, {4}, 4)})};
   b.arrays = {Array("moved", {8}, {Extent({4}, {4}, 2), Extent({0}, {4}, 1)}),
               Array("resharded", {8}, {Extent({0}, {8}, 9)})};
   const StepDiff diff = DiffManifests(a, b);

@@ -449,9 +449,9 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
     request.tracer->Span("commit", "stage + persist", start, phase);
   }
   RETURN_IF_ERROR(AgreeOnOutcome(coordinator, request, persisted.local));
-  ASSIGN_OR_RETURN(Gathered gathered,
-                   GatherWritten(coordinator, request, persisted.written,
-                                 clock.phases()));
+  ASSIGN_OR_RETURN(
+      Gathered gathered,
+      GatherWritten(coordinator, request, persisted.written, clock.phases()));
   clock.Next("hash", gathered.received_bytes, "commit");
   const DeltaBase* delta_base = persisted.delta_base.get();
   // Every rank referenced the same base's extents (it read the manifest
