@@ -214,6 +214,23 @@ struct RestoreStats {
   std::vector<PhaseStat> phases;
 };
 
+// Text one thread sets and others read: what an operation is doing.
+class SharedText {
+ public:
+  void Set(std::string_view text) ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
+    if (text_ != text) text_.assign(text);
+  }
+  std::string Get() const ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
+    return text_;
+  }
+
+ private:
+  mutable Mutex mu_;
+  std::string text_ ABSL_GUARDED_BY(mu_);  // "" until set
+};
+
 // Live byte counts of one save, updated as it runs (this process's share).
 struct SaveProgress {
   std::atomic<int64_t> staged_bytes{0};   // in host memory
@@ -228,18 +245,7 @@ struct SaveProgress {
   // the file or object last written: what a stalled save's warning names
   // (CheckpointManagerOptions::stall_warn).
   std::atomic<const char*> phase{"planning"};
-  void set_writing(std::string_view path) ABSL_LOCKS_EXCLUDED(writing_mu_) {
-    MutexLock lock(&writing_mu_);
-    if (writing_ != path) writing_.assign(path);
-  }
-  std::string writing() const ABSL_LOCKS_EXCLUDED(writing_mu_) {
-    MutexLock lock(&writing_mu_);
-    return writing_;
-  }
-
- private:
-  mutable Mutex writing_mu_;
-  std::string writing_ ABSL_GUARDED_BY(writing_mu_);
+  SharedText writing;
 };
 
 // Live progress of a long operation (a verification, a restore, an export,
@@ -249,19 +255,7 @@ struct OperationProgress {
   std::atomic<int64_t> done{0};
   std::atomic<int64_t> total{0};  // 0 until known
   bool bytes = true;              // counts bytes; else items (steps)
-  void set_current(std::string_view what) ABSL_LOCKS_EXCLUDED(mu_) {
-    MutexLock lock(&mu_);
-    if (current_ != what) current_.assign(what);
-  }
-  // The array, file or step under way ("" before the first).
-  std::string current() const ABSL_LOCKS_EXCLUDED(mu_) {
-    MutexLock lock(&mu_);
-    return current_;
-  }
-
- private:
-  mutable Mutex mu_;
-  std::string current_ ABSL_GUARDED_BY(mu_);
+  SharedText current;             // the array, file or step under way
 };
 
 struct VerifyReport {

@@ -145,7 +145,8 @@ void BindObserve(nb::module_& m) {
       .def_prop_ro("total",
                    [](const OperationProgress& p) { return p.total.load(); })
       .def_prop_ro("bytes", [](const OperationProgress& p) { return p.bytes; })
-      .def_prop_ro("current", &OperationProgress::current);
+      .def_prop_ro("current",
+                   [](const OperationProgress& p) { return p.current.Get(); });
   m.def("diff_at", &DiffAt, nb::arg("path_a"), nb::arg("step_a").none(),
         nb::arg("path_b"), nb::arg("step_b").none(), nb::arg("values"),
         nb::arg("storage_options"), nb::arg("progress").none());

@@ -146,7 +146,7 @@ TEST(StallWatch, WarnsOnceAboutASaveThatStopsMoving) {
   });
   auto progress = std::make_shared<SaveProgress>();
   progress->phase.store("upload");
-  progress->set_writing("s3://bucket/ckpt/step_00000012.tmp/data/r3.bin");
+  progress->writing.Set("s3://bucket/ckpt/step_00000012.tmp/data/r3.bin");
   progress->written_bytes.store(100);
   watch.Watch(12, progress);
   ASSERT_TRUE(warned.WaitForNotificationWithTimeout(absl::Seconds(60)));

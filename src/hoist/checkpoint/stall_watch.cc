@@ -51,7 +51,7 @@ void StallWatch::Unwatch() {
 
 std::string StallWatch::Message(int64_t step, int rank, absl::Duration stalled,
                                 const SaveProgress& progress) {
-  const std::string writing = progress.writing();
+  const std::string writing = progress.writing.Get();
   return absl::StrFormat(
       "hoist: warning: the save of step %d on rank %d has moved no bytes for "
       "%s, in phase %s (%s); it goes on",

@@ -382,7 +382,7 @@ class Exporter {
         at += piece.bytes;
       }
       if (options_.progress != nullptr) {
-        options_.progress->set_current(file.name);
+        options_.progress->current.Set(file.name);
         options_.progress->done.fetch_add(at - carry);
       }
       // Every whole block goes out directly, in writes of kWriteBytes; the

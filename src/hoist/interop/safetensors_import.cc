@@ -336,7 +336,7 @@ absl::StatusOr<ImportStats> ImportSafetensors(const std::string& src,
   if (progress != nullptr) {
     // The save's written bytes, until it ends.
     progress->total.store(stats.bytes);
-    progress->set_current(src);
+    progress->current.Set(src);
     while (handle.status().code() == absl::StatusCode::kUnavailable) {
       progress->done.store(handle.progress().written_bytes.load());
       absl::SleepFor(absl::Milliseconds(50));

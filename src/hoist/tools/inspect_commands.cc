@@ -50,7 +50,7 @@ absl::Status Ls(const std::string& path, const StorageOptions& storage,
   }
   for (const RootEntry& entry : entries) {
     progress.done.fetch_add(1);
-    progress.set_current(entry.path);
+    progress.current.Set(entry.path);
     if (entry.kind == RootEntry::Kind::kCommitted) {
       absl::StatusOr<Manifest> manifest = root->ReadManifest(entry.step);
       const std::string state =
@@ -222,7 +222,7 @@ absl::Status Rm(const std::string& path, const StorageOptions& options,
   progress.total.store(static_cast<int64_t>(steps.size()));
   ProgressLine line(progress_flags, "rm (steps)", progress);
   for (int64_t step : steps) {
-    progress.set_current(absl::StrCat("step ", step));
+    progress.current.Set(absl::StrCat("step ", step));
     RETURN_IF_ERROR(root->Delete(step));
     progress.done.fetch_add(1);
     std::cout << "removed step " << step << " from " << path << "\n";

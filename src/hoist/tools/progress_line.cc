@@ -72,7 +72,7 @@ std::string ProgressLine::Format(const std::string& label, int64_t done,
 void ProgressLine::Show(bool final) {
   std::string line = Format(
       label_, progress_.done.load(), progress_.total.load(), progress_.bytes,
-      absl::Now() - start_, final ? std::string() : progress_.current());
+      absl::Now() - start_, final ? std::string() : progress_.current.Get());
   if (terminal_) {
     // Redrawn in place, cut to a terminal's usual width.
     if (line.size() > 120) line.resize(120);

@@ -32,7 +32,7 @@ VerifyReport VerifyCheckpoint(Storage& storage, const std::string& step_dir,
   ReadBuffer buffer;
   for (const ManifestArray& array : manifest->arrays) {
     ++report.arrays;
-    counted.set_current(array.name);
+    counted.current.Set(array.name);
     for (size_t e = 0; e < array.extents.size(); ++e) {
       const ManifestExtent& extent = array.extents[e];
       // Counted whole once over, read or not.

@@ -222,7 +222,7 @@ absl::Status CompareChangedValues(const OpenedSide& a, const OpenedSide& b,
     for (int64_t n : array.shape_b) elements *= n;
     const int64_t bytes = elements * ItemSize(array.dtype_b);
     if (bytes == 0) continue;
-    counted.set_current(array.name);
+    counted.current.Set(array.name);
     HostBuffer in_a(bytes), in_b(bytes);
     RETURN_IF_ERROR(ReadWhole(*a.root, a.step, array, in_a.data()));
     counted.done.fetch_add(bytes);

@@ -179,7 +179,7 @@ void ExtentWriter::Run(Stream* stream) {
       // the file's other writer thread waits, spinning while the holder
       // pins its pages. The writers of a 400 MB save in bench/train_loop.py
       // took 39 ms of CPU, 20 ms with this.
-      if (progress_ != nullptr) progress_->set_writing(stream->path);
+      if (progress_ != nullptr) progress_->writing.Set(stream->path);
       if (!append) status = stream->file->Reserve(offset, at - offset);
       if (status.ok()) status = stream->file->WriteAtv(offset, pieces);
       if (tracer_ != nullptr) {
