@@ -20,7 +20,7 @@
 namespace hoist {
 namespace {
 
-using Json = nlohmann::ordered_json;
+using Json = nlohmann::json;
 
 std::string HexOf(uint64_t value) { return absl::StrFormat("%016x", value); }
 
@@ -630,23 +630,21 @@ absl::StatusOr<Manifest> DecodeDocument(std::string_view text) {
 
 // The arrays decoded one by one as the parser completes each, so that the
 // document never holds them all: a manifest of 100,000 arrays took 290 MB
-// and half its decoding time in the document alone. For the manifests
-// hoist writes: "format" and "step" (and "part", if any) before "arrays",
-// no key twice, every array an object. Anything else, and any error, gives
-// up (nullopt): DecodeDocument then reads it whole and says exactly what
-// is wrong.
-class StreamedDecoder {
+// and half its decoding time in the document alone. A SAX handler: the
+// top level goes into one document (its "arrays" left empty), each array
+// into a document of its own, decoded and dropped. For the manifests hoist
+// writes: "format" and "step" (and "part", if any) before "arrays", no key
+// twice, every array an object. Anything else, and any error, gives up
+// (nullopt): DecodeDocument then reads it whole and says exactly what is
+// wrong.
+class StreamedDecoder final : public nlohmann::json_sax<Json> {
  public:
   std::optional<Manifest> Decode(std::string_view text) {
-    Json json = Json::parse(
-        text.begin(), text.end(),
-        [this](int depth, Json::parse_event_t event, Json& parsed) {
-          return Saw(depth, event, parsed);
-        },
-        /*allow_exceptions=*/false);
-    if (json.is_discarded() || gave_up_ || !arrays_done_) return std::nullopt;
+    if (!Json::sax_parse(text.begin(), text.end(), this) || !arrays_done_) {
+      return std::nullopt;
+    }
     Manifest manifest;
-    absl::StatusOr<Context> context = DecodeTopLevel(json, manifest);
+    absl::StatusOr<Context> context = DecodeTopLevel(top_, manifest);
     if (!context.ok() || context->version_1 != context_.version_1 ||
         context->step != context_.step || context->part != context_.part) {
       return std::nullopt;
@@ -655,59 +653,133 @@ class StreamedDecoder {
     return manifest;
   }
 
- private:
-  // The parser's callback: false drops `parsed` from the document.
-  bool Saw(int depth, Json::parse_event_t event, Json& parsed) {
-    using Event = Json::parse_event_t;
-    if (gave_up_) return true;
-    if (depth == 1 && event == Event::key) {
-      key_ = parsed.get<std::string>();
-      if (!keys_.insert(key_).second) gave_up_ = true;
-      if (arrays_done_ &&
-          (key_ == "format" || key_ == "step" || key_ == "part")) {
-        gave_up_ = true;  // after the arrays, it could change them
-      }
-    } else if (depth == 1 && event == Event::value && !in_arrays_) {
-      if (key_ == "format" && parsed.is_string()) {
-        format_ = parsed.get<std::string>();
-      } else if (key_ == "step" && parsed.is_number_integer() &&
-                 !parsed.is_number_unsigned()) {
-        step_ = parsed.get<int64_t>();
-      } else if (key_ == "step" && parsed.is_number_unsigned() &&
-                 parsed.get<uint64_t>() <= uint64_t{INT64_MAX}) {
-        step_ = static_cast<int64_t>(parsed.get<uint64_t>());
-      }
-    } else if (depth == 1 && event == Event::array_start && key_ == "arrays") {
-      if (!format_ || !step_) {
-        gave_up_ = true;
-      } else {
-        context_ = {.version_1 = *format_ == kManifestFormatV1,
-                    .step = *step_,
-                    .part = keys_.contains("part")};
-        in_arrays_ = true;
-      }
-    } else if (depth == 1 && event == Event::array_end && in_arrays_) {
+  // Each event goes to the array being read, or to the top level's
+  // document; false stops the parse (giving up).
+  bool null() override { return Value(nullptr); }
+  bool boolean(bool v) override { return Value(v); }
+  bool number_integer(number_integer_t v) override { return Value(v); }
+  bool number_unsigned(number_unsigned_t v) override { return Value(v); }
+  bool number_float(number_float_t v, const string_t& s) override {
+    return Forward([&](auto& to) { return to.number_float(v, s); });
+  }
+  bool string(string_t& v) override { return Value(v); }
+  bool binary(binary_t& v) override {
+    return Forward([&](auto& to) { return to.binary(v); });
+  }
+  bool start_object(std::size_t n) override {
+    if (depth_ == 2 && in_arrays_) {  // an array begins
+      element_ = Json();
+      element_parser_.emplace(element_, /*allow_exceptions=*/false);
+    }
+    const bool ok = Forward([&](auto& to) { return to.start_object(n); });
+    ++depth_;
+    return ok;
+  }
+  bool end_object() override {
+    --depth_;
+    const bool ok = Forward([&](auto& to) { return to.end_object(); });
+    if (depth_ == 2 && in_arrays_) return ok && Decoded();
+    return ok;
+  }
+  bool start_array(std::size_t n) override {
+    if (depth_ == 1 && key_ == "arrays") {
+      if (!format_ || !step_) return false;  // decoded later: give up
+      context_ = {.version_1 = *format_ == kManifestFormatV1,
+                  .step = *step_,
+                  .part = keys_.contains("part")};
+      in_arrays_ = true;
+      ++depth_;
+      return top_parser_.start_array(n);
+    }
+    if (depth_ == 2 && in_arrays_) return false;  // an array is an object
+    const bool ok = Forward([&](auto& to) { return to.start_array(n); });
+    ++depth_;
+    return ok;
+  }
+  bool end_array() override {
+    --depth_;
+    if (depth_ == 1 && in_arrays_) {
       in_arrays_ = false;
       arrays_done_ = true;
-    } else if (depth == 2 && in_arrays_) {
-      if (event == Event::object_end) return Decoded(parsed);
-      if (event != Event::object_start) gave_up_ = true;  // not an object
+      return top_parser_.end_array();
     }
-    return true;
+    return Forward([&](auto& to) { return to.end_array(); });
   }
-
-  bool Decoded(const Json& object) {
-    absl::StatusOr<ManifestArray> array =
-        DecodeArray(object, arrays_.size(), 0, context_);
-    if (!array.ok() || !names_.insert(array->name).second) {
-      gave_up_ = true;
-      return true;
+  bool key(string_t& k) override {
+    if (depth_ == 1) {
+      key_ = k;
+      if (!keys_.insert(key_).second) return false;  // a key twice
+      // After the arrays, it could change how they decode.
+      if (arrays_done_ &&
+          (key_ == "format" || key_ == "step" || key_ == "part")) {
+        return false;
+      }
     }
-    arrays_.push_back(*std::move(array));
+    return Forward([&](auto& to) { return to.key(k); });
+  }
+  bool parse_error(std::size_t, const std::string&,
+                   const nlohmann::detail::exception&) override {
     return false;
   }
 
-  bool gave_up_ = false;
+ private:
+  using DomParser = nlohmann::detail::json_sax_dom_parser<Json>;
+
+  // A scalar; the top level's format and step are kept as they come.
+  template <typename T>
+  bool Value(T&& v) {
+    if (depth_ == 1 && !in_arrays_) {
+      Json value(v);
+      if (key_ == "format" && value.is_string()) {
+        format_ = value.template get<std::string>();
+      } else if (key_ == "step" && value.is_number_integer() &&
+                 (!value.is_number_unsigned() ||
+                  value.template get<uint64_t>() <= uint64_t{INT64_MAX})) {
+        step_ = value.template get<int64_t>();
+      }
+    }
+    if (depth_ == 2 && in_arrays_) return false;  // an array is an object
+    return Forward([&](auto& to) {
+      if constexpr (std::is_same_v<std::decay_t<T>, std::nullptr_t>) {
+        return to.null();
+      } else if constexpr (std::is_same_v<std::decay_t<T>, bool>) {
+        return to.boolean(v);
+      } else if constexpr (std::is_same_v<std::decay_t<T>, number_integer_t>) {
+        return to.number_integer(v);
+      } else if constexpr (std::is_same_v<std::decay_t<T>, number_unsigned_t>) {
+        return to.number_unsigned(v);
+      } else {
+        return to.string(v);
+      }
+    });
+  }
+
+  // `event` on the array being read (inside "arrays"), else on the top
+  // level's document.
+  template <typename Event>
+  bool Forward(Event event) {
+    if (in_arrays_ && depth_ >= 2 && element_parser_) {
+      return event(*element_parser_);
+    }
+    return event(top_parser_);
+  }
+
+  // The array just read, decoded and dropped.
+  bool Decoded() {
+    element_parser_.reset();
+    absl::StatusOr<ManifestArray> array =
+        DecodeArray(element_, arrays_.size(), 0, context_);
+    element_ = Json();
+    if (!array.ok() || !names_.insert(array->name).second) return false;
+    arrays_.push_back(*std::move(array));
+    return true;
+  }
+
+  Json top_;
+  DomParser top_parser_{top_, /*allow_exceptions=*/false};
+  Json element_;
+  std::optional<DomParser> element_parser_;
+  int depth_ = 0;    // containers open
   std::string key_;  // the top level's last
   absl::flat_hash_set<std::string> keys_;
   std::optional<std::string> format_;
