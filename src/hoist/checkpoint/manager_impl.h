@@ -194,6 +194,10 @@ class CheckpointManager::Impl {
   void SaverLoop();
 
   absl::StatusOr<SaveInfo> Run(Job& job);
+  // A committed durable step's retention, timed as the save's last phase.
+  void Retain(const Job& job, SaveInfo& info);
+  // A committed save's phases completed (SaveInfo::elapsed) and reported.
+  void ReportSave(const Job& job, SaveInfo& info);
   // A restore's phases completed (the time outside them is planning),
   // stamped with this rank, and reported.
   void FinishPhases(absl::Time began, RestoreStats& stats);

@@ -242,29 +242,9 @@ void CheckpointManager::Impl::SaverLoop() {
     }
     stall_watch_.Watch(job->step, job->progress);
     absl::StatusOr<SaveInfo> info = Run(*job);
-    if (info.ok() && job->tier == Tier::kDurable) {
-      const absl::Time begin = absl::Now();
-      absl::Status retained = ApplyRetention(job->step);
-      if (!retained.ok()) {
-        MutexLock lock(&mu_);
-        if (deferred_error_.ok()) deferred_error_ = retained;
-      }
-      info->phases.push_back(
-          {"retention", absl::Now() - begin, 0, coordinator_.rank()});
-    }
+    if (info.ok() && job->tier == Tier::kDurable) Retain(*job, *info);
     stall_watch_.Unwatch();
-    if (info.ok()) {
-      // The last phase ends the save: it takes the moments between phases.
-      info->elapsed = absl::Now() - job->accepted;
-      absl::Duration phases;
-      for (const PhaseStat& phase : info->phases) phases += phase.elapsed;
-      if (!info->phases.empty()) {
-        info->phases.back().elapsed += info->elapsed - phases;
-      }
-      ReportPhases({"save", info->step, info->tier, info->elapsed, info->phases,
-                    info->slowest},
-                   job->accepted);
-    }
+    if (info.ok()) ReportSave(*job, *info);
     // An error Save() already returned is not reported twice.
     job->save_returned.WaitForNotification();
     {
@@ -280,6 +260,28 @@ void CheckpointManager::Impl::SaverLoop() {
     }
     job->committed.Set(std::move(info));
   }
+}
+
+void CheckpointManager::Impl::Retain(const Job& job, SaveInfo& info) {
+  const absl::Time begin = absl::Now();
+  absl::Status retained = ApplyRetention(job.step);
+  if (!retained.ok()) {
+    MutexLock lock(&mu_);
+    if (deferred_error_.ok()) deferred_error_ = retained;
+  }
+  info.phases.push_back(
+      {"retention", absl::Now() - begin, 0, coordinator_.rank()});
+}
+
+void CheckpointManager::Impl::ReportSave(const Job& job, SaveInfo& info) {
+  // The last phase ends the save: it takes the moments between phases.
+  info.elapsed = absl::Now() - job.accepted;
+  absl::Duration phases;
+  for (const PhaseStat& phase : info.phases) phases += phase.elapsed;
+  if (!info.phases.empty()) info.phases.back().elapsed += info.elapsed - phases;
+  ReportPhases(
+      {"save", info.step, info.tier, info.elapsed, info.phases, info.slowest},
+      job.accepted);
 }
 
 absl::StatusOr<SaveInfo> CheckpointManager::Impl::Run(Job& job) {
