@@ -311,6 +311,10 @@ class SaveHandle {
   absl::Status WaitDispatched() const { return dispatched_.Wait().status(); }
   absl::Status WaitStaged() const { return staged_.Wait(); }
   absl::StatusOr<SaveInfo> WaitCommitted() const { return committed_.Wait(); }
+  // True once committed or failed; false when `timeout` passed first.
+  [[nodiscard]] bool WaitCommittedFor(absl::Duration timeout) const {
+    return committed_.WaitFor(timeout);
+  }
   // Without blocking: OK once committed, kUnavailable while in flight, or
   // the error that failed the save.
   absl::Status status() const;

@@ -11,7 +11,6 @@ logged once and not called again; the call it watches goes on.
 
 import logging
 import threading
-import time
 
 from . import _hoist
 
@@ -81,15 +80,16 @@ def _sink(progress, label):
                     f"taking an event dict, not {type(progress).__name__}")
 
 
-def run(progress, label, call):
+def run(progress, label, call, counter=None):
     """call(counter), where counter is a _hoist.Progress the engine counts
     into (None when `progress` is None or False), with progress shown as
-    the module says. Returns what the call returns; raises what it
-    raises."""
+    the module says; a caller whose call counts elsewhere gives that
+    `counter` (done, total, bytes, current) instead. Returns what the call
+    returns; raises what it raises."""
     if progress is None or progress is False:
         return call(None)
     sink = _sink(progress, label)
-    counter = _hoist.Progress()
+    counter = _hoist.Progress() if counter is None else counter
     reporter = _Reporter(label, sink, counter)
     outcome = {}
 
@@ -133,11 +133,5 @@ class _SaveCounter:
 def watch(progress, label, handle):
     """handle.wait() (a hoist.SaveHandle), with progress shown as run()
     shows it: the save's bytes written."""
-    if progress is None or progress is False:
-        return handle.wait()
-    reporter = _Reporter(label, _sink(progress, label), _SaveCounter(handle))
-    while not handle.done():
-        time.sleep(_EVERY_S)
-        reporter.report()
-    reporter.report(finished=True)
-    return handle.wait()
+    return run(progress, label, lambda counter: handle.wait(),
+               _SaveCounter(handle))

@@ -65,8 +65,18 @@ int64_t PhaseReports::dropped() const {
   return dropped_;
 }
 
+// Whether the interpreter is shutting down (public from Python 3.13, where
+// the underscored name is gone).
+bool PythonFinalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing() != 0;
+#else
+  return _Py_IsFinalizing() != 0;
+#endif
+}
+
 void WarnToPythonLog(const std::string& message) {
-  if (!Py_IsInitialized() || _Py_IsFinalizing()) {
+  if (!Py_IsInitialized() || PythonFinalizing()) {
     std::fprintf(stderr, "%s\n", message.c_str());
     return;
   }

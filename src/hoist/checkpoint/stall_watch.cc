@@ -61,11 +61,27 @@ std::string StallWatch::Message(int64_t step, int rank, absl::Duration stalled,
                       : "last written: " + writing);
 }
 
+bool StallClock::Stalled(int64_t step, int64_t bytes, const char* phase,
+                         absl::Time now) {
+  if (step != step_ || bytes != bytes_ || phase != phase_) {
+    // A new save, or bytes (or the phase) moved: the clock restarts.
+    step_ = step;
+    bytes_ = bytes;
+    phase_ = phase;
+    moved_ = now;
+    warned_ = false;
+    return false;
+  }
+  if (warned_ || now - moved_ < after_) return false;
+  warned_ = true;
+  return true;
+}
+
 void StallWatch::Run() {
   // Sampled a few times per `after_`: a stall is seen within a quarter of
   // it (at most a second) of its length.
   const absl::Duration poll = std::min(after_ / 4, absl::Seconds(1));
-  Sample last;
+  StallClock clock(after_);
   while (true) {
     std::string message;
     {
@@ -73,29 +89,25 @@ void StallWatch::Run() {
       if (mu_.AwaitWithTimeout(Condition(this, &StallWatch::Stopping), poll)) {
         return;
       }
-      message = Check(last);
+      message = Check(clock);
     }
     if (!message.empty()) EmitWarning(warn_, message);
   }
 }
 
-std::string StallWatch::Check(Sample& last) {
+std::string StallWatch::Check(StallClock& clock) {
   if (progress_ == nullptr) {
-    last.step = -1;
+    clock.Reset();
     return "";
   }
-  const int64_t bytes =
-      progress_->staged_bytes.load() + progress_->written_bytes.load();
-  const char* phase = progress_->phase.load();
   const absl::Time now = absl::Now();
-  if (step_ != last.step || bytes != last.bytes || phase != last.phase) {
-    // A new save, or bytes (or the phase) moved: the clock restarts.
-    last = {step_, bytes, phase, now, false};
+  if (!clock.Stalled(
+          step_,
+          progress_->staged_bytes.load() + progress_->written_bytes.load(),
+          progress_->phase.load(), now)) {
     return "";
   }
-  if (last.warned || now - last.moved < after_) return "";
-  last.warned = true;
-  return Message(last.step, rank_, now - last.moved, *progress_);
+  return Message(step_, rank_, clock.StalledFor(now), *progress_);
 }
 
 }  // namespace hoist

@@ -23,6 +23,30 @@ using Warn = std::function<void(const std::string&)>;
 // Hands `message` to `warn`, or writes it to stderr when `warn` is null.
 void EmitWarning(const Warn& warn, const std::string& message);
 
+// The stall decision, apart from the thread and the clock: fed a save's
+// samples (its step, bytes moved, phase, and when each was taken), it says
+// when one has stalled for `after`, once per stall.
+class StallClock {
+ public:
+  explicit StallClock(absl::Duration after) : after_(after) {}
+  // True when this sample shows the save stalled for `after` and it was
+  // not said already; a new step, or bytes or a phase that moved, start
+  // the clock again.
+  bool Stalled(int64_t step, int64_t bytes, const char* phase, absl::Time now);
+  // How long the save has not moved, at `now`.
+  absl::Duration StalledFor(absl::Time now) const { return now - moved_; }
+  // No save under way: the next sample starts afresh.
+  void Reset() { step_ = -1; }
+
+ private:
+  const absl::Duration after_;
+  int64_t step_ = -1;
+  int64_t bytes_ = -1;
+  const char* phase_ = nullptr;
+  absl::Time moved_;  // when its bytes or phase last changed
+  bool warned_ = false;
+};
+
 class StallWatch {
  public:
   // `after` <= 0: never warns (no thread). `warn` null: to stderr.
@@ -43,18 +67,9 @@ class StallWatch {
                              const SaveProgress& progress);
 
  private:
-  // What the watch saw last of the save under way.
-  struct Sample {
-    int64_t step = -1;
-    int64_t bytes = -1;
-    const char* phase = nullptr;
-    absl::Time moved;  // when its bytes or phase last changed
-    bool warned = false;
-  };
-
   void Run() ABSL_LOCKS_EXCLUDED(mu_);
-  // The warning due now ("" if none), `last` brought up to date.
-  std::string Check(Sample& last) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The warning due now ("" if none).
+  std::string Check(StallClock& clock) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Stopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; }
 
   const absl::Duration after_;

@@ -337,9 +337,8 @@ absl::StatusOr<ImportStats> ImportSafetensors(const std::string& src,
     // The save's written bytes, until it ends.
     progress->total.store(stats.bytes);
     progress->current.Set(src);
-    while (handle.status().code() == absl::StatusCode::kUnavailable) {
+    while (!handle.WaitCommittedFor(absl::Milliseconds(50))) {
       progress->done.store(handle.progress().written_bytes.load());
-      absl::SleepFor(absl::Milliseconds(50));
     }
     progress->done.store(handle.progress().written_bytes.load());
   }

@@ -205,12 +205,16 @@ absl::Status CompareChangedValues(const OpenedSide& a, const OpenedSide& b,
                                   StepDiff& diff, OperationProgress* progress) {
   OperationProgress ignored;
   OperationProgress& counted = progress != nullptr ? *progress : ignored;
-  int64_t total = 0;
-  for (const ArrayDiff& array : diff.changed) {
-    if (array.retyped || array.changed_bytes == 0) continue;
+  const auto elements_of = [](const ArrayDiff& array) {
     int64_t elements = 1;
     for (int64_t n : array.shape_b) elements *= n;
-    total += 2 * elements * ItemSize(array.dtype_b);
+    return elements;
+  };
+  int64_t total = 0;
+  for (const ArrayDiff& array : diff.changed) {
+    if (!array.retyped) {
+      total += 2 * elements_of(array) * ItemSize(array.dtype_b);
+    }
   }
   counted.total.store(total);
   for (ArrayDiff& array : diff.changed) {
@@ -218,8 +222,7 @@ absl::Status CompareChangedValues(const OpenedSide& a, const OpenedSide& b,
       array.values_note = "dtype or shape differs";
       continue;
     }
-    int64_t elements = 1;
-    for (int64_t n : array.shape_b) elements *= n;
+    const int64_t elements = elements_of(array);
     const int64_t bytes = elements * ItemSize(array.dtype_b);
     if (bytes == 0) continue;
     counted.current.Set(array.name);

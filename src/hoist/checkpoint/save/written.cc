@@ -194,9 +194,10 @@ void AppendSection(std::string& out, std::string_view section) {
 absl::StatusOr<std::string_view> TakeSection(std::string_view& in,
                                              const char* what) {
   uint32_t length = 0;
-  if (in.size() < sizeof length ||
-      in.size() - sizeof length <
-          (std::memcpy(&length, in.data(), sizeof length), length)) {
+  if (in.size() >= sizeof length) {
+    std::memcpy(&length, in.data(), sizeof length);
+  }
+  if (in.size() < sizeof length || in.size() - sizeof length < length) {
     return absl::InternalError(
         absl::StrFormat("malformed %s from a peer", what));
   }
