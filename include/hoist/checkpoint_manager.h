@@ -57,6 +57,28 @@ struct LocalTierOptions {
   int writer_streams = 0;
 };
 
+// Preemption (docs/robustness.md): a signal announces it, the ranks agree
+// on a step (CheckpointManager::ReachedPreemption), and the save of that
+// step goes where it commits fastest, within a deadline.
+struct PreemptionOptions {
+  // Signals that announce a preemption (SIGTERM, as Slurm and Kubernetes
+  // send it before they kill a job). Their handler only counts the signal
+  // and calls the handler the job installed before the manager opened;
+  // it no longer ends the process, so the training loop must ask
+  // ReachedPreemption and exit after the save. Empty (default): no
+  // preemption handling.
+  std::vector<int> signals;
+  // The preemption save fails unless it commits within this, counted from
+  // when this rank learned of the preemption (default 30 s: Slurm's
+  // KillWait and torchrun's grace before SIGKILL are 30 s); also how long
+  // ranks wait for each other to agree on the step.
+  absl::Duration deadline = absl::Seconds(30);
+  // How often each rank looks for the signal and at the other ranks'
+  // notices (default 1 s: one read of the coordinator's notice board,
+  // e.g. one request to torch's TCPStore, per rank per second).
+  absl::Duration poll = absl::Seconds(1);
+};
+
 struct CheckpointManagerOptions {
   // Pinned staging pool, allocated once (default 1 GiB). Saves larger
   // than this stage in waves; no slice may exceed it.
@@ -185,6 +207,8 @@ struct CheckpointManagerOptions {
   // metrics file has them by then): on the saver's thread for a save, the
   // caller's for a restore. Keep it short. Default none.
   std::function<void(const PhaseReport&)> on_phases;
+  // Saves before a preemption (see PreemptionOptions).
+  PreemptionOptions preemption;
 };
 
 // The host memory budget in bytes that CheckpointManager::Open resolves
@@ -419,6 +443,27 @@ class CheckpointManager {
                                   std::string metadata_json = "{}",
                                   ReturnWhen return_when = ReturnWhen::kStaged,
                                   const SaveOptions& options = {});
+
+  // Whether the job is to save `step` and stop because it is being
+  // preempted: true on every rank at the same step, the first that every
+  // rank reaches after any rank received one of PreemptionOptions::signals
+  // (or NotePreemption), and at every later step; always false without
+  // preemption signals. Call it with each step of the training loop, steps
+  // never decreasing. Before any notice it takes a mutex and nothing else
+  // (the ranks agree on a background thread); after one, a new step waits
+  // until every rank has said its last step. Then Save(step, ...) of that
+  // step is the preemption save: to the local tier when there is one,
+  // else to the durable root, without retention, failing on every rank
+  // with kDeadlineExceeded when it cannot commit within
+  // PreemptionOptions::deadline (no partial step is ever visible).
+  // Errors: kInvalidArgument for a negative step; kDeadlineExceeded naming
+  // how many ranks said theirs when the others did not within the
+  // deadline; the coordinator's notice board's.
+  absl::StatusOr<bool> ReachedPreemption(int64_t step);
+  // This rank learned of a preemption by other means (a scheduler's API, a
+  // cloud's metadata server): as if it had received a signal. Any thread.
+  // kFailedPrecondition without PreemptionOptions::signals.
+  absl::Status NotePreemption();
 
   // Waits until every accepted save has committed or failed; returns the
   // first background error not yet reported.

@@ -5,13 +5,16 @@
 //
 // Every rank must call the same operations in the same order with the same
 // names. Implementations are thread-compatible: one call at a time. The
-// bulk Exchange is for replication; the others carry small messages.
+// bulk Exchange is for replication; the others carry small messages. The
+// notice board (Post, ReadBoard) is the exception: no collective, any rank
+// at any time, from another thread than the collectives'.
 #ifndef HOIST_COORDINATOR_H_
 #define HOIST_COORDINATOR_H_
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -72,6 +75,32 @@ class Coordinator {
         "exchange '" + std::string(name) +
         "': this coordinator cannot move bulk data");
   }
+
+  // What a notice board holds (ReadBoard).
+  struct BoardView {
+    int posted = 0;  // ranks that have posted
+    // Every rank's value, by rank, once every rank has posted (else empty).
+    std::vector<std::string> values;
+  };
+
+  // The notice board: small values that ranks post outside the collective
+  // order, for a notice any rank may raise at any time (a preemption).
+  // Thread-safe against the collectives: a background thread polls the
+  // board while the saver's collectives run. Each rank posts once per
+  // board; a second post to the same board is kAlreadyExists. Post returns
+  // without waiting for any other rank. ReadBoard never waits for one
+  // either: it returns what has arrived (one request to the job's store, or
+  // a local check). Default: kUnimplemented (a coordinator without a board
+  // cannot agree on a preemption).
+  virtual absl::Status Post(std::string_view board, std::string value) {
+    (void)value;
+    return absl::UnimplementedError("notice board '" + std::string(board) +
+                                    "': this coordinator has none");
+  }
+  virtual absl::StatusOr<BoardView> ReadBoard(std::string_view board) {
+    return absl::UnimplementedError("notice board '" + std::string(board) +
+                                    "': this coordinator has none");
+  }
 };
 
 // Rank 0 of 1: every operation returns at once.
@@ -91,7 +120,8 @@ struct MpiCoordinatorOptions {
 
 // A Coordinator over MPI. Initializes MPI (MPI_THREAD_MULTIPLE asked, at
 // least MPI_THREAD_SERIALIZED needed) unless the job already has, and then
-// finalizes it at exit. Every operation is a gather at rank 0 and its answer,
+// finalizes it at exit. Its notice board is messages on a communicator of
+// its own, and needs MPI_THREAD_MULTIPLE (else kFailedPrecondition). Every operation is a gather at rank 0 and its answer,
 // point to point with per-operation tags, polled against the timeout, so a
 // hung rank is named instead of hanging the job; rank 0 also checks that
 // every rank called the operation of the same name. kUnimplemented when

@@ -36,7 +36,8 @@ CheckpointManager::Impl::Impl(std::unique_ptr<CheckpointRoot> root,
                               std::unique_ptr<LocalTier> local,
                               std::unique_ptr<StagingPool> pool,
                               bool pool_pinned, int64_t host_memory_budget,
-                              std::unique_ptr<MetricsLog> metrics)
+                              std::unique_ptr<MetricsLog> metrics,
+                              std::unique_ptr<PreemptionWatch> preemption)
     : owned_storage_(std::move(owned)),
       root_(std::move(root)),
       storage_(root_->storage()),
@@ -53,7 +54,8 @@ CheckpointManager::Impl::Impl(std::unique_ptr<CheckpointRoot> root,
                coordinator_.rank(), engine_, backend_, options_.frozen),
       metrics_(std::move(metrics)),
       stall_watch_(options_.stall_warn, coordinator_.rank(),
-                   options_.on_warning) {
+                   options_.on_warning),
+      preemption_(std::move(preemption)) {
   {
     absl::StatusOr<std::vector<int64_t>> steps = root_->List();
     MutexLock lock(&mu_);
@@ -169,6 +171,14 @@ absl::StatusOr<SaveHandle> CheckpointManager::Save(
   return impl_->Save(step, registered, std::move(metadata_json), return_when,
                      options);
 }
+absl::StatusOr<bool> CheckpointManager::ReachedPreemption(int64_t step) {
+  return impl_->ReachedPreemption(step);
+}
+
+absl::Status CheckpointManager::NotePreemption() {
+  return impl_->NotePreemption();
+}
+
 absl::Status CheckpointManager::WaitUntilFinished() {
   return impl_->WaitUntilFinished();
 }

@@ -23,6 +23,7 @@
 #include "hoist/base/status_macros.h"
 #include "hoist/base/thread_priority.h"
 #include "hoist/checkpoint/metrics_log.h"
+#include "hoist/checkpoint/preemption.h"
 #include "hoist/checkpoint/restore/restore.h"
 #include "hoist/checkpoint/restore/shared_restore.h"
 #include "hoist/checkpoint/save/host_memory.h"
@@ -66,6 +67,10 @@ class CheckpointManager::Impl {
     // `dispatched` is already set.
     std::unique_ptr<BegunSave> begun;
     bool dispatch_reported = false;
+    // The preemption save (CheckpointManager::ReachedPreemption): no
+    // retention, and it fails unless it can commit by `deadline`.
+    bool preemption = false;
+    absl::Time deadline = absl::InfiniteFuture();
     // Set by Save() once it has returned, and whether it returned an error.
     Notification save_returned;
     bool error_returned = false;
@@ -78,7 +83,8 @@ class CheckpointManager::Impl {
        std::vector<std::unique_ptr<Storage>> owned, Topology topology,
        Topology part_topology, std::unique_ptr<LocalTier> local,
        std::unique_ptr<StagingPool> pool, bool pool_pinned,
-       int64_t host_memory_budget, std::unique_ptr<MetricsLog> metrics);
+       int64_t host_memory_budget, std::unique_ptr<MetricsLog> metrics,
+       std::unique_ptr<PreemptionWatch> preemption);
 
   // Lowers the calling background thread's priority as the options say
   // (advice: a system that refuses leaves it as it was).
@@ -109,6 +115,12 @@ class CheckpointManager::Impl {
       int64_t step, std::string metadata_json, ReturnWhen return_when,
       const SaveOptions& save_options,
       absl::FunctionRef<absl::Status(Job&)> plan);
+
+  absl::StatusOr<bool> ReachedPreemption(int64_t step) {
+    if (preemption_ == nullptr) return false;
+    return preemption_->Reached(step);
+  }
+  absl::Status NotePreemption();
 
   absl::Status WaitUntilFinished() {
     AwaitIdle();
@@ -210,6 +222,10 @@ class CheckpointManager::Impl {
   // the save goes on (its copies are already in flight).
   CopyFences FenceCopies();
 
+  // The tier of `step`'s save, and for the preemption save (the first at
+  // or past the agreed step) its deadline; nullopt: the step is skipped.
+  std::optional<Tier> ChooseTier(int64_t step, Job& job);
+
   // Unique in the process (an address may be reused by a later manager):
   // a registration is saved only by the manager that made it.
   const uint64_t id_ = [] {
@@ -244,6 +260,9 @@ class CheckpointManager::Impl {
   // and the watch over the save the saver runs.
   const std::unique_ptr<MetricsLog> metrics_;
   StallWatch stall_watch_;
+  // Agrees on the preemption step (null without preemption signals).
+  const std::unique_ptr<PreemptionWatch> preemption_;
+  bool preemption_saved_ = false;  // by Save() (one thread at a time)
 
   mutable Mutex mu_;
   std::deque<std::shared_ptr<Job>> queue_ ABSL_GUARDED_BY(mu_);

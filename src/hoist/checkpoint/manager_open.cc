@@ -2,6 +2,8 @@
 // chosen, the root locked by rank 0 and seen by every rank, the job's
 // topology, the local tier, the pool (pinned now unless a restore may come
 // first) and the host memory budget.
+#include <atomic>
+
 #include "hoist/checkpoint/manager_impl.h"
 
 namespace hoist {
@@ -38,6 +40,13 @@ absl::Status ValidateOptions(const CheckpointManagerOptions& options,
         "checkpoint manager options: when_busy skip needs every rank to skip "
         "the same saves, which %d processes cannot yet agree on; use wait",
         coordinator.size()));
+  }
+  if (!options.preemption.signals.empty() &&
+      (options.preemption.deadline <= absl::ZeroDuration() ||
+       options.preemption.poll <= absl::ZeroDuration())) {
+    return absl::InvalidArgumentError(
+        "checkpoint manager options: preemption deadline and poll must be "
+        "positive");
   }
   return absl::OkStatus();
 }
@@ -167,13 +176,28 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(
   ASSIGN_OR_RETURN(const int64_t host_memory_budget,
                    HostMemoryBudgetBytes(options.host_memory_budget,
                                          options.pool_bytes, coordinator));
+  std::unique_ptr<PreemptionWatch> preemption;
+  if (!options.preemption.signals.empty()) {
+    // Every rank opens its managers in the same order, so the n-th
+    // manager's board has the same name on every rank.
+    static std::atomic<int> boards{0};
+    ASSIGN_OR_RETURN(
+        preemption,
+        PreemptionWatch::Start(
+            coordinator,
+            {.signals = options.preemption.signals,
+             .poll = options.preemption.poll,
+             .agree_timeout = options.preemption.deadline,
+             .board = absl::StrCat("preemption ", boards.fetch_add(1))},
+            options.on_warning));
+  }
   CheckpointManagerOptions resolved = ResolveWriterStreams(options, storages);
   return std::unique_ptr<CheckpointManager>(
       new CheckpointManager(std::make_unique<Impl>(
           std::move(opened_root), backend, coordinator, std::move(resolved),
           std::move(storages.owned), std::move(topology),
           std::move(part_topology), std::move(local), std::move(pool), pin_now,
-          host_memory_budget, std::move(metrics))));
+          host_memory_budget, std::move(metrics), std::move(preemption))));
 }
 
 }  // namespace hoist

@@ -58,23 +58,18 @@ absl::StatusOr<SaveHandle> CheckpointManager::Impl::SaveWith(
   // Refused here, before the step is accepted: the saver thread must never
   // meet metadata a manifest cannot carry.
   RETURN_IF_ERROR(ValidateMetadataJson(metadata_json));
-  // Which tier: a deterministic function of the step, so every rank of a
-  // job makes the same choice.
-  Tier tier = Tier::kDurable;
-  if (step % options_.persist_every != 0) {
-    if (local_ == nullptr || step % options_.local.every != 0) {
-      return SkippedHandle(step);
-    }
-    tier = Tier::kLocal;
-  }
-  if (options_.when_busy == CheckpointManagerOptions::WhenBusy::kSkip) {
+  auto job = std::make_shared<Job>();
+  const std::optional<Tier> chosen = ChooseTier(step, *job);
+  if (!chosen.has_value()) return SkippedHandle(step);
+  const Tier tier = *chosen;
+  if (options_.when_busy == CheckpointManagerOptions::WhenBusy::kSkip &&
+      !job->preemption) {
     MutexLock lock(&mu_);
     if (!HasRoom()) {
       ++skipped_saves_;
       return SkippedHandle(step);
     }
   }
-  auto job = std::make_shared<Job>();
   job->accepted = accepted;
   job->step = step;
   job->tier = tier;
@@ -150,6 +145,37 @@ absl::StatusOr<SaveHandle> CheckpointManager::Impl::SaveWith(
   job->save_returned.Notify();
   if (!status.ok()) return status;
   return handle;
+}
+
+std::optional<Tier> CheckpointManager::Impl::ChooseTier(int64_t step,
+                                                        Job& job) {
+  // The preemption save goes where it commits fastest. Every rank agreed
+  // on the step, and each sees its own save of it first.
+  const std::optional<int64_t> preempt =
+      preemption_ != nullptr ? preemption_->agreed_step() : std::nullopt;
+  if (preempt.has_value() && step >= *preempt && !preemption_saved_) {
+    preemption_saved_ = true;
+    job.preemption = true;
+    job.deadline = preemption_->noticed_at() + options_.preemption.deadline;
+    return local_ != nullptr ? Tier::kLocal : Tier::kDurable;
+  }
+  // Else a deterministic function of the step, so every rank of a job
+  // makes the same choice.
+  if (step % options_.persist_every == 0) return Tier::kDurable;
+  if (local_ != nullptr && step % options_.local.every == 0) {
+    return Tier::kLocal;
+  }
+  return std::nullopt;
+}
+
+absl::Status CheckpointManager::Impl::NotePreemption() {
+  if (preemption_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "NotePreemption: the manager was opened without preemption signals "
+        "(CheckpointManagerOptions::preemption)");
+  }
+  preemption_->Notice();
+  return absl::OkStatus();
 }
 
 void CheckpointManager::Impl::DispatchHere(Job& job) {
@@ -242,7 +268,10 @@ void CheckpointManager::Impl::SaverLoop() {
     }
     stall_watch_.Watch(job->step, job->progress);
     absl::StatusOr<SaveInfo> info = Run(*job);
-    if (info.ok() && job->tier == Tier::kDurable) Retain(*job, *info);
+    // A preemption save leaves retention to the next run's saves.
+    if (info.ok() && job->tier == Tier::kDurable && !job->preemption) {
+      Retain(*job, *info);
+    }
     stall_watch_.Unwatch();
     if (info.ok()) ReportSave(*job, *info);
     // An error Save() already returned is not reported twice.
@@ -307,6 +336,7 @@ absl::StatusOr<SaveInfo> CheckpointManager::Impl::Run(Job& job) {
   }
   request.tracer = options_.tracer;
   request.progress = job.progress.get();
+  request.deadline = job.deadline;
   // The copies began in Save() (DispatchHere), or begin now.
   const absl::Time run_began = absl::Now();
   if (job.staging_began == absl::InfinitePast()) {

@@ -35,6 +35,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "hoist/base/status_macros.h"
+#include "hoist/coord/mpi_board.h"
+#include "hoist/coord/mpi_status.h"
 #include "hoist/coordinator.h"
 #include "hoist/mutex.h"
 
@@ -54,19 +56,6 @@ const char* KindName(Kind kind) {
   }
   return "?";
 }
-
-absl::Status MpiStatus(int code, const char* call) {
-  if (code == MPI_SUCCESS) return absl::OkStatus();
-  char text[MPI_MAX_ERROR_STRING];
-  int length = 0;
-  MPI_Error_string(code, text, &length);
-  return absl::InternalError(
-      absl::StrFormat("%s: %s", call, std::string(text, length)));
-}
-
-// Returns from the calling function with the named error unless `call`
-// returned MPI_SUCCESS (the communicator's handler is MPI_ERRORS_RETURN).
-#define HOIST_MPI(call) RETURN_IF_ERROR(MpiStatus((call), #call))
 
 void AppendU32(std::string& out, uint32_t v) {
   out.append(reinterpret_cast<const char*>(&v), sizeof v);
@@ -165,10 +154,18 @@ class MpiCoordinator final : public Coordinator {
     int found = 0;
     HOIST_MPI(MPI_Comm_get_attr(comm, MPI_TAG_UB, &tag_ub, &found));
     coordinator->max_tag_ = found && tag_ub != nullptr ? *tag_ub : 32767;
+    // Below MPI_THREAD_MULTIPLE there is no board, and Post says why.
+    absl::StatusOr<std::unique_ptr<MpiBoard>> board = MpiBoard::Create(comm);
+    if (board.ok()) {
+      coordinator->board_ = *std::move(board);
+    } else {
+      coordinator->no_board_ = board.status();
+    }
     return std::unique_ptr<Coordinator>(std::move(coordinator));
   }
 
   ~MpiCoordinator() override {
+    board_.reset();
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized) MPI_Comm_free(&comm_);
@@ -208,6 +205,15 @@ class MpiCoordinator final : public Coordinator {
     ASSIGN_OR_RETURN(std::vector<std::string> out,
                      Run(Kind::kBroadcast, name, std::move(bytes), root));
     return std::move(out[0]);
+  }
+
+  absl::Status Post(std::string_view board, std::string value) override {
+    if (board_ == nullptr) return no_board_;
+    return board_->Post(board, std::move(value));
+  }
+  absl::StatusOr<BoardView> ReadBoard(std::string_view board) override {
+    if (board_ == nullptr) return no_board_;
+    return board_->Read(board);
   }
 
  private:
@@ -587,6 +593,8 @@ class MpiCoordinator final : public Coordinator {
   int max_tag_ = 32767;
   uint64_t sequence_ ABSL_GUARDED_BY(mu_) = 0;
   std::list<std::string> pending_;  // send buffers MPI may still read
+  std::unique_ptr<MpiBoard> board_;  // null: no_board_ says why
+  absl::Status no_board_;
 };
 
 }  // namespace

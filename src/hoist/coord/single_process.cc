@@ -1,9 +1,11 @@
 #include <cstdlib>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "hoist/coord/launch.h"
 #include "hoist/coordinator.h"
+#include "hoist/mutex.h"
 
 namespace hoist {
 namespace {
@@ -44,6 +46,24 @@ class SingleProcessCoordinator final : public Coordinator {
     }
     return absl::OkStatus();
   }
+  absl::Status Post(std::string_view board, std::string value) override {
+    MutexLock lock(&mu_);
+    if (!boards_.try_emplace(std::string(board), std::move(value)).second) {
+      return absl::AlreadyExistsError(absl::StrFormat(
+          "notice board '%s': rank 0 has already posted", board));
+    }
+    return absl::OkStatus();
+  }
+  absl::StatusOr<BoardView> ReadBoard(std::string_view board) override {
+    MutexLock lock(&mu_);
+    auto it = boards_.find(std::string(board));
+    if (it == boards_.end()) return BoardView{};
+    return BoardView{1, {it->second}};
+  }
+
+ private:
+  Mutex mu_;
+  absl::flat_hash_map<std::string, std::string> boards_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

@@ -378,6 +378,20 @@ absl::StatusOr<Persisted> StageAndPersist(
   return out;
 }
 
+// kDeadlineExceeded when the save is past its deadline (a preemption
+// save's) at `moment`, on rank `rank`.
+absl::Status WithinDeadline(const SaveRequest& request, int rank,
+                            const char* moment) {
+  const absl::Time now = absl::Now();
+  if (now <= request.deadline) return absl::OkStatus();
+  return absl::DeadlineExceededError(absl::StrFormat(
+      "step %d: the preemption save missed its deadline on rank %d: %s %s "
+      "after it (not committed; the steps before it are as they were)",
+      request.step, rank, moment,
+      absl::FormatDuration(absl::Trunc(now - request.deadline,
+                                       absl::Milliseconds(1)))));
+}
+
 // This process's phases of a save, each ending where the next begins
 // (SaveResult::phases); each phase begun is named in the save's progress.
 class PhaseClock {
@@ -448,6 +462,9 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
   if (request.tracer != nullptr) {
     request.tracer->Span("commit", "stage + persist", start, phase);
   }
+  if (persisted.local.ok()) {
+    persisted.local = WithinDeadline(request, rank, "its writes ended");
+  }
   RETURN_IF_ERROR(AgreeOnOutcome(coordinator, request, persisted.local));
   ASSIGN_OR_RETURN(
       Gathered gathered,
@@ -474,7 +491,10 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
   int64_t manifest_bytes = 0;
   if (coordinator.rank() == 0) {
     traced("barrier + hash all-gather");
-    committed = Commit(storage, request, tmp, built, traced, manifest_bytes);
+    committed = WithinDeadline(request, 0, "it was to commit");
+    if (committed.ok()) {
+      committed = Commit(storage, request, tmp, built, traced, manifest_bytes);
+    }
   }
   ASSIGN_OR_RETURN(
       std::string outcome,

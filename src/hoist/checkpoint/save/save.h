@@ -84,6 +84,10 @@ struct SaveRequest {
   // last save given it, and the copies prepared from them
   // (TransferEngine::Begin). Optional.
   std::shared_ptr<StableSources> stable;
+  // The save fails unless it can commit by then (a preemption save's
+  // deadline): a rank past it when its writes end fails the step on every
+  // rank (kDeadlineExceeded), and rank 0 does not commit past it.
+  absl::Time deadline = absl::InfiniteFuture();
 };
 
 struct SaveResult {
