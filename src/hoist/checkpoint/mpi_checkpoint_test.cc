@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -26,6 +27,7 @@
 #include <sstream>
 
 #include "absl/algorithm/container.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
@@ -365,6 +367,47 @@ TEST_F(Restore, DataParallelReplicasReadEachByteOnce) {
 }
 
 // The local tier: a durable root and per-rank local roots under `name`.
+// A preemption: SIGUSR1 raised on the last rank only, in the middle of a
+// training loop whose steps are in lockstep (a barrier per step, on the
+// main thread, while each rank's preemption watch reads the notice board
+// beside it). Every rank must stop at the same step and save it.
+using Preempt = Job;
+
+TEST_F(Preempt, OneRankSignalledEveryRankSavesTheSameStep) {
+  CheckpointManagerOptions options;
+  options.pool_bytes = 4 << 20;
+  options.preemption.signals = {SIGUSR1};
+  options.preemption.poll = absl::Milliseconds(20);
+  const std::string root = Root() + "_preempt";
+  absl::StatusOr<std::unique_ptr<CheckpointManager>> manager =
+      CheckpointManager::Open(root, *backend_, *coordinator_, options);
+  ASSERT_TRUE(manager.ok()) << manager.status();
+  const std::vector<ArraySpec> model = Model(MeshOf(2, 4));
+  const int last = coordinator_->size() - 1;
+  int64_t stopped = -1;
+  for (int64_t step = 0; step < 1000000 && stopped < 0; ++step) {
+    if (coordinator_->rank() == last && step == 5) {
+      ASSERT_EQ(raise(SIGUSR1), 0);
+    }
+    absl::StatusOr<bool> reached = (*manager)->ReachedPreemption(step);
+    ASSERT_TRUE(reached.ok()) << reached.status();
+    ASSERT_TRUE(coordinator_->Barrier(absl::StrCat("train ", step)).ok());
+    if (*reached) stopped = step;
+  }
+  ASSERT_GE(stopped, 5);
+  testing::DeviceShards shards =
+      testing::FillShards(model, backend_->devices(), stopped);
+  absl::StatusOr<SaveHandle> handle =
+      (*manager)->Save(stopped, testing::SaveArraysOf(model, shards));
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  absl::StatusOr<SaveInfo> info = handle->WaitCommitted();
+  ASSERT_TRUE(info.ok()) << info.status();
+  const std::vector<std::string> steps =
+      *coordinator_->AllGather("stopped", absl::StrCat(stopped));
+  for (const std::string& step : steps) EXPECT_EQ(step, steps[0]);
+  EXPECT_THAT(*(*manager)->List(), ElementsAre(stopped));
+}
+
 class Tiers : public Job {
  protected:
   std::string Durable(const std::string& name) {

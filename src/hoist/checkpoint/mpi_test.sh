@@ -17,6 +17,7 @@ run() {
     "$binary" --gtest_filter="$filter" --gtest_brief=1
 }
 run 4 'Save.*'
+run 4 'Preempt.*'
 run 2 'Restore.*'
 run 1 'Restore.*'
 run 4 'Tiers.*'
