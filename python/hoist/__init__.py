@@ -313,6 +313,24 @@ class CheckpointManager:
     stall_warn_s:  a save that moves no bytes for this long logs a warning
                    on the "hoist" logger naming its phase, the rank and the
                    file or object (default 60; 0: never); it goes on.
+    preemption_signals:
+                   signals that announce a preemption, e.g.
+                   (signal.SIGTERM,) as Slurm and Kubernetes send it
+                   (default: none). Their handler only notes the signal and
+                   calls any handler installed before the manager opened
+                   (install yours first); the signal no longer ends the
+                   process: ask reached_preemption(step) every step, save
+                   that step, and exit (docs/robustness.md).
+    preemption_deadline_s:
+                   the preemption save fails on every rank unless it
+                   commits within this many seconds of the rank learning
+                   of the preemption (default 30; no partial step is ever
+                   visible); also how long ranks wait for each other to
+                   agree on the step.
+    preemption_poll_s:
+                   how often each rank looks for the signal and at the
+                   other ranks' notices (default 1 s: one request to the
+                   job's store per rank per second).
     """
 
     def __init__(self, path, *, keep=None, keep_every=None,
@@ -330,7 +348,9 @@ class CheckpointManager:
                  local_keep_last=_DEFAULTS.local_keep_last,
                  shared_reads=_DEFAULTS.shared_reads,
                  host_memory_budget="auto", metrics_path=None,
-                 stall_warn_s=_DEFAULTS.stall_warn_s):
+                 stall_warn_s=_DEFAULTS.stall_warn_s, preemption_signals=(),
+                 preemption_deadline_s=_DEFAULTS.preemption_deadline_s,
+                 preemption_poll_s=_DEFAULTS.preemption_poll_s):
         if keep is not None and keep < 1:
             raise ValueError("keep must be >= 1 (or None to keep every step)")
         # A coordinator hoist makes is hoist's to close; a caller's is not.
@@ -358,6 +378,9 @@ class CheckpointManager:
             shared_reads=_shared_reads(shared_reads),
             metrics_path=os.fspath(metrics_path or ""),
             stall_warn_s=float(stall_warn_s),
+            preemption_signals=[int(s) for s in preemption_signals],
+            preemption_deadline_s=float(preemption_deadline_s),
+            preemption_poll_s=float(preemption_poll_s),
             storage_options=_storage_options(storage_options),
             frozen=_frozen(frozen))
         try:
@@ -646,6 +669,27 @@ class CheckpointManager:
         return list(_progress.run(
             progress, "verify",
             lambda counter: _call(self._manager.verify, step, counter)))
+
+    def reached_preemption(self, step):
+        """Whether to save `step` and stop because the job is being
+        preempted: True on every rank at the same step, the first that
+        every rank reaches after any rank got one of preemption_signals
+        (or note_preemption()), and at every later one; always False
+        without preemption_signals. Call it every step, steps never
+        decreasing; until a notice it costs a lock, no collective (the
+        ranks agree on a background thread). Then save(step, state) is the
+        preemption save: to the local tier when there is one, else to the
+        durable root, without pruning old steps, and its wait() raises
+        TimeoutError on every rank if it cannot commit within
+        preemption_deadline_s. TimeoutError here too when the other ranks
+        did not say their step within that time."""
+        return _call(self._manager.reached_preemption, step_number(step))
+
+    def note_preemption(self):
+        """This rank learned of a preemption by other means (a scheduler's
+        API, a cloud's metadata server): as if it had got the signal.
+        ValueError without preemption_signals."""
+        _call(self._manager.note_preemption)
 
     def _take_phase_reports(self):
         """The phases of every save and restore since the last call (the

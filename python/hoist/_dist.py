@@ -17,7 +17,12 @@ and broadcast(name, data: bytes, root) -> bytes; a local tier also needs
 exchange(name, data, to, from_, receive), bulk point to point: this rank
 sends `data` (a uint8 NumPy array) to rank `to` while rank `from_` sends it
 its own, handed to receive(piece) in order, piece by bounded piece (1-D
-uint8 NumPy arrays); every rank calls it at once, as a shift. Every rank makes the same
+uint8 NumPy arrays); every rank calls it at once, as a shift. A preemption
+(preemption_signals) needs the notice board: post(board, data: bytes) and
+read_board(board) -> (ranks that posted, [bytes by rank] once every rank
+has, else None), neither of which waits for another rank; the manager's
+preemption watch calls them from a thread of its own, beside the
+collectives, about once a second. Every rank makes the same
 calls in the same order; the manager calls them from its saver thread (one
 at a time), so they must not use a group or channel the training loop uses
 at the same time. An operation that a rank does not reach within the
@@ -130,6 +135,7 @@ class TorchCoordinator:
         self._dist = dist
         self._timeout = datetime.timedelta(seconds=timeout_s)
         self._group = dist.new_group(backend="gloo", timeout=self._timeout)
+        self._store = None  # the board's, made when first used
         self.rank = dist.get_rank(self._group)
         self.size = dist.get_world_size(self._group)
 
@@ -238,6 +244,32 @@ class TorchCoordinator:
                                    f"answer: {text}") from None
             raise RuntimeError(f"exchange '{name}' with rank {peer}: "
                                f"{text}") from None
+
+    def _board_store(self):
+        """torch.distributed's own key-value store (the TCPStore torchrun
+        made), under a prefix of hoist's; a restart of the job by torchrun
+        keeps the store, so the prefix names the restart."""
+        if self._store is None:
+            from torch.distributed import distributed_c10d
+            import os
+            restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+            self._store = self._dist.PrefixStore(
+                f"hoist/board/{restart}/",
+                distributed_c10d._get_default_store())
+        return self._store
+
+    def post(self, board, data):
+        store = self._board_store()
+        store.set(f"{board}/{self.rank}", data)
+        store.add(f"{board}/posted", 1)
+
+    def read_board(self, board):
+        store = self._board_store()
+        posted = int(store.add(f"{board}/posted", 0))
+        if posted < self.size:
+            return posted, None
+        return posted, [bytes(v) for v in store.multi_get(
+            [f"{board}/{r}" for r in range(self.size)])]
 
     def close(self):
         """Releases the group (local: no other rank takes part)."""
@@ -367,6 +399,18 @@ class JaxCoordinator:
                                    f"({text})") from None
             raise RuntimeError(f"exchange '{name}': waiting for rank "
                                f"{rank}: {text}") from None
+
+    def post(self, board, data):
+        self._client.key_value_set_bytes(
+            f"hoist/board/{board}/{self.rank}", data)
+
+    def read_board(self, board):
+        got = self._client.key_value_dir_get_bytes(f"hoist/board/{board}/")
+        if len(got) < self.size:
+            return len(got), None
+        by_rank = {int(key.rsplit("/", 1)[1]): bytes(value)
+                   for key, value in got}
+        return len(got), [by_rank[r] for r in range(self.size)]
 
     def close(self):
         pass

@@ -631,6 +631,16 @@ class PyManager {
     nb::gil_scoped_release release;
     Check(manager_->WaitUntilFinished());
   }
+  // Waits for the other ranks without the GIL once a preemption is known.
+  bool ReachedPreemption(int64_t step) {
+    Live();
+    nb::gil_scoped_release release;
+    return Check(manager_->ReachedPreemption(step));
+  }
+  void NotePreemption() {
+    Live();
+    Check(manager_->NotePreemption());
+  }
   // Waits for every save, then releases the root.
   void Close() {
     if (manager_ == nullptr) return;
@@ -812,6 +822,20 @@ void BindManagerOptions(nb::module_& m) {
           [](const O& o) { return absl::ToDoubleSeconds(o.stall_warn); },
           [](O& o, double s) { o.stall_warn = absl::Seconds(s); })
       .def_prop_rw(
+          "preemption_signals",
+          [](const O& o) { return o.preemption.signals; },
+          [](O& o, std::vector<int> signals) {
+            o.preemption.signals = std::move(signals);
+          })
+      .def_prop_rw(
+          "preemption_deadline_s",
+          [](const O& o) { return absl::ToDoubleSeconds(o.preemption.deadline); },
+          [](O& o, double s) { o.preemption.deadline = absl::Seconds(s); })
+      .def_prop_rw(
+          "preemption_poll_s",
+          [](const O& o) { return absl::ToDoubleSeconds(o.preemption.poll); },
+          [](O& o, double s) { o.preemption.poll = absl::Seconds(s); })
+      .def_prop_rw(
           "writers", [](const O& o) { return o.plan.writer_streams; },
           [](O& o, int n) { o.plan.writer_streams = n; })
       .def_prop_rw(
@@ -930,6 +954,9 @@ NB_MODULE(_hoist, m) {
       .def_prop_ro("dropped_phase_reports", &PyManager::DroppedPhaseReports)
       .def("delete", &PyManager::Delete)
       .def("wait_until_finished", &PyManager::WaitUntilFinished)
+      .def("reached_preemption", &PyManager::ReachedPreemption,
+           nb::arg("step"))
+      .def("note_preemption", &PyManager::NotePreemption)
       .def("close", &PyManager::Close)
       .def_prop_ro("root", &PyManager::Root);
 

@@ -23,8 +23,13 @@ namespace {
 //   barrier(name) -> None
 //   all_gather(name, data: bytes) -> list of bytes, by rank
 //   broadcast(name, data: bytes, root: int) -> bytes
+// and, for a preemption's agreement, the notice board:
+//   post(board, data: bytes) -> None
+//   read_board(board) -> (ranks posted: int, [bytes by rank] once all have,
+//                         else None)
 // The manager calls it from its saver thread as well as the caller's, one
-// call at a time; each call takes the GIL for its duration (the object's
+// call at a time (the board from its preemption watch's thread, at any
+// time); each call takes the GIL for its duration (the object's
 // collectives release it while they wait). A Python exception becomes the
 // call's error: TimeoutError kDeadlineExceeded, anything else kAborted (the
 // job lost a rank: retry the checkpoint), with the exception's text, which
@@ -71,6 +76,47 @@ class PyCoordinator final : public Coordinator {
     if (!status.ok()) return status;
     return out;
   }
+  absl::Status Post(std::string_view board, std::string value) override {
+    absl::Status missing;
+    absl::Status status = Call(board, [&] {
+      if (!nb::hasattr(object_, "post")) {
+        missing = Coordinator::Post(board, "");
+        return;
+      }
+      object_.attr("post")(Str(board), Bytes(value));
+    });
+    return missing.ok() ? status : missing;
+  }
+  absl::StatusOr<BoardView> ReadBoard(std::string_view board) override {
+    BoardView view;
+    absl::Status missing;
+    absl::Status status = Call(board, [&] {
+      if (!nb::hasattr(object_, "read_board")) {
+        missing = Coordinator::ReadBoard(board).status();
+        return;
+      }
+      nb::tuple got = nb::cast<nb::tuple>(
+          object_.attr("read_board")(Str(board)));
+      if (got.size() != 2) {
+        throw std::runtime_error("read_board must return (posted, values)");
+      }
+      view.posted = nb::cast<int>(got[0]);
+      if (!got[1].is_none()) {
+        for (nb::handle item : got[1]) {
+          view.values.push_back(FromBytes(item, board));
+        }
+        if (static_cast<int>(view.values.size()) != size_) {
+          throw std::runtime_error(absl::StrFormat(
+              "read_board returned %d values for %d ranks",
+              view.values.size(), size_));
+        }
+      }
+    });
+    if (!missing.ok()) return missing;
+    if (!status.ok()) return status;
+    return view;
+  }
+
   // exchange(name, data, to, from_, receive): `data` the bytes to send
   // (valid during the call): a read-only NumPy view, or, when they are
   // gathered from several places, a hoist._dist.Gathered whose len() and
