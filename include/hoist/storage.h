@@ -344,12 +344,18 @@ struct ObjectStoreOptions {
   std::string access_key_id;
   std::string secret_access_key;
   std::string session_token;
-  // Seconds before one request gives up (default 0: 60 s for a request,
-  // 10 s to connect), and attempts per request (default 0: 4), each retry
-  // after a growing pause; a save never hangs on a dead server.
+  // Seconds before one request gives up (default 0: 60 s for a request
+  // that moves no byte for that long, a stalled one; 10 s to connect), and
+  // attempts per request (default 0: 4), each retry after a growing pause
+  // with jitter (200 ms doubling up to 5 s, times a random fraction); a
+  // save never hangs on a dead server. S3: the retries of every request
+  // of the storage draw on a budget (default 0: 100, refilled at a tenth
+  // of it a second), so a store that fails everything fails the save
+  // quickly. docs/robustness.md.
   double request_timeout_s = 0;
   double connect_timeout_s = 0;
   int max_attempts = 0;
+  int retry_budget = 0;
   // S3: a profile of the shared files (AWS_SHARED_CREDENTIALS_FILE, else
   // ~/.aws/credentials; AWS_CONFIG_FILE, else ~/.aws/config) whose keys and
   // region to use, before the environment's; default AWS_PROFILE, read by

@@ -302,7 +302,8 @@ class CheckpointManager:
                    STORAGE_EMULATOR_HOST): a dict with any of "endpoint",
                    "region", "access_key_id", "secret_access_key",
                    "session_token", "request_timeout_s",
-                   "connect_timeout_s", "max_attempts", "profile" (an AWS
+                   "connect_timeout_s", "max_attempts", "retry_budget"
+                   (docs/robustness.md), "profile" (an AWS
                    profile whose keys and region ~/.aws holds).
     metrics_path:  a file each save and restore appends its phases to, one
                    JSON line per phase of this rank ("{rank}" replaced by

@@ -34,6 +34,8 @@ ObjectStoreOptions ObjectStoreOptionsOf(
       options.connect_timeout_s = number();
     } else if (name == "max_attempts") {
       options.max_attempts = static_cast<int>(number());
+    } else if (name == "retry_budget") {
+      options.retry_budget = static_cast<int>(number());
     } else if (name == "profile") {
       options.profile = value;
     } else {
@@ -41,7 +43,7 @@ ObjectStoreOptions ObjectStoreOptionsOf(
           absl::StrFormat("storage_options: no option '%s' (endpoint, region, "
                           "access_key_id, secret_access_key, session_token, "
                           "request_timeout_s, connect_timeout_s, max_attempts, "
-                          "profile)",
+                          "retry_budget, profile)",
                           name));
     }
   }

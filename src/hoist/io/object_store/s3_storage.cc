@@ -20,6 +20,7 @@
 #include "absl/strings/strip.h"
 #include "hoist/base/status_macros.h"
 #include "hoist/io/object_store/object_storage.h"
+#include "hoist/io/object_store/retry_policy.h"
 
 namespace hoist {
 namespace {
@@ -117,6 +118,26 @@ void FinalizeS3AtExit() {
   });
 }
 
+// Arrow's S3 client asks this whether and when to retry a failed request
+// (RetryPolicy). The AWS SDK's own verdict (AWSError::ShouldRetry: 5xx,
+// throttling such as SlowDown, a reset connection, a timeout) says which
+// errors may be retried.
+class S3Retries final : public arrow::fs::S3RetryStrategy {
+ public:
+  explicit S3Retries(RetryOptions options) : policy_(options) {}
+  bool ShouldRetry(const AWSErrorDetail& error,
+                   int64_t attempted_retries) override {
+    return policy_.ShouldRetry(error.should_retry, attempted_retries);
+  }
+  int64_t CalculateDelayBeforeNextRetry(const AWSErrorDetail&,
+                                        int64_t attempted_retries) override {
+    return absl::ToInt64Milliseconds(policy_.Delay(attempted_retries));
+  }
+
+ private:
+  RetryPolicy policy_;
+};
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Storage>> MakeS3Storage(
@@ -157,8 +178,10 @@ absl::StatusOr<std::unique_ptr<Storage>> MakeS3Storage(
       options.connect_timeout_s > 0 ? options.connect_timeout_s : 10;
   s3.request_timeout =
       options.request_timeout_s > 0 ? options.request_timeout_s : 60;
-  s3.retry_strategy = arrow::fs::S3RetryStrategy::GetAwsStandardRetryStrategy(
-      options.max_attempts > 0 ? options.max_attempts : 4);
+  RetryOptions retries;
+  if (options.max_attempts > 0) retries.max_attempts = options.max_attempts;
+  if (options.retry_budget > 0) retries.budget = options.retry_budget;
+  s3.retry_strategy = std::make_shared<S3Retries>(retries);
   // Each whole part goes straight from the caller's buffer, one request at
   // a time per object: memory stays one part per object being written.
   s3.background_writes = false;
