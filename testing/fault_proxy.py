@@ -50,6 +50,9 @@ from urllib.parse import parse_qs, urlsplit
 sys.path.insert(0, str(Path(__file__).parent))
 from object_store_server import free_ports  # noqa: E402
 
+# Each stream's buffer: whole parts move in a few reads, not 64 KiB ones.
+_BUFFER = 16 << 20
+
 _SLOW_DOWN = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown'
               b'</Code><Message>Please reduce your request rate.</Message>'
               b'<RequestId>fault-proxy</RequestId></Error>')
@@ -208,7 +211,8 @@ class Proxy:
                     _reset(writer)
                     return
                 if up is None:
-                    up = await asyncio.open_connection(*self.upstream)
+                    up = await asyncio.open_connection(*self.upstream,
+                                                       limit=_BUFFER)
                 up[1].write(head + body)
                 await up[1].drain()
                 response = await _read_head(up[0])
@@ -274,7 +278,8 @@ async def _main(args) -> None:
     servers = []
     for name, p in zip(args.listen, ports):
         servers.append(await asyncio.start_server(
-            lambda r, w, name=name: proxy.serve(name, r, w), "127.0.0.1", p))
+            lambda r, w, name=name: proxy.serve(name, r, w), "127.0.0.1", p,
+            limit=_BUFFER))
         print(f"{name}=http://127.0.0.1:{p}")
     servers.append(await asyncio.start_server(
         proxy.control, "127.0.0.1", ports[-1]))
