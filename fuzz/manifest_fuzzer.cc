@@ -1,21 +1,33 @@
 // libFuzzer target: manifest decoding. Any input either fails with a status
-// or decodes to a manifest that encodes and decodes back to itself; nothing
-// crashes, hangs, or allocates more than a small multiple of the input.
+// or decodes to a manifest that encodes and decodes back to itself; the
+// streamed decoding and the whole document's agree (the same manifest, or
+// the same error); nothing crashes, hangs, or allocates more than a small
+// multiple of the input.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
 
+#include "hoist/format/manifest_decode.h"
 #include "hoist/manifest.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   absl::StatusOr<hoist::Manifest> manifest = hoist::DecodeManifest(text);
-  if (!manifest.ok()) return 0;
+  if (!manifest.ok()) {
+    // The same error the whole document's decoding gives.
+    if (hoist::DecodeManifestDocument(text).status() != manifest.status()) {
+      std::abort();
+    }
+    return 0;
+  }
   // What decodes encodes, and decodes back to itself.
   absl::StatusOr<std::string> encoded = hoist::EncodeManifest(*manifest);
   if (!encoded.ok()) std::abort();
   absl::StatusOr<hoist::Manifest> again = hoist::DecodeManifest(*encoded);
   if (!again.ok() || !(*again == *manifest)) std::abort();
+  // What the streamed decoding read, the whole document's reads alike.
+  absl::StatusOr<hoist::Manifest> whole = hoist::DecodeManifestDocument(text);
+  if (!whole.ok() || !(*whole == *manifest)) std::abort();
   return 0;
 }

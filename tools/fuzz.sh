@@ -10,12 +10,15 @@
 #                                      (default: the cores)
 #
 # Targets: manifest_fuzzer (a manifest's decoding, hoist/1 and hoist/2 with
-# references), restore_fuzzer (restore planning and reads against any
-# manifest and bytes), part_fuzzer (a local tier's part as a peer holds it:
-# PART.json and its data), safetensors_fuzzer (the import's parser). Every
-# run starts from the corpus in fuzz/corpus/<seeds>/ with the manifest
-# dictionary, inputs up to 512 KiB, and what earlier long runs kept in
-# fuzz/corpus/<target>/. The short run keeps what it finds in
+# references; its streamed and whole-document ways agree), restore_fuzzer
+# (restore planning and reads against any manifest and bytes), part_fuzzer
+# (a local tier's part as a peer holds it: PART.json and its data),
+# safetensors_fuzzer (the import's parser). Every run starts from the
+# corpus in fuzz/corpus/<seeds>/ with the manifest dictionary, and what
+# earlier long runs kept in fuzz/corpus/<target>/. Inputs up to 512 KiB in
+# the short run (the seeds with thousands of extents, against quadratic
+# costs), 64 KiB in the long one (larger inputs ran at a few executions a
+# second and starved the rest). The short run keeps what it finds in
 # build/asan/fuzz-corpus/, out of the repository; the long run merges what
 # it found into fuzz/corpus/<target>/ (minimized: only inputs that add
 # coverage), for the next run and for CI's, and prints each target's
@@ -26,9 +29,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 long=0 seconds=${HOIST_FUZZ_SECONDS:-20} runs=0 jobs=$(nproc) targets=()
+max_len=524288
 while [ $# -gt 0 ]; do
   case $1 in
-    --long) long=1; seconds=1800; runs=1000000; shift ;;
+    --long) long=1; seconds=1800; runs=1000000; max_len=65536; shift ;;
     --seconds) seconds=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
@@ -64,7 +68,7 @@ done
 out=build/asan/fuzz-logs
 mkdir -p "$out" build/asan/fuzz-crashes
 common=(-timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=512
-  -print_final_stats=1 -dict=fuzz/manifest.dict -max_len=524288
+  -print_final_stats=1 -dict=fuzz/manifest.dict -max_len="$max_len"
   -artifact_prefix=build/asan/fuzz-crashes/)
 
 # One target: until `seconds` have passed, then on until `runs`
@@ -132,7 +136,7 @@ if [ $long = 1 ]; then
     mkdir -p "fuzz/corpus/$target"
     # shellcheck disable=SC2046
     "build/asan/fuzz/$target" -merge=1 -dict=fuzz/manifest.dict \
-      -max_len=524288 "fuzz/corpus/$target" "build/asan/fuzz-corpus/$target" \
+      -max_len="$max_len" "fuzz/corpus/$target" "build/asan/fuzz-corpus/$target" \
       >>"$out/$target.merge.log" 2>&1
     echo "$target: fuzz/corpus/$target holds" \
       "$(find "fuzz/corpus/$target" -type f | wc -l) inputs"

@@ -1,3 +1,4 @@
+#include "hoist/format/manifest_decode.h"
 #include "hoist/manifest.h"
 
 #include <algorithm>
@@ -636,13 +637,17 @@ absl::StatusOr<Manifest> DecodeDocument(std::string_view text) {
 // top level goes into one document (its "arrays" left empty), each array
 // into a document of its own, decoded and dropped. For the manifests hoist
 // writes: "format" and "step" (and "part", if any) before "arrays", no key
-// twice, every array an object. Anything else, and any error, gives up
-// (nullopt): DecodeDocument then reads it whole and says exactly what is
-// wrong, except for text that is not JSON at all (syntax_error()), which
-// the parser, the same on both ways, refuses at the same byte.
+// twice, every array an object. Anything else gives up (nullopt):
+// DecodeDocument then reads it whole. An array that does not decode ends
+// the decoding, not the parse: its error is DecodeDocument's, said once
+// the count of arrays is known. Text that is not JSON at all
+// (syntax_error()) the parser, the same on both ways, refuses at the same
+// byte.
 class StreamedDecoder final : public nlohmann::json_sax<Json> {
  public:
-  std::optional<Manifest> Decode(std::string_view text) {
+  // The manifest, or the error DecodeDocument would give, or nullopt when
+  // the text is not in hoist's shape (DecodeDocument must read it).
+  std::optional<absl::StatusOr<Manifest>> Decode(std::string_view text) {
     if (!Json::sax_parse(text.begin(), text.end(), this) || !arrays_done_) {
       return std::nullopt;
     }
@@ -651,6 +656,18 @@ class StreamedDecoder final : public nlohmann::json_sax<Json> {
     if (!context.ok() || context->version_1 != context_.version_1 ||
         context->step != context_.step || context->part != context_.part) {
       return std::nullopt;
+    }
+    if (!duplicate_name_.empty()) {
+      return Reader("top level")
+          .Error(absl::StrFormat("array name '%s' appears twice",
+                                 duplicate_name_));
+    }
+    if (failed_element_.has_value()) {
+      // Decoded again now that the count is known, for the same message.
+      absl::StatusOr<ManifestArray> array =
+          DecodeArray(*failed_element_, failed_index_, arrays_seen_, *context);
+      if (array.ok()) return std::nullopt;  // cannot be; let it say
+      return array.status();
     }
     manifest.arrays = std::move(arrays_);
     return manifest;
@@ -670,7 +687,8 @@ class StreamedDecoder final : public nlohmann::json_sax<Json> {
     return Forward([&](auto& to) { return to.binary(v); });
   }
   bool start_object(std::size_t n) override {
-    if (depth_ == 2 && in_arrays_) {  // an array begins
+    // An array begins (after an error, arrays are only counted).
+    if (depth_ == 2 && in_arrays_ && !Failed()) {
       element_ = Json();
       element_parser_.emplace(element_, /*allow_exceptions=*/false);
     }
@@ -764,20 +782,35 @@ class StreamedDecoder final : public nlohmann::json_sax<Json> {
   // level's document.
   template <typename Event>
   bool Forward(Event event) {
-    if (in_arrays_ && depth_ >= 2 && element_parser_) {
-      return event(*element_parser_);
+    if (in_arrays_ && depth_ >= 2) {
+      // No parser: an array after an error, skipped.
+      return element_parser_ ? event(*element_parser_) : true;
     }
     return event(top_parser_);
   }
 
-  // The array just read, decoded and dropped.
+  bool Failed() const {
+    return failed_element_.has_value() || !duplicate_name_.empty();
+  }
+
+  // The array just read, decoded and dropped. The first that fails is
+  // kept, and the parse goes on only to count the arrays (its error names
+  // the count): a manifest that is JSON is parsed once.
   bool Decoded() {
+    const size_t index = arrays_seen_++;
+    if (!element_parser_) return true;  // skipped
     element_parser_.reset();
     absl::StatusOr<ManifestArray> array =
-        DecodeArray(element_, arrays_.size(), 0, context_);
+        DecodeArray(element_, index, 0, context_);
+    if (!array.ok()) {
+      failed_index_ = index;
+      failed_element_ = std::move(element_);
+    } else if (!names_.insert(array->name).second) {
+      duplicate_name_ = array->name;
+    } else {
+      arrays_.push_back(*std::move(array));
+    }
     element_ = Json();
-    if (!array.ok() || !names_.insert(array->name).second) return false;
-    arrays_.push_back(*std::move(array));
     return true;
   }
 
@@ -792,14 +825,19 @@ class StreamedDecoder final : public nlohmann::json_sax<Json> {
   std::optional<int64_t> step_;
   bool in_arrays_ = false, arrays_done_ = false;
   bool syntax_error_ = false;
+  size_t arrays_seen_ = 0;
+  // The first array that did not decode, and its index; or the first name
+  // seen twice.
+  std::optional<Json> failed_element_;
+  size_t failed_index_ = 0;
+  std::string duplicate_name_;
   Context context_;
   std::vector<ManifestArray> arrays_;
   absl::flat_hash_set<std::string> names_;
 };
 
-}  // namespace
-
-absl::StatusOr<Manifest> DecodeManifest(std::string_view text) {
+// What both ways check before parsing: the size, and the nesting.
+absl::Status CheckManifestText(std::string_view text) {
   if (static_cast<int64_t>(text.size()) > kMaxManifestBytes) {
     return absl::DataLossError(
         absl::StrFormat("%s: %d bytes, more than a manifest may have (%d)",
@@ -810,9 +848,21 @@ absl::StatusOr<Manifest> DecodeManifest(std::string_view text) {
         absl::StrFormat("%s: JSON nests deeper than %d levels",
                         kManifestFileName, kMaxJsonDepth));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Manifest> DecodeManifestDocument(std::string_view text) {
+  RETURN_IF_ERROR(CheckManifestText(text));
+  return DecodeDocument(text);
+}
+
+absl::StatusOr<Manifest> DecodeManifest(std::string_view text) {
+  RETURN_IF_ERROR(CheckManifestText(text));
   StreamedDecoder streamed;
-  if (std::optional<Manifest> manifest = streamed.Decode(text)) {
-    return *std::move(manifest);
+  if (std::optional<absl::StatusOr<Manifest>> decoded = streamed.Decode(text)) {
+    return *std::move(decoded);
   }
   // Not JSON: reading it again would say so at the same byte (half the
   // time the fuzzers spent on such input went there).
