@@ -75,35 +75,10 @@ TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$HOIST_ROOT/to
   ctest --test-dir build/tsan --output-on-failure -j "$jobs"
 
 # Fuzzing: each libFuzzer target on the checked-in corpus (deep nesting,
-# huge claims, many extents, a pinwheel tiling, far offsets) plus what it
-# finds, with the manifest dictionary, inputs up to 512 KiB, for a bounded
-# time (HOIST_FUZZ_SECONDS, default 20: three side by side, as much fuzzing
-# as two one after the other for 30 s each). New inputs go to
-# build/asan/fuzz-corpus, not into the repository.
-fuzz_seconds=${HOIST_FUZZ_SECONDS:-20}
-fuzzers=(manifest_fuzzer restore_fuzzer safetensors_fuzzer)
-log "fuzzing ${fuzzers[*]} side by side for ${fuzz_seconds}s"
-pids=()
-for fuzzer in "${fuzzers[@]}"; do
-  mkdir -p "build/asan/fuzz-corpus/$fuzzer"
-  seeds=fuzz/corpus/manifest
-  [ "$fuzzer" = safetensors_fuzzer ] && seeds=fuzz/corpus/safetensors
-  "build/asan/fuzz/$fuzzer" -max_total_time="$fuzz_seconds" -timeout=10 \
-    -rss_limit_mb=2048 -malloc_limit_mb=512 -print_final_stats=1 \
-    -dict=fuzz/manifest.dict -max_len=524288 \
-    "build/asan/fuzz-corpus/$fuzzer" "$seeds" \
-    >"build/asan/$fuzzer.log" 2>&1 &
-  pids+=($!)
-done
-for i in "${!fuzzers[@]}"; do
-  fuzzer=${fuzzers[$i]}
-  if ! wait "${pids[$i]}"; then
-    tail -n 40 "build/asan/$fuzzer.log" >&2
-    echo "$fuzzer found a failure (build/asan/$fuzzer.log)" >&2
-    exit 1
-  fi
-  echo "$fuzzer:"
-  grep -E '^(Done|stat::peak_rss_mb)' "build/asan/$fuzzer.log"
-done
+# huge claims, many extents, a pinwheel tiling, far offsets, references, a
+# local part) plus what earlier long runs kept, side by side for
+# HOIST_FUZZ_SECONDS (default 20); tools/fuzz.sh --long runs them for hours.
+log "fuzzing (tools/fuzz.sh)"
+tools/fuzz.sh
 
 log "all checks passed"
