@@ -31,7 +31,8 @@ namespace {
 // This process's scratch step directory, on tmpfs when there is one.
 const std::string& StepDir() {
   static const std::string* dir = [] {
-    const char* base = std::filesystem::exists("/dev/shm") ? "/dev/shm" : "/tmp";
+    const char* base =
+        std::filesystem::exists("/dev/shm") ? "/dev/shm" : "/tmp";
     auto* d = new std::string(std::string(base) + "/hoist_part_fuzz_" +
                               std::to_string(getpid()));
     std::filesystem::create_directories(*d + "/data");

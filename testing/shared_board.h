@@ -23,7 +23,8 @@ class SharedBoard {
   int size() const { return size_; }
   absl::Status Post(int rank, std::string_view board, std::string value) {
     MutexLock lock(&mu_);
-    std::vector<std::optional<std::string>>& values = boards_[std::string(board)];
+    std::vector<std::optional<std::string>>& values =
+        boards_[std::string(board)];
     values.resize(size_);
     if (values[rank].has_value()) {
       return absl::AlreadyExistsError(

@@ -121,12 +121,12 @@ struct MpiCoordinatorOptions {
 // A Coordinator over MPI. Initializes MPI (MPI_THREAD_MULTIPLE asked, at
 // least MPI_THREAD_SERIALIZED needed) unless the job already has, and then
 // finalizes it at exit. Its notice board is messages on a communicator of
-// its own, and needs MPI_THREAD_MULTIPLE (else kFailedPrecondition). Every operation is a gather at rank 0 and its answer,
-// point to point with per-operation tags, polled against the timeout, so a
-// hung rank is named instead of hanging the job; rank 0 also checks that
-// every rank called the operation of the same name. kUnimplemented when
-// hoist was built without MPI; kFailedPrecondition when the job initialized
-// MPI with too low a thread level.
+// its own, and needs MPI_THREAD_MULTIPLE (else kFailedPrecondition). Every
+// operation is a gather at rank 0 and its answer, point to point with
+// per-operation tags, polled against the timeout, so a hung rank is named
+// instead of hanging the job; rank 0 also checks that every rank called the
+// operation of the same name. kUnimplemented when hoist was built without MPI;
+// kFailedPrecondition when the job initialized MPI with too low a thread level.
 absl::StatusOr<std::unique_ptr<Coordinator>> MakeMpiCoordinator(
     const MpiCoordinatorOptions& options = {});
 

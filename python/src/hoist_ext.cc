@@ -822,14 +822,15 @@ void BindManagerOptions(nb::module_& m) {
           [](const O& o) { return absl::ToDoubleSeconds(o.stall_warn); },
           [](O& o, double s) { o.stall_warn = absl::Seconds(s); })
       .def_prop_rw(
-          "preemption_signals",
-          [](const O& o) { return o.preemption.signals; },
+          "preemption_signals", [](const O& o) { return o.preemption.signals; },
           [](O& o, std::vector<int> signals) {
             o.preemption.signals = std::move(signals);
           })
       .def_prop_rw(
           "preemption_deadline_s",
-          [](const O& o) { return absl::ToDoubleSeconds(o.preemption.deadline); },
+          [](const O& o) {
+            return absl::ToDoubleSeconds(o.preemption.deadline);
+          },
           [](O& o, double s) { o.preemption.deadline = absl::Seconds(s); })
       .def_prop_rw(
           "preemption_poll_s",
@@ -954,8 +955,7 @@ NB_MODULE(_hoist, m) {
       .def_prop_ro("dropped_phase_reports", &PyManager::DroppedPhaseReports)
       .def("delete", &PyManager::Delete)
       .def("wait_until_finished", &PyManager::WaitUntilFinished)
-      .def("reached_preemption", &PyManager::ReachedPreemption,
-           nb::arg("step"))
+      .def("reached_preemption", &PyManager::ReachedPreemption, nb::arg("step"))
       .def("note_preemption", &PyManager::NotePreemption)
       .def("close", &PyManager::Close)
       .def_prop_ro("root", &PyManager::Root);

@@ -95,8 +95,8 @@ class PyCoordinator final : public Coordinator {
         missing = Coordinator::ReadBoard(board).status();
         return;
       }
-      nb::tuple got = nb::cast<nb::tuple>(
-          object_.attr("read_board")(Str(board)));
+      nb::tuple got =
+          nb::cast<nb::tuple>(object_.attr("read_board")(Str(board)));
       if (got.size() != 2) {
         throw std::runtime_error("read_board must return (posted, values)");
       }
@@ -106,9 +106,9 @@ class PyCoordinator final : public Coordinator {
           view.values.push_back(FromBytes(item, board));
         }
         if (static_cast<int>(view.values.size()) != size_) {
-          throw std::runtime_error(absl::StrFormat(
-              "read_board returned %d values for %d ranks",
-              view.values.size(), size_));
+          throw std::runtime_error(
+              absl::StrFormat("read_board returned %d values for %d ranks",
+                              view.values.size(), size_));
         }
       }
     });

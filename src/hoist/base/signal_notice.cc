@@ -75,9 +75,9 @@ absl::StatusOr<std::unique_ptr<SignalNotice>> SignalNotice::Install(
           sigaction(signals[j], &done.previous, nullptr);
         }
       }
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "installing a handler for signal %d: %s", signals[i],
-          std::strerror(error)));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("installing a handler for signal %d: %s", signals[i],
+                          std::strerror(error)));
     }
   }
   return std::unique_ptr<SignalNotice>(new SignalNotice(std::move(signals)));

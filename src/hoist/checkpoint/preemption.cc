@@ -69,10 +69,10 @@ void PreemptionWatch::Run() {
     MutexLock lock(&mu_);
     // Once this rank has posted, the others' posts are awaited sooner: the
     // training loop waits for them, within a grace period.
-    mu_.AwaitWithTimeout(
-        Condition(this, &PreemptionWatch::Woken),
-        noticed_ ? std::min(options_.poll, absl::Milliseconds(100))
-                 : options_.poll);
+    mu_.AwaitWithTimeout(Condition(this, &PreemptionWatch::Woken),
+                         noticed_
+                             ? std::min(options_.poll, absl::Milliseconds(100))
+                             : options_.poll);
     if (stopping_) return;
   }
 }

@@ -85,14 +85,14 @@ TEST(PreemptionWatchTest, NoticesOnSeveralRanksAgreeToo) {
 TEST(PreemptionWatchTest, ASignalIsANotice) {
   // SIGUSR1 raised on rank 1's thread reaches the process; every watch
   // installed for it counts it, as every rank of a job signalled at once.
-  const std::vector<int64_t> stopped = RunJob(
-      2,
-      [](int rank, int64_t step, PreemptionWatch&) {
-        if (rank == 1 && step == 4) {
-          ASSERT_EQ(raise(SIGUSR1), 0);
-        }
-      },
-      {SIGUSR1});
+  const std::vector<int64_t> stopped =
+      RunJob(2,
+             [](int rank, int64_t step, PreemptionWatch&) {
+               if (rank == 1 && step == 4) {
+                 ASSERT_EQ(raise(SIGUSR1), 0);
+               }
+             },
+             {SIGUSR1});
   EXPECT_GE(stopped[0], 4);
   EXPECT_EQ(stopped[0], stopped[1]);
 }
@@ -128,9 +128,7 @@ TEST(PreemptionWatchTest, ACoordinatorWithoutABoardIsRefused) {
   struct NoBoard final : Coordinator {
     int rank() const override { return 0; }
     int size() const override { return 2; }
-    absl::Status Barrier(std::string_view) override {
-      return absl::OkStatus();
-    }
+    absl::Status Barrier(std::string_view) override { return absl::OkStatus(); }
     absl::StatusOr<std::vector<std::string>> AllGather(std::string_view,
                                                        std::string) override {
       return std::vector<std::string>{};
@@ -180,7 +178,8 @@ TEST_F(ManagerPreemptionTest, SavesTheAgreedStepWithoutRetention) {
   EXPECT_EQ(info->tier, Tier::kDurable);
   // keep_last 1 would have deleted step 20: a preemption save leaves it.
   EXPECT_THAT(*manager->List(), ::testing::ElementsAre(20, step));
-  for (const PhaseStat& phase : info->phases) EXPECT_NE(phase.phase, "retention");
+  for (const PhaseStat& phase : info->phases)
+    EXPECT_NE(phase.phase, "retention");
   ExpectHolds(*manager, step, 0);
 }
 

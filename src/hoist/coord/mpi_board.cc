@@ -91,8 +91,8 @@ absl::Status MpiBoard::Drain() {
     int count = 0;
     HOIST_MPI(MPI_Get_count(&status, MPI_BYTE, &count));
     std::string message(count, '\0');
-    HOIST_MPI(MPI_Recv(message.data(), count, MPI_BYTE, status.MPI_SOURCE,
-                       kTag, comm_, MPI_STATUS_IGNORE));
+    HOIST_MPI(MPI_Recv(message.data(), count, MPI_BYTE, status.MPI_SOURCE, kTag,
+                       comm_, MPI_STATUS_IGNORE));
     uint32_t length = 0;
     if (message.size() < sizeof length) continue;  // not a board's message
     std::memcpy(&length, message.data(), sizeof length);

@@ -592,7 +592,7 @@ class MpiCoordinator final : public Coordinator {
   int size_ = 1;
   int max_tag_ = 32767;
   uint64_t sequence_ ABSL_GUARDED_BY(mu_) = 0;
-  std::list<std::string> pending_;  // send buffers MPI may still read
+  std::list<std::string> pending_;   // send buffers MPI may still read
   std::unique_ptr<MpiBoard> board_;  // null: no_board_ says why
   absl::Status no_board_;
 };

@@ -1,4 +1,3 @@
-#include "hoist/format/manifest_decode.h"
 #include "hoist/manifest.h"
 
 #include <algorithm>
@@ -15,6 +14,7 @@
 #include "hoist/base/checked_math.h"
 #include "hoist/base/status_macros.h"
 #include "hoist/base/utf8.h"
+#include "hoist/format/manifest_decode.h"
 #include "hoist/format/manifest_index.h"
 #include "hoist/mutex.h"
 

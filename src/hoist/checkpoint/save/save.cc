@@ -388,8 +388,8 @@ absl::Status WithinDeadline(const SaveRequest& request, int rank,
       "step %d: the preemption save missed its deadline on rank %d: %s %s "
       "after it (not committed; the steps before it are as they were)",
       request.step, rank, moment,
-      absl::FormatDuration(absl::Trunc(now - request.deadline,
-                                       absl::Milliseconds(1)))));
+      absl::FormatDuration(
+          absl::Trunc(now - request.deadline, absl::Milliseconds(1)))));
 }
 
 // This process's phases of a save, each ending where the next begins

@@ -4,8 +4,8 @@
 
 namespace hoist {
 
-RetryPolicy::RetryPolicy(RetryOptions options,
-                         std::function<absl::Time()> now, uint64_t seed)
+RetryPolicy::RetryPolicy(RetryOptions options, std::function<absl::Time()> now,
+                         uint64_t seed)
     : options_(options),
       now_(std::move(now)),
       tokens_(options.budget),
@@ -31,10 +31,10 @@ bool RetryPolicy::ShouldRetry(bool retryable, int64_t retries) {
 }
 
 absl::Duration RetryPolicy::Delay(int64_t retries) {
-  const absl::Duration ceiling =
-      std::min(options_.max_delay,
-               options_.base_delay * (int64_t{1} << std::min<int64_t>(
-                                          std::max<int64_t>(retries, 0), 30)));
+  const absl::Duration ceiling = std::min(
+      options_.max_delay,
+      options_.base_delay *
+          (int64_t{1} << std::min<int64_t>(std::max<int64_t>(retries, 0), 30)));
   MutexLock lock(&mu_);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   return ceiling * unit(random_);

@@ -25,9 +25,9 @@ TEST(RetryPolicyTest, RetriesARetryableErrorUpToMaxAttempts) {
 }
 
 TEST(RetryPolicyTest, PausesGrowWithJitterUnderTheCap) {
-  RetryPolicy policy({.base_delay = absl::Milliseconds(200),
-                      .max_delay = absl::Seconds(5)},
-                     absl::Now, 7);
+  RetryPolicy policy(
+      {.base_delay = absl::Milliseconds(200), .max_delay = absl::Seconds(5)},
+      absl::Now, 7);
   for (int64_t retries = 0; retries < 12; ++retries) {
     const absl::Duration ceiling = std::min(
         absl::Seconds(5), absl::Milliseconds(200) * (int64_t{1} << retries));
