@@ -60,7 +60,18 @@ def expected(step, world):
     return w + grown, b + grown
 
 
-class TorchJob:
+class Weights:
+    """A job's weights, "w" (sharded) and "b" (replicated), as a state."""
+
+    def state(self):
+        return {"model": {"w": self.w, "b": self.b}}
+
+    def load(self, restored):
+        self.w = restored["model"]["w"]
+        self.b = restored["model"]["b"]
+
+
+class TorchJob(Weights):
     def __init__(self):
         import torch
         import torch.distributed as dist
@@ -75,13 +86,6 @@ class TorchJob:
         self.w = distribute_tensor(torch.from_numpy(w), mesh, [Shard(0)])
         self.b = distribute_tensor(torch.from_numpy(b), mesh, [Replicate()])
 
-    def state(self):
-        return {"model": {"w": self.w, "b": self.b}}
-
-    def load(self, restored):
-        self.w = restored["model"]["w"]
-        self.b = restored["model"]["b"]
-
     def train_step(self):
         g = self.torch.tensor([float(self.rank + 1)])
         self.dist.all_reduce(g)
@@ -92,7 +96,7 @@ class TorchJob:
         return (self.w.full_tensor().numpy(), self.b.full_tensor().numpy())
 
 
-class JaxJob:
+class JaxJob(Weights):
     def __init__(self):
         import jax
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
@@ -112,13 +116,6 @@ class JaxJob:
         # Every process's gradient summed over the job: a collective.
         per_device = jax.local_device_count()
         self.gradient = jax.jit(lambda r: r.sum() / per_device)(ranks)
-
-    def state(self):
-        return {"model": {"w": self.w, "b": self.b}}
-
-    def load(self, restored):
-        self.w = restored["model"]["w"]
-        self.b = restored["model"]["b"]
 
     def train_step(self):
         self.w = self.jax.jit(lambda w, g: w + g)(self.w, self.gradient)
