@@ -167,7 +167,17 @@ absl::Status AgreeOnOutcome(Coordinator& coordinator,
                                               : outcomes[r].substr(bar + 1),
                      r);
     if (!theirs.ok()) {
-      if (!local.ok()) return local;
+      // This rank's own failure keeps its code, and reads as the others
+      // read it: which step, which rank.
+      if (!local.ok()) {
+        return coordinator.size() == 1
+                   ? local
+                   : absl::Status(
+                         local.code(),
+                         absl::StrFormat("step %d aborted: rank %d: %s",
+                                         request.step, coordinator.rank(),
+                                         local.message()));
+      }
       return absl::AbortedError(absl::StrFormat(
           "step %d aborted: %s", request.step, theirs.message()));
     }
