@@ -330,6 +330,9 @@ class SaveHandle {
   // True when the save was skipped (WhenBusy::kSkip): every wait returns at
   // once, OK, and WaitCommitted's SaveInfo says skipped.
   bool skipped() const { return skipped_; }
+  // Where the step goes (the preemption save's tier too); kDurable for a
+  // skipped save.
+  Tier tier() const { return tier_; }
   // Each waits for its stage and returns its status (the save's error if it
   // failed there or earlier).
   absl::Status WaitDispatched() const { return dispatched_.Wait().status(); }
@@ -369,15 +372,18 @@ class SaveHandle {
   friend class CheckpointManager;
   SaveHandle(int64_t step, Future<CopyFences> dispatched, Future<> staged,
              Future<SaveInfo> committed,
-             std::shared_ptr<const SaveProgress> progress, bool skipped = false)
+             std::shared_ptr<const SaveProgress> progress, bool skipped = false,
+             Tier tier = Tier::kDurable)
       : step_(step),
         skipped_(skipped),
+        tier_(tier),
         dispatched_(std::move(dispatched)),
         staged_(std::move(staged)),
         committed_(std::move(committed)),
         progress_(std::move(progress)) {}
   int64_t step_ = 0;
   bool skipped_ = false;
+  Tier tier_ = Tier::kDurable;
   Future<CopyFences> dispatched_;
   Future<> staged_;
   Future<SaveInfo> committed_;

@@ -480,7 +480,7 @@ class CheckpointManager:
                 "(storage slow or stuck); last committed step %s; %d "
                 "skipped so far", step, lag["in_flight"],
                 lag["last_committed_step"], lag["skipped_saves"])
-        return SaveHandle(handle, self._tier_of(step))
+        return SaveHandle(handle, handle.tier)
 
     def _save_arrays(self, step, arrays, meta, per_rank=None,
                      return_when="staged", deltas=None):
@@ -498,16 +498,6 @@ class CheckpointManager:
                        None if deltas is None else bool(deltas),
                        "" if per_rank is None else json.dumps(per_rank))
         return self._handle(step, handle)
-
-    def _tier_of(self, step):
-        """The tier `step` goes to, as the engine decides it: durable,
-        local, or None (not saved)."""
-        options = self._options
-        if step % options.persist_every == 0:
-            return "durable"
-        if options.local_root and step % options.local_every == 0:
-            return "local"
-        return None
 
     def _save_again(self, step, state, metadata, dispatched, deltas):
         """A save of the same structure as the last one (same dicts, array

@@ -210,6 +210,9 @@ class PyHandle {
   }
   int64_t step() const { return handle_.step(); }
   bool skipped() const { return handle_.skipped(); }
+  // Where the step goes: "durable" or "local" (the engine's choice, the
+  // preemption save's included).
+  std::string tier() const { return std::string(TierName(handle_.tier())); }
 
   void WaitStaged() {
     absl::Status status;
@@ -916,6 +919,7 @@ NB_MODULE(_hoist, m) {
 
   nb::class_<PyHandle>(m, "SaveHandle")
       .def_prop_ro("step", &PyHandle::step)
+      .def_prop_ro("tier", &PyHandle::tier)
       .def_prop_ro("skipped", &PyHandle::skipped)
       .def("wait_staged", &PyHandle::WaitStaged)
       .def("wait_staged_on", &PyHandle::WaitStagedOn, nb::arg("stream"))

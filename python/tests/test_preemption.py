@@ -165,3 +165,51 @@ def test_jax_distributed_preemption_saves_one_step_and_resumes(
         tmp_path, signalled):
     pytest.importorskip("jax")
     _preempt("jax", 2, tmp_path / "ckpt", tmp_path, signalled)
+
+
+def test_one_process_preemption_save_names_its_tier_and_keeps_old_steps(
+        tmp_path):
+    """SIGTERM to this very process: the handler chains to the job's own,
+    the step after is the preemption save, on the local tier when there is
+    one (handle.tier says so before it commits), and retention spares the
+    steps before it."""
+    import numpy as np
+    import hoist
+    seen = []
+    previous = signal.signal(signal.SIGTERM, lambda *_: seen.append(1))
+    try:
+        for local, tier in ((None, "durable"), (tmp_path / "local/{rank}",
+                                                "local")):
+            root = tmp_path / tier
+            with hoist.CheckpointManager(
+                    root, keep=1, local_root=local,
+                    persist_every=1 if local is None else 100,
+                    preemption_signals=(signal.SIGTERM,),
+                    preemption_poll_s=0.01) as mgr:
+                state = {"w": np.arange(8.0)}
+                if local is None:
+                    mgr.save(100, state).wait()
+                assert not mgr.reached_preemption(101)
+                os.kill(os.getpid(), signal.SIGTERM)
+                step = 102
+                while not mgr.reached_preemption(step):
+                    step += 1
+                handle = mgr.save(step, state)
+                assert handle.tier == tier
+                assert handle.wait()["tier"] == tier
+                if local is None:  # keep=1 did not delete step 100
+                    assert mgr.steps == [100, step]
+            with hoist.CheckpointManager(root, local_root=local) as mgr:
+                assert np.array_equal(mgr.restore()["w"], state["w"])
+                assert mgr.last_restore["step"] == step
+        assert len(seen) == 2  # the job's own handler ran too
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_reached_preemption_is_false_without_signals(tmp_path):
+    import hoist
+    with hoist.CheckpointManager(tmp_path / "ckpt") as mgr:
+        assert mgr.reached_preemption(5) is False
+        with pytest.raises(ValueError, match="without preemption signals"):
+            mgr.note_preemption()

@@ -121,7 +121,8 @@ absl::StatusOr<SaveHandle> CheckpointManager::Impl::SaveWith(
     }
   }
   SaveHandle handle(step, job->dispatched.future(), job->staged.future(),
-                    job->committed.future(), job->progress);
+                    job->committed.future(), job->progress,
+                    /*skipped=*/false, tier);
   job->start = absl::Now();
   job->progress->start = job->start;
   if (saver_idle) {
