@@ -35,14 +35,9 @@ class SharedBoard {
   }
   Coordinator::BoardView Read(std::string_view board) {
     MutexLock lock(&mu_);
-    Coordinator::BoardView view;
     auto it = boards_.find(std::string(board));
-    if (it == boards_.end()) return view;
-    for (const auto& value : it->second) view.posted += value.has_value();
-    if (view.posted == size_) {
-      for (const auto& value : it->second) view.values.push_back(*value);
-    }
-    return view;
+    if (it == boards_.end()) return {};
+    return Coordinator::BoardView::Of(it->second);
   }
 
  private:

@@ -81,6 +81,16 @@ class Coordinator {
     int posted = 0;  // ranks that have posted
     // Every rank's value, by rank, once every rank has posted (else empty).
     std::vector<std::string> values;
+    // The view of a board that holds `by_rank` (nullopt: not posted).
+    static BoardView Of(
+        const std::vector<std::optional<std::string>>& by_rank) {
+      BoardView view;
+      for (const auto& value : by_rank) view.posted += value.has_value();
+      if (view.posted == static_cast<int>(by_rank.size())) {
+        for (const auto& value : by_rank) view.values.push_back(*value);
+      }
+      return view;
+    }
   };
 
   // The notice board: small values that ranks post outside the collective

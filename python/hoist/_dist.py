@@ -33,6 +33,7 @@ every surviving rank, and no partial step becomes visible.
 
 import datetime
 import itertools
+import os
 import re
 import sys
 import time
@@ -251,7 +252,6 @@ class TorchCoordinator:
         keeps the store, so the prefix names the restart."""
         if self._store is None:
             from torch.distributed import distributed_c10d
-            import os
             restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
             self._store = self._dist.PrefixStore(
                 f"hoist/board/{restart}/",

@@ -33,8 +33,7 @@ void Handler(int signal, siginfo_t* info, void* context) {
     if (previous.sa_sigaction != nullptr) {
       previous.sa_sigaction(signal, info, context);
     }
-  } else if (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN &&
-             previous.sa_handler != nullptr) {
+  } else if (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN) {
     previous.sa_handler(signal);
   }
 }

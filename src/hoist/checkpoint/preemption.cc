@@ -7,7 +7,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "hoist/base/status_macros.h"
 
@@ -88,7 +87,6 @@ bool PreemptionWatch::Look() {
       error_ = board.status();
       return true;
     }
-    posted_ = board->posted;
     if (!noticed_ && (signalled || board->posted > 0)) NoticeNow();
     if (noticed_ && !posted_self_) {
       posted_self_ = true;
@@ -104,11 +102,11 @@ bool PreemptionWatch::Look() {
       return true;
     }
   }
-  if (board->posted < coordinator_.size()) {
+  {
     MutexLock lock(&mu_);
     posted_ = board->posted;
-    return false;
   }
+  if (board->posted < coordinator_.size()) return false;
   // Every rank has posted: the step after the highest any answered.
   int64_t agreed = 0;
   for (int rank = 0; rank < static_cast<int>(board->values.size()); ++rank) {
@@ -125,7 +123,6 @@ bool PreemptionWatch::Look() {
     agreed = std::max(agreed, step + 1);
   }
   MutexLock lock(&mu_);
-  posted_ = board->posted;
   agreed_ = agreed;
   return true;
 }

@@ -68,18 +68,9 @@ absl::Status MpiBoard::Post(std::string_view board, std::string value) {
 absl::StatusOr<Coordinator::BoardView> MpiBoard::Read(std::string_view board) {
   MutexLock lock(&mu_);
   RETURN_IF_ERROR(Drain());
-  Coordinator::BoardView view;
   auto it = boards_.find(std::string(board));
-  if (it == boards_.end()) return view;
-  for (const std::optional<std::string>& value : it->second) {
-    view.posted += value.has_value() ? 1 : 0;
-  }
-  if (view.posted == size_) {
-    for (const std::optional<std::string>& value : it->second) {
-      view.values.push_back(*value);
-    }
-  }
-  return view;
+  if (it == boards_.end()) return Coordinator::BoardView{};
+  return Coordinator::BoardView::Of(it->second);
 }
 
 absl::Status MpiBoard::Drain() {
