@@ -16,6 +16,11 @@ namespace hoist::bench {
   std::exit(1);
 }
 
+// Nothing, or Die.
+inline void Check(const absl::Status& status) {
+  if (!status.ok()) Die(status);
+}
+
 // The value, or Die.
 template <typename T>
 T Check(absl::StatusOr<T> value) {

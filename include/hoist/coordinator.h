@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -38,6 +39,25 @@ class Coordinator {
   // indexed by rank.
   virtual absl::StatusOr<std::vector<std::string>> AllGather(
       std::string_view name, std::string bytes) = 0;
+  // Every rank contributes `bytes`; `root` gets all contributions, indexed
+  // by rank, and every other rank an empty vector: what only one rank needs
+  // (a save's extent hashes, for the manifest rank 0 writes), so that the
+  // other ranks' cost does not grow with the job. kInvalidArgument for a
+  // root that does not exist. Default: an AllGather that only `root` keeps.
+  virtual absl::StatusOr<std::vector<std::string>> Gather(std::string_view name,
+                                                          std::string bytes,
+                                                          int root) {
+    if (root < 0 || root >= size()) {
+      return absl::InvalidArgumentError(
+          "gather '" + std::string(name) + "': root " + std::to_string(root) +
+          " does not exist in a job of " + std::to_string(size()) +
+          " processes");
+    }
+    absl::StatusOr<std::vector<std::string>> all =
+        AllGather(name, std::move(bytes));
+    if (all.ok() && rank() != root) all->clear();
+    return all;
+  }
   // `root`'s bytes, on every rank (the others' arguments are ignored).
   virtual absl::StatusOr<std::string> Broadcast(std::string_view name,
                                                 std::string bytes,
@@ -75,6 +95,19 @@ class Coordinator {
         "exchange '" + std::string(name) +
         "': this coordinator cannot move bulk data");
   }
+
+  // What this rank has moved through the coordinator's collectives and
+  // exchanges since it was made (its notice board aside): messages and
+  // bytes as its transport carries them. For measuring how a job's cost
+  // grows with its ranks (bench/scale.py); zeros from a coordinator that
+  // does not count.
+  struct Traffic {
+    int64_t messages_sent = 0;
+    int64_t bytes_sent = 0;
+    int64_t messages_received = 0;
+    int64_t bytes_received = 0;
+  };
+  virtual Traffic traffic() const { return {}; }
 
   // What a notice board holds (ReadBoard).
   struct BoardView {

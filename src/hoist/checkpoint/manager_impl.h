@@ -282,6 +282,11 @@ class CheckpointManager::Impl {
   // The plan that step was saved with (with deltas): its frozen arrays'
   // slices are all in it, so saves of that plan may leave them out.
   std::shared_ptr<const SavePlan> frozen_ready_ ABSL_GUARDED_BY(mu_);
+  // The durable plan whose PlanFingerprint the saver made last, and that
+  // fingerprint: a training loop's saves of one plan make it once (it
+  // encodes the whole plan). The saver thread's alone.
+  std::shared_ptr<const SavePlan> fingerprinted_plan_;
+  uint64_t plan_fingerprint_ = 0;
   // Saves that could leave the frozen arrays out (frozen_check_every).
   int64_t frozen_saves_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t skipped_saves_ ABSL_GUARDED_BY(mu_) = 0;

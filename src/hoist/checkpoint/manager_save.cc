@@ -4,6 +4,8 @@
 // retention.
 #include "hoist/checkpoint/manager_impl.h"
 
+#include "hoist/checkpoint/save/written.h"
+
 namespace hoist {
 
 absl::StatusOr<SaveHandle> CheckpointManager::Impl::Save(
@@ -365,6 +367,13 @@ absl::StatusOr<SaveInfo> CheckpointManager::Impl::Run(Job& job) {
     job.staged.Set(status);
   };
   const bool local = job.tier == Tier::kLocal;
+  if (!local && coordinator_.size() > 1) {
+    if (fingerprinted_plan_ != job.planned.plan) {
+      plan_fingerprint_ = PlanFingerprint(request);
+      fingerprinted_plan_ = job.planned.plan;
+    }
+    request.plan_fingerprint = plan_fingerprint_;
+  }
   if (local) {
     request.root = local_->root();
     request.overwrite = true;

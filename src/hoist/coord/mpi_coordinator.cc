@@ -7,9 +7,11 @@
 // Messages (bytes, on the coordinator's private duplicate communicator):
 //   request, rank r -> 0: u32 kind | i32 root | u32 name length | name |
 //                          payload
-//   answer,  rank 0 -> r: u8 ok | ok: the result (AllGather: for each rank
-//                          u64 length | bytes; Broadcast: root's bytes;
-//                          Barrier: nothing) | not ok: the error's message
+//   answer,  rank 0 -> r: u8 ok | ok: the result (AllGather, and Gather to
+//                          its root: for each rank u64 length | bytes;
+//                          Broadcast: root's bytes; Barrier, and Gather to
+//                          any other rank: nothing) | not ok: the error's
+//                          message
 // A rank that arrives after rank 0 gave up gets no answer and fails after
 // twice the timeout; its late request stays unmatched under a tag no later
 // operation uses.
@@ -22,6 +24,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -43,7 +46,12 @@
 namespace hoist {
 namespace {
 
-enum class Kind : uint32_t { kBarrier = 0, kAllGather = 1, kBroadcast = 2 };
+enum class Kind : uint32_t {
+  kBarrier = 0,
+  kAllGather = 1,
+  kBroadcast = 2,
+  kGather = 3
+};
 
 const char* KindName(Kind kind) {
   switch (kind) {
@@ -53,6 +61,8 @@ const char* KindName(Kind kind) {
       return "AllGather";
     case Kind::kBroadcast:
       return "Broadcast";
+    case Kind::kGather:
+      return "Gather";
   }
   return "?";
 }
@@ -62,6 +72,14 @@ void AppendU32(std::string& out, uint32_t v) {
 }
 void AppendU64(std::string& out, uint64_t v) {
   out.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+
+// Every rank's bytes, as an answer carries them.
+void AppendAll(std::string& out, const std::vector<std::string>& payloads) {
+  for (const std::string& p : payloads) {
+    AppendU64(out, p.size());
+    out += p;
+  }
 }
 
 // Reads a fixed-size value at `at`; false if the message is too short.
@@ -181,6 +199,16 @@ class MpiCoordinator final : public Coordinator {
       std::string_view name, std::string bytes) override {
     return Run(Kind::kAllGather, name, std::move(bytes), 0);
   }
+  absl::StatusOr<std::vector<std::string>> Gather(std::string_view name,
+                                                  std::string bytes,
+                                                  int root) override {
+    if (root < 0 || root >= size_) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "gather '%s': root %d does not exist in a job of %d processes", name,
+          root, size_));
+    }
+    return Run(Kind::kGather, name, std::move(bytes), root);
+  }
   absl::Status ExchangeGathered(
       std::string_view name, absl::Span<const absl::Span<const uint8_t>> pieces,
       int to, int from, const ReceivePiece& receive) override {
@@ -207,6 +235,13 @@ class MpiCoordinator final : public Coordinator {
     return std::move(out[0]);
   }
 
+  Traffic traffic() const override {
+    return {messages_sent_.load(std::memory_order_relaxed),
+            bytes_sent_.load(std::memory_order_relaxed),
+            messages_received_.load(std::memory_order_relaxed),
+            bytes_received_.load(std::memory_order_relaxed)};
+  }
+
   absl::Status Post(std::string_view board, std::string value) override {
     if (board_ == nullptr) return no_board_;
     return board_->Post(board, std::move(value));
@@ -220,7 +255,8 @@ class MpiCoordinator final : public Coordinator {
   MpiCoordinator(MPI_Comm comm, absl::Duration timeout)
       : comm_(comm), timeout_(timeout) {}
 
-  // One operation. Barrier: an empty vector. AllGather: every rank's bytes.
+  // One operation. Barrier: an empty vector. AllGather, and Gather on its
+  // root: every rank's bytes (Gather elsewhere: an empty vector).
   // Broadcast: a vector of one, the root's bytes.
   absl::StatusOr<std::vector<std::string>> Run(Kind kind, std::string_view name,
                                                std::string bytes, int root)
@@ -259,6 +295,7 @@ class MpiCoordinator final : public Coordinator {
     out.resize(count);
     HOIST_MPI(MPI_Recv(out.data(), count, MPI_BYTE, source, tag, comm_,
                        MPI_STATUS_IGNORE));
+    Count(messages_received_, bytes_received_, count);
     return true;
   }
 
@@ -275,6 +312,7 @@ class MpiCoordinator final : public Coordinator {
     MPI_Request request;
     HOIST_MPI(MPI_Isend(buffer.data(), static_cast<int>(buffer.size()),
                         MPI_BYTE, dest, tag, comm_, &request));
+    Count(messages_sent_, bytes_sent_, buffer.size());
     ASSIGN_OR_RETURN(bool sent,
                      PollUntil(deadline, [&]() -> absl::StatusOr<bool> {
                        int flag = 0;
@@ -336,17 +374,21 @@ class MpiCoordinator final : public Coordinator {
           mine.name, missing.size() > 1 ? "s" : "",
           absl::StrJoin(missing, ", "), absl::FormatDuration(timeout_)));
     }
-    // The answer, to every rank that is listening.
+    // The answer, to every rank that is listening; a gather's to its root
+    // alone carries every rank's bytes.
     std::string answer(1, problem.ok() ? '\1' : '\0');
+    std::string gathered;  // a gather's answer to its root
     std::vector<std::string> result;
     if (!problem.ok()) {
       answer += std::string(problem.message());
     } else if (mine.kind == Kind::kAllGather) {
-      for (const std::string& p : payloads) {
-        AppendU64(answer, p.size());
-        answer += p;
-      }
+      AppendAll(answer, payloads);
       result = payloads;
+    } else if (mine.kind == Kind::kGather && mine.root == 0) {
+      result = std::move(payloads);
+    } else if (mine.kind == Kind::kGather) {
+      gathered = answer;
+      AppendAll(gathered, payloads);
     } else if (mine.kind == Kind::kBroadcast) {
       answer += payloads[mine.root];
       result.push_back(std::move(payloads[mine.root]));
@@ -354,7 +396,10 @@ class MpiCoordinator final : public Coordinator {
     const absl::Time answer_deadline = absl::Now() + timeout_;
     for (int r = 1; r < size_; ++r) {
       if (!arrived[r]) continue;
-      if (absl::Status sent = Send(r, tag, answer, answer_deadline);
+      const bool root = problem.ok() && mine.kind == Kind::kGather &&
+                        r == mine.root;
+      if (absl::Status sent =
+              Send(r, tag, root ? gathered : answer, answer_deadline);
           !sent.ok() && problem.ok()) {
         problem = sent;
       }
@@ -388,7 +433,8 @@ class MpiCoordinator final : public Coordinator {
     std::vector<std::string> result;
     if (mine.kind == Kind::kBroadcast) {
       result.push_back(answer.substr(1));
-    } else if (mine.kind == Kind::kAllGather) {
+    } else if (mine.kind == Kind::kAllGather ||
+               (mine.kind == Kind::kGather && mine.root == rank_)) {
       size_t at = 1;
       for (int r = 0; r < size_; ++r) {
         uint64_t length = 0;
@@ -489,6 +535,7 @@ class MpiCoordinator final : public Coordinator {
       MPI_Request request;
       HOIST_MPI(MPI_Isend(buffer->data(), static_cast<int>(buffer->size()),
                           MPI_BYTE, to_, tag_, c_.comm_, &request));
+      Count(c_.messages_sent_, c_.bytes_sent_, buffer->size());
       sending_.emplace_back(request, buffer);
       return absl::OkStatus();
     }
@@ -581,6 +628,12 @@ class MpiCoordinator final : public Coordinator {
     std::string message_;  // each piece received, its buffer reused
   };
 
+  static void Count(std::atomic<int64_t>& messages, std::atomic<int64_t>& bytes,
+                    size_t n) {
+    messages.fetch_add(1, std::memory_order_relaxed);
+    bytes.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed);
+  }
+
   static constexpr size_t kPieceBytes = size_t{64} << 20;
   // How long Exchange polls without sleeping after a piece moved.
   static constexpr absl::Duration kSpinAfterMove = absl::Milliseconds(200);
@@ -593,6 +646,9 @@ class MpiCoordinator final : public Coordinator {
   int max_tag_ = 32767;
   uint64_t sequence_ ABSL_GUARDED_BY(mu_) = 0;
   std::list<std::string> pending_;   // send buffers MPI may still read
+  // traffic(), read from any thread.
+  std::atomic<int64_t> messages_sent_{0}, bytes_sent_{0};
+  std::atomic<int64_t> messages_received_{0}, bytes_received_{0};
   std::unique_ptr<MpiBoard> board_;  // null: no_board_ says why
   absl::Status no_board_;
 };

@@ -55,6 +55,44 @@ TEST(MpiCoordinatorTest, AllGatherBroadcastAndBarrier) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(MpiCoordinatorTest, GatherReachesOnlyItsRootAndTrafficIsCounted) {
+  auto c = Make(absl::Seconds(60));
+  for (int root : {0, c->size() - 1}) {
+    const Coordinator::Traffic before = c->traffic();
+    const std::string mine(100 + c->rank(), static_cast<char>('a' + c->rank()));
+    absl::StatusOr<std::vector<std::string>> got = c->Gather("g", mine, root);
+    ASSERT_TRUE(got.ok()) << got.status();
+    const Coordinator::Traffic after = c->traffic();
+    if (c->rank() != root) {
+      EXPECT_TRUE(got->empty());
+    } else {
+      ASSERT_EQ(static_cast<int>(got->size()), c->size());
+      for (int r = 0; r < c->size(); ++r) {
+        EXPECT_EQ((*got)[r], std::string(100 + r, static_cast<char>('a' + r)));
+      }
+    }
+    if (c->size() == 1) continue;
+    // Every rank but 0 sends its request and receives one answer: every
+    // rank's bytes only when it is the root, else a few bytes.
+    const int64_t received = after.bytes_received - before.bytes_received;
+    if (c->rank() != 0) {
+      EXPECT_EQ(after.messages_sent - before.messages_sent, 1);
+      EXPECT_EQ(after.messages_received - before.messages_received, 1);
+      EXPECT_GE(after.bytes_sent - before.bytes_sent, 100 + c->rank());
+      if (c->rank() == root) {
+        EXPECT_GE(received, 100 * c->size());
+      } else {
+        EXPECT_LT(received, 16);
+      }
+    } else {
+      EXPECT_EQ(after.messages_received - before.messages_received,
+                c->size() - 1);
+    }
+  }
+  EXPECT_EQ(c->Gather("bad", "", c->size()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(MpiCoordinatorTest, RanksCallingDifferentOperationsAllFailNamingTheRank) {
   auto c = Make(absl::Seconds(60));
   if (c->size() < 2) GTEST_SKIP() << "needs two ranks";

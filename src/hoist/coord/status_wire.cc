@@ -11,6 +11,18 @@ std::string EncodeStatus(const absl::Status& status) {
   return absl::StrCat(static_cast<int>(status.code()), ":", status.message());
 }
 
+absl::Status DecodeStatusVerbatim(const std::string& bytes) {
+  if (bytes.empty()) return absl::OkStatus();
+  const size_t colon = bytes.find(':');
+  int code = static_cast<int>(absl::StatusCode::kUnknown);
+  if (colon == std::string::npos ||
+      !absl::SimpleAtoi(bytes.substr(0, colon), &code)) {
+    return absl::UnknownError(bytes);
+  }
+  return absl::Status(static_cast<absl::StatusCode>(code),
+                      bytes.substr(colon + 1));
+}
+
 absl::Status DecodeStatus(const std::string& bytes, int rank) {
   if (bytes.empty()) return absl::OkStatus();
   const size_t colon = bytes.find(':');

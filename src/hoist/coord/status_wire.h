@@ -15,6 +15,8 @@ std::string EncodeStatus(const absl::Status& status);
 // The status EncodeStatus made on rank `rank`, its message prefixed with
 // "rank N: "; bytes that are not such an encoding are kUnknown, as is.
 absl::Status DecodeStatus(const std::string& bytes, int rank);
+// The status EncodeStatus made, as it was (a verdict one rank passes on).
+absl::Status DecodeStatusVerbatim(const std::string& bytes);
 
 }  // namespace hoist
 

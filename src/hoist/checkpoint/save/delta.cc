@@ -37,7 +37,8 @@ const ManifestExtent* FindExtent(const ManifestArray& array, const Box& box,
 
 DeltaBase MakeDeltaBase(const SavePlan& plan,
                         std::shared_ptr<const IndexedManifest> indexed,
-                        const std::vector<uint8_t>* frozen) {
+                        const std::vector<uint8_t>* frozen,
+                        std::optional<int> process) {
   const Manifest& base = indexed->manifest();
   DeltaBase delta;
   delta.step = base.step;
@@ -59,7 +60,11 @@ DeltaBase MakeDeltaBase(const SavePlan& plan,
   // Per slice, the matched array's extent of the same box.
   std::vector<int32_t> seen(plan.arrays.size(), 0);  // slices so far
   std::vector<absl::flat_hash_map<Box, int>> by_box(plan.arrays.size());
-  for (size_t s = 0; s < plan.slices.size(); ++s) {
+  const std::vector<int> slices =
+      process ? plan.SlicesOfProcess(*process) : std::vector<int>();
+  const size_t looked_up = process ? slices.size() : plan.slices.size();
+  for (size_t i = 0; i < looked_up; ++i) {
+    const size_t s = process ? slices[i] : i;
     const PlannedSlice& slice = plan.slices[s];
     const size_t guess = seen[slice.array]++;
     const ManifestArray* array = matched[slice.array];

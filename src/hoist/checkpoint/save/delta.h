@@ -57,10 +57,14 @@ struct DeltaBase {
 };
 // O(slices), pointing into `base` (which it keeps): one indexed lookup per
 // array, one box comparison per slice when `base` was saved from the same
-// plan (else a map of the array's extents by box).
+// plan (else a map of the array's extents by box). With `process`, only
+// that process's slices are looked up (the others stay null): what a rank
+// other than 0 writes with, from a base that holds only its own extents
+// (SaveResult::manifest).
 DeltaBase MakeDeltaBase(const SavePlan& plan,
                         std::shared_ptr<const IndexedManifest> base,
-                        const std::vector<uint8_t>* frozen = nullptr);
+                        const std::vector<uint8_t>* frozen = nullptr,
+                        std::optional<int> process = std::nullopt);
 
 // The newest step committed under `root` other than `except`, or nullopt.
 absl::StatusOr<std::optional<int64_t>> NewestCommittedStep(

@@ -21,10 +21,11 @@
 //      object), one after the other in the order they are staged, each
 //      where it lands; then sync and close each data file (an object's
 //      upload completes).
-//   4. All-gather "written" (the barrier): each rank's outcome and the
-//      fingerprint of its plan. Any rank's failure, or a plan that differs
-//      from rank 0's, aborts the step on every rank, naming that rank. Then
-//      all-gather each extent's hash and offset.
+//   4. Gather "written" at rank 0 (the barrier): each rank's outcome, the
+//      fingerprint of its plan, and each of its extents' hash and offset.
+//      Any rank's failure, or a plan that differs from rank 0's, aborts the
+//      step (step 6 says so to every rank, naming that rank). Only rank 0
+//      receives more than its own: no other rank's cost grows with the job.
 //   5. Rank 0 commits (Storage::CommitDir), writing MANIFEST.json last. On
 //      POSIX: to MANIFEST.json.tmp, fsync, rename, fsync data/ and the step
 //      directory, so the manifest and every data file's name are durable
@@ -37,8 +38,10 @@
 //      recovery commits the new one.) On an object store the manifest
 //      object's put is the commit: every data object of every process was
 //      complete at step 4's barrier.
-//   6. Rank 0 broadcasts how step 5 went ("committed"): every rank returns
-//      success only once the step is durable, or rank 0's error.
+//   6. Rank 0 broadcasts how steps 4 and 5 went ("committed"): every rank
+//      returns success only once the step is durable, or the error that
+//      stopped it. Each rank other than 0 keeps its own extents of the
+//      manifest, its next save's delta base.
 // A rank that never arrives at an operation fails it on every other rank
 // after the Coordinator's timeout (naming the rank), so no step commits.
 //
@@ -293,8 +296,11 @@ absl::StatusOr<Persisted> StageAndPersist(
       return dir->base_error;
     }
     if (base_manifest != nullptr) {
-      out.delta_base = std::make_unique<DeltaBase>(
-          MakeDeltaBase(plan, base_manifest, request.frozen.get()));
+      // Rank 0 builds the manifest from every rank's slices; the others
+      // need only their own.
+      out.delta_base = std::make_unique<DeltaBase>(MakeDeltaBase(
+          plan, base_manifest, request.frozen.get(),
+          process == 0 ? std::nullopt : std::optional<int>(process)));
     }
     absl::StatusOr<std::unique_ptr<ExtentWriter>> opened = ExtentWriter::Open(
         storage, tmp, plan, process, 2, request.tracer, request.progress,
@@ -424,6 +430,33 @@ class PhaseClock {
   absl::Time last_;
 };
 
+// 5 on rank 0, once every rank succeeded: the manifest built from what it
+// gathered (into `built`), committed within the save's deadline.
+absl::Status CommitGathered(Storage& storage, const SaveRequest& request,
+                            const std::string& tmp, const Gathered& gathered,
+                            const DeltaBase* delta_base,
+                            const std::function<void(const char*)>& traced,
+                            Manifest& built, int64_t& manifest_bytes) {
+  const SavePlan& plan = *request.plan;
+  // Every rank referenced the same base's extents (it read the manifest
+  // of the step rank 0 chose): one this rank's base lacks cannot be.
+  for (size_t s = 0; s < plan.slices.size(); ++s) {
+    if (gathered.all.referenced[s] &&
+        (delta_base == nullptr || !delta_base->extents[s])) {
+      return absl::InternalError(absl::StrFormat(
+          "step %d aborted: a process referenced a box of '%s' that the base "
+          "step lacks",
+          request.step, plan.arrays[plan.slices[s].array].name));
+    }
+  }
+  ASSIGN_OR_RETURN(std::string metadata,
+                   MetadataWithPerRank(request, gathered.per_rank));
+  built = BuildManifest(request, gathered.all, delta_base);
+  built.metadata_json = std::move(metadata);
+  RETURN_IF_ERROR(WithinDeadline(request, 0, "it was to commit"));
+  return Commit(storage, request, tmp, built, traced, manifest_bytes);
+}
+
 // Steps 1-6 for this process; `tmp` is set once steps 1 and 2 made it.
 absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
                                      const SaveRequest& request,
@@ -432,7 +465,6 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
                                      const ShardSources& sources,
                                      absl::Time start, std::string& tmp,
                                      BegunSave* begun) {
-  const SavePlan& plan = *request.plan;
   SaveResult result;
   ASSIGN_OR_RETURN(
       Persisted persisted,
@@ -465,46 +497,31 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
   if (persisted.local.ok()) {
     persisted.local = WithinDeadline(request, rank, "its writes ended");
   }
-  RETURN_IF_ERROR(AgreeOnOutcome(coordinator, request, persisted.local));
-  ASSIGN_OR_RETURN(
-      Gathered gathered,
-      GatherWritten(coordinator, request, persisted.written, clock.phases()));
+  ASSIGN_OR_RETURN(Gathered gathered,
+                   GatherOutcomes(coordinator, request, persisted.local,
+                                  persisted.written, clock.phases()));
   clock.Next("hash", gathered.received_bytes, "commit");
   const DeltaBase* delta_base = persisted.delta_base.get();
-  // Every rank referenced the same base's extents (it read the manifest
-  // of the step rank 0 chose): one this rank's base lacks cannot be.
-  for (size_t s = 0; s < plan.slices.size(); ++s) {
-    if (gathered.all.referenced[s] &&
-        (delta_base == nullptr || !delta_base->extents[s])) {
-      return absl::InternalError(absl::StrFormat(
-          "step %d aborted: a process referenced a box of '%s' that the base "
-          "step lacks",
-          request.step, plan.arrays[plan.slices[s].array].name));
-    }
-  }
-  // 5: rank 0 commits, and tells everyone how it went (step 6).
-  absl::Status committed;
-  ASSIGN_OR_RETURN(std::string metadata,
-                   MetadataWithPerRank(request, gathered.per_rank));
-  Manifest built = BuildManifest(request, gathered.all, delta_base);
-  built.metadata_json = std::move(metadata);
+  // 5: rank 0 commits, and tells everyone how it went (step 6). The other
+  // ranks keep their own extents (their next save's delta base).
+  Verdict verdict{gathered.verdict, gathered.failed_rank,
+                  std::move(gathered.slowest)};
   int64_t manifest_bytes = 0;
-  if (coordinator.rank() == 0) {
-    traced("barrier + hash all-gather");
-    committed = WithinDeadline(request, 0, "it was to commit");
-    if (committed.ok()) {
-      committed = Commit(storage, request, tmp, built, traced, manifest_bytes);
-    }
+  Manifest built;
+  if (rank == 0 && verdict.status.ok()) {
+    traced("barrier + hash gather");
+    verdict.status = CommitGathered(storage, request, tmp, gathered,
+                                    delta_base, traced, built, manifest_bytes);
+    if (!verdict.status.ok()) verdict.failed_rank = 0;
+  } else if (rank != 0 && persisted.local.ok()) {
+    built = BuildManifest(request, persisted.written, delta_base, rank);
   }
   ASSIGN_OR_RETURN(
-      std::string outcome,
-      coordinator.Broadcast("committed", EncodeStatus(committed), 0));
-  if (coordinator.rank() == 0) RETURN_IF_ERROR(committed);
-  RETURN_IF_ERROR(DecodeStatus(outcome, 0));
+      result.slowest,
+      ShareVerdict(coordinator, request, persisted.local, verdict));
   traced("committed");
   clock.Next("commit", manifest_bytes, "");
   result.phases = clock.Take();
-  result.slowest = std::move(gathered.slowest);
   result.path = JoinPath(request.root, StepDirName(request.step));
   // Indexed here, on the saver's thread, for the next save's delta base.
   result.manifest = std::make_shared<const IndexedManifest>(std::move(built));

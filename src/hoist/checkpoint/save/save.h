@@ -31,6 +31,9 @@ struct SaveRequest {
   int64_t step = 0;  // >= 0
   absl::Span<const ArraySpec> arrays;  // what `plan` was made from
   const SavePlan* plan = nullptr;
+  // PlanFingerprint(*this), when the caller keeps it from an earlier save
+  // of the same plan (0: made here, when the job has several processes).
+  uint64_t plan_fingerprint = 0;
   std::string metadata_json = "{}";  // a JSON object, stored in the manifest
   bool overwrite = false;  // replace a committed step of the same number
   // Called on the saving thread when every copy is enqueued, and when every

@@ -77,11 +77,12 @@ absl::Status DecodeWritten(std::string_view bytes, WrittenExtents& written) {
   return absl::OkStatus();
 }
 
-// What every process must agree on: the manifest without hashes or
-// metadata (arrays, shapes, dtypes, shardings, every slice's place).
+}  // namespace
+
 uint64_t PlanFingerprint(const SaveRequest& request) {
   SaveRequest bare = request;
   bare.metadata_json = "{}";
+  bare.step = 0;
   const absl::StatusOr<std::string> text = EncodeManifest(
       BuildManifest(bare, WrittenExtents(*request.plan), nullptr));
   // The request was validated before any byte moved; an encoding error
@@ -89,10 +90,10 @@ uint64_t PlanFingerprint(const SaveRequest& request) {
   return text.ok() ? XXH3_64bits(text->data(), text->size()) : 0;
 }
 
-}  // namespace
 
 Manifest BuildManifest(const SaveRequest& request,
-                       const WrittenExtents& written, const DeltaBase* base) {
+                       const WrittenExtents& written, const DeltaBase* base,
+                       std::optional<int> process) {
   const SavePlan& plan = *request.plan;
   Manifest manifest;
   manifest.step = request.step;
@@ -112,7 +113,11 @@ Manifest BuildManifest(const SaveRequest& request,
   for (const auto& file : plan.files) {
     file_names.push_back(DataFileName(file.process, file.stream));
   }
-  for (size_t s = 0; s < plan.slices.size(); ++s) {
+  const std::vector<int> own =
+      process ? plan.SlicesOfProcess(*process) : std::vector<int>();
+  const size_t built = process ? own.size() : plan.slices.size();
+  for (size_t i = 0; i < built; ++i) {
+    const size_t s = process ? own[i] : i;
     const PlannedSlice& slice = plan.slices[s];
     if (written.referenced[s] && base != nullptr && base->extents[s]) {
       manifest.arrays[slice.array].extents.push_back(base->Reference(s));
@@ -144,52 +149,6 @@ absl::StatusOr<std::string> MetadataWithPerRank(
       metadata.find_first_not_of(" \t\r\n", metadata.find('{') + 1) == close;
   return absl::StrCat(metadata.substr(0, close), empty ? "" : ", ",
                       "\"per_rank\": [", absl::StrJoin(all, ", "), "]}");
-}
-
-// 4a. Everyone learns whether everyone succeeded, and that every process
-// planned the same checkpoint. One all-gather is the "written" barrier:
-// each process's outcome and its plan's fingerprint (encoding the plan
-// costs milliseconds per save: skipped when there is no other process to
-// disagree with).
-absl::Status AgreeOnOutcome(Coordinator& coordinator,
-                            const SaveRequest& request,
-                            const absl::Status& local) {
-  const uint64_t fingerprint =
-      coordinator.size() > 1 ? PlanFingerprint(request) : 0;
-  ASSIGN_OR_RETURN(
-      std::vector<std::string> outcomes,
-      coordinator.AllGather("written", absl::StrCat(absl::Hex(fingerprint), "|",
-                                                    EncodeStatus(local))));
-  for (int r = 0; r < static_cast<int>(outcomes.size()); ++r) {
-    const size_t bar = outcomes[r].find('|');
-    const absl::Status theirs =
-        DecodeStatus(bar == std::string::npos ? "2:malformed outcome"
-                                              : outcomes[r].substr(bar + 1),
-                     r);
-    if (!theirs.ok()) {
-      // This rank's own failure keeps its code, and reads as the others
-      // read it: which step, which rank.
-      if (!local.ok()) {
-        return coordinator.size() == 1
-                   ? local
-                   : absl::Status(
-                         local.code(),
-                         absl::StrFormat("step %d aborted: rank %d: %s",
-                                         request.step, coordinator.rank(),
-                                         local.message()));
-      }
-      return absl::AbortedError(absl::StrFormat(
-          "step %d aborted: %s", request.step, theirs.message()));
-    }
-    if (outcomes[r].substr(0, bar) !=
-        outcomes[0].substr(0, outcomes[0].find('|'))) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "step %d aborted: rank %d planned a different checkpoint than "
-          "rank 0 (different arrays, shapes, shardings or plan options)",
-          request.step, r));
-    }
-  }
-  return absl::OkStatus();
 }
 
 namespace {
@@ -256,31 +215,137 @@ absl::Status FoldSlowest(std::string_view wire, int rank,
 
 }  // namespace
 
-absl::StatusOr<Gathered> GatherWritten(Coordinator& coordinator,
-                                       const SaveRequest& request,
-                                       const WrittenExtents& written,
-                                       absl::Span<const PhaseStat> phases) {
+absl::StatusOr<Gathered> GatherOutcomes(Coordinator& coordinator,
+                                        const SaveRequest& request,
+                                        const absl::Status& local,
+                                        const WrittenExtents& written,
+                                        absl::Span<const PhaseStat> phases) {
   const SavePlan& plan = *request.plan;
-  // Each rank's per-rank state and phases, length-prefixed, then its
-  // records.
+  const int rank = coordinator.rank();
+  // Each rank's outcome, plan fingerprint, per-rank state and phases,
+  // length-prefixed, then (when it succeeded) its records. The
+  // fingerprint costs an encoding of the whole plan: skipped when there is
+  // no other process to disagree with, and made once per plan by a caller
+  // that keeps it (SaveRequest::plan_fingerprint).
+  const uint64_t fingerprint =
+      coordinator.size() == 1          ? 0
+      : request.plan_fingerprint != 0 ? request.plan_fingerprint
+                                      : PlanFingerprint(request);
   std::string mine;
+  AppendSection(mine, EncodeStatus(local));
+  AppendSection(mine, absl::StrCat(absl::Hex(fingerprint)));
   AppendSection(mine, request.per_rank_json);
   AppendSection(mine, EncodePhases(phases));
-  mine += EncodeWritten(plan, coordinator.rank(), written);
+  if (local.ok()) mine += EncodeWritten(plan, rank, written);
   ASSIGN_OR_RETURN(std::vector<std::string> gathered,
-                   coordinator.AllGather("hashes", std::move(mine)));
-  Gathered out{WrittenExtents(plan), {}, {}, 0};
+                   coordinator.Gather("written", std::move(mine), 0));
+  Gathered out{WrittenExtents(plan), {}, {}, 0, absl::OkStatus(), -1};
+  if (rank != 0) return out;
+  std::string_view rank0_fingerprint;
   for (int r = 0; r < static_cast<int>(gathered.size()); ++r) {
     std::string_view in = gathered[r];
     out.received_bytes += static_cast<int64_t>(in.size());
+    ASSIGN_OR_RETURN(std::string_view outcome, TakeSection(in, "outcome"));
+    ASSIGN_OR_RETURN(std::string_view print, TakeSection(in, "fingerprint"));
     ASSIGN_OR_RETURN(std::string_view per_rank,
                      TakeSection(in, "per-rank state"));
-    out.per_rank.emplace_back(per_rank);
     ASSIGN_OR_RETURN(std::string_view wire, TakeSection(in, "save phases"));
+    if (r == 0) rank0_fingerprint = print;
+    if (!out.verdict.ok()) continue;  // the first failure is the step's
+    const absl::Status theirs = DecodeStatus(std::string(outcome), r);
+    if (!theirs.ok()) {
+      out.verdict = absl::AbortedError(absl::StrFormat(
+          "step %d aborted: %s", request.step, theirs.message()));
+      out.failed_rank = r;
+      continue;
+    }
+    if (print != rank0_fingerprint) {
+      out.verdict = absl::FailedPreconditionError(absl::StrFormat(
+          "step %d aborted: rank %d planned a different checkpoint than "
+          "rank 0 (different arrays, shapes, shardings or plan options)",
+          request.step, r));
+      continue;
+    }
+    out.per_rank.emplace_back(per_rank);
     RETURN_IF_ERROR(FoldSlowest(wire, r, phases, out.slowest));
     RETURN_IF_ERROR(DecodeWritten(in, out.all));
   }
   return out;
+}
+
+namespace {
+
+// The slowest ranks' phases, as the verdict carries them.
+std::string EncodeSlowest(absl::Span<const PhaseStat> slowest) {
+  std::string out;
+  for (const PhaseStat& phase : slowest) {
+    AppendSection(out, phase.phase);
+    const PhaseWire wire{absl::ToDoubleSeconds(phase.elapsed), phase.bytes};
+    out.append(reinterpret_cast<const char*>(&wire), sizeof wire);
+    const int32_t rank = phase.rank;
+    out.append(reinterpret_cast<const char*>(&rank), sizeof rank);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<PhaseStat>> DecodeSlowest(std::string_view in) {
+  std::vector<PhaseStat> out;
+  while (!in.empty()) {
+    ASSIGN_OR_RETURN(std::string_view name, TakeSection(in, "verdict"));
+    PhaseWire wire;
+    int32_t rank = 0;
+    if (in.size() < sizeof wire + sizeof rank) {
+      return absl::InternalError("malformed verdict from rank 0");
+    }
+    std::memcpy(&wire, in.data(), sizeof wire);
+    std::memcpy(&rank, in.data() + sizeof wire, sizeof rank);
+    in.remove_prefix(sizeof wire + sizeof rank);
+    out.push_back(
+        {std::string(name), absl::Seconds(wire.seconds), wire.bytes, rank});
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<PhaseStat>> ShareVerdict(
+    Coordinator& coordinator, const SaveRequest& request,
+    const absl::Status& local, const Verdict& verdict) {
+  std::string mine;
+  if (coordinator.rank() == 0) {
+    // What the ranks other than the failed one return: a commit's error
+    // reads as rank 0's.
+    const absl::Status others =
+        verdict.failed_rank == 0 && local.ok()
+            ? DecodeStatus(EncodeStatus(verdict.status), 0)
+            : verdict.status;
+    const int32_t failed = verdict.failed_rank;
+    mine.append(reinterpret_cast<const char*>(&failed), sizeof failed);
+    AppendSection(mine, EncodeStatus(others));
+    mine += EncodeSlowest(verdict.slowest);
+  }
+  ASSIGN_OR_RETURN(std::string sent,
+                   coordinator.Broadcast("committed", std::move(mine), 0));
+  std::string_view in = sent;
+  int32_t failed = -1;
+  if (in.size() < sizeof failed) {
+    return absl::InternalError("malformed verdict from rank 0");
+  }
+  std::memcpy(&failed, in.data(), sizeof failed);
+  in.remove_prefix(sizeof failed);
+  ASSIGN_OR_RETURN(std::string_view others, TakeSection(in, "verdict"));
+  if (failed == coordinator.rank()) {
+    // This rank's own failure keeps its code, and reads as the others
+    // read it: which step, which rank. Rank 0's commit error is its own.
+    if (local.ok()) return verdict.status;
+    if (coordinator.size() == 1) return local;
+    return absl::Status(local.code(),
+                        absl::StrFormat("step %d aborted: rank %d: %s",
+                                        request.step, coordinator.rank(),
+                                        local.message()));
+  }
+  RETURN_IF_ERROR(DecodeStatusVerbatim(std::string(others)));
+  return DecodeSlowest(in);
 }
 
 }  // namespace hoist
