@@ -19,7 +19,6 @@
 #include <string_view>
 #include <vector>
 
-#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -46,18 +45,16 @@ class Coordinator {
   // root that does not exist. Default: an AllGather that only `root` keeps.
   virtual absl::StatusOr<std::vector<std::string>> Gather(std::string_view name,
                                                           std::string bytes,
-                                                          int root) {
-    if (root < 0 || root >= size()) {
-      return absl::InvalidArgumentError(
-          "gather '" + std::string(name) + "': root " + std::to_string(root) +
-          " does not exist in a job of " + std::to_string(size()) +
-          " processes");
-    }
-    absl::StatusOr<std::vector<std::string>> all =
-        AllGather(name, std::move(bytes));
-    if (all.ok() && rank() != root) all->clear();
-    return all;
-  }
+                                                          int root);
+  // `root` sends each rank its own piece: every rank gets pieces[rank()]
+  // (`pieces` of the root, one per rank; the others' are ignored), so that
+  // what rank 0 decides for each rank reaches it without the others'.
+  // kInvalidArgument for a root that does not exist, or on the root for
+  // pieces that are not one per rank. Default: a Broadcast of every piece,
+  // of which each rank keeps its own.
+  virtual absl::StatusOr<std::string> Scatter(std::string_view name,
+                                              std::vector<std::string> pieces,
+                                              int root);
   // `root`'s bytes, on every rank (the others' arguments are ignored).
   virtual absl::StatusOr<std::string> Broadcast(std::string_view name,
                                                 std::string bytes,
@@ -144,6 +141,12 @@ class Coordinator {
     return absl::UnimplementedError("notice board '" + std::string(board) +
                                     "': this coordinator has none");
   }
+
+ protected:
+  // OK, or kInvalidArgument naming `operation` `name` when `root` is no
+  // rank of the job.
+  absl::Status CheckRoot(std::string_view operation, std::string_view name,
+                         int root) const;
 };
 
 // Rank 0 of 1: every operation returns at once.

@@ -9,9 +9,11 @@
 //                          payload
 //   answer,  rank 0 -> r: u8 ok | ok: the result (AllGather, and Gather to
 //                          its root: for each rank u64 length | bytes;
-//                          Broadcast: root's bytes; Barrier, and Gather to
-//                          any other rank: nothing) | not ok: the error's
-//                          message
+//                          Broadcast: root's bytes; Scatter: r's piece;
+//                          Barrier, and Gather to any other rank: nothing)
+//                          | not ok: the error's message
+// (A Scatter's root sends its pieces, for each rank u64 length | bytes, as
+// its request's payload.)
 // A rank that arrives after rank 0 gave up gets no answer and fails after
 // twice the timeout; its late request stays unmatched under a tag no later
 // operation uses.
@@ -34,12 +36,14 @@
 #include <thread>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "hoist/base/status_macros.h"
 #include "hoist/coord/mpi_board.h"
 #include "hoist/coord/mpi_status.h"
+#include "hoist/coord/pieces.h"
 #include "hoist/coordinator.h"
 #include "hoist/mutex.h"
 
@@ -50,7 +54,8 @@ enum class Kind : uint32_t {
   kBarrier = 0,
   kAllGather = 1,
   kBroadcast = 2,
-  kGather = 3
+  kGather = 3,
+  kScatter = 4
 };
 
 const char* KindName(Kind kind) {
@@ -63,6 +68,8 @@ const char* KindName(Kind kind) {
       return "Broadcast";
     case Kind::kGather:
       return "Gather";
+    case Kind::kScatter:
+      return "Scatter";
   }
   return "?";
 }
@@ -72,14 +79,6 @@ void AppendU32(std::string& out, uint32_t v) {
 }
 void AppendU64(std::string& out, uint64_t v) {
   out.append(reinterpret_cast<const char*>(&v), sizeof v);
-}
-
-// Every rank's bytes, as an answer carries them.
-void AppendAll(std::string& out, const std::vector<std::string>& payloads) {
-  for (const std::string& p : payloads) {
-    AppendU64(out, p.size());
-    out += p;
-  }
 }
 
 // Reads a fixed-size value at `at`; false if the message is too short.
@@ -202,12 +201,26 @@ class MpiCoordinator final : public Coordinator {
   absl::StatusOr<std::vector<std::string>> Gather(std::string_view name,
                                                   std::string bytes,
                                                   int root) override {
-    if (root < 0 || root >= size_) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "gather '%s': root %d does not exist in a job of %d processes", name,
-          root, size_));
-    }
+    RETURN_IF_ERROR(CheckRoot("gather", name, root));
     return Run(Kind::kGather, name, std::move(bytes), root);
+  }
+  absl::StatusOr<std::string> Scatter(std::string_view name,
+                                      std::vector<std::string> pieces,
+                                      int root) override {
+    RETURN_IF_ERROR(CheckRoot("scatter", name, root));
+    // A root with too few or too many pieces still takes part: rank 0
+    // finds them malformed and every rank fails.
+    std::string mine;
+    if (rank_ == root) AppendPieces(mine, pieces);
+    absl::StatusOr<std::vector<std::string>> out =
+        Run(Kind::kScatter, name, std::move(mine), root);
+    if (rank_ == root && static_cast<int>(pieces.size()) != size_) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "scatter '%s': %d pieces for a job of %d processes", name,
+          pieces.size(), size_));
+    }
+    if (!out.ok()) return out.status();
+    return std::move((*out)[0]);
   }
   absl::Status ExchangeGathered(
       std::string_view name, absl::Span<const absl::Span<const uint8_t>> pieces,
@@ -225,11 +238,7 @@ class MpiCoordinator final : public Coordinator {
 
   absl::StatusOr<std::string> Broadcast(std::string_view name,
                                         std::string bytes, int root) override {
-    if (root < 0 || root >= size_) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "broadcast '%s': root %d does not exist in a job of %d processes",
-          name, root, size_));
-    }
+    RETURN_IF_ERROR(CheckRoot("broadcast", name, root));
     ASSIGN_OR_RETURN(std::vector<std::string> out,
                      Run(Kind::kBroadcast, name, std::move(bytes), root));
     return std::move(out[0]);
@@ -257,7 +266,8 @@ class MpiCoordinator final : public Coordinator {
 
   // One operation. Barrier: an empty vector. AllGather, and Gather on its
   // root: every rank's bytes (Gather elsewhere: an empty vector).
-  // Broadcast: a vector of one, the root's bytes.
+  // Broadcast: a vector of one, the root's bytes; Scatter: of one, this
+  // rank's piece.
   absl::StatusOr<std::vector<std::string>> Run(Kind kind, std::string_view name,
                                                std::string bytes, int root)
       ABSL_LOCKS_EXCLUDED(mu_) {
@@ -376,19 +386,31 @@ class MpiCoordinator final : public Coordinator {
     }
     // The answer, to every rank that is listening; a gather's to its root
     // alone carries every rank's bytes.
+    std::vector<std::string> pieces;  // a scatter's, one per rank
+    if (problem.ok() && mine.kind == Kind::kScatter) {
+      absl::StatusOr<std::vector<std::string>> split =
+          SplitPieces(payloads[mine.root], size_, mine.name);
+      if (split.ok()) {
+        pieces = *std::move(split);
+      } else {
+        problem = split.status();
+      }
+    }
     std::string answer(1, problem.ok() ? '\1' : '\0');
     std::string gathered;  // a gather's answer to its root
     std::vector<std::string> result;
     if (!problem.ok()) {
       answer += std::string(problem.message());
     } else if (mine.kind == Kind::kAllGather) {
-      AppendAll(answer, payloads);
+      AppendPieces(answer, payloads);
       result = payloads;
     } else if (mine.kind == Kind::kGather && mine.root == 0) {
       result = std::move(payloads);
     } else if (mine.kind == Kind::kGather) {
       gathered = answer;
-      AppendAll(gathered, payloads);
+      AppendPieces(gathered, payloads);
+    } else if (mine.kind == Kind::kScatter) {
+      result.push_back(std::move(pieces[0]));
     } else if (mine.kind == Kind::kBroadcast) {
       answer += payloads[mine.root];
       result.push_back(std::move(payloads[mine.root]));
@@ -396,10 +418,15 @@ class MpiCoordinator final : public Coordinator {
     const absl::Time answer_deadline = absl::Now() + timeout_;
     for (int r = 1; r < size_; ++r) {
       if (!arrived[r]) continue;
-      const bool root = problem.ok() && mine.kind == Kind::kGather &&
-                        r == mine.root;
+      const bool gather_root =
+          problem.ok() && mine.kind == Kind::kGather && r == mine.root;
+      const bool scatter = problem.ok() && mine.kind == Kind::kScatter;
       if (absl::Status sent =
-              Send(r, tag, root ? gathered : answer, answer_deadline);
+              Send(r, tag,
+                   gather_root ? gathered
+                   : scatter   ? absl::StrCat(answer, pieces[r])
+                               : answer,
+                   answer_deadline);
           !sent.ok() && problem.ok()) {
         problem = sent;
       }
@@ -430,23 +457,15 @@ class MpiCoordinator final : public Coordinator {
       return absl::AbortedError(
           absl::StrFormat("rank 0: %s", answer.substr(1)));
     }
-    std::vector<std::string> result;
-    if (mine.kind == Kind::kBroadcast) {
-      result.push_back(answer.substr(1));
-    } else if (mine.kind == Kind::kAllGather ||
-               (mine.kind == Kind::kGather && mine.root == rank_)) {
-      size_t at = 1;
-      for (int r = 0; r < size_; ++r) {
-        uint64_t length = 0;
-        if (!Take(answer, at, length) || answer.size() - at < length) {
-          return absl::InternalError(
-              "MPI coordinator: malformed answer from rank 0");
-        }
-        result.push_back(answer.substr(at, length));
-        at += length;
-      }
+    if (mine.kind == Kind::kBroadcast || mine.kind == Kind::kScatter) {
+      return std::vector<std::string>{answer.substr(1)};
     }
-    return result;
+    if (mine.kind == Kind::kAllGather ||
+        (mine.kind == Kind::kGather && mine.root == rank_)) {
+      return SplitPieces(std::string_view(answer).substr(1), size_,
+                         "MPI coordinator: the answer from rank 0");
+    }
+    return std::vector<std::string>();
   }
 
   // One ExchangeGathered between this rank and its peers `to` and `from`,

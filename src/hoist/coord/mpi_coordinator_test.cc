@@ -93,6 +93,36 @@ TEST(MpiCoordinatorTest, GatherReachesOnlyItsRootAndTrafficIsCounted) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(MpiCoordinatorTest, ScatterGivesEachRankItsOwnPiece) {
+  auto c = Make(absl::Seconds(60));
+  for (int root : {0, c->size() - 1}) {
+    std::vector<std::string> pieces;
+    if (c->rank() == root) {
+      for (int r = 0; r < c->size(); ++r) {
+        pieces.push_back(std::string(10 * r, static_cast<char>('a' + r)));
+      }
+    }
+    const Coordinator::Traffic before = c->traffic();
+    absl::StatusOr<std::string> got = c->Scatter("s", pieces, root);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(*got, std::string(10 * c->rank(), static_cast<char>(
+                                                    'a' + c->rank())));
+    // A rank other than 0 receives its piece alone.
+    if (c->rank() != 0) {
+      EXPECT_LT(c->traffic().bytes_received - before.bytes_received,
+                10 * c->rank() + 16);
+    }
+  }
+  // On the root, pieces must be one per rank; the others learn why.
+  absl::StatusOr<std::string> wrong =
+      c->Scatter("wrong", std::vector<std::string>(c->size() + 1), 0);
+  EXPECT_FALSE(wrong.ok());
+  if (c->rank() == 0) {
+    EXPECT_EQ(wrong.status().code(), absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_TRUE(c->Barrier("after").ok());
+}
+
 TEST(MpiCoordinatorTest, RanksCallingDifferentOperationsAllFailNamingTheRank) {
   auto c = Make(absl::Seconds(60));
   if (c->size() < 2) GTEST_SKIP() << "needs two ranks";
