@@ -1,10 +1,13 @@
 // The local tier: see local_tier.h.
 //
 // A local save, once every rank's part committed (Replicate):
-//   1. the ranks all-gather the extents of their parts (replica_plan.h);
-//   2. each evaluates PlanReplication on them: an extent is sent only while
-//      fewer than `replicas` processes (hosts, across hosts) hold it, so a
-//      data-parallel replica's extents are not sent;
+//   1. the ranks' outcomes and the extents of their parts are gathered at
+//      rank 0 (replica_plan.h);
+//   2. rank 0 evaluates PlanReplication on them: an extent is sent only
+//      while fewer than `replicas` processes (hosts, across hosts) hold it,
+//      so a data-parallel replica's extents are not sent; and scatters
+//      each rank its share (what it sends each holder, what each sender
+//      sends it), so no rank but 0 handles the others' extents;
 //   3. for each replica offset d, a shift (peer_shift.h): each rank sends
 //      rank + d the extents planned for it (one data file, each extent at a
 //      multiple of 4 KiB) and its whole manifest as PART.json (what the
@@ -16,9 +19,13 @@
 #include "hoist/checkpoint/tier/local_tier.h"
 
 #include <algorithm>
+#include <cstring>
 #include <set>
+#include <string_view>
 
+#include "absl/algorithm/container.h"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
@@ -81,7 +88,92 @@ absl::StatusOr<std::string> ReceivedCopyManifest(
   return EncodeManifest(*copy);
 }
 
+// A rank's share of the replication plan, as rank 0 sends it: lists of
+// extent indices, each u32 count | i32 indices.
+std::string EncodeShare(const std::vector<const std::vector<int>*>& lists) {
+  std::string out;
+  for (const std::vector<int>* list : lists) {
+    const uint32_t count = static_cast<uint32_t>(list->size());
+    out.append(reinterpret_cast<const char*>(&count), sizeof count);
+    out.append(reinterpret_cast<const char*>(list->data()),
+               list->size() * sizeof(int));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<std::vector<int>>> DecodeShare(std::string_view in,
+                                                          size_t lists,
+                                                          int64_t step) {
+  std::vector<std::vector<int>> out(lists);
+  for (std::vector<int>& list : out) {
+    uint32_t count = 0;
+    if (in.size() < sizeof count) break;
+    std::memcpy(&count, in.data(), sizeof count);
+    in.remove_prefix(sizeof count);
+    if (in.size() / sizeof(int) < count) {
+      in = std::string_view();
+      count = 0;
+    }
+    list.resize(count);
+    std::memcpy(list.data(), in.data(), count * sizeof(int));
+    in.remove_prefix(count * sizeof(int));
+  }
+  if (!in.empty() || out.size() != lists) {
+    return absl::InternalError(absl::StrFormat(
+        "local step %d: a malformed replication plan from rank 0", step));
+  }
+  return out;
+}
+
 }  // namespace
+
+absl::Status LocalTier::PlanShares(int64_t step,
+                                   const std::vector<std::string>& listed,
+                                   std::vector<std::string>& shares) const {
+  const int n = static_cast<int>(listed.size());
+  absl::Status problem;
+  std::vector<int> failed;
+  std::vector<std::vector<PartExtent>> parts(n);
+  for (int p = 0; p < n; ++p) {
+    if (absl::StartsWith(listed[p], "!")) {
+      failed.push_back(p);
+      continue;
+    }
+    absl::StatusOr<std::vector<PartExtent>> decoded = DecodePartExtents(
+        listed[p].substr(1),
+        absl::StrFormat("rank %d's part of step %d", p, step));
+    if (decoded.ok()) {
+      parts[p] = *std::move(decoded);
+    } else if (problem.ok()) {
+      problem = decoded.status();
+    }
+  }
+  if (!failed.empty()) {
+    const std::string why = absl::StrFormat(
+        "!local step %d: the part of rank(s) %s failed (%s), so no rank keeps "
+        "its part",
+        step, absl::StrJoin(failed, ", "), listed[failed[0]].substr(1));
+    shares.assign(n, why);
+    return absl::OkStatus();
+  }
+  const std::vector<ReplicationSends> plan =
+      PlanReplication(parts, hosts_, offsets_, replicas_);
+  const std::vector<int> none;
+  const auto planned = [&](int p, int d) -> const std::vector<int>* {
+    const auto it = plan[p].find(d);
+    return it == plan[p].end() ? &none : &it->second;
+  };
+  shares.resize(n);
+  for (int r = 0; r < n; ++r) {
+    std::vector<const std::vector<int>*> lists;
+    for (int d : offsets_) {
+      lists.push_back(planned(r, d));
+      lists.push_back(planned((r - d + n) % n, d));
+    }
+    shares[r] = EncodeShare(lists);
+  }
+  return problem;
+}
 
 std::vector<int> ReplicaOffsets(const std::vector<std::string>& hosts,
                                 int replicas) {
@@ -210,57 +302,52 @@ absl::Status LocalTier::Prune(CheckpointRoot& root) {
 
 absl::Status LocalTier::Replicate(int64_t step, const absl::Status& saved,
                                   int64_t* sent_bytes) {
-  ASSIGN_OR_RETURN(
-      std::vector<std::string> outcomes,
-      coordinator_.AllGather(absl::StrFormat("local step %d saved", step),
-                             saved.ok() ? "" : saved.ToString()));
-  std::vector<int> failed;
-  for (size_t p = 0; p < outcomes.size(); ++p) {
-    if (!outcomes[p].empty()) failed.push_back(static_cast<int>(p));
-  }
-  if (!failed.empty()) {
-    if (!saved.ok()) return saved;
-    if (own_->StepDir(step).ok()) RETURN_IF_ERROR(own_->Delete(step));
-    return absl::AbortedError(absl::StrFormat(
-        "local step %d: the part of rank(s) %s failed (%s), so no rank keeps "
-        "its part",
-        step, absl::StrJoin(failed, ", "), outcomes[failed[0]]));
-  }
   const int n = coordinator_.size(), rank = coordinator_.rank();
-  // 1. Every rank's extents.
   absl::Status first;  // this rank's first error; it still takes part
   std::unique_ptr<HeldPart> part;
-  if (absl::Status opened = [&]() -> absl::Status {
-        ASSIGN_OR_RETURN(const std::string dir, own_->StepDir(step));
-        ASSIGN_OR_RETURN(part, OpenHeldPart(storage_, dir));
-        return absl::OkStatus();
-      }();
-      !opened.ok()) {
-    first = opened;
-  }
-  ASSIGN_OR_RETURN(
-      std::vector<std::string> listed,
-      coordinator_.AllGather(
-          absl::StrFormat("local step %d extents", step),
-          EncodePartExtents(part ? part->extents : std::vector<PartExtent>{})));
-  std::vector<std::vector<PartExtent>> parts(n);
-  for (int p = 0; p < n; ++p) {
-    absl::StatusOr<std::vector<PartExtent>> decoded = DecodePartExtents(
-        listed[p], absl::StrFormat("rank %d's part of step %d", p, step));
-    if (decoded.ok()) {
-      parts[p] = *std::move(decoded);
-    } else if (first.ok()) {
-      first = decoded.status();
+  if (saved.ok()) {
+    if (absl::Status opened = [&]() -> absl::Status {
+          ASSIGN_OR_RETURN(const std::string dir, own_->StepDir(step));
+          ASSIGN_OR_RETURN(part, OpenHeldPart(storage_, dir));
+          return absl::OkStatus();
+        }();
+        !opened.ok()) {
+      first = opened;
     }
   }
-  // 2. What goes where.
-  const std::vector<ReplicationSends> plan =
-      PlanReplication(parts, hosts_, offsets_, replicas_);
-  // 3. A copy to each holder; the copies this rank keeps.
-  const auto planned = [&](int p, int d) {
-    const auto it = plan[p].find(d);
-    return it == plan[p].end() ? std::vector<int>{} : it->second;
+  // 1. Each rank's outcome and its part's extents, gathered at rank 0.
+  ASSIGN_OR_RETURN(
+      std::vector<std::string> listed,
+      coordinator_.Gather(
+          absl::StrFormat("local step %d extents", step),
+          saved.ok() ? "+" + EncodePartExtents(part ? part->extents
+                                                    : std::vector<PartExtent>{})
+                     : "!" + saved.ToString(),
+          0));
+  // 2. What goes where, decided by rank 0; each rank learns its share.
+  std::vector<std::string> shares;
+  if (rank == 0) {
+    absl::Status planned = PlanShares(step, listed, shares);
+    if (first.ok()) first = planned;
+  }
+  ASSIGN_OR_RETURN(
+      const std::string share,
+      coordinator_.Scatter(absl::StrFormat("local step %d plan", step),
+                           std::move(shares), 0));
+  if (absl::StartsWith(share, "!")) {
+    if (!saved.ok()) return saved;
+    if (own_->StepDir(step).ok()) RETURN_IF_ERROR(own_->Delete(step));
+    return absl::AbortedError(share.substr(1));
+  }
+  ASSIGN_OR_RETURN(const std::vector<std::vector<int>> lists,
+                   DecodeShare(share, 2 * offsets_.size(), step));
+  // Per offset d: the extents this rank sends rank + d, and those rank - d
+  // sends this rank.
+  const auto planned = [&](int p, int d) -> const std::vector<int>& {
+    const size_t k = absl::c_find(offsets_, d) - offsets_.begin();
+    return lists[2 * k + (p == rank ? 0 : 1)];
   };
+  // 3. A copy to each holder; the copies this rank keeps.
   for (int d : offsets_) {
     const int origin = (rank - d + n) % n;
     std::unique_ptr<PartCopy> copy;

@@ -116,6 +116,12 @@ class LocalTier {
             std::map<int, std::unique_ptr<CheckpointRoot>> kept, int keep_last);
 
   absl::Status Prune(CheckpointRoot& root);
+  // Rank 0's step 2 of Replicate: from every rank's `listed` outcome and
+  // extents, each rank's share of the plan, or (when a rank failed) the
+  // error every rank returns, as "!" and its message. The error of a part
+  // whose extents do not decode (that part then sends nothing).
+  absl::Status PlanShares(int64_t step, const std::vector<std::string>& listed,
+                          std::vector<std::string>& shares) const;
 
   Coordinator& coordinator_;
   Storage& storage_;
