@@ -26,8 +26,7 @@ int64_t PeakRssBytes() {
 }
 
 double Since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                       start)
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
       .count();
 }
 
@@ -50,13 +49,13 @@ Manifest Simulated(int ranks, int arrays) {
     array.extents.reserve(ranks);
     for (int r = 0; r < ranks; ++r) {
       const uint64_t seed = static_cast<uint64_t>(a) * ranks + r;
-      array.extents.push_back(
-          {Box({r * kElements}, {kElements}), files[r],
-           static_cast<int64_t>(a) * kElements * 4, kElements * 4,
-           ExtentHash{.low = seed * 0x9e3779b97f4a7c15ULL,
-                      .high = ~seed * 0xc2b2ae3d27d4eb4fULL,
-                      .wide = true},
-           std::nullopt});
+      array.extents.push_back({Box({r * kElements}, {kElements}), files[r],
+                               static_cast<int64_t>(a) * kElements * 4,
+                               kElements * 4,
+                               ExtentHash{.low = seed * 0x9e3779b97f4a7c15ULL,
+                                          .high = ~seed * 0xc2b2ae3d27d4eb4fULL,
+                                          .wide = true},
+                               std::nullopt});
     }
     manifest.arrays.push_back(std::move(array));
   }

@@ -167,8 +167,7 @@ int64_t PeakRssBytes() {
 }
 
 double Since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                       start)
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
       .count();
 }
 
@@ -218,8 +217,8 @@ int Run(const Flags& flags) {
   std::unique_ptr<Coordinator> coordinator =
       Check(MakeJobCoordinator({.timeout = absl::Minutes(10)}));
   const int rank = coordinator->rank(), ranks = coordinator->size();
-  std::unique_ptr<Backend> backend = Check(
-      MakeHostBackend({.num_devices = 1, .first_device_id = rank}));
+  std::unique_ptr<Backend> backend =
+      Check(MakeHostBackend({.num_devices = 1, .first_device_id = rank}));
   Device* device = backend->devices()[0];
   const Mesh mesh = Check(Mesh::Create({"data"}, {ranks}));
   const int64_t elements = flags.shard_bytes / 4;
@@ -236,8 +235,10 @@ int Run(const Flags& flags) {
       shards[a][i] = static_cast<float>(
           static_cast<int64_t>(a % 64) * (1 << 18) + rank * elements + i);
     }
-    const ArraySpec spec{absl::StrFormat("layer%03d", a), DType::kFloat32,
-                         {ranks * elements}, NamedSharding{mesh, {{"data"}}}};
+    const ArraySpec spec{absl::StrFormat("layer%03d", a),
+                         DType::kFloat32,
+                         {ranks * elements},
+                         NamedSharding{mesh, {{"data"}}}};
     arrays.push_back({spec, {{device->id(), shards[a].data()}}});
     restored[a].assign(elements, -1.0f);
     targets.push_back(
@@ -290,8 +291,8 @@ int Run(const Flags& flags) {
     PhaseMeter meter(*coordinator, storage);
     RestoreOptions restore_options;
     restore_options.shared_reads = shared;
-    RestoreStats stats =
-        Check(manager->Restore(std::nullopt, targets, nullptr, restore_options));
+    RestoreStats stats = Check(
+        manager->Restore(std::nullopt, targets, nullptr, restore_options));
     nlohmann::json record = meter.End(phase);
     bool exact = true;
     for (int a = 0; a < flags.arrays; ++a) {
@@ -303,9 +304,8 @@ int Run(const Flags& flags) {
     record["peer_bytes_received"] = stats.bytes_received;
     records.push_back(std::move(record));
     if (!exact) {
-      Die(absl::DataLossError(
-          absl::StrFormat("rank %d: %s did not restore bit-exact", rank,
-                          phase)));
+      Die(absl::DataLossError(absl::StrFormat(
+          "rank %d: %s did not restore bit-exact", rank, phase)));
     }
   };
   save(1, flags.local_root.empty() ? "save" : "save_local");
@@ -336,8 +336,9 @@ int main(int argc, char** argv) {
       ->required();
   app.add_option("--local-root", flags.local_root,
                  "Save to a local tier here instead ({rank}: the rank)");
-  app.add_option("--arrays", flags.arrays, "Arrays, each sharded over every "
-                                           "rank")
+  app.add_option("--arrays", flags.arrays,
+                 "Arrays, each sharded over every "
+                 "rank")
       ->capture_default_str();
   app.add_option("--shard-bytes", flags.shard_bytes,
                  "Bytes of each array per rank (a multiple of 4)")

@@ -3,7 +3,6 @@
 // thread stages, persists and commits it (save/save.cc), then applies
 // retention.
 #include "hoist/checkpoint/manager_impl.h"
-
 #include "hoist/checkpoint/save/written.h"
 
 namespace hoist {

@@ -69,9 +69,9 @@ absl::StatusOr<std::string> Coordinator::Scatter(
   std::string all;
   if (rank() == root) {
     if (static_cast<int>(pieces.size()) != size()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "scatter '%s': %d pieces for a job of %d processes", name,
-          pieces.size(), size()));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("scatter '%s': %d pieces for a job of %d processes",
+                          name, pieces.size(), size()));
     }
     AppendPieces(all, pieces);
   }

@@ -215,9 +215,9 @@ class MpiCoordinator final : public Coordinator {
     absl::StatusOr<std::vector<std::string>> out =
         Run(Kind::kScatter, name, std::move(mine), root);
     if (rank_ == root && static_cast<int>(pieces.size()) != size_) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "scatter '%s': %d pieces for a job of %d processes", name,
-          pieces.size(), size_));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("scatter '%s': %d pieces for a job of %d processes",
+                          name, pieces.size(), size_));
     }
     if (!out.ok()) return out.status();
     return std::move((*out)[0]);
@@ -421,12 +421,11 @@ class MpiCoordinator final : public Coordinator {
       const bool gather_root =
           problem.ok() && mine.kind == Kind::kGather && r == mine.root;
       const bool scatter = problem.ok() && mine.kind == Kind::kScatter;
-      if (absl::Status sent =
-              Send(r, tag,
-                   gather_root ? gathered
-                   : scatter   ? absl::StrCat(answer, pieces[r])
-                               : answer,
-                   answer_deadline);
+      if (absl::Status sent = Send(r, tag,
+                                   gather_root ? gathered
+                                   : scatter   ? absl::StrCat(answer, pieces[r])
+                                               : answer,
+                                   answer_deadline);
           !sent.ok() && problem.ok()) {
         problem = sent;
       }
@@ -664,7 +663,7 @@ class MpiCoordinator final : public Coordinator {
   int size_ = 1;
   int max_tag_ = 32767;
   uint64_t sequence_ ABSL_GUARDED_BY(mu_) = 0;
-  std::list<std::string> pending_;   // send buffers MPI may still read
+  std::list<std::string> pending_;  // send buffers MPI may still read
   // traffic(), read from any thread.
   std::atomic<int64_t> messages_sent_{0}, bytes_sent_{0};
   std::atomic<int64_t> messages_received_{0}, bytes_received_{0};

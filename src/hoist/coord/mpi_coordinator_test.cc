@@ -105,8 +105,8 @@ TEST(MpiCoordinatorTest, ScatterGivesEachRankItsOwnPiece) {
     const Coordinator::Traffic before = c->traffic();
     absl::StatusOr<std::string> got = c->Scatter("s", pieces, root);
     ASSERT_TRUE(got.ok()) << got.status();
-    EXPECT_EQ(*got, std::string(10 * c->rank(), static_cast<char>(
-                                                    'a' + c->rank())));
+    EXPECT_EQ(*got,
+              std::string(10 * c->rank(), static_cast<char>('a' + c->rank())));
     // A rank other than 0 receives its piece alone.
     if (c->rank() != 0) {
       EXPECT_LT(c->traffic().bytes_received - before.bytes_received,

@@ -510,15 +510,14 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
   Manifest built;
   if (rank == 0 && verdict.status.ok()) {
     traced("barrier + hash gather");
-    verdict.status = CommitGathered(storage, request, tmp, gathered,
-                                    delta_base, traced, built, manifest_bytes);
+    verdict.status = CommitGathered(storage, request, tmp, gathered, delta_base,
+                                    traced, built, manifest_bytes);
     if (!verdict.status.ok()) verdict.failed_rank = 0;
   } else if (rank != 0 && persisted.local.ok()) {
     built = BuildManifest(request, persisted.written, delta_base, rank);
   }
-  ASSIGN_OR_RETURN(
-      result.slowest,
-      ShareVerdict(coordinator, request, persisted.local, verdict));
+  ASSIGN_OR_RETURN(result.slowest, ShareVerdict(coordinator, request,
+                                                persisted.local, verdict));
   traced("committed");
   clock.Next("commit", manifest_bytes, "");
   result.phases = clock.Take();

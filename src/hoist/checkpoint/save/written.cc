@@ -90,7 +90,6 @@ uint64_t PlanFingerprint(const SaveRequest& request) {
   return text.ok() ? XXH3_64bits(text->data(), text->size()) : 0;
 }
 
-
 Manifest BuildManifest(const SaveRequest& request,
                        const WrittenExtents& written, const DeltaBase* base,
                        std::optional<int> process) {
@@ -227,10 +226,10 @@ absl::StatusOr<Gathered> GatherOutcomes(Coordinator& coordinator,
   // fingerprint costs an encoding of the whole plan: skipped when there is
   // no other process to disagree with, and made once per plan by a caller
   // that keeps it (SaveRequest::plan_fingerprint).
-  const uint64_t fingerprint =
-      coordinator.size() == 1          ? 0
-      : request.plan_fingerprint != 0 ? request.plan_fingerprint
-                                      : PlanFingerprint(request);
+  const uint64_t fingerprint = coordinator.size() == 1 ? 0
+                               : request.plan_fingerprint != 0
+                                   ? request.plan_fingerprint
+                                   : PlanFingerprint(request);
   std::string mine;
   AppendSection(mine, EncodeStatus(local));
   AppendSection(mine, absl::StrCat(absl::Hex(fingerprint)));
@@ -308,9 +307,10 @@ absl::StatusOr<std::vector<PhaseStat>> DecodeSlowest(std::string_view in) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<PhaseStat>> ShareVerdict(
-    Coordinator& coordinator, const SaveRequest& request,
-    const absl::Status& local, const Verdict& verdict) {
+absl::StatusOr<std::vector<PhaseStat>> ShareVerdict(Coordinator& coordinator,
+                                                    const SaveRequest& request,
+                                                    const absl::Status& local,
+                                                    const Verdict& verdict) {
   std::string mine;
   if (coordinator.rank() == 0) {
     // What the ranks other than the failed one return: a commit's error
@@ -339,10 +339,10 @@ absl::StatusOr<std::vector<PhaseStat>> ShareVerdict(
     // read it: which step, which rank. Rank 0's commit error is its own.
     if (local.ok()) return verdict.status;
     if (coordinator.size() == 1) return local;
-    return absl::Status(local.code(),
-                        absl::StrFormat("step %d aborted: rank %d: %s",
-                                        request.step, coordinator.rank(),
-                                        local.message()));
+    return absl::Status(
+        local.code(),
+        absl::StrFormat("step %d aborted: rank %d: %s", request.step,
+                        coordinator.rank(), local.message()));
   }
   RETURN_IF_ERROR(DecodeStatusVerbatim(std::string(others)));
   return DecodeSlowest(in);

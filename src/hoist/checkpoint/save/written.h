@@ -75,9 +75,10 @@ struct Verdict {
 // rank returns the slowest phases when the step committed, else its error:
 // a failed rank its own (`local`, its code kept, as "step N aborted: rank
 // R: ..."), rank 0 its commit's, the others what rank 0 said.
-absl::StatusOr<std::vector<PhaseStat>> ShareVerdict(
-    Coordinator& coordinator, const SaveRequest& request,
-    const absl::Status& local, const Verdict& verdict);
+absl::StatusOr<std::vector<PhaseStat>> ShareVerdict(Coordinator& coordinator,
+                                                    const SaveRequest& request,
+                                                    const absl::Status& local,
+                                                    const Verdict& verdict);
 
 }  // namespace hoist
 
