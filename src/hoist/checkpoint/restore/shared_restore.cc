@@ -1,11 +1,13 @@
 // SharedRestore (shared_restore.h), step by step:
 //   1. Every rank reads the manifest and works out which saved extents its
 //      targets intersect (flat ids: the extents of all arrays, in manifest
-//      order); the ranks all-gather these lists.
-//   2. Each extent needed by several ranks gets one reader among them, the
-//      one with the fewest such bytes so far; the arrays are cut into
-//      rounds (whole arrays, in order) so that no rank holds more than half
-//      of the pool of such extents at once.
+//      order); these lists are gathered at rank 0.
+//   2. Rank 0 gives each extent needed by several ranks one reader among
+//      them, the one with the fewest such bytes so far, and cuts the arrays
+//      into rounds (whole arrays, in order) so that no rank holds more than
+//      half of the pool of such extents at once; it scatters each rank its
+//      view: the rounds, and the shared extents that rank needs with their
+//      readers and needers (no rank but 0 receives the others' needs).
 //   3. Per round, each rank reads the shared extents it was given into a
 //      buffer of the round's size, verifies them, and sends each rank its
 //      share through one
@@ -204,8 +206,9 @@ class SharedRestorer {
         n_(coordinator.size()),
         rank_(coordinator.rank()) {}
 
-  // 1. The manifest and what each rank needs, all-gathered with each
-  // rank's host. A rank that cannot read the manifest still takes part, so
+  // 1. The manifest and what each rank needs, gathered at rank 0 with each
+  // rank's host; rank 0 plans (step 2) and scatters each rank its view of
+  // the plan. A rank that cannot read the manifest still takes part, so
   // that every rank learns it and each falls back to restoring alone
   // (shared() false; this rank's error if its manifest failed).
   absl::Status GatherNeeds(bool share_on_one_host) {
@@ -225,24 +228,15 @@ class SharedRestorer {
     // "HOST\nIDS": a host name has no line break.
     ASSIGN_OR_RETURN(
         std::vector<std::string> lists,
-        coordinator_.AllGather("shared restore " + step_dir_,
-                               absl::StrCat(HostName(), "\n", mine)));
-    std::set<std::string> hosts;
-    for (std::string& list : lists) {
-      const size_t line = list.find('\n');
-      hosts.insert(list.substr(0, line));
-      list.erase(0, line == std::string::npos ? list.size() : line + 1);
-    }
+        coordinator_.Gather("shared restore " + step_dir_,
+                            absl::StrCat(HostName(), "\n", mine), 0));
+    std::vector<std::string> views;
+    if (rank_ == 0) views = PlanViews(*job, lists, share_on_one_host);
+    ASSIGN_OR_RETURN(const std::string view,
+                     coordinator_.Scatter("shared restore plan " + step_dir_,
+                                          std::move(views), 0));
     RETURN_IF_ERROR(manifest.status());
-    if (hosts.size() == 1 && !share_on_one_host) return absl::OkStatus();
-    job->needs.resize(n_);
-    for (int r = 0; r < n_; ++r) {
-      if (lists[r] == "!") return absl::OkStatus();
-      absl::StatusOr<std::vector<int64_t>> ids =
-          DecodeIds(lists[r], job->count, r);
-      if (!ids.ok()) return absl::OkStatus();
-      job->needs[r] = *std::move(ids);
-    }
+    if (view.empty()) return absl::OkStatus();  // each restores alone
     job->extent_of.resize(job->count);
     job->array_of.resize(job->count);
     for (size_t a = 0; a < job->manifest.arrays.size(); ++a) {
@@ -253,17 +247,13 @@ class SharedRestorer {
       }
     }
     job_ = std::move(job);
-    return absl::OkStatus();
+    return DecodeView(view);
   }
 
-  // 2. A reader for each shared extent (among the ranks that need it, the
-  // one with the fewest such bytes so far), and the rounds; then 3, each
-  // round.
+  // 3, each round of the plan.
   absl::StatusOr<RestoreStats> Run() {
-    AssignReaders();
-    const std::vector<std::pair<int, int>> rounds = PlanRounds();
-    for (size_t k = 0; k < rounds.size(); ++k) {
-      RETURN_IF_ERROR(RunRound(k, rounds[k].first, rounds[k].second));
+    for (size_t k = 0; k < rounds_.size(); ++k) {
+      RETURN_IF_ERROR(RunRound(k, rounds_[k].first, rounds_[k].second));
     }
     RETURN_IF_ERROR(failed_);
     stats_.bytes_read += read_.load() - served_.load();
@@ -273,66 +263,207 @@ class SharedRestorer {
   bool shared() const { return job_ != nullptr; }
 
  private:
-  void AssignReaders() {
-    // Per id, the ranks that need it, ascending (binary-searched below);
-    // shared ids only, after the loop that drops the others.
+  // The whole job's plan, on rank 0 (step 2).
+  struct JobPlan {
+    // Per shared id: the ranks that need it (ascending), and its reader.
+    std::map<int64_t, std::vector<int>> needers;
+    std::map<int64_t, int> reader;
+    std::vector<std::pair<int, int>> rounds;
+    std::vector<std::set<int>> offsets;  // per round
+  };
+
+  // Step 2 on rank 0: from every rank's host and needs (`lists`), each
+  // rank's view of the plan (ViewOf), or empty views when the ranks are to
+  // restore alone (one host and !share_on_one_host, or a rank without the
+  // manifest or with a malformed list).
+  std::vector<std::string> PlanViews(const JobNeeds& job,
+                                     std::vector<std::string>& lists,
+                                     bool share_on_one_host) const {
+    const std::vector<std::string> alone(n_);
+    std::set<std::string> hosts;
+    for (std::string& list : lists) {
+      const size_t line = list.find('\n');
+      hosts.insert(list.substr(0, line));
+      list.erase(0, line == std::string::npos ? list.size() : line + 1);
+    }
+    if (hosts.size() == 1 && !share_on_one_host) return alone;
+    if (job.index == std::nullopt) return alone;  // rank 0 has no manifest
+    std::vector<std::vector<int64_t>> needs(n_);
     for (int r = 0; r < n_; ++r) {
-      for (int64_t id : job_->needs[r]) needers_[id].push_back(r);
+      if (lists[r] == "!") return alone;
+      absl::StatusOr<std::vector<int64_t>> ids =
+          DecodeIds(lists[r], job.count, r);
+      if (!ids.ok()) return alone;
+      needs[r] = *std::move(ids);
+    }
+    JobPlan plan;
+    AssignReaders(job, needs, plan);
+    PlanRounds(job, plan);
+    std::vector<std::string> views;
+    for (int r = 0; r < n_; ++r) views.push_back(ViewOf(plan, r));
+    return views;
+  }
+
+  // Each extent needed by several ranks gets one reader among them, the one
+  // with the fewest such bytes so far.
+  void AssignReaders(const JobNeeds& job,
+                     const std::vector<std::vector<int64_t>>& needs,
+                     JobPlan& plan) const {
+    for (int r = 0; r < n_; ++r) {
+      for (int64_t id : needs[r]) plan.needers[id].push_back(r);
     }
     std::vector<int64_t> assigned(n_, 0);
-    for (auto it = needers_.begin(); it != needers_.end();) {
+    for (auto it = plan.needers.begin(); it != plan.needers.end();) {
       if (it->second.size() < 2) {
-        it = needers_.erase(it);
+        it = plan.needers.erase(it);
         continue;
       }
       int best = it->second.front();
       for (int r : it->second) {
         if (assigned[r] < assigned[best]) best = r;
       }
-      assigned[best] += job_->extent_of[it->first]->length_bytes;
-      reader_[it->first] = best;
+      assigned[best] += ExtentOf(job, it->first).length_bytes;
+      plan.reader[it->first] = best;
       ++it;
     }
   }
 
+  // The extent of flat id `id` (a binary search of the arrays' first ids).
+  static const ManifestExtent& ExtentOf(const JobNeeds& job, int64_t id) {
+    const size_t a = std::upper_bound(job.first_id.begin(), job.first_id.end(),
+                                      id) -
+                     job.first_id.begin() - 1;
+    return job.manifest.arrays[a].extents[id - job.first_id[a]];
+  }
+
   // Rounds: [first array, end array), closed before an array whose shared
-  // extents would take a rank past half the pool.
-  std::vector<std::pair<int, int>> PlanRounds() const {
+  // extents would take a rank past half the pool; and per round, the rank
+  // offsets that carry any extent (an Exchange each, on every rank).
+  void PlanRounds(const JobNeeds& job, JobPlan& plan) const {
     const int64_t budget = std::max<int64_t>(pool_.capacity_bytes() / 2, 1);
-    const int arrays = static_cast<int>(job_->manifest.arrays.size());
-    std::vector<std::pair<int, int>> rounds;
+    const int arrays = static_cast<int>(job.manifest.arrays.size());
     std::vector<int64_t> held(n_, 0);
     int begin = 0;
-    auto it = needers_.begin();
+    auto it = plan.needers.begin();
     for (int a = 0; a < arrays; ++a) {
       std::map<int, int64_t> add;
       const int64_t end_id =
-          job_->first_id[a] +
-          static_cast<int64_t>(job_->manifest.arrays[a].extents.size());
-      for (auto j = it; j != needers_.end() && j->first < end_id; ++j) {
-        for (int r : j->second) {
-          add[r] += job_->extent_of[j->first]->length_bytes;
-        }
+          job.first_id[a] +
+          static_cast<int64_t>(job.manifest.arrays[a].extents.size());
+      for (auto j = it; j != plan.needers.end() && j->first < end_id; ++j) {
+        for (int r : j->second) add[r] += ExtentOf(job, j->first).length_bytes;
       }
       bool over = false;
       for (const auto& [r, bytes] : add) over |= held[r] + bytes > budget;
       if (over && a > begin) {
-        rounds.emplace_back(begin, a);
+        plan.rounds.emplace_back(begin, a);
         begin = a;
         std::fill(held.begin(), held.end(), 0);
       }
       for (const auto& [r, bytes] : add) held[r] += bytes;
-      while (it != needers_.end() && it->first < end_id) ++it;
+      while (it != plan.needers.end() && it->first < end_id) ++it;
     }
-    rounds.emplace_back(begin, arrays);
-    return rounds;
+    plan.rounds.emplace_back(begin, arrays);
+    // (A manifest without arrays is one empty round.)
+    const auto id_of = [&](int a) {
+      return a < static_cast<int>(job.first_id.size()) ? job.first_id[a]
+                                                        : job.count;
+    };
+    for (const auto& [first, end] : plan.rounds) {
+      std::set<int>& offsets = plan.offsets.emplace_back();
+      for (auto j = plan.needers.lower_bound(id_of(first));
+           j != plan.needers.end() && j->first < id_of(end); ++j) {
+        const int from = plan.reader.at(j->first);
+        for (int r : j->second) {
+          if (r != from) offsets.insert((r - from + n_) % n_);
+        }
+      }
+    }
+  }
+
+  // Rank r's view of `plan`: the rounds and their offsets (the same for
+  // every rank), and each shared id r needs with its reader and needers:
+  // i32 rounds | per round i32 first, end, i32 count | offsets |
+  // i64 ids | per id: i64 id, i32 reader, i32 count | needers.
+  std::string ViewOf(const JobPlan& plan, int r) const {
+    std::string out;
+    const auto put = [&out](auto value) {
+      out.append(reinterpret_cast<const char*>(&value), sizeof value);
+    };
+    put(static_cast<int32_t>(plan.rounds.size()));
+    for (size_t k = 0; k < plan.rounds.size(); ++k) {
+      put(static_cast<int32_t>(plan.rounds[k].first));
+      put(static_cast<int32_t>(plan.rounds[k].second));
+      put(static_cast<int32_t>(plan.offsets[k].size()));
+      for (int d : plan.offsets[k]) put(static_cast<int32_t>(d));
+    }
+    std::string ids;
+    int64_t count = 0;
+    std::swap(out, ids);
+    for (const auto& [id, who] : plan.needers) {
+      if (!std::binary_search(who.begin(), who.end(), r)) continue;
+      ++count;
+      put(id);
+      put(static_cast<int32_t>(plan.reader.at(id)));
+      put(static_cast<int32_t>(who.size()));
+      for (int w : who) put(static_cast<int32_t>(w));
+    }
+    std::swap(out, ids);
+    put(count);
+    return out + ids;
+  }
+
+  // This rank's view, as ViewOf made it: rounds_, round_offsets_, and the
+  // needers and reader of every shared id it needs.
+  absl::Status DecodeView(std::string_view in) {
+    const auto bad = absl::InternalError(
+        "shared restore: a malformed plan from rank 0");
+    const auto take = [&in](auto& value) {
+      if (in.size() < sizeof value) return false;
+      std::memcpy(&value, in.data(), sizeof value);
+      in.remove_prefix(sizeof value);
+      return true;
+    };
+    int32_t rounds = 0;
+    if (!take(rounds) || rounds < 0) return bad;
+    for (int32_t k = 0; k < rounds; ++k) {
+      int32_t first = 0, end = 0, offsets = 0;
+      if (!take(first) || !take(end) || !take(offsets) || offsets < 0) {
+        return bad;
+      }
+      rounds_.emplace_back(first, end);
+      std::set<int>& into = round_offsets_.emplace_back();
+      for (int32_t i = 0; i < offsets; ++i) {
+        int32_t d = 0;
+        if (!take(d) || d <= 0 || d >= n_) return bad;
+        into.insert(d);
+      }
+    }
+    int64_t ids = 0;
+    if (!take(ids) || ids < 0) return bad;
+    for (int64_t i = 0; i < ids; ++i) {
+      int64_t id = 0;
+      int32_t reader = 0, count = 0;
+      if (!take(id) || !take(reader) || !take(count) || id < 0 ||
+          id >= job_->count || reader < 0 || reader >= n_ || count < 0) {
+        return bad;
+      }
+      std::vector<int>& who = needers_[id];
+      for (int32_t w = 0; w < count; ++w) {
+        int32_t needer = 0;
+        if (!take(needer) || needer < 0 || needer >= n_) return bad;
+        who.push_back(needer);
+      }
+      reader_[id] = reader;
+    }
+    return in.empty() ? absl::OkStatus() : bad;
   }
 
   // 3. One round: this rank reads its share for the others, sends each
   // rank its part and receives its own, then restores the round's targets.
   // A rank that failed still sends its share: the other rounds need it.
   absl::Status RunRound(size_t k, int first_array, int end_array) {
-    RoundBuffer round = LayOutRound(first_array, end_array);
+    RoundBuffer round = LayOutRound(k, first_array, end_array);
     const absl::Time sharing = absl::Now();
     ReadOwnShare(round);
     for (int d : round.offsets) RETURN_IF_ERROR(ExchangeShare(k, d, round));
@@ -353,7 +484,7 @@ class SharedRestorer {
     return absl::OkStatus();
   }
 
-  RoundBuffer LayOutRound(int first_array, int end_array) const {
+  RoundBuffer LayOutRound(size_t k, int first_array, int end_array) const {
     // (A manifest without arrays is one empty round.)
     const auto id_of = [&](int a) {
       return a < static_cast<int>(job_->first_id.size()) ? job_->first_id[a]
@@ -364,12 +495,9 @@ class SharedRestorer {
     round.by_reader.resize(n_);
     for (auto it = needers_.lower_bound(lo);
          it != needers_.end() && it->first < hi; ++it) {
-      const int from = reader_.at(it->first);
-      for (int r : it->second) {
-        if (r == rank_) round.by_reader[from].push_back(it->first);
-        if (r != from) round.offsets.insert((r - from + n_) % n_);
-      }
+      round.by_reader[reader_.at(it->first)].push_back(it->first);
     }
+    round.offsets = round_offsets_[k];
     round.group_at.assign(n_, 0);
     int64_t bytes = 0;
     for (int i = 0; i < n_; ++i) {
@@ -527,9 +655,13 @@ class SharedRestorer {
   const RestoreReceiver& receiver_;
   const int n_, rank_;
   std::unique_ptr<JobNeeds> job_;
-  // Per shared id: the ranks that need it (ascending), and its reader.
+  // This rank's view of the plan: per shared id it needs, the ranks that
+  // need it (ascending) and its reader; the rounds, and per round the rank
+  // offsets that carry any extent.
   std::map<int64_t, std::vector<int>> needers_;
   std::map<int64_t, int> reader_;
+  std::vector<std::pair<int, int>> rounds_;
+  std::vector<std::set<int>> round_offsets_;
   RestoreStats stats_;
   absl::Status failed_;  // this rank's first error; it still sends its share
   // Bytes of extents: read for the others here, and served from memory to
