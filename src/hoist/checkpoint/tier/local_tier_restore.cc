@@ -1,24 +1,28 @@
 // The local tier's restore: see local_tier.h.
 //
 // A local restore (Restore):
-//   1. the ranks all-gather which steps they hold, of their own and copies;
-//      a step is a candidate when every rank's part of it is here or
-//      described by a copy (its PART.json);
-//   2. for the newest candidate, they all-gather the extents of every part
-//      and copy they hold, and the whole manifest of each lost part;
+//   1. which steps the ranks hold, of their own and copies, is gathered at
+//      rank 0, which broadcasts the candidates: a step every rank's part of
+//      which is here or described by a copy (its PART.json), with the ranks
+//      whose part is lost;
+//   2. for the newest candidate with a lost part, they all-gather the
+//      extents of every part and copy they hold, and the whole manifest of
+//      each lost part (with none lost, 2-4 are skipped);
 //   3. each evaluates PlanRecovery: for each extent of a lost part, the
 //      process that serves it (a data-parallel replica's own part, or a
 //      copy), spreading the bytes over them;
 //   4. shifts move those extents; the lost rank checks each one's hash,
 //      writes its part's manifest pointing at the received files, fsyncs
 //      and renames the directory into place: its part is back;
-//   5. every rank restores from its part. A part or copy found bad is left
+//   5. every rank restores from its part; the outcomes are gathered at rank
+//      0, which broadcasts its verdict. A part or copy found bad is left
 //      out and 2-5 run again; when no source is left, the next candidate.
 #include <algorithm>
 #include <set>
 
 #include "absl/algorithm/container.h"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -300,6 +304,118 @@ struct StepResult {
   std::vector<std::string> notes;
 };
 
+// What rank 0 makes of a try's outcomes on every rank, for every rank: the
+// ranks whose parts are lost now, the copies found bad, and what to say.
+struct TryVerdict {
+  bool all_ok = false;
+  bool stuck = false;  // no source to blame: trying again cannot help
+  bool another_sharding = false;  // a rank's part does not serve it
+  int failures = 0;
+  std::set<int> lost;
+  std::set<std::pair<int, int>> excluded;
+  std::vector<std::string> notes;
+};
+
+// `results`: each rank's "CODE\tBAD SOURCES\tERROR" for `attempt`.
+TryVerdict JudgeTry(const std::vector<std::string>& results,
+                    const Attempt& attempt, const std::set<int>& lost,
+                    const std::set<std::pair<int, int>>& excluded) {
+  TryVerdict verdict;
+  verdict.all_ok = true;
+  verdict.lost = lost;
+  verdict.excluded = excluded;
+  for (int r = 0; r < static_cast<int>(results.size()); ++r) {
+    std::vector<std::string> fields =
+        absl::StrSplit(results[r], absl::MaxSplits('\t', 2));
+    int code = static_cast<int>(absl::StatusCode::kUnknown);
+    if (fields.size() != 3 || !absl::SimpleAtoi(fields[0], &code)) {
+      fields = {"", "", results[r]};
+    }
+    bool bad_found = false;
+    for (absl::string_view at :
+         absl::StrSplit(fields[1], ',', absl::SkipEmpty())) {
+      size_t b = 0;
+      if (!absl::SimpleAtoi(at, &b) || b >= attempt.sources.size()) continue;
+      const ExtentSource& source = attempt.sources[b];
+      bad_found = true;
+      if (source.rank == source.origin) {
+        verdict.lost.insert(source.rank);  // its own part is bad
+      } else {
+        verdict.excluded.insert({source.rank, source.origin});
+      }
+    }
+    if (static_cast<absl::StatusCode>(code) == absl::StatusCode::kOk) continue;
+    verdict.all_ok = false;
+    const bool was_lost = attempt.lost.contains(r);
+    // The first few ranks' errors (a job of many ranks fails alike).
+    if (++verdict.failures <= kNotedFailures) {
+      verdict.notes.push_back(absl::StrFormat(
+          "rank %d's %spart: %s", r, was_lost ? "rebuilt " : "", fields[2]));
+    }
+    if (static_cast<absl::StatusCode>(code) ==
+        absl::StatusCode::kFailedPrecondition) {
+      verdict.another_sharding = true;
+    } else if (!was_lost) {
+      verdict.lost.insert(r);  // its part is bad: rebuild it
+    } else if (!bad_found) {
+      verdict.stuck = true;
+    }
+  }
+  return verdict;
+}
+
+// A TryVerdict as records (part_files.h): flags and count, the lost ranks,
+// the excluded copies (rank:origin), then one record per note.
+std::string EncodeVerdict(const TryVerdict& verdict) {
+  std::string out;
+  AppendRecord(out, absl::StrCat(verdict.all_ok ? 1 : 0, verdict.stuck ? 1 : 0,
+                                 verdict.another_sharding ? 1 : 0, " ",
+                                 verdict.failures));
+  AppendRecord(out, absl::StrJoin(verdict.lost, ","));
+  std::vector<std::string> excluded;
+  for (const auto& [rank, origin] : verdict.excluded) {
+    excluded.push_back(absl::StrCat(rank, ":", origin));
+  }
+  AppendRecord(out, absl::StrJoin(excluded, ","));
+  for (const std::string& note : verdict.notes) AppendRecord(out, note);
+  return out;
+}
+
+absl::StatusOr<TryVerdict> DecodeVerdict(const std::string& in, int n) {
+  const auto bad = absl::InternalError(
+      "local restore: a malformed verdict from rank 0");
+  ASSIGN_OR_RETURN(std::vector<absl::string_view> records,
+                   SplitRecords(in, "rank 0's verdict"));
+  TryVerdict verdict;
+  if (records.size() < 3 || records[0].size() < 5 || records[0][3] != ' ' ||
+      !absl::SimpleAtoi(records[0].substr(4), &verdict.failures)) {
+    return bad;
+  }
+  verdict.all_ok = records[0][0] == '1';
+  verdict.stuck = records[0][1] == '1';
+  verdict.another_sharding = records[0][2] == '1';
+  for (absl::string_view r : absl::StrSplit(records[1], ',', absl::SkipEmpty())) {
+    int rank = 0;
+    if (!absl::SimpleAtoi(r, &rank) || rank < 0 || rank >= n) return bad;
+    verdict.lost.insert(rank);
+  }
+  for (absl::string_view pair :
+       absl::StrSplit(records[2], ',', absl::SkipEmpty())) {
+    std::pair<absl::string_view, absl::string_view> both =
+        absl::StrSplit(pair, absl::MaxSplits(':', 1));
+    int rank = 0, origin = 0;
+    if (!absl::SimpleAtoi(both.first, &rank) ||
+        !absl::SimpleAtoi(both.second, &origin)) {
+      return bad;
+    }
+    verdict.excluded.insert({rank, origin});
+  }
+  for (size_t i = 3; i < records.size(); ++i) {
+    verdict.notes.emplace_back(records[i]);
+  }
+  return verdict;
+}
+
 // Steps 2-5 for step `s`, whose parts of `lost` ranks are not where they
 // were saved.
 absl::StatusOr<StepResult> RestoreStep(
@@ -314,8 +430,10 @@ absl::StatusOr<StepResult> RestoreStep(
     Attempt attempt;
     attempt.step = s;
     attempt.lost = lost;
+    // Every part where it was saved: nothing to rebuild, each rank
+    // restores from its own (one that fails is lost in the next try).
     absl::StatusOr<bool> gathered =
-        GatherHoldings(tier, attempt, excluded, tag);
+        lost.empty() ? true : GatherHoldings(tier, attempt, excluded, tag);
     if (absl::IsNotFound(gathered.status())) {
       result.notes.push_back(std::string(gathered.status().message()));
       return result;
@@ -326,65 +444,47 @@ absl::StatusOr<StepResult> RestoreStep(
       continue;
     }
     absl::StatusOr<std::vector<std::vector<int>>> plan =
-        PlanRecovery(attempt.needs, attempt.sources);
+        lost.empty() ? std::vector<std::vector<int>>(n)
+                     : PlanRecovery(attempt.needs, attempt.sources);
     if (!plan.ok()) {
       result.notes.push_back(std::string(plan.status().message()));
       return result;
     }
     attempt.plan = *std::move(plan);
-    absl::Status rebuilt = Rebuild(tier, attempt);
+    absl::Status rebuilt =
+        lost.empty() ? absl::OkStatus() : Rebuild(tier, attempt);
     absl::StatusOr<RestoreStats> stats = [&]() -> absl::StatusOr<RestoreStats> {
       RETURN_IF_ERROR(rebuilt);
       ASSIGN_OR_RETURN(const std::string dir, tier.own.StepDir(s));
       return restore(dir);
     }();
+    // Every rank's outcome, gathered at rank 0, which judges them for
+    // everyone (TryVerdict).
     ASSIGN_OR_RETURN(
         std::vector<std::string> results,
-        tier.coordinator.AllGather(
-            tag, absl::StrFormat("%d\t%s\t%s",
-                                 static_cast<int>(stats.status().code()),
-                                 absl::StrJoin(attempt.bad, ","),
-                                 stats.ok() ? "" : stats.status().ToString())));
-    bool all_ok = true, stuck = false;
-    int failures = 0;
-    for (int r = 0; r < n; ++r) {
-      std::vector<std::string> fields =
-          absl::StrSplit(results[r], absl::MaxSplits('\t', 2));
-      int code = static_cast<int>(absl::StatusCode::kUnknown);
-      if (fields.size() != 3 || !absl::SimpleAtoi(fields[0], &code)) {
-        fields = {"", "", results[r]};
-      }
-      bool bad_found = false;
-      for (absl::string_view at :
-           absl::StrSplit(fields[1], ',', absl::SkipEmpty())) {
-        size_t b = 0;
-        if (!absl::SimpleAtoi(at, &b) || b >= attempt.sources.size()) continue;
-        const ExtentSource& source = attempt.sources[b];
-        bad_found = true;
-        if (source.rank == source.origin) {
-          lost.insert(source.rank);  // its own part is bad
-        } else {
-          excluded.insert({source.rank, source.origin});
-        }
-      }
-      if (static_cast<absl::StatusCode>(code) == absl::StatusCode::kOk)
-        continue;
-      all_ok = false;
-      const bool was_lost = attempt.lost.contains(r);
-      // The first few ranks' errors (a job of many ranks fails alike).
-      if (++failures <= kNotedFailures) {
-        result.notes.push_back(absl::StrFormat(
-            "rank %d's %spart: %s", r, was_lost ? "rebuilt " : "", fields[2]));
-      }
-      if (static_cast<absl::StatusCode>(code) ==
-          absl::StatusCode::kFailedPrecondition) {
-        result.another_sharding = true;
-      } else if (!was_lost) {
-        lost.insert(r);  // its part is bad: rebuild it
-      } else if (!bad_found) {
-        stuck = true;  // no source to blame: trying again cannot help
-      }
+        tier.coordinator.Gather(
+            tag,
+            absl::StrFormat("%d\t%s\t%s",
+                            static_cast<int>(stats.status().code()),
+                            absl::StrJoin(attempt.bad, ","),
+                            stats.ok() ? "" : stats.status().ToString()),
+            0));
+    TryVerdict verdict;
+    if (tier.coordinator.rank() == 0) {
+      verdict = JudgeTry(results, attempt, lost, excluded);
     }
+    ASSIGN_OR_RETURN(const std::string judged,
+                     tier.coordinator.Broadcast(tag + " verdict",
+                                                EncodeVerdict(verdict), 0));
+    ASSIGN_OR_RETURN(verdict, DecodeVerdict(judged, n));
+    lost = verdict.lost;
+    excluded = verdict.excluded;
+    for (std::string& note : verdict.notes) {
+      result.notes.push_back(std::move(note));
+    }
+    result.another_sharding |= verdict.another_sharding;
+    const bool all_ok = verdict.all_ok, stuck = verdict.stuck;
+    const int failures = verdict.failures;
     if (all_ok) {
       std::vector<std::string> used;
       for (int r : attempt.lost) {
@@ -423,25 +523,19 @@ absl::StatusOr<StepResult> RestoreStep(
   return result;
 }
 
-}  // namespace
+// What rank 0 makes of every rank's inventory: the newest durable step
+// (`step` when asked for, and rank 0 lists it), and the local steps every
+// rank's part of which is where it was saved or described by a copy
+// (`step` alone when asked for), newest first, each with the ranks whose
+// part is not where it was saved.
+struct Schedule {
+  std::optional<int64_t> newest_durable;
+  std::vector<std::pair<int64_t, std::set<int>>> candidates;
+};
 
-absl::StatusOr<LocalTier::Outcome> LocalTier::Restore(
-    std::optional<int64_t> step, const std::vector<int64_t>& durable_steps,
-    const std::function<absl::StatusOr<RestoreStats>(const std::string&)>&
-        restore) {
-  const int n = coordinator_.size(), rank = coordinator_.rank();
-  // 1. Which steps every rank holds.
-  std::string inventory;
-  AppendSteps(inventory, "durable", rank, durable_steps);
-  AppendSteps(inventory, "own", rank,
-              own_->List().value_or(std::vector<int64_t>{}));
-  for (const auto& [origin, root] : kept_) {
-    AppendSteps(inventory, "kept", origin,
-                root->List().value_or(std::vector<int64_t>{}));
-  }
-  ASSIGN_OR_RETURN(
-      std::vector<std::string> all,
-      coordinator_.AllGather("local restore inventory", inventory));
+Schedule ScheduleOf(const std::vector<std::string>& all,
+                    std::optional<int64_t> step) {
+  const int n = static_cast<int>(all.size());
   std::vector<int64_t> durable;  // rank 0's view decides
   std::vector<std::set<int64_t>> own(n);
   std::set<std::pair<int, int64_t>> described;  // (origin, step) copies
@@ -471,20 +565,98 @@ absl::StatusOr<LocalTier::Outcome> LocalTier::Restore(
       }
     }
   }
-  // A candidate: every rank's part is where it was saved or described by
-  // a copy.
-  const auto candidate = [&](int64_t s) {
-    for (int r = 0; r < n; ++r) {
-      if (!own[r].contains(s) && !described.contains({r, s})) return false;
-    }
-    return true;
-  };
-  std::optional<int64_t> newest_durable;
+  Schedule schedule;
   for (int64_t s : durable) {
     if (!step || s == *step) {
-      newest_durable = std::max(newest_durable.value_or(s), s);
+      schedule.newest_durable =
+          std::max(schedule.newest_durable.value_or(s), s);
     }
   }
+  for (auto it = seen.rbegin(); it != seen.rend(); ++it) {
+    const int64_t s = *it;
+    if (step && s != *step) continue;
+    std::set<int> lost;
+    bool complete = true;
+    for (int r = 0; r < n && complete; ++r) {
+      if (own[r].contains(s)) continue;
+      complete = described.contains({r, s});
+      lost.insert(r);
+    }
+    if (complete) schedule.candidates.emplace_back(s, std::move(lost));
+  }
+  return schedule;
+}
+
+// "D <newest durable step or ->" then "<step> <lost ranks, comma
+// separated>" per candidate, a line each.
+std::string EncodeSchedule(const Schedule& schedule) {
+  std::string out = absl::StrCat(
+      "D ", schedule.newest_durable ? absl::StrCat(*schedule.newest_durable)
+                                    : std::string("-"),
+      "\n");
+  for (const auto& [s, lost] : schedule.candidates) {
+    absl::StrAppend(&out, s, " ", absl::StrJoin(lost, ","), "\n");
+  }
+  return out;
+}
+
+absl::StatusOr<Schedule> DecodeSchedule(const std::string& in, int n) {
+  const auto bad = absl::InternalError(
+      "local restore: malformed candidates from rank 0");
+  Schedule schedule;
+  std::vector<absl::string_view> lines =
+      absl::StrSplit(in, '\n', absl::SkipEmpty());
+  if (lines.empty() || !absl::StartsWith(lines[0], "D ")) return bad;
+  if (lines[0] != "D -") {
+    int64_t durable = 0;
+    if (!absl::SimpleAtoi(lines[0].substr(2), &durable)) return bad;
+    schedule.newest_durable = durable;
+  }
+  for (size_t i = 1; i < lines.size(); ++i) {
+    std::pair<absl::string_view, absl::string_view> fields =
+        absl::StrSplit(lines[i], absl::MaxSplits(' ', 1));
+    int64_t s = 0;
+    if (!absl::SimpleAtoi(fields.first, &s)) return bad;
+    std::set<int> lost;
+    for (absl::string_view r :
+         absl::StrSplit(fields.second, ',', absl::SkipEmpty())) {
+      int rank = 0;
+      if (!absl::SimpleAtoi(r, &rank) || rank < 0 || rank >= n) return bad;
+      lost.insert(rank);
+    }
+    schedule.candidates.emplace_back(s, std::move(lost));
+  }
+  return schedule;
+}
+
+}  // namespace
+
+absl::StatusOr<LocalTier::Outcome> LocalTier::Restore(
+    std::optional<int64_t> step, const std::vector<int64_t>& durable_steps,
+    const std::function<absl::StatusOr<RestoreStats>(const std::string&)>&
+        restore) {
+  const int n = coordinator_.size(), rank = coordinator_.rank();
+  // 1. Which steps every rank holds.
+  std::string inventory;
+  AppendSteps(inventory, "durable", rank, durable_steps);
+  AppendSteps(inventory, "own", rank,
+              own_->List().value_or(std::vector<int64_t>{}));
+  for (const auto& [origin, root] : kept_) {
+    AppendSteps(inventory, "kept", origin,
+                root->List().value_or(std::vector<int64_t>{}));
+  }
+  ASSIGN_OR_RETURN(
+      std::vector<std::string> all,
+      coordinator_.Gather("local restore inventory", inventory, 0));
+  // Rank 0 works out the candidates and tells every rank (Schedule).
+  ASSIGN_OR_RETURN(
+      const std::string sent,
+      coordinator_.Broadcast("local restore candidates",
+                             rank == 0 ? EncodeSchedule(ScheduleOf(all, step))
+                                       : std::string(),
+                             0));
+  ASSIGN_OR_RETURN(const Schedule schedule, DecodeSchedule(sent, n));
+  const std::optional<int64_t> newest_durable = schedule.newest_durable;
   Outcome outcome;
   const auto use_durable = [&](std::string why) {
     outcome.durable = newest_durable.has_value();
@@ -498,17 +670,11 @@ absl::StatusOr<LocalTier::Outcome> LocalTier::Restore(
   };
   // 2-5, for each candidate, newest first, newer than the durable step.
   std::vector<std::string> notes;
-  for (auto it = seen.rbegin(); it != seen.rend(); ++it) {
-    const int64_t s = *it;
-    if ((step && s != *step) || !candidate(s)) continue;
+  for (const auto& [s, lost] : schedule.candidates) {
     if (newest_durable && *newest_durable >= s) {
       if (!notes.empty()) break;
       return use_durable(absl::StrFormat(
           "it is at least as new as the newest complete local step, %d", s));
-    }
-    std::set<int> lost;
-    for (int r = 0; r < n; ++r) {
-      if (!own[r].contains(s)) lost.insert(r);
     }
     ASSIGN_OR_RETURN(
         StepResult result,
