@@ -116,6 +116,10 @@ struct StorageCapabilities {
   // S3 and GCS are strongly consistent for listings since 2020). Without
   // it a caller must not take a missing name for a removed one.
   bool consistent_listing = true;
+  // Requests are limited per key prefix (S3: about 3,500 writes and 5,500
+  // reads a second per prefix): a step spreads its data objects over
+  // hashed prefixes (docs/scale.md).
+  bool prefix_rate_limited = false;
 };
 
 class Storage {

@@ -8,8 +8,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <set>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "hoist/checkpoint_manager.h"
 #include "hoist/checkpoint_root.h"
@@ -224,11 +227,64 @@ TEST_P(ObjectStoreCheckpointTest, WriterStreamsAreTheStoresUnlessGiven) {
     const int64_t step = given + 1;
     ASSERT_TRUE(SaveVersion(*manager, step, step).ok());
     absl::StatusOr<std::vector<std::string>> objects =
-        storage->List(JoinPath(JoinPath(root_, StepDirName(step)), "data"));
+        ListDataFiles(*storage, JoinPath(root_, StepDirName(step)));
     ASSERT_TRUE(objects.ok()) << objects.status();
     EXPECT_EQ(objects->size(), static_cast<size_t>(given ? given : preferred));
     EXPECT_TRUE(Holds(*manager, step, step).ok());
   }
+}
+
+// An object store limits requests per key prefix: a step's data objects go
+// under 256 hashed prefixes (data/HH/rPPPPP_wSS.bin), which the manifest
+// names, so that a job of many ranks spreads its uploads; none lies
+// directly under data/. Restores, deltas and retention find them there.
+TEST_P(ObjectStoreCheckpointTest, AStepsObjectsSpreadOverHashedPrefixes) {
+  UseModel(Layers());
+  CheckpointManagerOptions options;
+  options.pool_bytes = 1 << 20;
+  options.plan.writer_streams = 32;
+  options.keep_last = 1;
+  auto manager = Open(options);
+  ASSERT_NE(manager, nullptr);
+  ASSERT_TRUE(SaveVersion(*manager, 1, 1).ok());
+  std::unique_ptr<Storage> storage = TheStorage();
+  const std::string step_dir = JoinPath(root_, StepDirName(1));
+  const std::vector<std::string> objects = *ListDataFiles(*storage, step_dir);
+  ASSERT_EQ(objects.size(), 32u);
+  std::set<std::string> prefixes;
+  for (int stream = 0; stream < 32; ++stream) {
+    const std::string name = DataFileName(0, stream, /*spread=*/true);
+    EXPECT_THAT(name, ::testing::MatchesRegex("data/[0-9a-f]{2}/r00000_w" +
+                                              absl::StrFormat("%02d", stream) +
+                                              "\\.bin"));
+    EXPECT_TRUE(absl::c_linear_search(objects, name)) << name;
+    prefixes.insert(name.substr(0, 8));
+  }
+  EXPECT_GE(prefixes.size(), 24u);  // 32 names over 256 prefixes
+  const absl::StatusOr<std::vector<std::string>> entries =
+      storage->List(JoinPath(step_dir, std::string(kDataDirName)));
+  ASSERT_TRUE(entries.ok()) << entries.status();
+  for (const std::string& entry : *entries) {
+    EXPECT_EQ(entry.size(), 2u) << entry << " lies directly under data/";
+  }
+  const absl::StatusOr<Manifest> manifest = manager->ReadManifest(1);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  std::set<std::string> named;
+  for (const ManifestArray& array : manifest->arrays) {
+    for (const ManifestExtent& extent : array.extents)
+      named.insert(extent.file);
+  }
+  for (const std::string& file : named) {
+    EXPECT_TRUE(absl::c_linear_search(objects, file)) << file;
+  }
+  EXPECT_TRUE(Holds(*manager, 1, 1).ok());
+  // A delta references them; pruning step 1 keeps exactly those.
+  ASSERT_TRUE(SaveVersion(*manager, 2, 1).ok());
+  EXPECT_TRUE(Holds(*manager, 2, 1).ok());
+  EXPECT_EQ(ListDataFiles(*storage, step_dir)->size(), named.size());
+  auto reader = *CheckpointRoot::OpenForReading(root_);
+  EXPECT_TRUE(reader->Verify(2)->ok());
+  EXPECT_GT(*reader->HeldBytes(1), 0);
 }
 
 // A local tier's parts are on the local filesystem, and take its number
@@ -252,7 +308,7 @@ TEST_P(ObjectStoreCheckpointTest, ALocalTiersPartsTakeTheLocalStreams) {
   EXPECT_EQ(files, 2u);
   std::unique_ptr<Storage> storage = TheStorage();
   absl::StatusOr<std::vector<std::string>> objects =
-      storage->List(JoinPath(JoinPath(root_, StepDirName(2)), "data"));
+      ListDataFiles(*storage, JoinPath(root_, StepDirName(2)));
   ASSERT_TRUE(objects.ok()) << objects.status();
   EXPECT_EQ(objects->size(),
             static_cast<size_t>(storage->preferred_writer_streams()));
@@ -299,7 +355,8 @@ TEST_P(ObjectStoreCheckpointTest, DamagedObjectsAreRefusedAndNamed) {
   ASSERT_TRUE(SaveVersion(*manager, 1, 1).ok());
   ASSERT_TRUE(SaveVersion(*manager, 2, 2).ok());
   std::unique_ptr<Storage> storage = TheStorage();
-  const std::string object = root_ + "/step_00000002/data/r00000_w00.bin";
+  const std::string object =
+      JoinPath(JoinPath(root_, StepDirName(2)), DataFileName(0, 0, true));
   const int64_t size = *(*storage->OpenReadable(object))->Size();
   // Replaced by a truncated copy of other bytes.
   ASSERT_TRUE(storage->RemoveAll(object).ok());

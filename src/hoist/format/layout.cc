@@ -5,12 +5,46 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "hoist/base/xxh3.h"
 #include "hoist/storage.h"
 
 namespace hoist {
 
-std::string DataFileName(int process, int stream) {
-  return absl::StrFormat("%s/r%05d_w%02d.bin", kDataDirName, process, stream);
+std::string DataFileName(int process, int stream, bool spread) {
+  const std::string name = absl::StrFormat("r%05d_w%02d.bin", process, stream);
+  if (!spread) return absl::StrFormat("%s/%s", kDataDirName, name);
+  const uint64_t hash = XXH3_64bits(name.data(), name.size());
+  return absl::StrFormat("%s/%02x/%s", kDataDirName, hash >> 56, name);
+}
+
+absl::StatusOr<std::vector<std::string>> ListDataFiles(Storage& storage,
+                                                       const std::string& dir) {
+  const std::string data = JoinPath(dir, kDataDirName);
+  std::vector<std::string> files;
+  absl::StatusOr<bool> exists = storage.Exists(data);
+  if (!exists.ok()) return exists.status();
+  if (!*exists) return files;
+  absl::StatusOr<std::vector<std::string>> names = storage.List(data);
+  if (!names.ok()) return names.status();
+  for (const std::string& name : *names) {
+    const std::string relative = JoinPath(kDataDirName, name);
+    // A data file's name ends in .bin; anything else may be a prefix.
+    absl::StatusOr<bool> prefix = absl::EndsWith(name, ".bin")
+                                      ? absl::StatusOr<bool>(false)
+                                      : storage.IsDir(JoinPath(dir, relative));
+    if (!prefix.ok()) return prefix.status();
+    if (!*prefix) {
+      files.push_back(relative);
+      continue;
+    }
+    absl::StatusOr<std::vector<std::string>> inner =
+        storage.List(JoinPath(dir, relative));
+    if (!inner.ok()) return inner.status();
+    for (const std::string& file : *inner) {
+      files.push_back(JoinPath(relative, file));
+    }
+  }
+  return files;
 }
 
 std::string StepDirName(int64_t step) {

@@ -15,8 +15,11 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "absl/status/statusor.h"
 #include "hoist/manifest.h"
+#include "hoist/storage.h"
 
 namespace hoist {
 
@@ -25,8 +28,17 @@ inline constexpr char kDataDirName[] = "data";
 inline constexpr char kManifestTmpSuffix[] = ".tmp";  // MANIFEST.json.tmp
 
 // "data/r00000_w00.bin": the file of `process`'s writer `stream`, relative
-// to the step directory.
-std::string DataFileName(int process, int stream);
+// to the step directory. With `spread` (a storage whose request rate is
+// limited per key prefix: StorageCapabilities::prefix_rate_limited), under
+// one of 256 prefixes chosen by a hash of that name, "data/3f/r00000_w00.bin",
+// so that a large job's uploads spread over them.
+std::string DataFileName(int process, int stream, bool spread = false);
+
+// Every data file of the step directory `dir`, relative to it: data/NAME,
+// and data/HH/NAME under a hashed prefix (DataFileName). None when there
+// is no data/.
+absl::StatusOr<std::vector<std::string>> ListDataFiles(Storage& storage,
+                                                       const std::string& dir);
 
 // "step_00001000" (at least 8 digits).
 std::string StepDirName(int64_t step);

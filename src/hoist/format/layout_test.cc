@@ -4,6 +4,9 @@
 
 #include <string>
 
+#include "absl/strings/str_format.h"
+#include "hoist/base/xxh3.h"
+
 namespace hoist {
 namespace {
 
@@ -39,6 +42,13 @@ TEST(LayoutTest, TemporaryNamesRoundTripWithTheirRole) {
 
 TEST(LayoutTest, DataFilesAndTheStepOfADirectory) {
   EXPECT_EQ(DataFileName(1, 2), "data/r00001_w02.bin");
+  // Spread: under the prefix of the name's XXH3-64's high byte, a scheme
+  // readers never recompute (the manifest names each file) but that must
+  // not change under a running job's ranks.
+  const std::string name = "r00001_w02.bin";
+  EXPECT_EQ(DataFileName(1, 2, /*spread=*/true),
+            absl::StrFormat("data/%02x/%s",
+                            XXH3_64bits(name.data(), name.size()) >> 56, name));
   EXPECT_EQ(StepOfDir("/r/step_00000003"), 3);
   EXPECT_EQ(StepOfDir("/r/step_00000003/"), 3);
   EXPECT_EQ(StepOfDir("/r/" + TmpStepDirName(4) + kAsideSuffix), 4);

@@ -330,9 +330,9 @@ class SharedRestorer {
 
   // The extent of flat id `id` (a binary search of the arrays' first ids).
   static const ManifestExtent& ExtentOf(const JobNeeds& job, int64_t id) {
-    const size_t a = std::upper_bound(job.first_id.begin(), job.first_id.end(),
-                                      id) -
-                     job.first_id.begin() - 1;
+    const size_t a =
+        std::upper_bound(job.first_id.begin(), job.first_id.end(), id) -
+        job.first_id.begin() - 1;
     return job.manifest.arrays[a].extents[id - job.first_id[a]];
   }
 
@@ -367,7 +367,7 @@ class SharedRestorer {
     // (A manifest without arrays is one empty round.)
     const auto id_of = [&](int a) {
       return a < static_cast<int>(job.first_id.size()) ? job.first_id[a]
-                                                        : job.count;
+                                                       : job.count;
     };
     for (const auto& [first, end] : plan.rounds) {
       std::set<int>& offsets = plan.offsets.emplace_back();
@@ -416,8 +416,8 @@ class SharedRestorer {
   // This rank's view, as ViewOf made it: rounds_, round_offsets_, and the
   // needers and reader of every shared id it needs.
   absl::Status DecodeView(std::string_view in) {
-    const auto bad = absl::InternalError(
-        "shared restore: a malformed plan from rank 0");
+    const auto bad =
+        absl::InternalError("shared restore: a malformed plan from rank 0");
     const auto take = [&in](auto& value) {
       if (in.size() < sizeof value) return false;
       std::memcpy(&value, in.data(), sizeof value);

@@ -277,15 +277,12 @@ absl::StatusOr<int64_t> CheckpointRoot::HeldBytes(int64_t step) const {
     return absl::NotFoundError(
         absl::StrFormat("%s: no step directory %d", path_, step));
   }
-  const std::string data = JoinPath(dir, kDataDirName);
-  ASSIGN_OR_RETURN(bool has_data, storage_.Exists(data));
-  if (!has_data) return 0;
-  ASSIGN_OR_RETURN(std::vector<std::string> names, storage_.List(data));
+  ASSIGN_OR_RETURN(std::vector<std::string> names,
+                   ListDataFiles(storage_, dir));
   int64_t bytes = 0;
   for (const std::string& name : names) {
     ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> file,
-                     storage_.OpenReadableBeneath(
-                         dir, JoinPath(std::string(kDataDirName), name)));
+                     storage_.OpenReadableBeneath(dir, name));
     ASSIGN_OR_RETURN(int64_t size, file->Size());
     bytes += size;
   }

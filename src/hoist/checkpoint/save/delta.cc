@@ -1,6 +1,7 @@
 #include "hoist/checkpoint/save/delta.h"
 
 #include <algorithm>
+#include <set>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -169,28 +170,26 @@ absl::Status PruneReferenced(Storage& storage, const std::string& root,
     ASSIGN_OR_RETURN(bool committed,
                      storage.HasMarker(dir, std::string(kManifestFileName)));
     if (committed) continue;
-    const std::string data = JoinPath(dir, kDataDirName);
-    ASSIGN_OR_RETURN(bool has_data, storage.Exists(data));
-    std::vector<std::string> files;
-    if (has_data) {
-      ASSIGN_OR_RETURN(files, storage.List(data));
-    }
+    ASSIGN_OR_RETURN(std::vector<std::string> files,
+                     ListDataFiles(storage, dir));
     int kept = 0;
-    bool removed_file = false;
+    std::set<std::string> synced;  // directories a file was removed from
     for (const std::string& file : files) {
-      const std::string relative = JoinPath(name, JoinPath(kDataDirName, file));
-      if (live.contains(relative)) {
+      if (live.contains(JoinPath(name, file))) {
         ++kept;
         continue;
       }
-      RETURN_IF_ERROR(storage.RemoveAll(JoinPath(data, file)));
-      removed_file = true;
+      const std::string path = JoinPath(dir, file);
+      RETURN_IF_ERROR(storage.RemoveAll(path));
+      synced.insert(path.substr(0, path.rfind('/')));
     }
     if (kept == 0) {
       RETURN_IF_ERROR(storage.RemoveAll(dir));
       removed_dir = true;
-    } else if (removed_file) {
-      RETURN_IF_ERROR(storage.SyncDir(data));
+    } else {
+      for (const std::string& parent : synced) {
+        RETURN_IF_ERROR(storage.SyncDir(parent));
+      }
     }
   }
   if (removed_dir) RETURN_IF_ERROR(storage.SyncDir(root));

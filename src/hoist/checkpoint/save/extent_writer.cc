@@ -36,8 +36,9 @@ absl::StatusOr<std::unique_ptr<ExtentWriter>> ExtentWriter::Open(
   for (int f = writer->first_file_; f < writer->first_file_ + streams; ++f) {
     auto stream = std::make_unique<Stream>();
     stream->owner = writer.get();
-    stream->path = JoinPath(
-        dir, DataFileName(plan.files[f].process, plan.files[f].stream));
+    stream->path =
+        JoinPath(dir, DataFileName(plan.files[f].process, plan.files[f].stream,
+                                   storage.capabilities().prefix_rate_limited));
     absl::StatusOr<std::unique_ptr<WritableFile>> file =
         storage.OpenWritable(stream->path);
     if (!file.ok()) return file.status();  // started threads: none yet

@@ -541,9 +541,10 @@ static absl::StatusOr<SaveResult> SaveCheckpointImpl(
         "save request needs a step >= 0 and the plan of its arrays");
   }
   std::string tmp;  // once steps 1 and 2 made it
-  absl::StatusOr<SaveResult> result =
-      SaveSteps(storage, coordinator, request, engine, devices, sources, start,
-                tmp, begun);
+  SaveRequest named = request;
+  named.spread_prefixes = storage.capabilities().prefix_rate_limited;
+  absl::StatusOr<SaveResult> result = SaveSteps(
+      storage, coordinator, named, engine, devices, sources, start, tmp, begun);
   if (!result.ok() && !tmp.empty() && coordinator.rank() == 0) {
     storage.RemoveAll(tmp).IgnoreError();  // best effort; GC finishes it
   }

@@ -110,7 +110,8 @@ Manifest BuildManifest(const SaveRequest& request,
   std::vector<std::string> file_names;
   file_names.reserve(plan.files.size());
   for (const auto& file : plan.files) {
-    file_names.push_back(DataFileName(file.process, file.stream));
+    file_names.push_back(
+        DataFileName(file.process, file.stream, request.spread_prefixes));
   }
   const std::vector<int> own =
       process ? plan.SlicesOfProcess(*process) : std::vector<int>();

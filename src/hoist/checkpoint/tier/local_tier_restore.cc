@@ -382,8 +382,8 @@ std::string EncodeVerdict(const TryVerdict& verdict) {
 }
 
 absl::StatusOr<TryVerdict> DecodeVerdict(const std::string& in, int n) {
-  const auto bad = absl::InternalError(
-      "local restore: a malformed verdict from rank 0");
+  const auto bad =
+      absl::InternalError("local restore: a malformed verdict from rank 0");
   ASSIGN_OR_RETURN(std::vector<absl::string_view> records,
                    SplitRecords(in, "rank 0's verdict"));
   TryVerdict verdict;
@@ -394,7 +394,8 @@ absl::StatusOr<TryVerdict> DecodeVerdict(const std::string& in, int n) {
   verdict.all_ok = records[0][0] == '1';
   verdict.stuck = records[0][1] == '1';
   verdict.another_sharding = records[0][2] == '1';
-  for (absl::string_view r : absl::StrSplit(records[1], ',', absl::SkipEmpty())) {
+  for (absl::string_view r :
+       absl::StrSplit(records[1], ',', absl::SkipEmpty())) {
     int rank = 0;
     if (!absl::SimpleAtoi(r, &rank) || rank < 0 || rank >= n) return bad;
     verdict.lost.insert(rank);
@@ -590,10 +591,11 @@ Schedule ScheduleOf(const std::vector<std::string>& all,
 // "D <newest durable step or ->" then "<step> <lost ranks, comma
 // separated>" per candidate, a line each.
 std::string EncodeSchedule(const Schedule& schedule) {
-  std::string out = absl::StrCat(
-      "D ", schedule.newest_durable ? absl::StrCat(*schedule.newest_durable)
-                                    : std::string("-"),
-      "\n");
+  std::string out = absl::StrCat("D ",
+                                 schedule.newest_durable
+                                     ? absl::StrCat(*schedule.newest_durable)
+                                     : std::string("-"),
+                                 "\n");
   for (const auto& [s, lost] : schedule.candidates) {
     absl::StrAppend(&out, s, " ", absl::StrJoin(lost, ","), "\n");
   }
@@ -601,8 +603,8 @@ std::string EncodeSchedule(const Schedule& schedule) {
 }
 
 absl::StatusOr<Schedule> DecodeSchedule(const std::string& in, int n) {
-  const auto bad = absl::InternalError(
-      "local restore: malformed candidates from rank 0");
+  const auto bad =
+      absl::InternalError("local restore: malformed candidates from rank 0");
   Schedule schedule;
   std::vector<absl::string_view> lines =
       absl::StrSplit(in, '\n', absl::SkipEmpty());
@@ -651,10 +653,10 @@ absl::StatusOr<LocalTier::Outcome> LocalTier::Restore(
   // Rank 0 works out the candidates and tells every rank (Schedule).
   ASSIGN_OR_RETURN(
       const std::string sent,
-      coordinator_.Broadcast("local restore candidates",
-                             rank == 0 ? EncodeSchedule(ScheduleOf(all, step))
-                                       : std::string(),
-                             0));
+      coordinator_.Broadcast(
+          "local restore candidates",
+          rank == 0 ? EncodeSchedule(ScheduleOf(all, step)) : std::string(),
+          0));
   ASSIGN_OR_RETURN(const Schedule schedule, DecodeSchedule(sent, n));
   const std::optional<int64_t> newest_durable = schedule.newest_durable;
   Outcome outcome;

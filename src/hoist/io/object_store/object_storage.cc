@@ -224,7 +224,8 @@ class ObjectStorage final : public Storage {
     return {.atomic_rename = false,
             .random_writes = false,
             .local = false,
-            .consistent_listing = true};
+            .consistent_listing = true,
+            .prefix_rate_limited = true};
   }
 
   absl::StatusOr<std::unique_ptr<FileLock>> LockFile(
