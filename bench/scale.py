@@ -5,7 +5,7 @@ rank's not at all.
 
     .venv/bin/python bench/scale.py [--ranks 8,32,64,128,256]
         [--arrays 100] [--shard-bytes 64KiB] [--tiers durable,local]
-        [--json] [--out FILE]
+        [--launcher mpirun|torchrun] [--json] [--out FILE]
 
 For each N, `mpirun -np N --oversubscribe` runs build/release/bench/
 scale_bench (its header says what each rank does): a state of --arrays
@@ -15,6 +15,12 @@ extent a delta reference), and restores the newest step with each rank
 reading for itself and with shared reads, each checked bit-exact. The
 `local` tier runs the same job with the saves in a local tier (2 replicas)
 and restores from it.
+
+--launcher torchrun runs the same state as DTensors sharded Shard(0) over a
+1-D CPU mesh, under `torchrun --standalone --nproc-per-node N` with gloo
+(default ranks 8,16,32,64: each rank imports torch), through
+hoist.CheckpointManager and its TorchCoordinator (durable tier only; the
+coordinator counts the payloads of its collectives).
 
 Per phase, for rank 0 and for the other ranks (their median and maximum):
 wall time, blocked time, messages and bytes through the coordinator each
@@ -54,20 +60,104 @@ SHOWN = ("wall_s", "blocked_s", "cpu_s", "peak_rss_bytes") + JUDGED + (
 RANK0_MAX, OTHERS_MAX = 1.2, 0.3
 
 
+def torch_worker(args):
+    """One torchrun rank: the same job as scale_bench's durable tier, in
+    Python, through hoist.CheckpointManager and its TorchCoordinator."""
+    import resource
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard
+
+    import hoist
+    dist.init_process_group("gloo")
+    rank, ranks = dist.get_rank(), dist.get_world_size()
+    mesh = init_device_mesh("cpu", (ranks,))
+    elements = args.shard_bytes // 4
+    base = torch.arange(elements, dtype=torch.float32) + rank * elements
+
+    def state(fill):
+        return {f"layer{a:03d}": DTensor.from_local(
+            fill(a), mesh, [Shard(0)], run_check=False)
+            for a in range(args.arrays)}
+
+    saved = state(lambda a: base + (a % 64) * (1 << 18))
+    coordinator = hoist.TorchCoordinator()
+    records = []
+
+    def meter(phase, work):
+        dist.barrier()
+        traffic = dict(coordinator.traffic)
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        start = time.perf_counter()
+        record = {"phase": phase, "rank": rank, "ranks": ranks}
+        record.update(work(start))
+        record["wall_s"] = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        record["cpu_s"] = (after.ru_utime + after.ru_stime
+                           - usage.ru_utime - usage.ru_stime)
+        record["peak_rss_bytes"] = after.ru_maxrss << 10
+        for key, value in coordinator.traffic.items():
+            record[key] = value - traffic[key]
+        records.append(record)
+
+    with hoist.CheckpointManager(
+            args.root, pool_bytes=max(8 << 20, 2 * args.arrays
+                                      * args.shard_bytes),
+            coordinator=coordinator) as mgr:
+        def save(step):
+            def work(start):
+                handle = mgr.save(step, saved)
+                blocked = time.perf_counter() - start
+                info = handle.wait()
+                out = {"blocked_s": blocked, "bytes": info["bytes"]}
+                if rank == 0:
+                    out["manifest_bytes"] = os.path.getsize(os.path.join(
+                        args.root, f"step_{step:08d}", "MANIFEST.json"))
+                return out
+            return work
+
+        def restore(start):
+            like = state(lambda a: torch.full((elements,), -1.0))
+            got = mgr.restore(like=like)
+            exact = all(torch.equal(got[k].to_local(), saved[k].to_local())
+                        for k in saved)
+            if not exact:
+                raise SystemExit(f"rank {rank}: not restored bit-exact")
+            return {"exact": exact, "bytes_read":
+                    mgr.last_restore["bytes_read"]}
+
+        meter("save", save(1))
+        meter("save_delta", save(2))
+        meter("restore", restore)
+    with open(os.path.join(args.out, f"rank_{rank:05d}.json"), "w") as f:
+        json.dump(records, f)
+    dist.destroy_process_group()
+
+
 def run_job(ranks, tier, args, scratch):
-    """One mpirun job; returns every rank's records and the job's seconds."""
+    """One job; returns every rank's records and the job's seconds."""
     root = os.path.join(scratch, f"{tier}_{ranks}")
     out = os.path.join(root, "out")
     os.makedirs(out)
-    command = ["mpirun", "-np", str(ranks), "--oversubscribe",
-               "--allow-run-as-root", SCALE_BENCH,
-               "--root", os.path.join(root, "ckpt"), "--out", out,
-               "--arrays", str(args.arrays),
-               "--shard-bytes", str(args.shard_bytes)]
+    if args.launcher == "torchrun":
+        command = [sys.executable, "-m", "torch.distributed.run",
+                   "--standalone", "--nproc-per-node", str(ranks),
+                   os.path.abspath(__file__), "--worker",
+                   "--root", os.path.join(root, "ckpt"), "--out-dir", out,
+                   "--arrays", str(args.arrays),
+                   "--shard-bytes", str(args.shard_bytes)]
+    else:
+        command = ["mpirun", "-np", str(ranks), "--oversubscribe",
+                   "--allow-run-as-root", SCALE_BENCH,
+                   "--root", os.path.join(root, "ckpt"), "--out", out,
+                   "--arrays", str(args.arrays),
+                   "--shard-bytes", str(args.shard_bytes)]
     if tier == "local":
         command += ["--local-root", os.path.join(root, "local", "{rank}")]
     env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none",
-               OMPI_MCA_rmaps_base_oversubscribe="1")
+               OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="1")
     start = time.perf_counter()
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - start
@@ -160,19 +250,34 @@ def table(results, ranks):
 def main():
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    parser.add_argument("--ranks", default="8,32,64,128,256",
-                        help="comma-separated job sizes (default %(default)s)")
+    parser.add_argument("--ranks",
+                        help="comma-separated job sizes (default "
+                        "8,32,64,128,256; torchrun: 8,16,32,64)")
+    parser.add_argument("--launcher", choices=("mpirun", "torchrun"),
+                        default="mpirun")
+    parser.add_argument("--worker", action="store_true",
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--root", help=argparse.SUPPRESS)
     parser.add_argument("--arrays", type=int, default=100)
     parser.add_argument("--shard-bytes", type=parse_bytes, default="64KiB")
     parser.add_argument("--tiers", default="durable,local",
                         help="durable, local or both (default %(default)s)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--out", help="also write the report here")
+    parser.add_argument("--out-dir", dest="out_dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if not os.path.exists(SCALE_BENCH):
+    if args.worker:
+        args.out = args.out_dir
+        return torch_worker(args)
+    if args.ranks is None:
+        args.ranks = ("8,16,32,64" if args.launcher == "torchrun"
+                      else "8,32,64,128,256")
+    if args.launcher == "torchrun":
+        args.tiers = "durable"
+    elif not os.path.exists(SCALE_BENCH):
         sys.exit(f"scale.py: {SCALE_BENCH} is missing: run tools/demo.sh "
                  "(or cmake --build build/release --target scale_bench)")
-    if shutil.which("mpirun") is None:
+    if args.launcher == "mpirun" and shutil.which("mpirun") is None:
         sys.exit("scale.py: mpirun is missing (apt-get install openmpi-bin)")
     ranks = sorted(int(n) for n in args.ranks.split(","))
     results = {}

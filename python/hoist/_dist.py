@@ -139,6 +139,17 @@ class TorchCoordinator:
         self._store = None  # the board's, made when first used
         self.rank = dist.get_rank(self._group)
         self.size = dist.get_world_size(self._group)
+        # What this rank's collectives carried (payloads, by hoist's count:
+        # gloo's own framing aside), for bench/scale.py.
+        self.traffic = {"messages_sent": 0, "bytes_sent": 0,
+                        "messages_received": 0, "bytes_received": 0}
+
+    def _count(self, sent, received):
+        """Counts payloads `sent` and `received` (lists of bytes)."""
+        self.traffic["messages_sent"] += len(sent)
+        self.traffic["bytes_sent"] += sum(len(b) for b in sent)
+        self.traffic["messages_received"] += len(received)
+        self.traffic["bytes_received"] += sum(len(b) for b in received)
 
     def _arrive(self, name):
         """Returns once every rank has arrived at `name`. A rank that left
@@ -183,7 +194,39 @@ class TorchCoordinator:
         self._collective(name, lambda: self._dist.all_gather_object(
             out, (name, data), group=self._group))
         _check_names(name, [n for n, _ in out])
+        self._count([data], [d for r, (_, d) in enumerate(out)
+                             if r != self.rank])
         return [d for _, d in out]
+
+    def gather(self, name, data, root):
+        """Every rank's data on `root` (by rank), [] elsewhere: only the
+        root receives more as the job grows."""
+        self._arrive(name)
+        out = [None] * self.size if self.rank == root else None
+        self._collective(name, lambda: self._dist.gather_object(
+            (name, data), out, dst=self._dist.get_global_rank(
+                self._group, root), group=self._group))
+        if self.rank != root:
+            self._count([data], [])
+            return []
+        _check_names(name, [n for n, _ in out])
+        self._count([], [d for r, (_, d) in enumerate(out) if r != root])
+        return [d for _, d in out]
+
+    def scatter(self, name, pieces, root):
+        """pieces[rank] of `root`'s pieces, on each rank."""
+        self._arrive(name)
+        out = [None]
+        given = ([(name, p) for p in pieces] if self.rank == root else None)
+        self._collective(name, lambda: self._dist.scatter_object_list(
+            out, given, src=self._dist.get_global_rank(self._group, root),
+            group=self._group))
+        _check_names(name, [out[0][0]])
+        if self.rank == root:
+            self._count([p for r, p in enumerate(pieces) if r != root], [])
+        else:
+            self._count([], [out[0][1]])
+        return out[0][1]
 
     def broadcast(self, name, data, root):
         self._arrive(name)
@@ -192,6 +235,10 @@ class TorchCoordinator:
             box, src=self._dist.get_global_rank(self._group, root),
             group=self._group))
         _check_names(name, [box[0][0]])
+        if self.rank == root:
+            self._count([data] * (self.size - 1), [])
+        else:
+            self._count([], [box[0][1]])
         return box[0][1]
 
     def exchange(self, name, data, to, from_, receive):

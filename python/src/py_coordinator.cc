@@ -23,6 +23,10 @@ namespace {
 //   barrier(name) -> None
 //   all_gather(name, data: bytes) -> list of bytes, by rank
 //   broadcast(name, data: bytes, root: int) -> bytes
+// and, where it has them (else an all-gather and a broadcast stand in):
+//   gather(name, data: bytes, root: int) -> list of bytes by rank on root,
+//                                           [] elsewhere
+//   scatter(name, pieces: list of bytes (root's), root: int) -> bytes
 // and, for a preemption's agreement, the notice board:
 //   post(board, data: bytes) -> None
 //   read_board(board) -> (ranks posted: int, [bytes by rank] once all have,
@@ -72,6 +76,45 @@ class PyCoordinator final : public Coordinator {
     absl::Status status = Call(name, [&] {
       out = FromBytes(object_.attr("broadcast")(Str(name), Bytes(bytes), root),
                       name);
+    });
+    if (!status.ok()) return status;
+    return out;
+  }
+  absl::StatusOr<std::vector<std::string>> Gather(std::string_view name,
+                                                  std::string bytes,
+                                                  int root) override {
+    if (!Has("gather")) return Coordinator::Gather(name, std::move(bytes), root);
+    if (absl::Status s = CheckRoot("gather", name, root); !s.ok()) return s;
+    std::vector<std::string> all;
+    absl::Status status = Call(name, [&] {
+      nb::object got = object_.attr("gather")(Str(name), Bytes(bytes), root);
+      for (nb::handle item : got) all.push_back(FromBytes(item, name));
+      if (static_cast<int>(all.size()) != (rank_ == root ? size_ : 0)) {
+        throw std::runtime_error(absl::StrFormat(
+            "gather returned %d contributions on rank %d (root %d) of %d",
+            all.size(), rank_, root, size_));
+      }
+    });
+    if (!status.ok()) return status;
+    return all;
+  }
+  absl::StatusOr<std::string> Scatter(std::string_view name,
+                                      std::vector<std::string> pieces,
+                                      int root) override {
+    if (!Has("scatter")) {
+      return Coordinator::Scatter(name, std::move(pieces), root);
+    }
+    if (absl::Status s = CheckRoot("scatter", name, root); !s.ok()) return s;
+    if (rank_ == root && static_cast<int>(pieces.size()) != size_) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("scatter '%s': %d pieces for a job of %d processes",
+                          name, pieces.size(), size_));
+    }
+    std::string out;
+    absl::Status status = Call(name, [&] {
+      nb::list given;
+      for (const std::string& piece : pieces) given.append(Bytes(piece));
+      out = FromBytes(object_.attr("scatter")(Str(name), given, root), name);
     });
     if (!status.ok()) return status;
     return out;
@@ -181,6 +224,11 @@ class PyCoordinator final : public Coordinator {
     nb::bytes b = nb::borrow<nb::bytes>(item);
     return std::string(b.c_str(), b.size());
   }
+  bool Has(const char* method) {
+    nb::gil_scoped_acquire gil;
+    return nb::hasattr(object_, method);
+  }
+
   template <typename F>
   absl::Status Call(std::string_view name, F&& body) {
     nb::gil_scoped_acquire gil;
