@@ -36,9 +36,42 @@ def test_a_save_runs_through_the_callers_coordinator(root):
     with hoist.CheckpointManager(root, coordinator=coordinator) as mgr:
         mgr.save(1, {"w": np.arange(10.0)}).wait()
         assert mgr.restore(1)["w"].tolist() == list(np.arange(10.0))
-    # Open's, then the four of a save, in order.
-    assert coordinator.calls[-4:] == ["tmp_dir", "written", "hashes",
-                                      "committed"]
+    # Open's, then the three of a save, in order (its gather an all_gather
+    # here: this coordinator has no gather()).
+    assert coordinator.calls[-3:] == ["tmp_dir", "written", "committed"]
+
+
+def test_a_coordinators_own_gather_and_scatter_are_used(root):
+    """Where a coordinator has gather() and scatter(), a save gathers at
+    rank 0 through it (only rank 0 receives every rank's extents)."""
+    class WithGather(Recording):
+        def gather(self, name, data, root):
+            self._enter("gather " + name)
+            assert root == 0
+            return [data]
+
+        def scatter(self, name, pieces, root):
+            self._enter("scatter " + name)
+            return pieces[self.rank]
+
+    coordinator = WithGather()
+    with hoist.CheckpointManager(root, coordinator=coordinator) as mgr:
+        mgr.save(1, {"w": np.arange(10.0)}).wait()
+        assert coordinator.calls[-3:] == ["tmp_dir", "gather written",
+                                          "committed"]
+        assert mgr.restore(1)["w"].tolist() == list(np.arange(10.0))
+
+    class WrongGather(WithGather):
+        def gather(self, name, data, root):
+            return [data, data]
+
+    with hoist.CheckpointManager(root, coordinator=WrongGather()) as mgr:
+        with pytest.raises(hoist.CoordinationError,
+                           match="gather returned 2 contributions"):
+            mgr.save(2, {"w": np.ones(4)}).wait()
+        with pytest.raises(hoist.CoordinationError):  # reported again
+            mgr.wait_until_finished()
+        assert mgr.steps == [1]
 
 
 @pytest.mark.parametrize("error,expected", [
@@ -48,9 +81,9 @@ def test_a_failed_coordinator_operation_fails_the_save_only(root, error,
     coordinator = Recording(error=error)
     with hoist.CheckpointManager(root, coordinator=coordinator) as mgr:
         mgr.save(1, {"w": np.ones(4)}).wait()
-        coordinator.fail_at = "hashes"
+        coordinator.fail_at = "written"
         handle = mgr.save(2, {"w": np.zeros(4)})
-        with pytest.raises(expected, match="rank 3 did not come to 'hashes'"):
+        with pytest.raises(expected, match="rank 3 did not come to 'written'"):
             handle.wait()
         coordinator.fail_at = None
         with pytest.raises(expected):  # reported again by the next call
