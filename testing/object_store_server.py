@@ -164,13 +164,17 @@ class _Server:
 
 
 class S3Server(_Server):
-    """SeaweedFS's S3 gateway (`weed mini`), with bucket `bucket` made."""
+    """SeaweedFS's S3 gateway (`weed mini`), with bucket `bucket` made;
+    on `host` (default 127.0.0.1), inside the network namespace `netns`
+    when given (testing/netns_hosts.py's store)."""
 
     name = "seaweedfs"
 
-    def __init__(self, directory, bucket: str = TEST_BUCKET):
+    def __init__(self, directory, bucket: str = TEST_BUCKET,
+                 host: str = "127.0.0.1", netns: str | None = None):
         super().__init__(directory, bucket)
         self.ports: list[int] | None = None
+        self.host, self.netns = host, netns
 
     def start(self) -> None:
         if self.ports is None:  # a restart keeps its ports
@@ -182,8 +186,8 @@ class S3Server(_Server):
         env = dict(os.environ, AWS_ACCESS_KEY_ID=TEST_ACCESS_KEY,
                    AWS_SECRET_ACCESS_KEY=TEST_SECRET_KEY)
         argv = [
-            _venv_bin("weed"), "mini", f"-dir={data}", "-ip=127.0.0.1",
-            "-ip.bind=127.0.0.1", "-master.telemetry=false",
+            _venv_bin("weed"), "mini", f"-dir={data}", f"-ip={self.host}",
+            f"-ip.bind={self.host}", "-master.telemetry=false",
             "-admin.ui=false", "-webdav=false", f"-bucket={self.bucket}",
             f"-s3.port={s3}", f"-s3.port.grpc={s3_grpc}",
             f"-master.port={master}", f"-master.port.grpc={master_grpc}",
@@ -194,8 +198,10 @@ class S3Server(_Server):
             f"-filer.localSocket={self.dir / 'filer.sock'}",
             f"-s3.localSocket={self.dir / 's3.sock'}",
         ]
+        if self.netns is not None:
+            argv = ["ip", "netns", "exec", self.netns] + argv
         self._spawn(argv, env)
-        endpoint = f"http://127.0.0.1:{s3}"
+        endpoint = f"http://{self.host}:{s3}"
         self.env = {
             "AWS_ENDPOINT_URL": endpoint,
             "AWS_ACCESS_KEY_ID": TEST_ACCESS_KEY,

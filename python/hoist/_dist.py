@@ -35,6 +35,7 @@ import datetime
 import itertools
 import os
 import re
+import socket
 import sys
 import time
 import zlib
@@ -143,6 +144,11 @@ class TorchCoordinator:
         # gloo's own framing aside), for bench/scale.py.
         self.traffic = {"messages_sent": 0, "bytes_sent": 0,
                         "messages_received": 0, "bytes_received": 0}
+        # Each rank's host, to name it when the rank fails an operation.
+        self._hosts = [None] * self.size
+        dist.all_gather_object(self._hosts, socket.gethostname(),
+                               group=self._group)
+        self._operations = 0  # numbers each operation's failure report
 
     def _count(self, sent, received):
         """Counts payloads `sent` and `received` (lists of bytes)."""
@@ -164,6 +170,8 @@ class TorchCoordinator:
         arrived: a save reports staged before its first collective, and
         the training loop may then lose the process) fails it as in
         _arrive, naming the rank."""
+        self._operations += 1
+        report = f"hoist/failed/{self._operations}"
         start = time.monotonic()
         try:
             return op()
@@ -172,9 +180,11 @@ class TorchCoordinator:
             text = (str(error).strip().splitlines() or [""])[0]
             missing = re.search(r"Ranks? ([\d, ]+) failed to pass", text)
             if missing:
-                who = f"rank {missing.group(1).strip()}"
+                who = self._ranks_and_hosts(missing.group(1))
+                if self.rank == 0:  # the others learn it from the store
+                    self._tell_the_others(report, who)
             elif self.rank != 0:  # the others see rank 0 only
-                who = "rank 0"
+                who = self._what_rank_0_saw(report) or "rank 0"
             else:  # gloo may say only that a connection closed
                 who = "rank 1" if self.size == 2 else "a rank"
             limit = self._timeout.total_seconds()
@@ -184,6 +194,34 @@ class TorchCoordinator:
                     f"after {waited:.2f} s): {text}") from None
             raise TimeoutError(f"'{name}': {who} did not arrive within "
                                f"{limit:g} s: {text}") from None
+
+    def _ranks_and_hosts(self, ranks):
+        """'rank 4 (host h2)' or 'ranks 4, 5 (host h2)' for gloo's '4, 5'."""
+        numbers = [int(r) for r in re.findall(r"\d+", ranks)]
+        hosts = sorted({self._hosts[r] for r in numbers
+                        if 0 <= r < self.size})
+        return (f"rank{'s' if len(numbers) > 1 else ''} "
+                f"{', '.join(map(str, numbers))} "
+                f"(host{'s' if len(hosts) > 1 else ''} {', '.join(hosts)})")
+
+    def _tell_the_others(self, report, who):
+        """Rank 0 puts which ranks failed an operation in the job's store:
+        the others' connections failed with rank 0's, and they know no
+        more (best effort: the store may be gone too)."""
+        try:
+            self._board_store().set(report, who)
+        except Exception:  # noqa: BLE001 (the failure is reported anyway)
+            pass
+
+    def _what_rank_0_saw(self, report):
+        """Which ranks rank 0 found failed, from the job's store, if it says
+        within a few seconds; else None."""
+        try:
+            store = self._board_store()
+            store.wait([report], datetime.timedelta(seconds=5))
+            return f"according to rank 0, {store.get(report).decode()}"
+        except Exception:  # noqa: BLE001 (rank 0 gone, or no store)
+            return None
 
     def barrier(self, name):
         self._arrive(name)
