@@ -3,7 +3,6 @@ and UTS namespaces, veth links shaped with tc tbf), its root on SeaweedFS
 in a namespace of its own behind a shaped link: what one host cannot show.
 Runs as root where namespaces are allowed (as CI does); skipped, saying
 why, elsewhere."""
-import os
 import sys
 from pathlib import Path
 
@@ -50,9 +49,7 @@ def test_shared_reads_read_each_byte_from_the_store_once_per_job(
     assert sum(r["shared"]["bytes_read"] for r in records.values()) == state
 
 
-@pytest.mark.skipif(not os.environ.get("HOIST_LONG"),
-                    reason="5 minutes (two 30 s coordinator timeouts and "
-                    "three jobs of 8 ranks): HOIST_LONG=1 runs it")
+@pytest.mark.long  # 5 minutes: 30 s coordinator timeouts, two jobs
 def test_a_host_cut_off_mid_save_fails_it_on_every_rank_and_loses_nothing(
         cluster, tmp_path):
     hosts, server, root = cluster
