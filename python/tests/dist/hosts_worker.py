@@ -18,6 +18,13 @@ MODE:
            went on this rank.
   after    a new job on the same root: saves step 3 and restores steps 1
            and 3, checking every byte.
+  tiers    saves steps 1 to 3 with a local tier in LOCAL/{rank} (set by
+           the caller in HOIST_HOSTS_LOCAL; 2 replicas, step 2 durable),
+           recording which hosts hold a copy of this rank's part.
+  tier_restore / durable_restore
+           restores step 3 from the local tier (whatever parts the caller
+           removed are rebuilt from their copies on other hosts), or step 2
+           from the store alone; records the seconds and the note.
 """
 import json
 import os
@@ -99,6 +106,31 @@ def main():
                 pass
         write(out, rank, record)
         os._exit(0)  # the job's collectives are broken: no clean teardown
+    elif mode in ("tiers", "tier_restore", "durable_restore"):
+        tiered = dict(options, local_root=os.path.join(
+            os.environ["HOIST_HOSTS_LOCAL"], "{rank}"), persist_every=2,
+            local_every=1, replicas=2)
+        if mode == "tiers":
+            with hoist.CheckpointManager(root, **tiered) as mgr:
+                for step in (1, 2, 3):
+                    mgr.save(step, state(mesh, rank, ranks, mib, step)).wait()
+        else:
+            step = 3 if mode == "tier_restore" else 2
+            like = state(mesh, rank, ranks, mib, 0)
+            with hoist.CheckpointManager(
+                    root, **(tiered if step == 3 else options)) as mgr:
+                dist.barrier()
+                start = time.perf_counter()
+                got = mgr.restore(step, like=like)
+                dist.barrier()
+                want = state(mesh, rank, ranks, mib, step)
+                record.update(
+                    seconds=time.perf_counter() - start,
+                    tier=mgr.last_restore["tier"],
+                    note=mgr.last_restore.get("note", ""),
+                    bytes_received=mgr.last_restore["bytes_received"],
+                    exact=all(torch.equal(got[k].to_local(), v.to_local())
+                              for k, v in want.items()))
     elif mode == "after":
         with hoist.CheckpointManager(root, **options) as mgr:
             mgr.save(3, state(mesh, rank, ranks, mib, 3)).wait()
