@@ -3,6 +3,10 @@
 #ifndef HOIST_BENCH_BENCH_UTIL_H_
 #define HOIST_BENCH_BENCH_UTIL_H_
 
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <iostream>
 
@@ -19,6 +23,19 @@ namespace hoist::bench {
 // Nothing, or Die.
 inline void Check(const absl::Status& status) {
   if (!status.ok()) Die(status);
+}
+
+// This process's peak resident memory so far (getrusage's maxrss).
+inline int64_t PeakRssBytes() {
+  rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  return int64_t{usage.ru_maxrss} << 10;
+}
+
+// Seconds from `start` to now.
+inline double Since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+      .count();
 }
 
 // The value, or Die.

@@ -6,29 +6,21 @@
 // seconds to encode and decode, and the peak RSS each step reached.
 //
 //   build/release/bench/manifest_scale --ranks 16384 --arrays 1000
-#include <sys/resource.h>
 
 #include <chrono>
 #include <iostream>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
+#include "bench/bench_util.h"
 #include "hoist/manifest.h"
 #include "nlohmann/json.hpp"
 
 namespace hoist {
 namespace {
 
-int64_t PeakRssBytes() {
-  rusage usage;
-  getrusage(RUSAGE_SELF, &usage);
-  return int64_t{usage.ru_maxrss} << 10;
-}
-
-double Since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-      .count();
-}
+using bench::PeakRssBytes;
+using bench::Since;
 
 // Each array: float32, 4,096 elements (16 KiB) per rank; rank r's extent
 // at its place in rank r's file, with a hash of its own.

@@ -160,17 +160,6 @@ double CpuSeconds() {
          1e-6 * (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
 }
 
-int64_t PeakRssBytes() {
-  rusage usage;
-  getrusage(RUSAGE_SELF, &usage);
-  return int64_t{usage.ru_maxrss} << 10;
-}
-
-double Since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-      .count();
-}
-
 // What one phase cost this rank, from its start.
 class PhaseMeter {
  public:

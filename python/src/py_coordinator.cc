@@ -83,7 +83,8 @@ class PyCoordinator final : public Coordinator {
   absl::StatusOr<std::vector<std::string>> Gather(std::string_view name,
                                                   std::string bytes,
                                                   int root) override {
-    if (!Has("gather")) return Coordinator::Gather(name, std::move(bytes), root);
+    if (!Has("gather"))
+      return Coordinator::Gather(name, std::move(bytes), root);
     if (absl::Status s = CheckRoot("gather", name, root); !s.ok()) return s;
     std::vector<std::string> all;
     absl::Status status = Call(name, [&] {
