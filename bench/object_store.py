@@ -440,8 +440,9 @@ def hoist_round(env, bucket, scheme, size, writers, pool):
                         f"{scheme}://{prefix}"], env)
     import pyarrow.fs as pafs
 
+    # Under hashed prefixes (data/HH/...): listed recursively.
     written = arrow_fs(env).get_file_info(
-        pafs.FileSelector(f"{prefix}/step_00000001/data"))
+        pafs.FileSelector(f"{prefix}/step_00000001/data", recursive=True))
     result["keys"] = [i.path for i in written if i.type == pafs.FileType.File]
     result["objects"] = len(result["keys"])
     if writers and result["objects"] != writers:

@@ -186,7 +186,8 @@ class TorchCoordinator:
             elif self.rank != 0:  # the others see rank 0 only
                 who = self._what_rank_0_saw(report) or "rank 0"
             else:  # gloo may say only that a connection closed
-                who = "rank 1" if self.size == 2 else "a rank"
+                who = (self._ranks_and_hosts("1") if self.size == 2
+                       else "a rank")
             limit = self._timeout.total_seconds()
             if waited < 0.9 * limit:
                 raise RuntimeError(

@@ -117,8 +117,9 @@ def _survivor_saw(out, root, error_type, text, output):
 def test_torchrun_rank_killed_mid_save_leaves_committed_steps(tmp_path):
     root, out = tmp_path / "ckpt", tmp_path / "rank0.json"
     job = torchrun(2, "kill", root, out, check=False)
-    seen = _survivor_saw(out, root, "CoordinationError", "rank 1 left the job",
+    seen = _survivor_saw(out, root, "CoordinationError", "left the job",
                          job.stdout + job.stderr)
+    assert "rank 1 (host " in seen["error"], seen  # named, with its host
     assert seen["waited_s"] < 30           # not the 60 s timeout
     assert sorted(p.name for p in root.iterdir()) == [".hoist.lock",
                                                         "step_00000001"]
@@ -136,8 +137,9 @@ def test_torchrun_hung_rank_is_named_after_the_timeout(tmp_path):
     root, out = tmp_path / "ckpt", tmp_path / "rank0.json"
     job = torchrun(2, "hang", root, out, check=False)
     seen = _survivor_saw(out, root, "TimeoutError",
-                         "rank 1 did not arrive within 10 s",
+                         "did not arrive within 10 s",
                          job.stdout + job.stderr)
+    assert "rank 1 (host " in seen["error"], seen  # named, with its host
     assert 9.5 < seen["waited_s"] < 60
 
 

@@ -6,6 +6,7 @@ jobs (torchrun, jax.distributed) saving into one prefix and restoring on
 another number of processes."""
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -256,7 +257,7 @@ def test_torchrun_job_killed_mid_save_resumes_from_s3(s3_env, tmp_path):
     assert out.exists(), (job.stdout + job.stderr)[-6000:]
     seen = json.loads(out.read_text())
     assert seen["type"] == "CoordinationError", seen
-    assert "rank 1 left the job" in seen["error"], seen
+    assert re.search(r"rank 1 \(host [^)]+\) left the job", seen["error"]), seen
     assert seen["steps"] == [1]
     torchrun(2, "restore", root, 1, 2)
     assert hoist.verify(root) == (2, [])
