@@ -370,8 +370,11 @@ class JaxCoordinator:
     store. Each rank sets its contribution under the operation's key, then
     reads every rank's, each read bounded by what is left of the timeout;
     a rank whose key does not appear in time is named in a TimeoutError.
-    A rank deletes its own key two operations later, when every rank has
-    provably read it (each has since set its key of the next operation).
+    gather and broadcast read less: only the root reads every rank's key
+    (then deletes it), and only the root sets a broadcast's; scatter's
+    root sets one key per rank, which that rank alone reads and deletes.
+    A rank deletes its own all-read keys once it has read every rank's key
+    of a later operation: every rank had then finished reading them.
 
     Keys live under "hoist/<n>/", n counting the coordinators this process
     made: every rank makes its managers in the same order."""
@@ -389,35 +392,51 @@ class JaxCoordinator:
         self._timeout_s = float(timeout_s)
         self._prefix = f"hoist/{next(JaxCoordinator._made)}"
         self._sequence = 0
+        self._own = []  # (sequence, key) this rank set for every rank
 
-    def _exchange(self, name, data):
+    def _begin(self):
+        """The next operation's sequence number and key prefix."""
         sequence = self._sequence
         self._sequence += 1
-        key = f"{self._prefix}/{sequence}"
-        self._client.key_value_set_bytes(f"{key}/{self.rank}",
-                                         name.encode() + b"\0" + data)
+        return sequence, f"{self._prefix}/{sequence}"
+
+    def _set(self, key, name, data):
+        self._client.key_value_set_bytes(key, name.encode() + b"\0" + data)
+
+    def _read(self, name, rank, key, deadline):
+        """(name, data) under `key`, set by `rank`, waiting until
+        `deadline` at most."""
+        left_ms = max(1, int((deadline - time.monotonic()) * 1000))
+        try:
+            got = self._client.blocking_key_value_get_bytes(key, left_ms)
+        except Exception as error:  # jaxlib's XlaRuntimeError
+            text = str(error).strip().splitlines()[0]
+            if "DEADLINE_EXCEEDED" in text or time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"'{name}': rank {rank} did not arrive within "
+                    f"{self._timeout_s:g} s ({text})") from None
+            raise RuntimeError(
+                f"'{name}': waiting for rank {rank}: {text}") from None
+        other, _, contribution = bytes(got).partition(b"\0")
+        return other.decode(), contribution
+
+    def _read_all(self, name, sequence, key):
+        """Every rank's contribution to operation `sequence`; then this
+        rank's own keys of earlier operations go (every rank has set its
+        key of this one, so it had read them)."""
         deadline = time.monotonic() + self._timeout_s
-        out = []
-        for rank in range(self.size):
-            left_ms = max(1, int((deadline - time.monotonic()) * 1000))
-            try:
-                got = self._client.blocking_key_value_get_bytes(
-                    f"{key}/{rank}", left_ms)
-            except Exception as error:  # jaxlib's XlaRuntimeError
-                text = str(error).strip().splitlines()[0]
-                if "DEADLINE_EXCEEDED" in text or time.monotonic() >= deadline:
-                    raise TimeoutError(
-                        f"'{name}': rank {rank} did not arrive within "
-                        f"{self._timeout_s:g} s ({text})") from None
-                raise RuntimeError(
-                    f"'{name}': waiting for rank {rank}: {text}") from None
-            other, _, contribution = bytes(got).partition(b"\0")
-            out.append((other.decode(), contribution))
-        if sequence >= 2:
-            self._client.key_value_delete(
-                f"{self._prefix}/{sequence - 2}/{self.rank}")
+        out = [self._read(name, rank, f"{key}/{rank}", deadline)
+               for rank in range(self.size)]
+        while self._own and self._own[0][0] < sequence:
+            self._client.key_value_delete(self._own.pop(0)[1])
         _check_names(name, [n for n, _ in out])
         return [d for _, d in out]
+
+    def _exchange(self, name, data):
+        sequence, key = self._begin()
+        self._set(f"{key}/{self.rank}", name, data)
+        self._own.append((sequence, f"{key}/{self.rank}"))
+        return self._read_all(name, sequence, key)
 
     def barrier(self, name):
         self._exchange(name, b"")
@@ -425,8 +444,57 @@ class JaxCoordinator:
     def all_gather(self, name, data):
         return self._exchange(name, data)
 
+    def gather(self, name, data, root):
+        """Every rank's data on `root`, [] elsewhere. The root then says
+        how it went under the operation's "done" key, which every other
+        rank waits for: a rank that did not arrive is named on every
+        rank, as the MPI coordinator does."""
+        sequence, key = self._begin()
+        self._set(f"{key}/{self.rank}", name, data)
+        if self.rank != root:
+            said, problem = self._read(name, root, f"{key}/done",
+                                       time.monotonic() + 2 * self._timeout_s)
+            _check_names(name, [said])
+            if problem:
+                kind, _, text = problem.decode().partition(":")
+                raise (TimeoutError if kind == "timeout" else
+                       RuntimeError)(f"rank {root}: {text}")
+            return []
+        try:
+            out = self._read_all(name, sequence, key)
+        except (TimeoutError, RuntimeError) as error:
+            kind = "timeout" if isinstance(error, TimeoutError) else "error"
+            self._set(f"{key}/done", name, f"{kind}:{error}".encode())
+            raise
+        self._set(f"{key}/done", name, b"")
+        self._own.append((sequence, f"{key}/done"))
+        for rank in range(self.size):  # read by the root alone
+            self._client.key_value_delete(f"{key}/{rank}")
+        return out
+
     def broadcast(self, name, data, root):
-        return self._exchange(name, data if self.rank == root else b"")[root]
+        sequence, key = self._begin()
+        if self.rank == root:
+            self._set(f"{key}/{root}", name, data)
+            self._own.append((sequence, f"{key}/{root}"))
+            return data
+        other, data = self._read(name, root, f"{key}/{root}",
+                                 time.monotonic() + self._timeout_s)
+        _check_names(name, [other])
+        return data
+
+    def scatter(self, name, pieces, root):
+        sequence, key = self._begin()
+        if self.rank == root:
+            for rank, piece in enumerate(pieces):
+                if rank != root:
+                    self._set(f"{key}/{rank}", name, piece)
+            return pieces[root]
+        other, piece = self._read(name, root, f"{key}/{self.rank}",
+                                  time.monotonic() + self._timeout_s)
+        self._client.key_value_delete(f"{key}/{self.rank}")
+        _check_names(name, [other])
+        return piece
 
     def exchange(self, name, data, to, from_, receive):
         """Bulk point to point through the key-value store, in pieces of at
