@@ -147,6 +147,9 @@ class Coordinator {
   // rank of the job.
   absl::Status CheckRoot(std::string_view operation, std::string_view name,
                          int root) const;
+  // OK, or kInvalidArgument naming scatter `name` when `pieces` is not one
+  // per rank.
+  absl::Status CheckPieces(std::string_view name, size_t pieces) const;
 };
 
 // Rank 0 of 1: every operation returns at once.

@@ -12,6 +12,7 @@
 #define HOIST_SAVE_PLAN_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -144,9 +145,24 @@ struct SavePlan {
   std::vector<PlannedSlice> slices;
   std::vector<PlannedFile> files;
 
+  // Indices into `slices` of each process's, in order: made once by
+  // MakeSavePlan, so that a save finds its process's share without a pass
+  // over the whole job's slices (SlicesOfProcess).
+  std::vector<std::vector<int>> process_slices;
+
   // Indices into `slices` copied by `device` / saved by `process`, in order.
   std::vector<int> SlicesOfDevice(DeviceId device) const;
-  std::vector<int> SlicesOfProcess(int process) const;
+  const std::vector<int>& SlicesOfProcess(int process) const;
+  // f(s) for each slice index s, in order: every slice, or with `process`
+  // that process's only.
+  template <typename F>
+  void ForEachSlice(std::optional<int> process, F&& f) const {
+    if (process) {
+      for (int s : SlicesOfProcess(*process)) f(static_cast<size_t>(s));
+      return;
+    }
+    for (size_t s = 0; s < slices.size(); ++s) f(s);
+  }
 
   friend bool operator==(const SavePlan& a, const SavePlan& b) {
     return a.arrays == b.arrays && a.slices == b.slices && a.files == b.files;

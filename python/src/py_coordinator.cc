@@ -106,10 +106,8 @@ class PyCoordinator final : public Coordinator {
       return Coordinator::Scatter(name, std::move(pieces), root);
     }
     if (absl::Status s = CheckRoot("scatter", name, root); !s.ok()) return s;
-    if (rank_ == root && static_cast<int>(pieces.size()) != size_) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("scatter '%s': %d pieces for a job of %d processes",
-                          name, pieces.size(), size_));
+    if (rank_ == root) {
+      if (absl::Status s = CheckPieces(name, pieces.size()); !s.ok()) return s;
     }
     std::string out;
     absl::Status status = Call(name, [&] {

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "hoist/base/status_macros.h"
 #include "hoist/coord/pieces.h"
 
 namespace hoist {
@@ -50,6 +51,14 @@ absl::Status Coordinator::CheckRoot(std::string_view operation,
                       operation, name, root, size()));
 }
 
+absl::Status Coordinator::CheckPieces(std::string_view name,
+                                      size_t pieces) const {
+  if (static_cast<int>(pieces) == size()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrFormat("scatter '%s': %d pieces for a job of %d processes", name,
+                      pieces, size()));
+}
+
 absl::StatusOr<std::vector<std::string>> Coordinator::Gather(
     std::string_view name, std::string bytes, int root) {
   if (absl::Status checked = CheckRoot("gather", name, root); !checked.ok()) {
@@ -66,16 +75,12 @@ absl::StatusOr<std::string> Coordinator::Scatter(
   if (absl::Status checked = CheckRoot("scatter", name, root); !checked.ok()) {
     return checked;
   }
+  // A root with too few or too many pieces still takes part: the others
+  // find them malformed, and every rank fails.
   std::string all;
-  if (rank() == root) {
-    if (static_cast<int>(pieces.size()) != size()) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("scatter '%s': %d pieces for a job of %d processes",
-                          name, pieces.size(), size()));
-    }
-    AppendPieces(all, pieces);
-  }
+  if (rank() == root) AppendPieces(all, pieces);
   absl::StatusOr<std::string> sent = Broadcast(name, std::move(all), root);
+  if (rank() == root) RETURN_IF_ERROR(CheckPieces(name, pieces.size()));
   if (!sent.ok()) return sent.status();
   absl::StatusOr<std::vector<std::string>> split =
       SplitPieces(*sent, size(), name);

@@ -214,11 +214,7 @@ class MpiCoordinator final : public Coordinator {
     if (rank_ == root) AppendPieces(mine, pieces);
     absl::StatusOr<std::vector<std::string>> out =
         Run(Kind::kScatter, name, std::move(mine), root);
-    if (rank_ == root && static_cast<int>(pieces.size()) != size_) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("scatter '%s': %d pieces for a job of %d processes",
-                          name, pieces.size(), size_));
-    }
+    if (rank_ == root) RETURN_IF_ERROR(CheckPieces(name, pieces.size()));
     if (!out.ok()) return out.status();
     return std::move((*out)[0]);
   }

@@ -23,17 +23,14 @@ absl::Status DecodeStatusVerbatim(const std::string& bytes) {
                       bytes.substr(colon + 1));
 }
 
+absl::Status FromRank(const absl::Status& status, int rank) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(),
+                      absl::StrFormat("rank %d: %s", rank, status.message()));
+}
+
 absl::Status DecodeStatus(const std::string& bytes, int rank) {
-  if (bytes.empty()) return absl::OkStatus();
-  const size_t colon = bytes.find(':');
-  int code = static_cast<int>(absl::StatusCode::kUnknown);
-  if (colon == std::string::npos ||
-      !absl::SimpleAtoi(bytes.substr(0, colon), &code)) {
-    return absl::UnknownError(absl::StrFormat("rank %d: %s", rank, bytes));
-  }
-  return absl::Status(
-      static_cast<absl::StatusCode>(code),
-      absl::StrFormat("rank %d: %s", rank, bytes.substr(colon + 1)));
+  return FromRank(DecodeStatusVerbatim(bytes), rank);
 }
 
 }  // namespace hoist

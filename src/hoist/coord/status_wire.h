@@ -17,6 +17,8 @@ std::string EncodeStatus(const absl::Status& status);
 absl::Status DecodeStatus(const std::string& bytes, int rank);
 // The status EncodeStatus made, as it was (a verdict one rank passes on).
 absl::Status DecodeStatusVerbatim(const std::string& bytes);
+// `status` as another rank reports it: its message prefixed with "rank N: ".
+absl::Status FromRank(const absl::Status& status, int rank);
 
 }  // namespace hoist
 

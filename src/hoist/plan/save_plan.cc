@@ -467,6 +467,10 @@ absl::StatusOr<SavePlan> MakeSavePlan(absl::Span<const ArraySpec> arrays,
       file.size_bytes = slice.offset_bytes + slice.length_bytes;
     }
   }
+  plan.process_slices.resize(topology.num_processes());
+  for (int s = 0; s < static_cast<int>(plan.slices.size()); ++s) {
+    plan.process_slices[plan.slices[s].process].push_back(s);
+  }
   return plan;
 }
 
@@ -478,12 +482,11 @@ std::vector<int> SavePlan::SlicesOfDevice(DeviceId device) const {
   return out;
 }
 
-std::vector<int> SavePlan::SlicesOfProcess(int process) const {
-  std::vector<int> out;
-  for (int i = 0; i < static_cast<int>(slices.size()); ++i) {
-    if (slices[i].process == process) out.push_back(i);
-  }
-  return out;
+const std::vector<int>& SavePlan::SlicesOfProcess(int process) const {
+  static const std::vector<int>& none = *new std::vector<int>();
+  return process >= 0 && process < static_cast<int>(process_slices.size())
+             ? process_slices[process]
+             : none;
 }
 
 PlanSummary Summarize(const SavePlan& plan, const Topology& topology) {

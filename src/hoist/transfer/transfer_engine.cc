@@ -162,7 +162,7 @@ absl::StatusOr<std::shared_ptr<const StagingLayout>> TransferEngine::Lay(
   std::vector<std::deque<Queued>> per_device(devices.size());
   int64_t share_bytes = 0;
   auto layout = std::make_shared<StagingLayout>();
-  const std::vector<int> share = plan.SlicesOfProcess(process);
+  const std::vector<int>& share = plan.SlicesOfProcess(process);
   for (int s : share) {
     if (skip != nullptr && (*skip)[s]) continue;
     const PlannedSlice& slice = plan.slices[s];

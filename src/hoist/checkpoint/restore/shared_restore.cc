@@ -165,17 +165,29 @@ class CachedFile final : public ReadableFile {
   std::unique_ptr<ReadableFile> file_;
 };
 
-// What the job's ranks need (step 1): the manifest, every extent by its
-// flat id (`first_id[a]`: array a's extent 0), and each rank's ids.
-// Heap-allocated: `index` points into `manifest`.
+// The step's manifest (step 1), its extents by flat id (`first_id[a]`:
+// array a's extent 0). Heap-allocated: `index` points into `manifest`.
 struct JobNeeds {
   Manifest manifest;
   std::vector<int64_t> first_id;
   std::optional<ManifestIndex> index;
   int64_t count = 0;
-  std::vector<std::vector<int64_t>> needs;  // per rank, sorted
+  // Each flat id's extent and array (IndexExtents: on rank 0 to plan, on
+  // every rank once it shares).
   std::vector<const ManifestExtent*> extent_of;
   std::vector<int> array_of;
+
+  void IndexExtents() {
+    if (!extent_of.empty() || count == 0) return;
+    extent_of.resize(count);
+    array_of.resize(count);
+    for (size_t a = 0; a < manifest.arrays.size(); ++a) {
+      for (size_t e = 0; e < manifest.arrays[a].extents.size(); ++e) {
+        extent_of[first_id[a] + e] = &manifest.arrays[a].extents[e];
+        array_of[first_id[a] + e] = static_cast<int>(a);
+      }
+    }
+  }
 };
 
 // A round's bytes on this rank (step 3): its shared extents grouped by
@@ -231,21 +243,16 @@ class SharedRestorer {
         coordinator_.Gather("shared restore " + step_dir_,
                             absl::StrCat(HostName(), "\n", mine), 0));
     std::vector<std::string> views;
-    if (rank_ == 0) views = PlanViews(*job, lists, share_on_one_host);
+    if (rank_ == 0) {
+      job->IndexExtents();
+      views = PlanViews(*job, lists, share_on_one_host);
+    }
     ASSIGN_OR_RETURN(const std::string view,
                      coordinator_.Scatter("shared restore plan " + step_dir_,
                                           std::move(views), 0));
     RETURN_IF_ERROR(manifest.status());
     if (view.empty()) return absl::OkStatus();  // each restores alone
-    job->extent_of.resize(job->count);
-    job->array_of.resize(job->count);
-    for (size_t a = 0; a < job->manifest.arrays.size(); ++a) {
-      for (size_t e = 0; e < job->manifest.arrays[a].extents.size(); ++e) {
-        job->extent_of[job->first_id[a] + e] =
-            &job->manifest.arrays[a].extents[e];
-        job->array_of[job->first_id[a] + e] = static_cast<int>(a);
-      }
-    }
+    job->IndexExtents();
     job_ = std::move(job);
     return DecodeView(view);
   }
@@ -322,18 +329,10 @@ class SharedRestorer {
       for (int r : it->second) {
         if (assigned[r] < assigned[best]) best = r;
       }
-      assigned[best] += ExtentOf(job, it->first).length_bytes;
+      assigned[best] += job.extent_of[it->first]->length_bytes;
       plan.reader[it->first] = best;
       ++it;
     }
-  }
-
-  // The extent of flat id `id` (a binary search of the arrays' first ids).
-  static const ManifestExtent& ExtentOf(const JobNeeds& job, int64_t id) {
-    const size_t a =
-        std::upper_bound(job.first_id.begin(), job.first_id.end(), id) -
-        job.first_id.begin() - 1;
-    return job.manifest.arrays[a].extents[id - job.first_id[a]];
   }
 
   // Rounds: [first array, end array), closed before an array whose shared
@@ -351,7 +350,7 @@ class SharedRestorer {
           job.first_id[a] +
           static_cast<int64_t>(job.manifest.arrays[a].extents.size());
       for (auto j = it; j != plan.needers.end() && j->first < end_id; ++j) {
-        for (int r : j->second) add[r] += ExtentOf(job, j->first).length_bytes;
+        for (int r : j->second) add[r] += job.extent_of[j->first]->length_bytes;
       }
       bool over = false;
       for (const auto& [r, bytes] : add) over |= held[r] + bytes > budget;

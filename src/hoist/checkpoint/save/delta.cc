@@ -61,20 +61,16 @@ DeltaBase MakeDeltaBase(const SavePlan& plan,
   // Per slice, the matched array's extent of the same box.
   std::vector<int32_t> seen(plan.arrays.size(), 0);  // slices so far
   std::vector<absl::flat_hash_map<Box, int>> by_box(plan.arrays.size());
-  const std::vector<int> slices =
-      process ? plan.SlicesOfProcess(*process) : std::vector<int>();
-  const size_t looked_up = process ? slices.size() : plan.slices.size();
-  for (size_t i = 0; i < looked_up; ++i) {
-    const size_t s = process ? slices[i] : i;
+  plan.ForEachSlice(process, [&](size_t s) {
     const PlannedSlice& slice = plan.slices[s];
     const size_t guess = seen[slice.array]++;
     const ManifestArray* array = matched[slice.array];
-    if (array == nullptr) continue;
+    if (array == nullptr) return;
     const ManifestExtent* found =
         FindExtent(*array, slice.box, guess, by_box[slice.array]);
     // An XXH3-64 hash (hoist/1) cannot decide that bytes did not change.
     if (found != nullptr && found->hash.wide) delta.extents[s] = found;
-  }
+  });
   delta.manifest = std::move(indexed);
   return delta;
 }

@@ -451,7 +451,9 @@ absl::Status CommitGathered(Storage& storage, const SaveRequest& request,
   }
   ASSIGN_OR_RETURN(std::string metadata,
                    MetadataWithPerRank(request, gathered.per_rank));
-  built = BuildManifest(request, gathered.all, delta_base);
+  built = BuildManifest(
+      request, gathered.all, delta_base,
+      {.spread_prefixes = storage.capabilities().prefix_rate_limited});
   built.metadata_json = std::move(metadata);
   RETURN_IF_ERROR(WithinDeadline(request, 0, "it was to commit"));
   return Commit(storage, request, tmp, built, traced, manifest_bytes);
@@ -504,8 +506,7 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
   const DeltaBase* delta_base = persisted.delta_base.get();
   // 5: rank 0 commits, and tells everyone how it went (step 6). The other
   // ranks keep their own extents (their next save's delta base).
-  Verdict verdict{gathered.verdict, gathered.failed_rank,
-                  std::move(gathered.slowest)};
+  Verdict verdict = std::move(gathered.verdict);
   int64_t manifest_bytes = 0;
   Manifest built;
   if (rank == 0 && verdict.status.ok()) {
@@ -514,7 +515,10 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
                                     traced, built, manifest_bytes);
     if (!verdict.status.ok()) verdict.failed_rank = 0;
   } else if (rank != 0 && persisted.local.ok()) {
-    built = BuildManifest(request, persisted.written, delta_base, rank);
+    built = BuildManifest(
+        request, persisted.written, delta_base,
+        {.process = rank,
+         .spread_prefixes = storage.capabilities().prefix_rate_limited});
   }
   ASSIGN_OR_RETURN(result.slowest, ShareVerdict(coordinator, request,
                                                 persisted.local, verdict));
@@ -541,10 +545,9 @@ static absl::StatusOr<SaveResult> SaveCheckpointImpl(
         "save request needs a step >= 0 and the plan of its arrays");
   }
   std::string tmp;  // once steps 1 and 2 made it
-  SaveRequest named = request;
-  named.spread_prefixes = storage.capabilities().prefix_rate_limited;
-  absl::StatusOr<SaveResult> result = SaveSteps(
-      storage, coordinator, named, engine, devices, sources, start, tmp, begun);
+  absl::StatusOr<SaveResult> result =
+      SaveSteps(storage, coordinator, request, engine, devices, sources, start,
+                tmp, begun);
   if (!result.ok() && !tmp.empty() && coordinator.rank() == 0) {
     storage.RemoveAll(tmp).IgnoreError();  // best effort; GC finishes it
   }

@@ -34,10 +34,6 @@ struct SaveRequest {
   // PlanFingerprint(*this), when the caller keeps it from an earlier save
   // of the same plan (0: made here, when the job has several processes).
   uint64_t plan_fingerprint = 0;
-  // The data files go under hashed prefixes (DataFileName): set by
-  // SaveCheckpoint from the storage's capabilities, as the ExtentWriter
-  // names them.
-  bool spread_prefixes = false;
   std::string metadata_json = "{}";  // a JSON object, stored in the manifest
   bool overwrite = false;  // replace a committed step of the same number
   // Called on the saving thread when every copy is enqueued, and when every

@@ -92,7 +92,7 @@ uint64_t PlanFingerprint(const SaveRequest& request) {
 
 Manifest BuildManifest(const SaveRequest& request,
                        const WrittenExtents& written, const DeltaBase* base,
-                       std::optional<int> process) {
+                       const ManifestScope& scope) {
   const SavePlan& plan = *request.plan;
   Manifest manifest;
   manifest.step = request.step;
@@ -106,27 +106,23 @@ Manifest BuildManifest(const SaveRequest& request,
                                request.arrays[a].sharding.ToString(),
                                {}});
   }
-  // Each file's name once, not once per slice.
-  std::vector<std::string> file_names;
-  file_names.reserve(plan.files.size());
-  for (const auto& file : plan.files) {
-    file_names.push_back(
-        DataFileName(file.process, file.stream, request.spread_prefixes));
-  }
-  const std::vector<int> own =
-      process ? plan.SlicesOfProcess(*process) : std::vector<int>();
-  const size_t built = process ? own.size() : plan.slices.size();
-  for (size_t i = 0; i < built; ++i) {
-    const size_t s = process ? own[i] : i;
+  // Each file's name once, not once per slice (only the files named).
+  std::vector<std::string> file_names(plan.files.size());
+  plan.ForEachSlice(scope.process, [&](size_t s) {
     const PlannedSlice& slice = plan.slices[s];
     if (written.referenced[s] && base != nullptr && base->extents[s]) {
       manifest.arrays[slice.array].extents.push_back(base->Reference(s));
-      continue;
+      return;
+    }
+    std::string& file = file_names[slice.file];
+    if (file.empty()) {
+      file = DataFileName(plan.files[slice.file].process,
+                          plan.files[slice.file].stream, scope.spread_prefixes);
     }
     manifest.arrays[slice.array].extents.push_back(
-        {slice.box, file_names[slice.file], written.offsets[s],
-         slice.length_bytes, written.hashes[s], std::nullopt});
-  }
+        {slice.box, file, written.offsets[s], slice.length_bytes,
+         written.hashes[s], std::nullopt});
+  });
   return manifest;
 }
 
@@ -239,7 +235,7 @@ absl::StatusOr<Gathered> GatherOutcomes(Coordinator& coordinator,
   if (local.ok()) mine += EncodeWritten(plan, rank, written);
   ASSIGN_OR_RETURN(std::vector<std::string> gathered,
                    coordinator.Gather("written", std::move(mine), 0));
-  Gathered out{WrittenExtents(plan), {}, {}, 0, absl::OkStatus(), -1};
+  Gathered out{WrittenExtents(plan), {}, 0, {}};
   if (rank != 0) return out;
   std::string_view rank0_fingerprint;
   for (int r = 0; r < static_cast<int>(gathered.size()); ++r) {
@@ -251,23 +247,23 @@ absl::StatusOr<Gathered> GatherOutcomes(Coordinator& coordinator,
                      TakeSection(in, "per-rank state"));
     ASSIGN_OR_RETURN(std::string_view wire, TakeSection(in, "save phases"));
     if (r == 0) rank0_fingerprint = print;
-    if (!out.verdict.ok()) continue;  // the first failure is the step's
+    if (!out.verdict.status.ok()) continue;  // the first failure: the step's
     const absl::Status theirs = DecodeStatus(std::string(outcome), r);
     if (!theirs.ok()) {
-      out.verdict = absl::AbortedError(absl::StrFormat(
+      out.verdict.status = absl::AbortedError(absl::StrFormat(
           "step %d aborted: %s", request.step, theirs.message()));
-      out.failed_rank = r;
+      out.verdict.failed_rank = r;
       continue;
     }
     if (print != rank0_fingerprint) {
-      out.verdict = absl::FailedPreconditionError(absl::StrFormat(
+      out.verdict.status = absl::FailedPreconditionError(absl::StrFormat(
           "step %d aborted: rank %d planned a different checkpoint than "
           "rank 0 (different arrays, shapes, shardings or plan options)",
           request.step, r));
       continue;
     }
     out.per_rank.emplace_back(per_rank);
-    RETURN_IF_ERROR(FoldSlowest(wire, r, phases, out.slowest));
+    RETURN_IF_ERROR(FoldSlowest(wire, r, phases, out.verdict.slowest));
     RETURN_IF_ERROR(DecodeWritten(in, out.all));
   }
   return out;
@@ -316,10 +312,9 @@ absl::StatusOr<std::vector<PhaseStat>> ShareVerdict(Coordinator& coordinator,
   if (coordinator.rank() == 0) {
     // What the ranks other than the failed one return: a commit's error
     // reads as rank 0's.
-    const absl::Status others =
-        verdict.failed_rank == 0 && local.ok()
-            ? DecodeStatus(EncodeStatus(verdict.status), 0)
-            : verdict.status;
+    const absl::Status others = verdict.failed_rank == 0 && local.ok()
+                                    ? FromRank(verdict.status, 0)
+                                    : verdict.status;
     const int32_t failed = verdict.failed_rank;
     mine.append(reinterpret_cast<const char*>(&failed), sizeof failed);
     AppendSection(mine, EncodeStatus(others));

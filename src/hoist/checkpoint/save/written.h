@@ -17,12 +17,22 @@
 
 namespace hoist {
 
+// Which extents BuildManifest puts in a manifest, and how it names their
+// data files.
+struct ManifestScope {
+  // Only that process's extents: what a rank other than 0 keeps as its
+  // next save's delta base (default: every process's).
+  std::optional<int> process = std::nullopt;
+  // The data files are under hashed prefixes (DataFileName), as the
+  // ExtentWriter names them on a storage whose capabilities say so.
+  bool spread_prefixes = false;
+};
+
 // The step's manifest: a referenced slice's extent is the base's (its
-// bytes, in the step that wrote them). With `process`, only that process's
-// extents: what a rank other than 0 keeps as its next save's delta base.
+// bytes, in the step that wrote them).
 Manifest BuildManifest(const SaveRequest& request,
                        const WrittenExtents& written, const DeltaBase* base,
-                       std::optional<int> process = std::nullopt);
+                       const ManifestScope& scope = {});
 
 // `request`'s metadata with "per_rank": every rank's per-rank state
 // (SaveRequest::per_rank_json) when they gave some; kInvalidArgument when
@@ -36,21 +46,29 @@ absl::StatusOr<std::string> MetadataWithPerRank(
 // again makes it once (SaveRequest::plan_fingerprint).
 uint64_t PlanFingerprint(const SaveRequest& request);
 
+// 6. Rank 0's word on the step: its status (OK: committed), the rank it
+// names as failed (-1: none; 0 for rank 0's commit), and the job's slowest
+// rank per phase.
+struct Verdict {
+  absl::Status status;
+  int failed_rank = -1;
+  std::vector<PhaseStat> slowest;
+};
+
 // 4. What rank 0 learns of every rank's save, in one gather to it (no
 // other rank receives more than its own, whatever the job's size).
 struct Gathered {
-  // Rank 0: every rank's extents (hashes, references), per-rank state and
-  // the job's slowest rank per phase this process measured alone
-  // (planning to write); elsewhere empty.
+  // Rank 0: every rank's extents (hashes, references) and per-rank state;
+  // elsewhere empty.
   WrittenExtents all;
   std::vector<std::string> per_rank;
-  std::vector<PhaseStat> slowest;
   int64_t received_bytes = 0;  // what this process received
-  // Rank 0: OK when every rank succeeded and planned rank 0's checkpoint;
-  // else kAborted naming the first rank that failed (failed_rank), or
-  // kFailedPrecondition naming a rank whose plan differs from rank 0's.
-  absl::Status verdict;
-  int failed_rank = -1;
+  // Rank 0, before its commit: OK when every rank succeeded and planned
+  // rank 0's checkpoint, else kAborted naming the first rank that failed
+  // (failed_rank), or kFailedPrecondition naming a rank whose plan
+  // differs from rank 0's; and the job's slowest rank per phase this
+  // process measured alone (planning to write).
+  Verdict verdict;
 };
 
 // 4: this process's outcome (`local`), plan fingerprint, per-rank state,
@@ -61,15 +79,6 @@ absl::StatusOr<Gathered> GatherOutcomes(Coordinator& coordinator,
                                         const absl::Status& local,
                                         const WrittenExtents& written,
                                         absl::Span<const PhaseStat> phases);
-
-// 6. Rank 0's word on the step: its status (OK: committed), the rank it
-// names as failed (-1: none; 0 for rank 0's commit), and the job's slowest
-// rank per phase.
-struct Verdict {
-  absl::Status status;
-  int failed_rank = -1;
-  std::vector<PhaseStat> slowest;
-};
 
 // 6: rank 0 broadcasts `verdict` (the others' argument is ignored); every
 // rank returns the slowest phases when the step committed, else its error:
