@@ -3,7 +3,11 @@
 // or, for bytes that did not change, in an earlier step's), written last
 // and atomically. A step directory without a valid MANIFEST.json is not a
 // checkpoint. Format hoist/2 (XXH3-128 hashes, references to other steps'
-// bytes) is written; hoist/1 (XXH3-64, no references) is still read.
+// bytes) is written, and hoist/3 (hoist/2 split: a head that lists the
+// arrays, then each array's extents in a section of its own, which a reader
+// reads only for the arrays it wants) when a manifest has more than
+// kSplitManifestExtents extents; hoist/1 (XXH3-64, no references) is still
+// read.
 //
 // Manifest is a plain struct; EncodeManifest / DecodeManifest turn it into
 // and out of JSON. Decoding trusts nothing: everything a reader relies on is
@@ -24,6 +28,7 @@
 namespace hoist {
 
 inline constexpr std::string_view kManifestFormat = "hoist/2";
+inline constexpr std::string_view kManifestFormatV3 = "hoist/3";
 inline constexpr std::string_view kManifestFormatV1 = "hoist/1";
 inline constexpr std::string_view kManifestFileName = "MANIFEST.json";
 
@@ -31,7 +36,10 @@ inline constexpr std::string_view kManifestFileName = "MANIFEST.json";
 // can cost time or memory, and a save that would exceed them is refused
 // (kInvalidArgument) before it commits an unreadable step.
 //   - the manifest's size: 256 MiB (parsed, it takes several times that);
+//     of a split (hoist/3) manifest, its head's;
 inline constexpr int64_t kMaxManifestBytes = int64_t{256} << 20;
+//   - a split manifest's section (one array's extents): 1 GiB;
+inline constexpr int64_t kMaxManifestSectionBytes = int64_t{1} << 30;
 //   - JSON nesting, user metadata included: 512 levels;
 inline constexpr int kMaxJsonDepth = 512;
 //   - extents of one array: 2^21 (checking that they tile it is
@@ -105,13 +113,58 @@ struct Manifest {
   const ManifestArray* Find(std::string_view name) const;
 };
 
-// JSON text of `manifest`: hoist/2, or hoist/1 when every hash is XXH3-64
-// (a hoist/1 manifest written again). kInvalidArgument (nothing thrown) if
-// it could not be read back: hashes of both widths, a reference in a
-// hoist/1 manifest or to the manifest's own step, metadata that
-// ValidateMetadataJson refuses, an array name that is not UTF-8, or text larger
-// than kMaxManifestBytes.
-absl::StatusOr<std::string> EncodeManifest(const Manifest& manifest);
+// A manifest with more extents than this is written split (hoist/3): at
+// 65,536 extents a hoist/2 manifest is about 10 MiB, which a reader reads
+// whole in tens of milliseconds; a job of thousands of ranks writes
+// millions, which every `ls`, `inspect` and restore of a few arrays would
+// read and decode whole.
+inline constexpr int64_t kSplitManifestExtents = int64_t{1} << 16;
+
+struct ManifestEncoding {
+  // Split (hoist/3) above this many extents in all; never when the hashes
+  // are XXH3-64 (hoist/1). 0: always; INT64_MAX: never (one JSON document,
+  // as Python's `manifest()` and `inspect()` return).
+  int64_t split_above_extents = kSplitManifestExtents;
+};
+
+// The text of `manifest`: hoist/2 (one JSON document), hoist/3 (split: see
+// ManifestHead) above encoding.split_above_extents, or hoist/1 when every
+// hash is XXH3-64 (a hoist/1 manifest written again). kInvalidArgument
+// (nothing thrown) if it could not be read back: hashes of both widths, a
+// reference in a hoist/1 manifest or to the manifest's own step, metadata
+// that ValidateMetadataJson refuses, an array name that is not UTF-8, a
+// document or head larger than kMaxManifestBytes, or a section larger than
+// kMaxManifestSectionBytes.
+absl::StatusOr<std::string> EncodeManifest(
+    const Manifest& manifest, const ManifestEncoding& encoding = {});
+
+// What a reader learns of one array's extents from a manifest's head.
+struct ManifestSection {
+  int64_t extents = 0;           // how many
+  int64_t bytes = 0;             // their lengths' sum
+  int64_t referenced_bytes = 0;  // of which other steps hold (a delta's)
+  // Split manifests only: where the section lies in the file, from
+  // ManifestHead::sections_at, and the XXH3-64 of its text.
+  int64_t offset_bytes = 0;
+  int64_t length_bytes = 0;
+  uint64_t xxh3 = 0;
+};
+
+// A manifest as far as its head says. A split (hoist/3) manifest is a JSON
+// document, the head, holding everything but the extents and, per array,
+// where its section lies; then a blank line; then each array's extents (a
+// JSON array, as hoist/2's "extents") in a section of its own, one after
+// another. A reader reads the head, then only the sections it needs. For
+// hoist/1 and hoist/2, which are read whole, the head is the whole manifest.
+struct ManifestHead {
+  std::string_view format = kManifestFormat;  // one of the constants above
+  bool split = false;
+  // Split: every array's extents empty (read them with the sections).
+  Manifest manifest;
+  std::vector<ManifestSection> sections;  // one per array of `manifest`
+  int64_t sections_at = 0;  // split: the file offset of the first section
+  int64_t file_bytes = 0;   // the manifest's size, sections included
+};
 
 // OK if `json` can be a step's user metadata: a JSON object, valid UTF-8,
 // nested at most kMaxJsonDepth deep (NaN and infinities are not JSON).
@@ -121,8 +174,10 @@ absl::StatusOr<std::string> EncodeManifest(const Manifest& manifest);
 // training loop's saves repeat their metadata.
 absl::Status ValidateMetadataJson(std::string_view json);
 
-// Parses and validates. kInvalidArgument for a format other than "hoist/2"
-// or "hoist/1";
+// Parses and validates the whole text: hoist/1, /2 or /3 (head and every
+// section; each section's XXH3-64 and counts must be the head's, and the
+// sections must follow each other to the text's end). kInvalidArgument for
+// a format other than "hoist/3", "hoist/2" or "hoist/1";
 // kDataLoss, naming the array and extent, for anything else that is wrong:
 // not JSON, larger or deeper than the limits above, missing or mistyped
 // fields, unknown dtype, negative or overflowing shapes, a rank above

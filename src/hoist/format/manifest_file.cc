@@ -1,42 +1,207 @@
-// Reading and writing MANIFEST.json in a step directory, through Storage.
+// Reading MANIFEST.json in a step directory, through Storage. A split
+// manifest (hoist/3) is read from its start in growing chunks until its
+// head's blank line, then by range, its sections; a document (hoist/1,
+// hoist/2) is read whole, which the first chunks found out.
 #include "hoist/format/manifest_file.h"
+
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "hoist/base/status_macros.h"
 #include "hoist/format/layout.h"
+#include "hoist/format/manifest_split.h"
 
 namespace hoist {
+namespace {
+
+// The first read; each next one reads as much again as was read.
+constexpr int64_t kFirstReadBytes = int64_t{256} << 10;
+// The most a read of neighbouring sections asks for at once.
+constexpr int64_t kMaxSectionsReadBytes = int64_t{64} << 20;
+
+// An open MANIFEST.json and its first bytes, as far as they were read.
+class ManifestText {
+ public:
+  static absl::StatusOr<ManifestText> Open(Storage& storage,
+                                           const std::string& step_dir) {
+    ManifestText text;
+    text.step_dir_ = step_dir;
+    text.path_ = JoinPath(step_dir, std::string(kManifestFileName));
+    ASSIGN_OR_RETURN(text.file_, storage.OpenReadable(text.path_));
+    ASSIGN_OR_RETURN(text.size_, text.file_->Size());
+    return text;
+  }
+
+  // Reads on from the start until the head's blank line: the head, or
+  // (none: a document) the whole manifest.
+  absl::StatusOr<ManifestHead> ReadHead() {
+    int64_t want = std::min(size_, kFirstReadBytes);
+    while (true) {
+      RETURN_IF_ERROR(ReadPrefix(want));
+      if (const std::optional<size_t> head_bytes = SplitHeadBytes(prefix_)) {
+        std::optional<absl::StatusOr<ManifestHead>> head =
+            DecodeSplitHead(std::string_view(prefix_).substr(0, *head_bytes),
+                            size_);
+        if (head) return Checked(*std::move(head));
+        break;  // a blank line in a document: not a head
+      }
+      if (want == size_ || !MaybeSplit(prefix_) ||
+          want > kMaxManifestBytes + static_cast<int64_t>(kBlankLineBytes)) {
+        break;
+      }
+      want = std::min(size_, 2 * want);
+    }
+    // A document: read whole.
+    if (size_ > kMaxManifestBytes) {
+      return absl::DataLossError(
+          absl::StrFormat("%s: %d bytes, more than a manifest may have (%d)",
+                          path_, size_, kMaxManifestBytes));
+    }
+    RETURN_IF_ERROR(ReadPrefix(size_));
+    absl::StatusOr<Manifest> manifest = DecodeManifest(prefix_);
+    if (!manifest.ok()) return Checked(manifest.status());
+    ManifestHead head;
+    head.format = FormatOf(*manifest);
+    head.file_bytes = size_;
+    for (const ManifestArray& array : manifest->arrays) {
+      ManifestSection& section = head.sections.emplace_back();
+      section.extents = static_cast<int64_t>(array.extents.size());
+      for (const ManifestExtent& extent : array.extents) {
+        section.bytes += extent.length_bytes;
+        if (extent.step) section.referenced_bytes += extent.length_bytes;
+      }
+    }
+    head.manifest = *std::move(manifest);
+    return Checked(std::move(head));
+  }
+
+  // The sections of the arrays `wanted` says into head.manifest (a split
+  // head's): neighbouring ones in one read, each read at most
+  // kMaxSectionsReadBytes unless one section is longer.
+  absl::Status ReadSections(ManifestHead& head,
+                            const std::vector<size_t>& wanted) {
+    size_t i = 0;
+    while (i < wanted.size()) {
+      const ManifestSection& first = head.sections[wanted[i]];
+      size_t end = i + 1;
+      int64_t length = first.length_bytes;
+      while (end < wanted.size() && wanted[end] == wanted[end - 1] + 1 &&
+             length + head.sections[wanted[end]].length_bytes <=
+                 kMaxSectionsReadBytes) {
+        length += head.sections[wanted[end]].length_bytes;
+        ++end;
+      }
+      const int64_t at = head.sections_at + first.offset_bytes;
+      std::string bytes;
+      std::string_view run;
+      if (at + length <= static_cast<int64_t>(prefix_.size())) {
+        run = std::string_view(prefix_).substr(at, length);  // read already
+      } else {
+        bytes.resize(length);
+        RETURN_IF_ERROR(file_->ReadAt(
+            at, absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(bytes.data()),
+                                    bytes.size())));
+        run = bytes;
+      }
+      for (size_t k = i; k < end; ++k) {
+        const ManifestSection& section = head.sections[wanted[k]];
+        const absl::Status status = DecodeSection(
+            run.substr(section.offset_bytes - first.offset_bytes,
+                       section.length_bytes),
+            wanted[k], head);
+        if (!status.ok()) return Checked(status).status();
+      }
+      i = end;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  static constexpr size_t kBlankLineBytes = 2;
+
+  static std::string_view FormatOf(const Manifest& manifest) {
+    for (const ManifestArray& array : manifest.arrays) {
+      for (const ManifestExtent& extent : array.extents) {
+        return extent.hash.wide ? kManifestFormat : kManifestFormatV1;
+      }
+    }
+    return kManifestFormat;
+  }
+
+  // The file's first `bytes` bytes in prefix_.
+  absl::Status ReadPrefix(int64_t bytes) {
+    const size_t had = prefix_.size();
+    if (static_cast<int64_t>(had) >= bytes) return absl::OkStatus();
+    prefix_.resize(bytes);
+    return file_->ReadAt(
+        had, absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(prefix_.data()) +
+                                     had,
+                                 prefix_.size() - had));
+  }
+
+  // `head` with the step directory in its error, and its step checked
+  // against the directory's name.
+  absl::StatusOr<ManifestHead> Checked(absl::StatusOr<ManifestHead> head) {
+    if (!head.ok()) {
+      return absl::Status(head.status().code(),
+                          absl::StrCat(step_dir_, "/", head.status().message()));
+    }
+    if (const std::optional<int64_t> step = StepOfDir(step_dir_);
+        step && *step != head->manifest.step) {
+      return absl::DataLossError(absl::StrFormat(
+          "%s: the manifest is of step %d, but its directory names step %d",
+          path_, head->manifest.step, *step));
+    }
+    return head;
+  }
+
+  std::string step_dir_;
+  std::string path_;
+  std::unique_ptr<ReadableFile> file_;
+  int64_t size_ = 0;
+  std::string prefix_;
+};
+
+}  // namespace
+
+absl::StatusOr<ManifestHead> ReadManifestHead(Storage& storage,
+                                              const std::string& step_dir) {
+  ASSIGN_OR_RETURN(ManifestText text, ManifestText::Open(storage, step_dir));
+  return text.ReadHead();
+}
 
 absl::StatusOr<Manifest> ReadManifestFile(Storage& storage,
                                           const std::string& step_dir) {
-  const std::string path = JoinPath(step_dir, std::string(kManifestFileName));
-  ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> file,
-                   storage.OpenReadable(path));
-  ASSIGN_OR_RETURN(int64_t size, file->Size());
-  // Checked before reading: the decoder checks again what it is given.
-  if (size > kMaxManifestBytes) {
-    return absl::DataLossError(
-        absl::StrFormat("%s: %d bytes, more than a manifest may have (%d)",
-                        path, size, kMaxManifestBytes));
+  ASSIGN_OR_RETURN(ManifestText text, ManifestText::Open(storage, step_dir));
+  ASSIGN_OR_RETURN(ManifestHead head, text.ReadHead());
+  if (head.split) {
+    std::vector<size_t> all(head.sections.size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+    RETURN_IF_ERROR(text.ReadSections(head, all));
   }
-  std::string text(static_cast<size_t>(size), '\0');
-  RETURN_IF_ERROR(file->ReadAt(
-      0, absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(text.data()),
-                             text.size())));
-  absl::StatusOr<Manifest> manifest = DecodeManifest(text);
-  if (!manifest.ok()) {
-    return absl::Status(
-        manifest.status().code(),
-        absl::StrCat(step_dir, "/", manifest.status().message()));
+  return std::move(head.manifest);
+}
+
+absl::StatusOr<Manifest> ReadManifestArrays(
+    Storage& storage, const std::string& step_dir,
+    const absl::flat_hash_set<std::string>& names) {
+  ASSIGN_OR_RETURN(ManifestText text, ManifestText::Open(storage, step_dir));
+  ASSIGN_OR_RETURN(ManifestHead head, text.ReadHead());
+  std::vector<size_t> wanted;
+  for (size_t i = 0; i < head.manifest.arrays.size(); ++i) {
+    if (names.contains(head.manifest.arrays[i].name)) wanted.push_back(i);
   }
-  if (const std::optional<int64_t> step = StepOfDir(step_dir);
-      step && *step != manifest->step) {
-    return absl::DataLossError(absl::StrFormat(
-        "%s: the manifest is of step %d, but its directory names step %d", path,
-        manifest->step, *step));
-  }
+  if (head.split) RETURN_IF_ERROR(text.ReadSections(head, wanted));
+  Manifest manifest = std::move(head.manifest);
+  std::vector<ManifestArray> arrays;
+  arrays.reserve(wanted.size());
+  for (const size_t i : wanted) arrays.push_back(std::move(manifest.arrays[i]));
+  manifest.arrays = std::move(arrays);
   return manifest;
 }
 

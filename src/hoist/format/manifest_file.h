@@ -1,21 +1,40 @@
-// A step directory's MANIFEST.json, read and written through Storage.
+// A step directory's MANIFEST.json, read through Storage: whole, its head
+// only, or its head and the sections of some arrays (a split manifest,
+// hoist/3, is read by range; hoist/1 and hoist/2 are read whole).
 #ifndef HOIST_FORMAT_MANIFEST_FILE_H_
 #define HOIST_FORMAT_MANIFEST_FILE_H_
 
 #include <string>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "hoist/manifest.h"
 #include "hoist/storage.h"
 
 namespace hoist {
 
-// Reads and validates `step_dir`'s MANIFEST.json (at most kMaxManifestBytes,
-// checked before reading; see DecodeManifest). kDataLoss also when the
-// directory's name (step_N, or a temporary name) says another step than the
-// manifest does; the file must be a regular file (Storage::OpenReadable).
+// Reads and validates `step_dir`'s MANIFEST.json (see DecodeManifest).
+// kDataLoss also when the directory's name (step_N, or a temporary name)
+// says another step than the manifest does, and for a document larger than
+// kMaxManifestBytes (checked as it is read); the file must be a regular
+// file (Storage::OpenReadable).
 absl::StatusOr<Manifest> ReadManifestFile(Storage& storage,
                                           const std::string& step_dir);
+
+// Its head (see ManifestHead): of a split manifest, the head alone, read
+// from the file's first bytes; of another, the whole manifest. Errors as
+// ReadManifestFile's, for what it reads.
+absl::StatusOr<ManifestHead> ReadManifestHead(Storage& storage,
+                                              const std::string& step_dir);
+
+// The manifest with only the arrays called `names` (those the step has, in
+// the manifest's order; names it lacks are left to the caller to report),
+// extents and all: of a split manifest, only their sections are read
+// (neighbouring sections in one request). Errors as ReadManifestFile's,
+// for what it reads.
+absl::StatusOr<Manifest> ReadManifestArrays(
+    Storage& storage, const std::string& step_dir,
+    const absl::flat_hash_set<std::string>& names);
 
 }  // namespace hoist
 
