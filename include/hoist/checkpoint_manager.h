@@ -174,6 +174,11 @@ struct CheckpointManagerOptions {
   // references the others' bytes there. SaveOptions::deltas overrides it
   // per save. The local tier's parts are always whole.
   bool deltas = true;
+  // A step's manifest is written split (format hoist/3: a head, then each
+  // array's extents in a section that a reader reads only when it needs
+  // the array) above this many extents (default kSplitManifestExtents,
+  // 65,536; 0: always). See ManifestEncoding and docs/format.md.
+  int64_t split_manifest_above_extents = kSplitManifestExtents;
   // Frozen arrays (with deltas): true for the name of an array that never
   // changes (a fine-tune's frozen base, frozen embeddings). A durable save
   // copies, hashes and writes a frozen array only when the newest step
@@ -501,6 +506,8 @@ class CheckpointManager {
   struct PreparedRestore {
     int64_t step = 0;
     Tier tier = Tier::kDurable;
+    // The step's manifest; of a split one (hoist/3) from the durable root,
+    // its head: every array's extents empty (see ManifestHead).
     Manifest manifest;
     std::string note;            // with a local tier: what was chosen and why
     int64_t bytes_received = 0;  // parts fetched from peers, as Restore's

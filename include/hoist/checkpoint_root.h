@@ -94,6 +94,10 @@ class CheckpointRoot {
   // `step`'s validated manifest (see ReadManifestFile: kDataLoss when it is
   // corrupt or of another step).
   absl::StatusOr<Manifest> ReadManifest(int64_t step) const;
+  // Its head (ManifestHead: each array's name, dtype, shape and what its
+  // extents hold, without the extents of a split manifest), read from the
+  // manifest's first bytes when it is split. Errors as ReadManifest's.
+  absl::StatusOr<ManifestHead> ReadManifestHead(int64_t step) const;
   // Re-reads every extent of `step` against its hash (VerifyReport lists
   // every problem); kNotFound if there is no such step.
   // `progress` (optional) counts the bytes read.
@@ -157,6 +161,9 @@ absl::StatusOr<std::pair<std::unique_ptr<CheckpointRoot>, int64_t>> OpenStepAt(
 // kNotFound when it is neither.
 absl::StatusOr<Manifest> ReadManifestAt(const std::string& path,
                                         const StorageOptions& options = {});
+// Its head only (CheckpointRoot::ReadManifestHead).
+absl::StatusOr<ManifestHead> ReadManifestHeadAt(
+    const std::string& path, const StorageOptions& options = {});
 
 }  // namespace hoist
 

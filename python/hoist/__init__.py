@@ -259,6 +259,11 @@ class CheckpointManager:
                    references the rest there (frozen weights are written
                    once; see docs/delta.md). save(deltas=False) turns it
                    off for one save, deltas=False here for every one.
+    split_manifest_above_extents:
+                   a step's manifest is written split (format hoist/3:
+                   a head, then each array's extents in a section read only
+                   when the array is) above this many extents (default
+                   65,536; 0: always); docs/format.md.
     persist_every: only steps divisible by this go to the durable root
                    (default 1: every step); with a local tier the others
                    go there (docs/tiers.md).
@@ -342,6 +347,8 @@ class CheckpointManager:
                  when_busy=_DEFAULTS.when_busy, coordinator="auto",
                  coordinator_timeout_s=600.0, storage_options=None,
                  deltas=_DEFAULTS.deltas, frozen=None,
+                 split_manifest_above_extents=(
+                     _DEFAULTS.split_manifest_above_extents),
                  frozen_check_every=_DEFAULTS.frozen_check_every,
                  persist_every=_DEFAULTS.persist_every, local_root=None,
                  local_every=_DEFAULTS.local_every,
@@ -371,6 +378,7 @@ class CheckpointManager:
             max_in_flight=int(max_in_flight), writers=int(writers or 0),
             io=io, background_priority=background_priority,
             when_busy=when_busy, deltas=bool(deltas),
+            split_manifest_above_extents=int(split_manifest_above_extents),
             frozen_check_every=int(frozen_check_every),
             persist_every=int(persist_every),
             local_root=os.fspath(local_root or ""),

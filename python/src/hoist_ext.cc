@@ -55,6 +55,10 @@ namespace nb = nanobind;
 namespace hoist {
 namespace {
 
+// What Python is given of a manifest: one JSON document (hoist/2), which
+// json.loads reads, however many extents it has.
+constexpr ManifestEncoding kOneDocument{.split_above_extents = INT64_MAX};
+
 // (origin, shape) lists from Python as a Box.
 Box ToBox(const std::vector<int64_t>& origin, const std::vector<int64_t>& shape,
           const std::string& where) {
@@ -587,15 +591,16 @@ class PyManager {
     const CheckpointManager::PreparedRestore prepared =
         WithoutGil([&] { return manager_->PrepareRestore(step); });
     return {prepared.step, std::string(TierName(prepared.tier)),
-            Check(EncodeManifest(prepared.manifest)), prepared.note,
-            prepared.bytes_received};
+            Check(EncodeManifest(prepared.manifest, kOneDocument)),
+            prepared.note, prepared.bytes_received};
   }
 
   // Committed step `step`'s manifest, as JSON text.
   std::string Manifest(int64_t step) {
     Live();
-    return Check(EncodeManifest(
-        WithoutGil([&] { return manager_->ReadManifest(step); })));
+    return Check(
+        EncodeManifest(WithoutGil([&] { return manager_->ReadManifest(step); }),
+                       kOneDocument));
   }
 
   // How far the committed steps trail the saves (see Durability).
@@ -704,7 +709,7 @@ std::string Inspect(const std::string& path,
                     const std::map<std::string, std::string>& storage_options) {
   const StorageOptions storage = StorageOptionsOf(storage_options);
   return Check(EncodeManifest(
-      WithoutGil([&] { return ReadManifestAt(path, storage); })));
+      WithoutGil([&] { return ReadManifestAt(path, storage); }), kOneDocument));
 }
 
 // Re-reads every extent of the step at `path` (ROOT/step_N, or a root's
@@ -817,6 +822,7 @@ void BindManagerOptions(nb::module_& m) {
       .def_rw("keep_every", &O::keep_every)
       .def_rw("max_in_flight", &O::max_in_flight)
       .def_rw("deltas", &O::deltas)
+      .def_rw("split_manifest_above_extents", &O::split_manifest_above_extents)
       .def_rw("frozen_check_every", &O::frozen_check_every)
       .def_rw("persist_every", &O::persist_every)
       .def_rw("metrics_path", &O::metrics_path)

@@ -18,6 +18,7 @@
 #include "hoist/checkpoint/restore/restore.h"
 #include "hoist/checkpoint/save/extent_writer.h"
 #include "hoist/checkpoint/tier/local_tier.h"
+#include "hoist/checkpoint_root.h"
 #include "hoist/format/layout.h"
 #include "hoist/host_backend.h"
 #include "hoist/io/fault_storage.h"
@@ -74,6 +75,54 @@ TEST_F(ManagerTest, TrainingLoopWithASmallPoolKeepsTheLastTwo) {
   EXPECT_TRUE(manager->Verify(6)->ok());
   ExpectHolds(*manager, 5, 5);
   ExpectHolds(*manager, std::nullopt, 6);
+}
+
+// Above split_manifest_above_extents a step's manifest is split (hoist/3):
+// deltas reference an earlier step through it, retention keeps what it
+// references, a restore of some arrays reads only their sections, and
+// verify reads them all.
+TEST_F(ManagerTest, ASplitManifestServesDeltasRestoresAndVerify) {
+  CheckpointManagerOptions options;
+  options.split_manifest_above_extents = 0;
+  options.keep_last = 2;
+  auto manager = Open(options);
+  for (int step = 1; step <= 3; ++step) {
+    if (step == 3) testing::Refill(model_, shards_, 3);
+    absl::StatusOr<SaveHandle> handle = manager->Save(step, Arrays());
+    ASSERT_TRUE(handle.ok()) << handle.status();
+    ASSERT_TRUE(handle->WaitCommitted().ok());
+  }
+  EXPECT_THAT(*manager->List(), ElementsAre(2, 3));
+  std::ifstream in(root_ + "/step_00000002/MANIFEST.json");
+  std::string start(21, '\0');
+  in.read(start.data(), 21);
+  EXPECT_EQ(start, "{\"format\": \"hoist/3\",");
+
+  absl::StatusOr<ManifestHead> head =
+      ReadManifestHeadAt(root_ + "/step_00000002");
+  ASSERT_TRUE(head.ok()) << head.status();
+  EXPECT_TRUE(head->split);
+  ASSERT_EQ(head->sections.size(), model_.size());
+  for (const ManifestSection& section : head->sections) {
+    EXPECT_EQ(section.referenced_bytes, section.bytes);  // all in step 1
+    EXPECT_GT(section.extents, 0);
+  }
+  ExpectHolds(*manager, 2, 0);
+  ExpectHolds(*manager, 3, 3);
+  EXPECT_TRUE(manager->Verify(2)->ok());
+  EXPECT_TRUE(manager->Verify(3)->ok());
+
+  // One array of four, onto one device's host memory.
+  const ArraySpec& b = model_[1];
+  std::vector<uint8_t> bytes(b.shape[0] * 4);
+  RestoreTarget target{
+      .name = b.name, .dtype = b.dtype, .shape = b.shape, .destinations = {}};
+  target.destinations.push_back({.box = Box({0}, b.shape),
+                                 .device = nullptr,
+                                 .data = bytes.data(),
+                                 .tag = 0});
+  ASSERT_TRUE(manager->Restore(2, {&target, 1}).ok());
+  EXPECT_EQ(bytes, BoxBytes(b, 1, Box({0}, b.shape), 0));
 }
 
 // One process with a local tier: steps divisible by persist_every go to

@@ -36,7 +36,10 @@ CheckpointManager::Impl::PrepareRestore(std::optional<int64_t> step) {
   }
   prepared.step = *step;
   prepared.tier = Tier::kDurable;
-  ASSIGN_OR_RETURN(prepared.manifest, root_->ReadManifest(*step));
+  // Its head: a caller builds its targets from the arrays' names, dtypes
+  // and shapes, and the restore reads the extents it needs.
+  ASSIGN_OR_RETURN(ManifestHead head, root_->ReadManifestHead(*step));
+  prepared.manifest = std::move(head.manifest);
   return prepared;
 }
 

@@ -325,6 +325,8 @@ absl::StatusOr<SaveInfo> CheckpointManager::Impl::Run(Job& job) {
   request.stable = job.planned.stable;
   request.metadata_json = job.metadata_json;
   request.deltas = job.deltas;
+  request.manifest_encoding.split_above_extents =
+      options_.split_manifest_above_extents;
   request.per_rank_json = job.per_rank_json;
   // Frozen arrays are checked or referenced by durable delta saves only.
   if (job.tier == Tier::kDurable && job.deltas) {

@@ -44,9 +44,8 @@ class ManifestText {
     while (true) {
       RETURN_IF_ERROR(ReadPrefix(want));
       if (const std::optional<size_t> head_bytes = SplitHeadBytes(prefix_)) {
-        std::optional<absl::StatusOr<ManifestHead>> head =
-            DecodeSplitHead(std::string_view(prefix_).substr(0, *head_bytes),
-                            size_);
+        std::optional<absl::StatusOr<ManifestHead>> head = DecodeSplitHead(
+            std::string_view(prefix_).substr(0, *head_bytes), size_);
         if (head) return Checked(*std::move(head));
         break;  // a blank line in a document: not a head
       }
@@ -110,10 +109,10 @@ class ManifestText {
       }
       for (size_t k = i; k < end; ++k) {
         const ManifestSection& section = head.sections[wanted[k]];
-        const absl::Status status = DecodeSection(
-            run.substr(section.offset_bytes - first.offset_bytes,
-                       section.length_bytes),
-            wanted[k], head);
+        const absl::Status status =
+            DecodeSection(run.substr(section.offset_bytes - first.offset_bytes,
+                                     section.length_bytes),
+                          wanted[k], head);
         if (!status.ok()) return Checked(status).status();
       }
       i = end;
@@ -139,17 +138,18 @@ class ManifestText {
     if (static_cast<int64_t>(had) >= bytes) return absl::OkStatus();
     prefix_.resize(bytes);
     return file_->ReadAt(
-        had, absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(prefix_.data()) +
-                                     had,
-                                 prefix_.size() - had));
+        had,
+        absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(prefix_.data()) + had,
+                            prefix_.size() - had));
   }
 
   // `head` with the step directory in its error, and its step checked
   // against the directory's name.
   absl::StatusOr<ManifestHead> Checked(absl::StatusOr<ManifestHead> head) {
     if (!head.ok()) {
-      return absl::Status(head.status().code(),
-                          absl::StrCat(step_dir_, "/", head.status().message()));
+      return absl::Status(
+          head.status().code(),
+          absl::StrCat(step_dir_, "/", head.status().message()));
     }
     if (const std::optional<int64_t> step = StepOfDir(step_dir_);
         step && *step != head->manifest.step) {

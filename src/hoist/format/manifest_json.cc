@@ -67,7 +67,7 @@ absl::Status Reader::Error(std::string_view what) const {
 }
 
 absl::StatusOr<const Json*> Reader::Field(const Json& object, const char* name,
-                                  Json::value_t type) const {
+                                          Json::value_t type) const {
   if (!object.is_object()) return Error("expected a JSON object");
   auto it = object.find(name);
   if (it == object.end()) {
@@ -83,7 +83,8 @@ absl::StatusOr<const Json*> Reader::Field(const Json& object, const char* name,
   return &*it;
 }
 
-absl::StatusOr<int64_t> Reader::Int(const Json& object, const char* name) const {
+absl::StatusOr<int64_t> Reader::Int(const Json& object,
+                                    const char* name) const {
   absl::StatusOr<const Json*> field =
       Field(object, name, Json::value_t::number_integer);
   if (!field.ok()) return field.status();
@@ -95,7 +96,7 @@ absl::StatusOr<int64_t> Reader::Int(const Json& object, const char* name) const 
 }
 
 absl::StatusOr<std::string> Reader::String(const Json& object,
-                                   const char* name) const {
+                                           const char* name) const {
   absl::StatusOr<const Json*> field =
       Field(object, name, Json::value_t::string);
   if (!field.ok()) return field.status();
@@ -103,9 +104,8 @@ absl::StatusOr<std::string> Reader::String(const Json& object,
 }
 
 absl::StatusOr<std::vector<int64_t>> Reader::Ints(const Json& object,
-                                          const char* name) const {
-  absl::StatusOr<const Json*> field =
-      Field(object, name, Json::value_t::array);
+                                                  const char* name) const {
+  absl::StatusOr<const Json*> field = Field(object, name, Json::value_t::array);
   if (!field.ok()) return field.status();
   std::vector<int64_t> out;
   out.reserve((*field)->size());
@@ -113,8 +113,7 @@ absl::StatusOr<std::vector<int64_t>> Reader::Ints(const Json& object,
     if (!v.is_number_integer() ||
         (v.is_number_unsigned() &&
          v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))) {
-      return Error(
-          absl::StrFormat("field '%s' must hold int64 values", name));
+      return Error(absl::StrFormat("field '%s' must hold int64 values", name));
     }
     out.push_back(v.get<int64_t>());
   }
@@ -284,8 +283,9 @@ absl::Status DecodeExtents(const Json& extents, ArrayHead& head,
   }
   array.extents.reserve(extents.size());
   for (size_t i = 0; i < extents.size(); ++i) {
-    ASSIGN_OR_RETURN(ManifestExtent extent,
-                     DecodeExtent(extents[i], array, i, extents.size(), context));
+    ASSIGN_OR_RETURN(
+        ManifestExtent extent,
+        DecodeExtent(extents[i], array, i, extents.size(), context));
     array.extents.push_back(std::move(extent));
   }
   return CheckTiling(array, head.elements, context.part);
@@ -442,8 +442,7 @@ void AppendTopLevel(std::string& out, const Manifest& manifest,
   out.append(",\n \"arrays\": [");
 }
 
-void AppendArrayHead(std::string& out, const ManifestArray& array,
-                     bool first) {
+void AppendArrayHead(std::string& out, const ManifestArray& array, bool first) {
   out.append(first ? "\n  {\"name\": " : ",\n  {\"name\": ");
   AppendJsonString(out, array.name);
   out.append(", \"dtype\": ");

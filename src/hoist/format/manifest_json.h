@@ -107,8 +107,7 @@ void AppendTopLevel(std::string& out, const Manifest& manifest,
                     std::string_view format);
 // `\n  {"name": N, "dtype": D, "shape": S, "sharding": H, "extents": `
 // (after a comma unless `first`); CheckEncodable has checked its names.
-void AppendArrayHead(std::string& out, const ManifestArray& array,
-                             bool first);
+void AppendArrayHead(std::string& out, const ManifestArray& array, bool first);
 // The array's extents as a JSON array, one per line.
 void AppendExtents(std::string& out, const ManifestArray& array,
                    bool version_1);

@@ -150,8 +150,8 @@ bool MaybeSplit(std::string_view text) {
 
 std::optional<size_t> SplitHeadBytes(std::string_view text) {
   if (!MaybeSplit(text)) return std::nullopt;
-  const size_t at = text.substr(0, kMaxManifestBytes + kBlankLine.size())
-                        .find(kBlankLine);
+  const size_t at =
+      text.substr(0, kMaxManifestBytes + kBlankLine.size()).find(kBlankLine);
   if (at == std::string_view::npos) return std::nullopt;
   return at;
 }
@@ -184,12 +184,11 @@ std::optional<absl::StatusOr<ManifestHead>> DecodeSplitHead(
     head.sections.reserve(arrays->size());
     int64_t at = 0;
     for (size_t i = 0; i < arrays->size(); ++i) {
-      ASSIGN_OR_RETURN(
-          ArrayHead array,
-          manifest_json::DecodeArrayHead((*arrays)[i], i, arrays->size()));
+      ASSIGN_OR_RETURN(ArrayHead array, manifest_json::DecodeArrayHead(
+                                            (*arrays)[i], i, arrays->size()));
       if (!names.insert(array.array.name).second) {
-        return r.Error(absl::StrFormat("array name '%s' appears twice",
-                                       array.array.name));
+        return r.Error(
+            absl::StrFormat("array name '%s' appears twice", array.array.name));
       }
       const auto extents = (*arrays)[i].find("extents");
       if (extents == (*arrays)[i].end()) {
@@ -224,8 +223,8 @@ absl::Status DecodeSection(std::string_view text, size_t index,
         section.length_bytes, head.sections_at + section.offset_bytes,
         manifest_json::HexOf(hash), manifest_json::HexOf(section.xxh3)));
   }
-  RETURN_IF_ERROR(manifest_json::CheckJsonText(
-      text, kMaxManifestSectionBytes, Where(array) + "'s section"));
+  RETURN_IF_ERROR(manifest_json::CheckJsonText(text, kMaxManifestSectionBytes,
+                                               Where(array) + "'s section"));
   const Json json = Json::parse(text.begin(), text.end(), nullptr,
                                 /*allow_exceptions=*/false);
   if (json.is_discarded()) return r.Error("not valid JSON");
@@ -235,8 +234,9 @@ absl::Status DecodeSection(std::string_view text, size_t index,
                               .sharding = array.sharding,
                               .extents = {}},
                     .elements = *CheckedNumElements(array.shape)};
-  const Context context{
-      .split = true, .step = head.manifest.step, .part = head.manifest.part.has_value()};
+  const Context context{.split = true,
+                        .step = head.manifest.step,
+                        .part = head.manifest.part.has_value()};
   RETURN_IF_ERROR(manifest_json::DecodeExtents(json, decoded, context));
   int64_t bytes = 0, referenced = 0;
   for (const ManifestExtent& extent : decoded.array.extents) {

@@ -31,8 +31,11 @@ Manifest Striped(int arrays, int extents) {
   m.step = 5;
   m.metadata_json = R"({"run":"wide"})";
   for (int a = 0; a < arrays; ++a) {
-    ManifestArray array{absl::StrCat("layer", a, "/w"), DType::kFloat32,
-                        {int64_t{extents} * 1024}, "P('x')", {}};
+    ManifestArray array{absl::StrCat("layer", a, "/w"),
+                        DType::kFloat32,
+                        {int64_t{extents} * 1024},
+                        "P('x')",
+                        {}};
     for (int e = 0; e < extents; ++e) {
       array.extents.push_back(ManifestExtent{
           .box = Box({int64_t{e} * 1024}, {1024}),
@@ -49,7 +52,8 @@ Manifest Striped(int arrays, int extents) {
 
 TEST(SplitManifestTest, AManifestWithManyExtentsIsSplitAndRoundTrips) {
   const Manifest small = Striped(3, 4);
-  EXPECT_THAT(EncodeManifest(small).value(), StartsWith("{\"format\": \"hoist/2\""));
+  EXPECT_THAT(EncodeManifest(small).value(),
+              StartsWith("{\"format\": \"hoist/2\""));
   const std::string text = EncodeManifest(small, kAlwaysSplit).value();
   EXPECT_THAT(text, StartsWith(kSplitManifestStart));
   for (auto decode : {DecodeManifest, DecodeManifestDocument}) {
@@ -104,8 +108,9 @@ TEST(SplitManifestTest, ACorruptOrCutSectionIsNamed) {
               HasSubstr("have XXH3-64"));
   EXPECT_EQ(DecodeManifest(text.substr(0, text.size() - 1)).status().code(),
             absl::StatusCode::kDataLoss);
-  EXPECT_THAT(DecodeManifest(text.substr(0, text.size() - 1)).status().message(),
-              HasSubstr("cut short"));
+  EXPECT_THAT(
+      DecodeManifest(text.substr(0, text.size() - 1)).status().message(),
+      HasSubstr("cut short"));
   EXPECT_THAT(DecodeManifest(text + "x").status().message(),
               HasSubstr("bytes after them"));
   // A head without its blank line and sections.
@@ -154,11 +159,11 @@ class SplitManifestFileTest : public ::testing::Test {
     ASSERT_TRUE(memory_.CreateDir(kDir).ok());
     std::unique_ptr<WritableFile> file =
         memory_.OpenWritable(absl::StrCat(kDir, "/MANIFEST.json")).value();
-    ASSERT_TRUE(file->WriteAt(0, absl::Span<const uint8_t>(
-                                     reinterpret_cast<const uint8_t*>(
-                                         text_.data()),
-                                     text_.size()))
-                    .ok());
+    ASSERT_TRUE(
+        file->WriteAt(0, absl::Span<const uint8_t>(
+                             reinterpret_cast<const uint8_t*>(text_.data()),
+                             text_.size()))
+            .ok());
     ASSERT_TRUE(file->Sync().ok());
   }
 
@@ -230,10 +235,11 @@ TEST_F(SplitManifestFileTest, ACorruptSectionFailsOnlyTheReadsThatNeedIt) {
   ASSERT_TRUE(memory_.CreateDir(kDir).ok());
   std::unique_ptr<WritableFile> file =
       memory_.OpenWritable(absl::StrCat(kDir, "/MANIFEST.json")).value();
-  ASSERT_TRUE(file->WriteAt(0, absl::Span<const uint8_t>(
-                                   reinterpret_cast<const uint8_t*>(text.data()),
-                                   text.size()))
-                  .ok());
+  ASSERT_TRUE(
+      file->WriteAt(0, absl::Span<const uint8_t>(
+                           reinterpret_cast<const uint8_t*>(text.data()),
+                           text.size()))
+          .ok());
   EXPECT_TRUE(ReadManifestArrays(counting_, kDir, {"layer0/w"}).ok());
   const absl::Status whole = ReadManifestFile(counting_, kDir).status();
   EXPECT_EQ(whole.code(), absl::StatusCode::kDataLoss);

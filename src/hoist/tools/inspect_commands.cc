@@ -19,14 +19,33 @@
 namespace hoist {
 namespace {
 
-int64_t ManifestBytes(const Manifest& manifest) {
+// What a step's extents hold in all, as its manifest's head says.
+struct Totals {
   int64_t bytes = 0;
+  int64_t referenced_bytes = 0;
+};
+Totals HeadBytes(const ManifestHead& head) {
+  Totals totals;
+  for (const ManifestSection& section : head.sections) {
+    totals.bytes += section.bytes;
+    totals.referenced_bytes += section.referenced_bytes;
+  }
+  return totals;
+}
+
+// Bytes per data file, by their path from the step directory
+// ("data/r00000_w00.bin"), or, for another step's bytes, "step 3:
+// data/r00000_w00.bin".
+std::map<std::string, int64_t> FileBytes(const Manifest& manifest) {
+  std::map<std::string, int64_t> file_bytes;
   for (const ManifestArray& array : manifest.arrays) {
     for (const ManifestExtent& extent : array.extents) {
-      bytes += extent.length_bytes;
+      file_bytes[extent.step
+                     ? absl::StrCat("step ", *extent.step, ": ", extent.file)
+                     : extent.file] += extent.length_bytes;
     }
   }
-  return bytes;
+  return file_bytes;
 }
 
 absl::Status Ls(const std::string& path, const StorageOptions& storage,
@@ -52,14 +71,16 @@ absl::Status Ls(const std::string& path, const StorageOptions& storage,
     progress.done.fetch_add(1);
     progress.current.Set(entry.path);
     if (entry.kind == RootEntry::Kind::kCommitted) {
-      absl::StatusOr<Manifest> manifest = root->ReadManifest(entry.step);
+      // Its head: of a split manifest, its first bytes only.
+      absl::StatusOr<ManifestHead> manifest =
+          root->ReadManifestHead(entry.step);
       const std::string state =
           manifest.ok()
               ? "committed"
               : "unreadable: " + std::string(manifest.status().message());
-      const int64_t bytes = manifest.ok() ? ManifestBytes(*manifest) : 0;
+      const int64_t bytes = manifest.ok() ? HeadBytes(*manifest).bytes : 0;
       const int64_t arrays =
-          manifest.ok() ? static_cast<int64_t>(manifest->arrays.size()) : 0;
+          manifest.ok() ? static_cast<int64_t>(manifest->sections.size()) : 0;
       out.push_back({{"step", entry.step},
                      {"path", entry.path},
                      {"bytes", bytes},
@@ -97,59 +118,60 @@ absl::Status Ls(const std::string& path, const StorageOptions& storage,
   return absl::OkStatus();
 }
 
+// The step's head, and the file table when the extents were read: always
+// for a manifest read whole, with `files` for a split one (which then reads
+// every section).
 absl::Status Inspect(const std::string& step_dir, const StorageOptions& storage,
-                     bool json) {
-  ASSIGN_OR_RETURN(Manifest manifest, ReadManifestAt(step_dir, storage));
-  // Files by their path from the step directory ("data/r00000_w00.bin"),
-  // or, for another step's bytes, "step 3: data/r00000_w00.bin".
-  std::map<std::string, int64_t> file_bytes;
+                     bool json, bool files) {
+  ASSIGN_OR_RETURN(const ManifestHead head,
+                   ReadManifestHeadAt(step_dir, storage));
+  std::optional<std::map<std::string, int64_t>> file_bytes;
+  if (!head.split) {
+    file_bytes = FileBytes(head.manifest);
+  } else if (files) {
+    ASSIGN_OR_RETURN(const Manifest whole, ReadManifestAt(step_dir, storage));
+    file_bytes = FileBytes(whole);
+  }
+  const Manifest& manifest = head.manifest;
+  const Totals totals = HeadBytes(head);
   nlohmann::json arrays = nlohmann::json::array();
-  int64_t referenced = 0;
-  bool version_1 = false;
-  for (const ManifestArray& array : manifest.arrays) {
-    int64_t bytes = 0;
-    for (const ManifestExtent& extent : array.extents) {
-      bytes += extent.length_bytes;
-      version_1 = version_1 || !extent.hash.wide;
-      if (extent.step) referenced += extent.length_bytes;
-      file_bytes[extent.step
-                     ? absl::StrCat("step ", *extent.step, ": ", extent.file)
-                     : extent.file] += extent.length_bytes;
-    }
+  for (size_t a = 0; a < manifest.arrays.size(); ++a) {
+    const ManifestArray& array = manifest.arrays[a];
     arrays.push_back({{"name", array.name},
                       {"dtype", std::string(DTypeName(array.dtype))},
                       {"shape", array.shape},
                       {"sharding", array.sharding},
-                      {"bytes", bytes},
-                      {"extents", array.extents.size()}});
+                      {"bytes", head.sections[a].bytes},
+                      {"extents", head.sections[a].extents}});
   }
-  const std::string_view format =
-      version_1 ? kManifestFormatV1 : kManifestFormat;
+  const std::string files_note =
+      "(a split manifest: --files reads every array's extents for them)";
   if (json) {
-    nlohmann::json files = nlohmann::json::object();
-    for (const auto& [file, bytes] : file_bytes) files[file] = bytes;
-    std::cout << nlohmann::json{{"path", step_dir},
-                                {"format", std::string(format)},
-                                {"step", manifest.step},
-                                {"metadata",
-                                 nlohmann::json::parse(manifest.metadata_json)},
-                                {"bytes", ManifestBytes(manifest)},
-                                {"written_bytes",
-                                 ManifestBytes(manifest) - referenced},
-                                {"referenced_bytes", referenced},
-                                {"arrays", arrays},
-                                {"files", files}}
-                     .dump(2)
-              << "\n";
+    nlohmann::json out{
+        {"path", step_dir},
+        {"format", std::string(head.format)},
+        {"step", manifest.step},
+        {"metadata", nlohmann::json::parse(manifest.metadata_json)},
+        {"bytes", totals.bytes},
+        {"written_bytes", totals.bytes - totals.referenced_bytes},
+        {"referenced_bytes", totals.referenced_bytes},
+        {"manifest_bytes", head.file_bytes},
+        {"arrays", arrays}};
+    if (file_bytes) {
+      nlohmann::json table = nlohmann::json::object();
+      for (const auto& [file, bytes] : *file_bytes) table[file] = bytes;
+      out["files"] = table;
+    }
+    std::cout << out.dump(2) << "\n";
     return absl::OkStatus();
   }
   std::cout << absl::StrFormat(
       "%s: format %s, step %d, %d arrays, %s (%s written, %s referenced in "
       "earlier steps)\nmetadata: %s\n\n",
-      step_dir, format, manifest.step, manifest.arrays.size(),
-      FormatBytes(ManifestBytes(manifest)),
-      FormatBytes(ManifestBytes(manifest) - referenced),
-      FormatBytes(referenced), manifest.metadata_json);
+      step_dir, head.format, manifest.step, manifest.arrays.size(),
+      FormatBytes(totals.bytes),
+      FormatBytes(totals.bytes - totals.referenced_bytes),
+      FormatBytes(totals.referenced_bytes), manifest.metadata_json);
   std::cout << absl::StrFormat("%-40s %-14s %-16s %10s %7s  %s\n", "array",
                                "dtype", "shape", "bytes", "extents",
                                "saved sharding");
@@ -161,8 +183,12 @@ absl::Status Inspect(const std::string& step_dir, const StorageOptions& storage,
         FormatBytes(a["bytes"].get<double>()), a["extents"].get<int64_t>(),
         a["sharding"].get<std::string>());
   }
+  if (!file_bytes) {
+    std::cout << "\nfiles: " << files_note << "\n";
+    return absl::OkStatus();
+  }
   std::cout << "\nfiles:\n";
-  for (const auto& [file, bytes] : file_bytes) {
+  for (const auto& [file, bytes] : *file_bytes) {
     std::cout << absl::StrFormat("  %-30s %10s\n", file, FormatBytes(bytes));
   }
   return absl::OkStatus();
@@ -237,6 +263,7 @@ void AddInspectCommands(CLI::App& app, const StorageOptions& storage,
   struct Flags {
     std::string path;
     bool json = false;
+    bool files = false;
     std::vector<int64_t> steps;
   };
   auto flags = std::make_shared<Flags>();
@@ -259,8 +286,14 @@ void AddInspectCommands(CLI::App& app, const StorageOptions& storage,
                    "Step directory (ROOT/step_N), or a root (its newest step)")
       ->required();
   inspect->add_flag("--json", flags->json, "Print JSON");
+  inspect->add_flag(
+      "--files", flags->files,
+      "Also list the data files of a split manifest (hoist/3), whose head "
+      "alone is read otherwise: this reads every array's extents");
   inspect->callback([flags, &storage] {
-    if (absl::Status s = Inspect(flags->path, storage, flags->json); !s.ok()) {
+    if (absl::Status s =
+            Inspect(flags->path, storage, flags->json, flags->files);
+        !s.ok()) {
       FailCommand("inspect", s);
     }
   });

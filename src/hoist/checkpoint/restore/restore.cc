@@ -436,8 +436,11 @@ absl::StatusOr<RestoreStats> RestoreCheckpoint(
     absl::Span<const RestoreTarget> targets, StagingPool& pool,
     const RestoreOptions& options, const RestoreReceiver& receiver) {
   const absl::Time start = absl::Now();
+  // Only the targets' arrays: of a split manifest, only their sections.
+  absl::flat_hash_set<std::string> names;
+  for (const RestoreTarget& target : targets) names.insert(target.name);
   ASSIGN_OR_RETURN(const Manifest manifest,
-                   ReadManifestFile(storage, step_dir));
+                   ReadManifestArrays(storage, step_dir, names));
   ASSIGN_OR_RETURN(
       RestoreStats stats,
       RestoreCheckpoint(manifest, step_dir, targets, pool, options, receiver,

@@ -294,6 +294,12 @@ absl::StatusOr<Manifest> CheckpointRoot::ReadManifest(int64_t step) const {
   return ReadManifestFile(storage_, dir);
 }
 
+absl::StatusOr<ManifestHead> CheckpointRoot::ReadManifestHead(
+    int64_t step) const {
+  ASSIGN_OR_RETURN(const std::string dir, StepDir(step));
+  return hoist::ReadManifestHead(storage_, dir);
+}
+
 absl::StatusOr<VerifyReport> CheckpointRoot::Verify(
     int64_t step, OperationProgress* progress) const {
   ASSIGN_OR_RETURN(const std::string dir, StepDir(step));
@@ -419,6 +425,12 @@ absl::StatusOr<Manifest> ReadManifestAt(const std::string& path,
                                         const StorageOptions& options) {
   ASSIGN_OR_RETURN(auto opened, OpenStepAt(path, options));
   return opened.first->ReadManifest(opened.second);
+}
+
+absl::StatusOr<ManifestHead> ReadManifestHeadAt(const std::string& path,
+                                                const StorageOptions& options) {
+  ASSIGN_OR_RETURN(auto opened, OpenStepAt(path, options));
+  return opened.first->ReadManifestHead(opened.second);
 }
 
 }  // namespace hoist

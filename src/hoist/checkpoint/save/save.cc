@@ -89,7 +89,8 @@ absl::Status Commit(Storage& storage, const SaveRequest& request,
                     const std::string& tmp, const Manifest& manifest,
                     const std::function<void(const char*)>& traced,
                     int64_t& manifest_bytes) {
-  ASSIGN_OR_RETURN(const std::string text, EncodeManifest(manifest));
+  ASSIGN_OR_RETURN(const std::string text,
+                   EncodeManifest(manifest, request.manifest_encoding));
   manifest_bytes = static_cast<int64_t>(text.size());
   RETURN_IF_ERROR(CommitStep(storage, request.root, request.step, tmp, text,
                              request.overwrite));

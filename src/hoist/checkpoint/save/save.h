@@ -60,6 +60,8 @@ struct SaveRequest {
   // array's extent in the newest committed step (other than this one)
   // references them instead of being written. Never for a part.
   bool deltas = true;
+  // How the committed manifest is encoded (split above how many extents).
+  ManifestEncoding manifest_encoding;
   // Frozen arrays (CheckpointManagerOptions::frozen): per plan slice, 1
   // for a frozen array's. With `frozen_skipped`, those slices were not
   // staged (the layout leaves them out): each is referenced in the base,
