@@ -1,5 +1,6 @@
-// libFuzzer target: manifest decoding. Any input either fails with a status
-// or decodes to a manifest that encodes and decodes back to itself; the
+// libFuzzer target: manifest decoding (hoist/1, hoist/2 and split hoist/3).
+// Any input either fails with a status or decodes to a manifest that
+// encodes, as one document and split, and decodes back to itself; the
 // streamed decoding and the whole document's agree (the same manifest, or
 // the same error); nothing crashes, hangs, or allocates more than a small
 // multiple of the input.
@@ -26,6 +27,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!encoded.ok()) std::abort();
   absl::StatusOr<hoist::Manifest> again = hoist::DecodeManifest(*encoded);
   if (!again.ok() || !(*again == *manifest)) std::abort();
+  // Split (unless its hashes are hoist/1's), the same.
+  absl::StatusOr<std::string> split =
+      hoist::EncodeManifest(*manifest, {.split_above_extents = 0});
+  if (!split.ok()) std::abort();
+  absl::StatusOr<hoist::Manifest> unsplit = hoist::DecodeManifest(*split);
+  if (!unsplit.ok() || !(*unsplit == *manifest)) std::abort();
   // What the streamed decoding read, the whole document's reads alike.
   absl::StatusOr<hoist::Manifest> whole = hoist::DecodeManifestDocument(text);
   if (!whole.ok() || !(*whole == *manifest)) std::abort();

@@ -9,8 +9,9 @@
 #                                      (default 1000000), --jobs at a time
 #                                      (default: the cores)
 #
-# Targets: manifest_fuzzer (a manifest's decoding, hoist/1 and hoist/2 with
-# references; its streamed and whole-document ways agree), restore_fuzzer
+# Targets: manifest_fuzzer (a manifest's decoding, hoist/1, hoist/2 with
+# references and split hoist/3; its streamed and whole-document ways
+# agree), restore_fuzzer
 # (restore planning and reads against any manifest and bytes), part_fuzzer
 # (a local tier's part as a peer holds it: PART.json and its data),
 # safetensors_fuzzer (the import's parser). Every run starts from the

@@ -101,11 +101,11 @@ class Job : public ::testing::Test {
   // (kAlways), the job read each extent its ranks' boxes need once, else
   // (kNever; kAuto, every rank being on this host) each rank read exactly
   // the extents its boxes need.
-  void ExpectRestores(CheckpointManager& manager,
-                      const std::vector<ArraySpec>& model, int64_t step,
-                      uint64_t version,
-                      RestoreOptions::SharedReads shared =
-                          RestoreOptions::SharedReads::kAlways) {
+  void ExpectRestores(
+      CheckpointManager& manager, const std::vector<ArraySpec>& model,
+      int64_t step, uint64_t version,
+      RestoreOptions::SharedReads shared = RestoreOptions::SharedReads::kAlways,
+      const std::string& root = Root()) {
     std::vector<ShardBuffers> buffers;
     std::vector<RestoreTarget> targets;
     for (const ArraySpec& spec : model) {
@@ -128,7 +128,7 @@ class Job : public ::testing::Test {
     }
     // Exactly the extents that meet one of this rank's boxes.
     const Manifest manifest = *ReadManifestFile(
-        *MakePosixStorage(), Root() + "/" + absl::StrFormat("step_%08d", step));
+        *MakePosixStorage(), root + "/" + absl::StrFormat("step_%08d", step));
     int64_t needed = 0;
     std::string ids;  // "array/extent " of each extent needed
     for (const RestoreTarget& target : targets) {
@@ -365,6 +365,38 @@ TEST_F(Restore, DataParallelReplicasReadEachByteOnce) {
   ExpectRestores(*manager, model, 2, 2, RestoreOptions::SharedReads::kNever);
   // The default, with every rank on this host and a local root: alone.
   ExpectRestores(*manager, model, 2, 2, RestoreOptions::SharedReads::kAuto);
+}
+
+// A split manifest (hoist/3): each rank reads its head and its own
+// targets' sections, rank 0 every section to plan; shared reads still read
+// each needed byte once per job, and each rank alone exactly its extents.
+TEST_F(Restore, ASplitManifestIsSharedAlike) {
+  CheckpointManagerOptions options;
+  options.pool_bytes = 4 << 20;
+  options.split_manifest_above_extents = 0;
+  const std::string root = Root() + "_split";
+  absl::StatusOr<std::unique_ptr<CheckpointManager>> manager =
+      CheckpointManager::Open(root, *backend_, *coordinator_, options);
+  ASSERT_TRUE(manager.ok()) << manager.status();
+  const std::vector<ArraySpec> model = Model(MeshOf(2, 4));
+  testing::DeviceShards shards =
+      testing::FillShards(model, backend_->devices(), 7);
+  // Saved by the first job (2 ranks), restored by each (then 1 rank).
+  if ((*manager)->List()->empty()) {
+    absl::StatusOr<SaveHandle> handle =
+        (*manager)->Save(7, testing::SaveArraysOf(model, shards));
+    ASSERT_TRUE(handle.ok()) << handle.status();
+    ASSERT_TRUE(handle->WaitCommitted().ok());
+  }
+  std::ifstream in(root + "/step_00000007/MANIFEST.json");
+  std::string start(21, '\0');
+  in.read(start.data(), 21);
+  EXPECT_EQ(start, "{\"format\": \"hoist/3\",");
+  const Mesh other = coordinator_->size() == 2 ? MeshOf(4, 2) : MeshOf(1, 8);
+  ExpectRestores(**manager, Reshard(model, other), 7, 7,
+                 RestoreOptions::SharedReads::kAlways, root);
+  ExpectRestores(**manager, model, 7, 7, RestoreOptions::SharedReads::kNever,
+                 root);
 }
 
 // The local tier: a durable root and per-rank local roots under `name`.

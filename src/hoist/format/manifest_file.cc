@@ -79,6 +79,14 @@ class ManifestText {
     return Checked(std::move(head));
   }
 
+  // kDataLoss unless the file still has the size `head` was read with.
+  absl::Status SameSize(const ManifestHead& head) const {
+    if (size_ == head.file_bytes) return absl::OkStatus();
+    return absl::DataLossError(absl::StrFormat(
+        "%s: %d bytes, but %d when its head was read: it changed", path_, size_,
+        head.file_bytes));
+  }
+
   // The sections of the arrays `wanted` says into head.manifest (a split
   // head's): neighbouring ones in one read, each read at most
   // kMaxSectionsReadBytes unless one section is longer.
@@ -175,6 +183,15 @@ absl::StatusOr<ManifestHead> ReadManifestHead(Storage& storage,
   return text.ReadHead();
 }
 
+absl::Status ReadManifestSections(Storage& storage, const std::string& step_dir,
+                                  ManifestHead& head,
+                                  const std::vector<size_t>& arrays) {
+  if (!head.split || arrays.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(ManifestText text, ManifestText::Open(storage, step_dir));
+  RETURN_IF_ERROR(text.SameSize(head));
+  return text.ReadSections(head, arrays);
+}
+
 absl::StatusOr<Manifest> ReadManifestFile(Storage& storage,
                                           const std::string& step_dir) {
   ASSIGN_OR_RETURN(ManifestText text, ManifestText::Open(storage, step_dir));
@@ -192,10 +209,7 @@ absl::StatusOr<Manifest> ReadManifestArrays(
     const absl::flat_hash_set<std::string>& names) {
   ASSIGN_OR_RETURN(ManifestText text, ManifestText::Open(storage, step_dir));
   ASSIGN_OR_RETURN(ManifestHead head, text.ReadHead());
-  std::vector<size_t> wanted;
-  for (size_t i = 0; i < head.manifest.arrays.size(); ++i) {
-    if (names.contains(head.manifest.arrays[i].name)) wanted.push_back(i);
-  }
+  const std::vector<size_t> wanted = ArraysNamed(head, names);
   if (head.split) RETURN_IF_ERROR(text.ReadSections(head, wanted));
   Manifest manifest = std::move(head.manifest);
   std::vector<ManifestArray> arrays;
@@ -203,6 +217,15 @@ absl::StatusOr<Manifest> ReadManifestArrays(
   for (const size_t i : wanted) arrays.push_back(std::move(manifest.arrays[i]));
   manifest.arrays = std::move(arrays);
   return manifest;
+}
+
+std::vector<size_t> ArraysNamed(const ManifestHead& head,
+                                const absl::flat_hash_set<std::string>& names) {
+  std::vector<size_t> found;
+  for (size_t i = 0; i < head.manifest.arrays.size(); ++i) {
+    if (names.contains(head.manifest.arrays[i].name)) found.push_back(i);
+  }
+  return found;
 }
 
 }  // namespace hoist

@@ -5,6 +5,7 @@
 #define HOIST_FORMAT_MANIFEST_FILE_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
@@ -26,6 +27,19 @@ absl::StatusOr<Manifest> ReadManifestFile(Storage& storage,
 // ReadManifestFile's, for what it reads.
 absl::StatusOr<ManifestHead> ReadManifestHead(Storage& storage,
                                               const std::string& step_dir);
+
+// Reads the sections of `arrays` (indices into head.manifest.arrays,
+// ascending) of `step_dir`'s split manifest, whose head is `head`, into
+// `head` (neighbouring ones in one read). Nothing when `head` is not split
+// (its extents are all there). kDataLoss as ReadManifestFile, and when the
+// file no longer has the size it had when `head` was read.
+absl::Status ReadManifestSections(Storage& storage, const std::string& step_dir,
+                                  ManifestHead& head,
+                                  const std::vector<size_t>& arrays);
+
+// The indices of the arrays of `head` called `names`, ascending.
+std::vector<size_t> ArraysNamed(const ManifestHead& head,
+                                const absl::flat_hash_set<std::string>& names);
 
 // The manifest with only the arrays called `names` (those the step has, in
 // the manifest's order; names it lacks are left to the caller to report),

@@ -1,7 +1,9 @@
 // SharedRestore (shared_restore.h), step by step:
-//   1. Every rank reads the manifest and works out which saved extents its
-//      targets intersect (flat ids: the extents of all arrays, in manifest
-//      order); these lists are gathered at rank 0.
+//   1. Every rank reads the manifest (of a split one, the head and its own
+//      targets' sections; rank 0 every section) and works out which saved
+//      extents its targets intersect (flat ids: the extents of all arrays,
+//      in manifest order, counted from the head); these lists are gathered
+//      at rank 0.
 //   2. Rank 0 gives each extent needed by several ranks one reader among
 //      them, the one with the fewest such bytes so far, and cuts the arrays
 //      into rounds (whole arrays, in order) so that no rank holds more than
@@ -225,14 +227,31 @@ class SharedRestorer {
   // (shared() false; this rank's error if its manifest failed).
   absl::Status GatherNeeds(bool share_on_one_host) {
     auto job = std::make_unique<JobNeeds>();
-    absl::StatusOr<Manifest> manifest = ReadManifestFile(storage_, step_dir_);
-    std::string mine = "!";
-    if (manifest.ok()) {
-      job->manifest = *std::move(manifest);
-      for (const ManifestArray& array : job->manifest.arrays) {
-        job->first_id.push_back(job->count);
-        job->count += static_cast<int64_t>(array.extents.size());
+    // The head, and the sections of this rank's targets: of a split
+    // manifest, the other arrays' extents are read by rank 0 alone, which
+    // plans with every rank's.
+    absl::StatusOr<ManifestHead> head = ReadManifestHead(storage_, step_dir_);
+    if (head.ok()) {
+      absl::flat_hash_set<std::string> names;
+      for (const RestoreTarget& target : targets_) names.insert(target.name);
+      std::vector<size_t> arrays = ArraysNamed(*head, names);
+      if (rank_ == 0) {
+        arrays.resize(head->sections.size());
+        for (size_t i = 0; i < arrays.size(); ++i) arrays[i] = i;
       }
+      if (absl::Status read =
+              ReadManifestSections(storage_, step_dir_, *head, arrays);
+          !read.ok()) {
+        head = read;
+      }
+    }
+    std::string mine = "!";
+    if (head.ok()) {
+      for (const ManifestSection& section : head->sections) {
+        job->first_id.push_back(job->count);
+        job->count += section.extents;
+      }
+      job->manifest = std::move(head->manifest);
       job->index.emplace(job->manifest);
       mine = EncodeIds(
           NeededExtents(job->manifest, job->first_id, *job->index, targets_));
@@ -250,7 +269,7 @@ class SharedRestorer {
     ASSIGN_OR_RETURN(const std::string view,
                      coordinator_.Scatter("shared restore plan " + step_dir_,
                                           std::move(views), 0));
-    RETURN_IF_ERROR(manifest.status());
+    RETURN_IF_ERROR(head.status());
     if (view.empty()) return absl::OkStatus();  // each restores alone
     job->IndexExtents();
     job_ = std::move(job);
@@ -444,7 +463,8 @@ class SharedRestorer {
       int64_t id = 0;
       int32_t reader = 0, count = 0;
       if (!take(id) || !take(reader) || !take(count) || id < 0 ||
-          id >= job_->count || reader < 0 || reader >= n_ || count < 0) {
+          id >= job_->count || reader < 0 || reader >= n_ || count < 0 ||
+          job_->extent_of[id] == nullptr) {  // an extent this rank lacks
         return bad;
       }
       std::vector<int>& who = needers_[id];
