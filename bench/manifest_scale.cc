@@ -1,26 +1,51 @@
 // One step's manifest at many ranks, by simulation (no processes): the
 // manifest a job of --ranks ranks writes when each of --arrays arrays is
 // sharded over every rank (one extent per rank per array, in its rank's
-// data file), built in memory, encoded and decoded as a save's rank 0 and
-// a restoring rank do. Prints one JSON object: extents, the text's bytes,
-// seconds to encode and decode, and the peak RSS each step reached.
+// data file), built in memory and encoded as a save's rank 0 does (split,
+// hoist/3, above 65,536 extents; --document: one JSON document, hoist/2),
+// written to a step directory under --dir, then read back as readers do:
+// its head (ls, inspect, PrepareRestore), one array's extents (a names=
+// restore of one array), and the whole manifest (verify; a restore of
+// every array). Prints one JSON object: extents, bytes, seconds, and
+// memory (the peak RSS the build and encoding reached; for each read, the
+// RSS it added while its result is held).
 //
 //   build/release/bench/manifest_scale --ranks 16384 --arrays 1000
 
+#include <malloc.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
 #include "bench/bench_util.h"
+#include "hoist/format/manifest_file.h"
 #include "hoist/manifest.h"
+#include "hoist/storage.h"
 #include "nlohmann/json.hpp"
 
 namespace hoist {
 namespace {
 
+using bench::Check;
 using bench::PeakRssBytes;
 using bench::Since;
+
+// This process's resident memory now (VmRSS), what the allocator holds
+// free given back first.
+int64_t RssBytes() {
+  malloc_trim(0);
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) << 10;
+  }
+  return 0;
+}
 
 // Each array: float32, 4,096 elements (16 KiB) per rank; rank r's extent
 // at its place in rank r's file, with a hash of its own.
@@ -54,35 +79,77 @@ Manifest Simulated(int ranks, int arrays) {
   return manifest;
 }
 
-int Run(int ranks, int arrays) {
-  nlohmann::json out = {{"ranks", ranks}, {"arrays", arrays}};
+struct Options {
+  int ranks = 16384;
+  int arrays = 1000;
+  bool document = false;  // hoist/2, one JSON document
+  bool whole = true;      // also read the whole manifest back
+  std::string dir = std::filesystem::temp_directory_path().string();
+};
+
+int Run(const Options& options) {
+  nlohmann::json out = {{"ranks", options.ranks}, {"arrays", options.arrays}};
   const int64_t base_rss = PeakRssBytes();
   auto start = std::chrono::steady_clock::now();
   std::string text;
+  std::string one_name;
   {
-    const Manifest manifest = Simulated(ranks, arrays);
+    const Manifest manifest = Simulated(options.ranks, options.arrays);
     out["build_s"] = Since(start);
     out["in_memory_peak_rss_bytes"] = PeakRssBytes() - base_rss;
+    one_name = manifest.arrays[manifest.arrays.size() / 2].name;
     start = std::chrono::steady_clock::now();
-    absl::StatusOr<std::string> encoded = EncodeManifest(manifest);
-    if (!encoded.ok()) {
-      std::cerr << "manifest_scale: " << encoded.status() << "\n";
-      return 1;
-    }
+    text = Check(EncodeManifest(
+        manifest, {.split_above_extents =
+                       options.document ? INT64_MAX : kSplitManifestExtents}));
     out["encode_s"] = Since(start);
-    text = *std::move(encoded);
   }
-  out["extents"] = static_cast<int64_t>(ranks) * arrays;
+  out["extents"] = static_cast<int64_t>(options.ranks) * options.arrays;
   out["manifest_bytes"] = static_cast<int64_t>(text.size());
   out["encode_peak_rss_bytes"] = PeakRssBytes() - base_rss;
-  start = std::chrono::steady_clock::now();
-  absl::StatusOr<Manifest> decoded = DecodeManifest(text);
-  if (!decoded.ok()) {
-    std::cerr << "manifest_scale: " << decoded.status() << "\n";
-    return 1;
+
+  // The step directory a save's commit leaves.
+  const std::string root = absl::StrFormat(
+      "%s/hoist_manifest_scale_%d", options.dir, static_cast<int>(getpid()));
+  const std::string step_dir = root + "/step_00001000";
+  std::filesystem::create_directories(step_dir);
+  {
+    std::ofstream file(step_dir + "/MANIFEST.json", std::ios::binary);
+    file.write(text.data(), static_cast<std::streamsize>(text.size()));
+    if (!file.flush()) {
+      std::cerr << "manifest_scale: could not write " << step_dir << "\n";
+      return 1;
+    }
   }
-  out["decode_s"] = Since(start);
-  out["decode_peak_rss_bytes"] = PeakRssBytes() - base_rss;
+  text = std::string();
+  std::unique_ptr<Storage> storage = MakePosixStorage();
+
+  int64_t rss = RssBytes();
+  start = std::chrono::steady_clock::now();
+  {
+    const ManifestHead head = Check(ReadManifestHead(*storage, step_dir));
+    out["format"] = std::string(head.format);
+    out["head_s"] = Since(start);
+    out["head_bytes"] = head.split ? head.sections_at : head.file_bytes;
+    out["head_rss_bytes"] = RssBytes() - rss;
+  }
+  rss = RssBytes();
+  start = std::chrono::steady_clock::now();
+  {
+    const Manifest one =
+        Check(ReadManifestArrays(*storage, step_dir, {one_name}));
+    out["one_array_s"] = Since(start);
+    out["one_array_extents"] = one.arrays.at(0).extents.size();
+    out["one_array_rss_bytes"] = RssBytes() - rss;
+  }
+  if (options.whole) {
+    rss = RssBytes();
+    start = std::chrono::steady_clock::now();
+    const Manifest whole = Check(ReadManifestFile(*storage, step_dir));
+    out["whole_s"] = Since(start);
+    out["whole_rss_bytes"] = RssBytes() - rss;
+  }
+  std::filesystem::remove_all(root);
   std::cout << out.dump() << "\n";
   return 0;
 }
@@ -92,15 +159,24 @@ int Run(int ranks, int arrays) {
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "One step's manifest at many ranks, by simulation: build, encode and "
-      "decode a manifest of RANKS x ARRAYS extents; prints JSON."};
-  int ranks = 16384, arrays = 1000;
-  app.add_option("--ranks", ranks, "Ranks of the simulated job")
+      "One step's manifest at many ranks, by simulation: build and encode a "
+      "manifest of RANKS x ARRAYS extents, write it, and read back its head, "
+      "one array and the whole; prints JSON."};
+  hoist::Options options;
+  app.add_option("--ranks", options.ranks, "Ranks of the simulated job")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
-  app.add_option("--arrays", arrays, "Arrays, each sharded over every rank")
+  app.add_option("--arrays", options.arrays,
+                 "Arrays, each sharded over every rank")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
+  app.add_flag("--document", options.document,
+               "Write one JSON document (hoist/2), as before hoist/3");
+  app.add_flag("!--no-whole", options.whole,
+               "Skip reading the whole manifest back");
+  app.add_option("--dir", options.dir,
+                 "Where the step directory is written (then removed)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  return hoist::Run(ranks, arrays);
+  return hoist::Run(options);
 }

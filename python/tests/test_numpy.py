@@ -283,6 +283,47 @@ def test_restoring_some_arrays_reads_only_theirs(root):
             mgr.restore(like=state, names=["params/w"])
 
 
+def test_a_split_manifest_serves_restores_deltas_and_the_cli(root):
+    # Split above 0 extents: every step's manifest is hoist/3, a head and a
+    # section per array, which a restore of some arrays reads alone.
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+    state = {"params": {"w": np.arange(4096, dtype=np.float32).reshape(64, 64),
+                        "b": np.arange(64, dtype=np.float32)}, "step": 3}
+    with hoist.CheckpointManager(root, pool_bytes=1 << 20,
+                                 split_manifest_above_extents=0) as mgr:
+        mgr.save(1, state).wait()
+        mgr.save(2, state).wait()  # a delta: every byte in step 1
+        with open(Path(root) / "step_00000002" / "MANIFEST.json") as f:
+            assert f.read(21) == '{"format": "hoist/3",'
+        out = mgr.restore(2, names=["params/b"])
+        np.testing.assert_array_equal(out["params/b"], state["params"]["b"])
+        assert mgr.last_restore["bytes_read"] == state["params"]["b"].nbytes
+        whole = mgr.restore(2)
+        np.testing.assert_array_equal(whole["params"]["w"],
+                                      state["params"]["w"])
+        assert whole["step"] == 3
+        assert mgr.manifest(2)["arrays"][0]["extents"]  # one JSON document
+    cli = Path(sys.executable).parent / "hoist"
+    shown = json.loads(subprocess.run(
+        [str(cli), "inspect", str(Path(root) / "step_00000002"), "--json"],
+        check=True, capture_output=True, text=True).stdout)
+    assert shown["format"] == "hoist/3" and "files" not in shown, shown
+    assert shown["referenced_bytes"] == shown["bytes"] > 0, shown
+    assert [a["extents"] for a in shown["arrays"]] == [1, 1], shown
+    shown = json.loads(subprocess.run(
+        [str(cli), "inspect", str(root), "--json", "--files"],
+        check=True, capture_output=True, text=True).stdout)
+    assert list(shown["files"]) == ["step 1: data/r00000_w00.bin"], shown
+    listed = subprocess.run([str(cli), "ls", str(root)], check=True,
+                            capture_output=True, text=True).stdout
+    assert "committed" in listed.splitlines()[2], listed
+    subprocess.run([str(cli), "verify", str(root)], check=True,
+                   capture_output=True)
+
+
 def test_namedtuples_are_named_by_field_with_or_without_jax(root):
     # In a fresh interpreter that never imports JAX (hoist does not either),
     # a namedtuple is named by its fields, as JAX's key paths name it, and

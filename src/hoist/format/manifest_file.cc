@@ -219,6 +219,26 @@ absl::StatusOr<Manifest> ReadManifestArrays(
   return manifest;
 }
 
+absl::StatusOr<Manifest> ReadManifestReferences(Storage& storage,
+                                                const std::string& step_dir) {
+  ASSIGN_OR_RETURN(ManifestText text, ManifestText::Open(storage, step_dir));
+  ASSIGN_OR_RETURN(ManifestHead head, text.ReadHead());
+  if (!head.split) return std::move(head.manifest);
+  std::vector<size_t> referencing;
+  for (size_t i = 0; i < head.sections.size(); ++i) {
+    if (head.sections[i].referenced_bytes > 0) referencing.push_back(i);
+  }
+  RETURN_IF_ERROR(text.ReadSections(head, referencing));
+  Manifest manifest = std::move(head.manifest);
+  std::vector<ManifestArray> arrays;
+  arrays.reserve(referencing.size());
+  for (const size_t i : referencing) {
+    arrays.push_back(std::move(manifest.arrays[i]));
+  }
+  manifest.arrays = std::move(arrays);
+  return manifest;
+}
+
 std::vector<size_t> ArraysNamed(const ManifestHead& head,
                                 const absl::flat_hash_set<std::string>& names) {
   std::vector<size_t> found;

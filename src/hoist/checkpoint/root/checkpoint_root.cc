@@ -346,7 +346,7 @@ absl::Status CheckpointRoot::Delete(int64_t step) {
   // The steps whose data this step reads: they may hold nothing kept
   // steps read once it is gone.
   std::vector<int64_t> read = {step};
-  if (absl::StatusOr<Manifest> manifest = ReadManifestFile(storage_, dir);
+  if (absl::StatusOr<Manifest> manifest = ReadManifestReferences(storage_, dir);
       manifest.ok()) {
     for (const ManifestArray& array : manifest->arrays) {
       for (const ManifestExtent& extent : array.extents) {

@@ -125,9 +125,11 @@ absl::StatusOr<absl::flat_hash_set<std::string>> FilesReadByCommitted(
   absl::flat_hash_set<std::string> files;
   for (int64_t step : steps) {
     if (step == except) continue;
+    // Another committed step's files matter only where they are read by
+    // reference: of a split manifest, only those arrays' sections.
     ASSIGN_OR_RETURN(
         Manifest manifest,
-        ReadManifestFile(storage, JoinPath(root, StepDirName(step))));
+        ReadManifestReferences(storage, JoinPath(root, StepDirName(step))));
     AddFilesRead(manifest, files);
   }
   return files;
@@ -142,7 +144,7 @@ absl::StatusOr<std::vector<int64_t>> StepsReferencing(Storage& storage,
     if (other == step) continue;
     ASSIGN_OR_RETURN(
         Manifest manifest,
-        ReadManifestFile(storage, JoinPath(root, StepDirName(other))));
+        ReadManifestReferences(storage, JoinPath(root, StepDirName(other))));
     bool found = false;
     for (const ManifestArray& array : manifest.arrays) {
       for (const ManifestExtent& extent : array.extents) {

@@ -79,8 +79,11 @@ absl::StatusOr<std::vector<int64_t>> CommittedSteps(Storage& storage,
 void AddFilesRead(const Manifest& manifest,
                   absl::flat_hash_set<std::string>& files);
 
-// The data files that the committed steps under `root` read, `except`
-// left out (-1: none).
+// The data files that the committed steps under `root` (`except` left
+// out; -1: none) read in other steps' directories, by reference: what a
+// step directory without a manifest must keep. It may hold files they read
+// in their own directories too (all of a hoist/1 or hoist/2 step's; of a
+// split manifest, only the arrays with references are read).
 absl::StatusOr<absl::flat_hash_set<std::string>> FilesReadByCommitted(
     Storage& storage, const std::string& root, int64_t except = -1);
 
