@@ -829,7 +829,9 @@ def read(path, step=None, like=None, names=None, per_rank=None, *,
     at = path if step is None else (
         f"{path.rstrip('/')}/step_{step_number(step):08d}")
     options = _storage_options(storage_options)
-    manifest = inspect(at, storage_options=storage_options)
+    # The head: of a split manifest, read_at reads only the sections of the
+    # arrays asked for.
+    manifest = json.loads(_call(_hoist.inspect_head, at, options))
 
     def run(targets, received_targets, receive):
         if received_targets:

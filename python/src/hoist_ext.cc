@@ -712,6 +712,17 @@ std::string Inspect(const std::string& path,
       WithoutGil([&] { return ReadManifestAt(path, storage); }), kOneDocument));
 }
 
+// Its head alike (ManifestHead): of a split manifest, every array's extents
+// empty, and only the file's first bytes read.
+std::string InspectHead(
+    const std::string& path,
+    const std::map<std::string, std::string>& storage_options) {
+  const StorageOptions storage = StorageOptionsOf(storage_options);
+  const ManifestHead head =
+      WithoutGil([&] { return ReadManifestHeadAt(path, storage); });
+  return Check(EncodeManifest(head.manifest, kOneDocument));
+}
+
 // Re-reads every extent of the step at `path` (ROOT/step_N, or a root's
 // newest step) against its hash, without the root's lock: (step, problems).
 std::tuple<int64_t, std::vector<std::string>> VerifyAt(
@@ -971,6 +982,8 @@ NB_MODULE(_hoist, m) {
       .def_prop_ro("root", &PyManager::Root);
 
   m.def("inspect", &Inspect, nb::arg("path"), nb::arg("storage_options"));
+  m.def("inspect_head", &InspectHead, nb::arg("path"),
+        nb::arg("storage_options"));
   // Whether restored arrays are advised for huge pages (huge_pages.h).
   m.def("advise_huge_pages", &AdviseHugePages);
   m.def("verify_at", &VerifyAt, nb::arg("path"), nb::arg("storage_options"),

@@ -306,6 +306,8 @@ def test_a_split_manifest_serves_restores_deltas_and_the_cli(root):
                                       state["params"]["w"])
         assert whole["step"] == 3
         assert mgr._manifest(2)["arrays"][0]["extents"]  # one JSON document
+    read = hoist.read(root, 2, names=["params/w"])
+    np.testing.assert_array_equal(read["params/w"], state["params"]["w"])
     cli = Path(sys.executable).parent / "hoist"
     shown = json.loads(subprocess.run(
         [str(cli), "inspect", str(Path(root) / "step_00000002"), "--json"],
