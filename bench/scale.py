@@ -5,7 +5,7 @@ rank's not at all.
 
     .venv/bin/python bench/scale.py [--ranks 8,32,64,128,256]
         [--arrays 100] [--shard-bytes 64KiB] [--tiers durable,local]
-        [--launcher mpirun|torchrun] [--merge-memory] [--json] [--out FILE]
+        [--launcher mpirun|torchrun] [--json] [--out FILE]
 
 For each N, `mpirun -np N --oversubscribe` runs build/release/bench/
 scale_bench (its header says what each rank does): a state of --arrays
@@ -22,14 +22,6 @@ and restores from it.
 hoist.CheckpointManager and its TorchCoordinator (durable tier only; the
 coordinator counts the payloads of its collectives).
 
---merge-memory (root, Linux 6.4+) lets 64 Python ranks fit this host's
-24 GiB: importing torch takes ~290 MB of anonymous memory in every rank,
-mostly the same bytes, which the kernel's same-page merging (KSM) then
-keeps once. The job's processes are made mergeable (PR_SET_MEMORY_MERGE,
-inherited by every process the launcher starts) and run with address-space
-randomization off (`setarch -R`), so that their heaps hold the same
-pointers; KSM's settings are put back after. Nothing of hoist's changes.
-
 Per phase, for rank 0 and for the other ranks (their median and maximum):
 wall time, blocked time, messages and bytes through the coordinator each
 way, CPU seconds, peak RSS, storage requests, and the manifest's bytes.
@@ -42,8 +34,6 @@ share 2 cores, so wall time is reported and not judged; messages, bytes,
 requests and manifest bytes are counts, and judged.
 """
 import argparse
-import contextlib
-import ctypes
 import glob
 import json
 import math
@@ -146,39 +136,6 @@ def torch_worker(args):
     dist.destroy_process_group()
 
 
-KSM = "/sys/kernel/mm/ksm"
-PR_SET_MEMORY_MERGE = 67
-
-
-@contextlib.contextmanager
-def merged_memory():
-    """Same-page merging for this process and every process it starts (see
-    --merge-memory); KSM's settings as they were afterwards."""
-    names = ("run", "pages_to_scan", "sleep_millisecs")
-    try:
-        saved = {n: open(os.path.join(KSM, n)).read().strip() for n in names}
-    except OSError as e:
-        sys.exit(f"scale.py: --merge-memory: {KSM} cannot be read ({e})")
-    libc = ctypes.CDLL(None, use_errno=True)
-    try:
-        for name, value in (("pages_to_scan", "20000"),
-                            ("sleep_millisecs", "10"), ("run", "1")):
-            with open(os.path.join(KSM, name), "w") as f:
-                f.write(value)
-        if libc.prctl(PR_SET_MEMORY_MERGE, 1, 0, 0, 0) != 0:
-            sys.exit("scale.py: --merge-memory: prctl(PR_SET_MEMORY_MERGE) "
-                     f"failed: {os.strerror(ctypes.get_errno())}")
-        yield
-    except OSError as e:
-        sys.exit(f"scale.py: --merge-memory: {e} (run as root)")
-    finally:
-        libc.prctl(PR_SET_MEMORY_MERGE, 0, 0, 0, 0)
-        for name in reversed(names):
-            with contextlib.suppress(OSError), \
-                    open(os.path.join(KSM, name), "w") as f:
-                f.write(saved[name])
-
-
 def run_job(ranks, tier, args, scratch):
     """One job; returns every rank's records and the job's seconds."""
     root = os.path.join(scratch, f"{tier}_{ranks}")
@@ -199,8 +156,6 @@ def run_job(ranks, tier, args, scratch):
                    "--shard-bytes", str(args.shard_bytes)]
     if tier == "local":
         command += ["--local-root", os.path.join(root, "local", "{rank}")]
-    if args.merge_memory:
-        command = ["setarch", "-R"] + command  # the same layout in each
     env = dict(os.environ, OMPI_MCA_btl_vader_single_copy_mechanism="none",
                OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="1")
     start = time.perf_counter()
@@ -252,6 +207,8 @@ def judge(results, ranks):
     """Growth exponents of the judged counts; the ones past the goal."""
     n0, n1 = ranks[0], ranks[-1]
     verdicts, failures = [], []
+    if n0 == n1:
+        return verdicts, failures  # one size: nothing to judge
     for tier, by_n in results.items():
         for phase in by_n[n1]["summary"]:
             for key in JUDGED + ("manifest_bytes",):
@@ -307,9 +264,6 @@ def main():
     parser.add_argument("--shard-bytes", type=parse_bytes, default="64KiB")
     parser.add_argument("--tiers", default="durable,local",
                         help="durable, local or both (default %(default)s)")
-    parser.add_argument("--merge-memory", action="store_true",
-                        help="merge the ranks' identical pages (KSM; root, "
-                        "Linux 6.4+): 64 torchrun ranks fit 24 GiB")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--out", help="also write the report here")
     parser.add_argument("--out-dir", dest="out_dir", help=argparse.SUPPRESS)
@@ -330,9 +284,6 @@ def main():
     ranks = sorted(int(n) for n in args.ranks.split(","))
     results = {}
     scratch = tempfile.mkdtemp(prefix="hoist_scale_", dir=os.getcwd())
-    merging = contextlib.ExitStack()
-    if args.merge_memory:
-        merging.enter_context(merged_memory())
     try:
         for tier in args.tiers.split(","):
             results[tier] = {}
@@ -343,7 +294,6 @@ def main():
                 print(f"scale.py: {tier}, {n} ranks: {seconds:.1f} s",
                       file=sys.stderr)
     finally:
-        merging.close()
         shutil.rmtree(scratch, ignore_errors=True)
     verdicts, failures = judge(results, ranks)
     exact = all(p["exact"] for by_n in results.values()

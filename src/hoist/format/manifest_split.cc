@@ -173,9 +173,8 @@ std::optional<absl::StatusOr<ManifestHead>> DecodeSplitHead(
     head.split = true;
     head.file_bytes = file_bytes;
     head.sections_at = static_cast<int64_t>(text.size() + kBlankLine.size());
-    ASSIGN_OR_RETURN(const Context context,
-                     manifest_json::DecodeTopLevel(json, head.manifest));
-    (void)context;
+    RETURN_IF_ERROR(
+        manifest_json::DecodeTopLevel(json, head.manifest).status());
     const Reader r("top level");
     ASSIGN_OR_RETURN(const Json* arrays,
                      r.Field(json, "arrays", Json::value_t::array));

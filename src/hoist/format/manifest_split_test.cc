@@ -155,7 +155,12 @@ class SplitManifestFileTest : public ::testing::Test {
  protected:
   // `manifest` as step_00000005/MANIFEST.json.
   void Write(const Manifest& manifest, const ManifestEncoding& encoding) {
-    text_ = EncodeManifest(manifest, encoding).value();
+    WriteText(EncodeManifest(manifest, encoding).value());
+  }
+
+  // `text` as step_00000005/MANIFEST.json.
+  void WriteText(std::string text) {
+    text_ = std::move(text);
     ASSERT_TRUE(memory_.CreateDir(kDir).ok());
     std::unique_ptr<WritableFile> file =
         memory_.OpenWritable(absl::StrCat(kDir, "/MANIFEST.json")).value();
@@ -232,14 +237,7 @@ TEST_F(SplitManifestFileTest, ACorruptSectionFailsOnlyTheReadsThatNeedIt) {
   std::string text = EncodeManifest(m, kAlwaysSplit).value();
   const size_t at = text.rfind("\"data/r00003_w00.bin\"");  // array 2's
   text[at + 7] = '9';
-  ASSERT_TRUE(memory_.CreateDir(kDir).ok());
-  std::unique_ptr<WritableFile> file =
-      memory_.OpenWritable(absl::StrCat(kDir, "/MANIFEST.json")).value();
-  ASSERT_TRUE(
-      file->WriteAt(0, absl::Span<const uint8_t>(
-                           reinterpret_cast<const uint8_t*>(text.data()),
-                           text.size()))
-          .ok());
+  WriteText(text);
   EXPECT_TRUE(ReadManifestArrays(counting_, kDir, {"layer0/w"}).ok());
   const absl::Status whole = ReadManifestFile(counting_, kDir).status();
   EXPECT_EQ(whole.code(), absl::StatusCode::kDataLoss);
