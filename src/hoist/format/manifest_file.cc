@@ -19,8 +19,9 @@
 namespace hoist {
 namespace {
 
-// The first read; each next one reads as much again as was read.
-constexpr int64_t kFirstReadBytes = int64_t{256} << 10;
+// The first read (a head of a few thousand arrays, one request on an
+// object store); each next one reads as much again as was read.
+constexpr int64_t kFirstReadBytes = int64_t{1} << 20;
 // The most a read of neighbouring sections asks for at once.
 constexpr int64_t kMaxSectionsReadBytes = int64_t{64} << 20;
 
