@@ -1,15 +1,17 @@
 // SharedRestore (shared_restore.h), step by step:
-//   1. Every rank reads the manifest (of a split one, the head and its own
-//      targets' sections; rank 0 every section) and works out which saved
-//      extents its targets intersect (flat ids: the extents of all arrays,
-//      in manifest order, counted from the head); these lists are gathered
-//      at rank 0.
+//   1. Rank 0 reads the whole manifest; every other rank its head (of a
+//      split manifest, only its first bytes; a document's extents are
+//      dropped). Each rank sends rank 0 the boxes its targets ask for
+//      (shared_plan_codec.h), with its host; rank 0 finds the extents each
+//      rank's boxes meet (flat ids: the extents of all arrays, in manifest
+//      order, counted from the head).
 //   2. Rank 0 gives each extent needed by several ranks one reader among
 //      them, the one with the fewest such bytes so far, and cuts the arrays
 //      into rounds (whole arrays, in order) so that no rank holds more than
 //      half of the pool of such extents at once; it scatters each rank its
-//      view: the rounds, and the shared extents that rank needs with their
-//      readers and needers (no rank but 0 receives the others' needs).
+//      view: the rounds, the extents that rank needs (what its restore
+//      plans with), and the shared ones with their readers and needers (no
+//      rank but 0 receives the others' needs).
 //   3. Per round, each rank reads the shared extents it was given into a
 //      buffer of the round's size, verifies them, and sends each rank its
 //      share through one
@@ -38,6 +40,7 @@
 #include "hoist/base/status_macros.h"
 #include "hoist/box.h"
 #include "hoist/checkpoint/restore/restore.h"
+#include "hoist/checkpoint/restore/shared_plan_codec.h"
 #include "hoist/format/extent_hash.h"
 #include "hoist/format/layout.h"
 #include "hoist/format/manifest_file.h"
@@ -46,67 +49,55 @@
 namespace hoist {
 namespace {
 
-// The flat ids of the extents `targets` intersect, sorted. A target the
-// manifest lacks, or whose dtype or shape differs, needs nothing here:
-// RestoreCheckpoint reports it.
-std::vector<int64_t> NeededExtents(const Manifest& manifest,
-                                   const std::vector<int64_t>& first_id,
-                                   const ManifestIndex& index,
-                                   absl::Span<const RestoreTarget> targets) {
-  std::vector<int64_t> ids;
-  for (const RestoreTarget& target : targets) {
-    const int a = index.IndexOf(target.name);
-    if (a < 0) continue;
-    const ManifestArray& array = manifest.arrays[a];
-    if (array.dtype != target.dtype || array.shape != target.shape) continue;
-    for (const RestoreDestination& dest : target.destinations) {
-      if (dest.box.empty() ||
-          dest.box.rank() != static_cast<int>(array.shape.size())) {
-        continue;
+// Rank 0's index of a manifest's extents by their first coordinate, to find
+// the extents a box meets without scanning its array: each rank's boxes
+// meet a few of an array's thousands of extents.
+class ExtentFinder {
+ public:
+  ExtentFinder(const Manifest& manifest, const std::vector<int64_t>& first_id)
+      : manifest_(manifest), first_id_(first_id) {
+    by_start_.resize(manifest.arrays.size());
+    widest_.assign(manifest.arrays.size(), 1);
+    for (size_t a = 0; a < manifest.arrays.size(); ++a) {
+      const std::vector<ManifestExtent>& extents = manifest.arrays[a].extents;
+      if (manifest.arrays[a].shape.empty()) continue;  // a scalar: one
+      for (size_t e = 0; e < extents.size(); ++e) {
+        by_start_[a].emplace_back(extents[e].box.origin()[0],
+                                  static_cast<int>(e));
+        widest_[a] = std::max(widest_[a], extents[e].box.shape()[0]);
       }
-      for (size_t e = 0; e < array.extents.size(); ++e) {
-        if (!array.extents[e].box.Intersect(dest.box).empty()) {
-          ids.push_back(first_id[a] + static_cast<int64_t>(e));
-        }
-      }
+      std::sort(by_start_[a].begin(), by_start_[a].end());
     }
   }
-  std::sort(ids.begin(), ids.end());
-  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-  return ids;
-}
 
-// "a-b,c,...": sorted ids as ranges.
-std::string EncodeIds(const std::vector<int64_t>& ids) {
-  std::string out;
-  for (size_t i = 0; i < ids.size();) {
-    size_t j = i;
-    while (j + 1 < ids.size() && ids[j + 1] == ids[j] + 1) ++j;
-    if (!out.empty()) out += ',';
-    absl::StrAppendFormat(&out, "%d", ids[i]);
-    if (j > i) absl::StrAppendFormat(&out, "-%d", ids[j]);
-    i = j + 1;
-  }
-  return out;
-}
-
-absl::StatusOr<std::vector<int64_t>> DecodeIds(absl::string_view text,
-                                               int64_t count, int from) {
-  std::vector<int64_t> ids;
-  for (absl::string_view range : absl::StrSplit(text, ',', absl::SkipEmpty())) {
-    std::pair<absl::string_view, absl::string_view> ends =
-        absl::StrSplit(range, absl::MaxSplits('-', 1));
-    int64_t a = 0, b = 0;
-    if (!absl::SimpleAtoi(ends.first, &a) ||
-        !absl::SimpleAtoi(ends.second.empty() ? ends.first : ends.second, &b) ||
-        a < 0 || b < a || b >= count || (!ids.empty() && a <= ids.back())) {
-      return absl::DataLossError(absl::StrFormat(
-          "shared restore: rank %d sent a malformed list of extents", from));
+  // Appends the flat ids of array `a`'s extents that `box` meets.
+  void Find(int a, const Box& box, std::vector<int64_t>& ids) const {
+    const std::vector<ManifestExtent>& extents = manifest_.arrays[a].extents;
+    const auto meet = [&](int e) {
+      if (!extents[e].box.Intersect(box).empty()) {
+        ids.push_back(first_id_[a] + e);
+      }
+    };
+    if (box.rank() == 0) {
+      for (size_t e = 0; e < extents.size(); ++e) meet(static_cast<int>(e));
+      return;
     }
-    for (int64_t id = a; id <= b; ++id) ids.push_back(id);
+    // Extents start at most widest_ before the box's start to reach it.
+    const int64_t begin = box.origin()[0], end = begin + box.shape()[0];
+    for (auto it = std::lower_bound(
+             by_start_[a].begin(), by_start_[a].end(),
+             std::make_pair(begin - widest_[a] + 1, INT32_MIN));
+         it != by_start_[a].end() && it->first < end; ++it) {
+      meet(it->second);
+    }
   }
-  return ids;
-}
+
+ private:
+  const Manifest& manifest_;
+  const std::vector<int64_t>& first_id_;
+  std::vector<std::vector<std::pair<int64_t, int>>> by_start_;  // per array
+  std::vector<int64_t> widest_;  // per array: its widest extent's dim 0
+};
 
 // A data file whose shared extents are served from memory (`cached`: file
 // offset -> bytes) and the rest read from storage, opened on first need;
@@ -168,25 +159,38 @@ class CachedFile final : public ReadableFile {
 };
 
 // The step's manifest (step 1), its extents by flat id (`first_id[a]`:
-// array a's extent 0). Heap-allocated: `index` points into `manifest`.
+// array a's extent 0, counted from the head). Rank 0 holds every extent;
+// another rank the ones its view brought. Heap-allocated: `index` and
+// `located` point into `manifest`.
 struct JobNeeds {
   Manifest manifest;
   std::vector<int64_t> first_id;
   std::optional<ManifestIndex> index;
   int64_t count = 0;
-  // Each flat id's extent and array (IndexExtents: on rank 0 to plan, on
-  // every rank once it shares).
-  std::vector<const ManifestExtent*> extent_of;
-  std::vector<int> array_of;
+  struct Located {
+    const ManifestExtent* extent = nullptr;
+    int array = 0;
+  };
+  absl::flat_hash_map<int64_t, Located> located;  // by flat id
 
+  const ManifestExtent& ExtentOf(int64_t id) const {
+    return *located.at(id).extent;
+  }
+  int ArrayOf(int64_t id) const { return located.at(id).array; }
+  // The array flat id `id` belongs to (0 <= id < count).
+  int ArrayHolding(int64_t id) const {
+    return static_cast<int>(
+        std::upper_bound(first_id.begin(), first_id.end(), id) -
+        first_id.begin() - 1);
+  }
+  // Every extent `manifest` holds, by flat id: its arrays' extents whole
+  // (rank 0's).
   void IndexExtents() {
-    if (!extent_of.empty() || count == 0) return;
-    extent_of.resize(count);
-    array_of.resize(count);
+    located.reserve(count);
     for (size_t a = 0; a < manifest.arrays.size(); ++a) {
       for (size_t e = 0; e < manifest.arrays[a].extents.size(); ++e) {
-        extent_of[first_id[a] + e] = &manifest.arrays[a].extents[e];
-        array_of[first_id[a] + e] = static_cast<int>(a);
+        located[first_id[a] + e] = {&manifest.arrays[a].extents[e],
+                                    static_cast<int>(a)};
       }
     }
   }
@@ -227,20 +231,14 @@ class SharedRestorer {
   // (shared() false; this rank's error if its manifest failed).
   absl::Status GatherNeeds(bool share_on_one_host) {
     auto job = std::make_unique<JobNeeds>();
-    // The head, and the sections of this rank's targets: of a split
-    // manifest, the other arrays' extents are read by rank 0 alone, which
-    // plans with every rank's.
+    // Rank 0 reads every extent; the others the head (of a split manifest,
+    // its first bytes), and get the extents their boxes meet in their view.
     absl::StatusOr<ManifestHead> head = ReadManifestHead(storage_, step_dir_);
-    if (head.ok()) {
-      absl::flat_hash_set<std::string> names;
-      for (const RestoreTarget& target : targets_) names.insert(target.name);
-      std::vector<size_t> arrays = ArraysNamed(*head, names);
-      if (rank_ == 0) {
-        arrays.resize(head->sections.size());
-        for (size_t i = 0; i < arrays.size(); ++i) arrays[i] = i;
-      }
+    if (head.ok() && rank_ == 0) {
+      std::vector<size_t> every(head->sections.size());
+      for (size_t i = 0; i < every.size(); ++i) every[i] = i;
       if (absl::Status read =
-              ReadManifestSections(storage_, step_dir_, *head, arrays);
+              ReadManifestSections(storage_, step_dir_, *head, every);
           !read.ok()) {
         head = read;
       }
@@ -252,18 +250,24 @@ class SharedRestorer {
         job->count += section.extents;
       }
       job->manifest = std::move(head->manifest);
+      if (rank_ != 0) {
+        // A document's extents came with its head: the view brings the
+        // ones this rank needs, as it does from a split manifest.
+        for (ManifestArray& array : job->manifest.arrays) {
+          array.extents.clear();
+        }
+      }
       job->index.emplace(job->manifest);
-      mine = EncodeIds(
-          NeededExtents(job->manifest, job->first_id, *job->index, targets_));
+      mine = EncodeBoxes(job->manifest, *job->index, targets_);
     }
-    // "HOST\nIDS": a host name has no line break.
+    // "HOST\nBOXES": a host name has no line break.
     ASSIGN_OR_RETURN(
         std::vector<std::string> lists,
         coordinator_.Gather("shared restore " + step_dir_,
                             absl::StrCat(HostName(), "\n", mine), 0));
     std::vector<std::string> views;
     if (rank_ == 0) {
-      job->IndexExtents();
+      if (head.ok()) job->IndexExtents();
       views = PlanViews(*job, lists, share_on_one_host);
     }
     ASSIGN_OR_RETURN(const std::string view,
@@ -271,7 +275,6 @@ class SharedRestorer {
                                           std::move(views), 0));
     RETURN_IF_ERROR(head.status());
     if (view.empty()) return absl::OkStatus();  // each restores alone
-    job->IndexExtents();
     job_ = std::move(job);
     return DecodeView(view);
   }
@@ -314,19 +317,27 @@ class SharedRestorer {
     }
     if (hosts.size() == 1 && !share_on_one_host) return alone;
     if (job.index == std::nullopt) return alone;  // rank 0 has no manifest
+    // Each rank's needs: the extents its boxes meet.
+    const ExtentFinder finder(job.manifest, job.first_id);
     std::vector<std::vector<int64_t>> needs(n_);
     for (int r = 0; r < n_; ++r) {
       if (lists[r] == "!") return alone;
-      absl::StatusOr<std::vector<int64_t>> ids =
-          DecodeIds(lists[r], job.count, r);
-      if (!ids.ok()) return alone;
-      needs[r] = *std::move(ids);
+      absl::StatusOr<std::vector<ArrayBox>> boxes =
+          DecodeBoxes(lists[r], job.manifest, r);
+      if (!boxes.ok()) return alone;
+      for (const ArrayBox& box : *boxes)
+        finder.Find(box.array, box.box, needs[r]);
+      std::sort(needs[r].begin(), needs[r].end());
+      needs[r].erase(std::unique(needs[r].begin(), needs[r].end()),
+                     needs[r].end());
     }
     JobPlan plan;
     AssignReaders(job, needs, plan);
     PlanRounds(job, plan);
     std::vector<std::string> views;
-    for (int r = 0; r < n_; ++r) views.push_back(ViewOf(plan, r));
+    for (int r = 0; r < n_; ++r) {
+      views.push_back(ViewOf(job, plan, r, r == 0 ? nullptr : &needs[r]));
+    }
     return views;
   }
 
@@ -348,7 +359,7 @@ class SharedRestorer {
       for (int r : it->second) {
         if (assigned[r] < assigned[best]) best = r;
       }
-      assigned[best] += job.extent_of[it->first]->length_bytes;
+      assigned[best] += job.ExtentOf(it->first).length_bytes;
       plan.reader[it->first] = best;
       ++it;
     }
@@ -369,7 +380,7 @@ class SharedRestorer {
           job.first_id[a] +
           static_cast<int64_t>(job.manifest.arrays[a].extents.size());
       for (auto j = it; j != plan.needers.end() && j->first < end_id; ++j) {
-        for (int r : j->second) add[r] += job.extent_of[j->first]->length_bytes;
+        for (int r : j->second) add[r] += job.ExtentOf(j->first).length_bytes;
       }
       bool over = false;
       for (const auto& [r, bytes] : add) over |= held[r] + bytes > budget;
@@ -400,82 +411,110 @@ class SharedRestorer {
   }
 
   // Rank r's view of `plan`: the rounds and their offsets (the same for
-  // every rank), and each shared id r needs with its reader and needers:
+  // every rank), the extents r needs (`needs`; none for rank 0, which has
+  // them), and each shared id r needs with its reader and needers:
   // i32 rounds | per round i32 first, end, i32 count | offsets |
+  // i64 extents | per extent PutExtent |
   // i64 ids | per id: i64 id, i32 reader, i32 count | needers.
-  std::string ViewOf(const JobPlan& plan, int r) const {
-    std::string out;
-    const auto put = [&out](auto value) {
-      out.append(reinterpret_cast<const char*>(&value), sizeof value);
-    };
-    put(static_cast<int32_t>(plan.rounds.size()));
+  std::string ViewOf(const JobNeeds& job, const JobPlan& plan, int r,
+                     const std::vector<int64_t>* needs) const {
+    std::string view;
+    WireWriter out(view);
+    out.Put(static_cast<int32_t>(plan.rounds.size()));
     for (size_t k = 0; k < plan.rounds.size(); ++k) {
-      put(static_cast<int32_t>(plan.rounds[k].first));
-      put(static_cast<int32_t>(plan.rounds[k].second));
-      put(static_cast<int32_t>(plan.offsets[k].size()));
-      for (int d : plan.offsets[k]) put(static_cast<int32_t>(d));
+      out.Put(static_cast<int32_t>(plan.rounds[k].first));
+      out.Put(static_cast<int32_t>(plan.rounds[k].second));
+      out.Put(static_cast<int32_t>(plan.offsets[k].size()));
+      for (int d : plan.offsets[k]) out.Put(static_cast<int32_t>(d));
+    }
+    out.Put(static_cast<int64_t>(needs == nullptr ? 0 : needs->size()));
+    if (needs != nullptr) {
+      for (const int64_t id : *needs) PutExtent(out, id, job.ExtentOf(id));
     }
     std::string ids;
+    WireWriter shared(ids);
     int64_t count = 0;
-    std::swap(out, ids);
     for (const auto& [id, who] : plan.needers) {
       if (!std::binary_search(who.begin(), who.end(), r)) continue;
       ++count;
-      put(id);
-      put(static_cast<int32_t>(plan.reader.at(id)));
-      put(static_cast<int32_t>(who.size()));
-      for (int w : who) put(static_cast<int32_t>(w));
+      shared.Put(id);
+      shared.Put(static_cast<int32_t>(plan.reader.at(id)));
+      shared.Put(static_cast<int32_t>(who.size()));
+      for (int w : who) shared.Put(static_cast<int32_t>(w));
     }
-    std::swap(out, ids);
-    put(count);
-    return out + ids;
+    out.Put(count);
+    return view + ids;
   }
 
   // This rank's view, as ViewOf made it: rounds_, round_offsets_, and the
   // needers and reader of every shared id it needs.
-  absl::Status DecodeView(std::string_view in) {
+  absl::Status DecodeView(std::string_view view) {
     const auto bad =
         absl::InternalError("shared restore: a malformed plan from rank 0");
-    const auto take = [&in](auto& value) {
-      if (in.size() < sizeof value) return false;
-      std::memcpy(&value, in.data(), sizeof value);
-      in.remove_prefix(sizeof value);
-      return true;
-    };
+    WireReader in(view);
     int32_t rounds = 0;
-    if (!take(rounds) || rounds < 0) return bad;
+    if (!in.Take(rounds) || rounds < 0) return bad;
     for (int32_t k = 0; k < rounds; ++k) {
       int32_t first = 0, end = 0, offsets = 0;
-      if (!take(first) || !take(end) || !take(offsets) || offsets < 0) {
+      if (!in.Take(first) || !in.Take(end) || !in.Take(offsets) ||
+          offsets < 0) {
         return bad;
       }
       rounds_.emplace_back(first, end);
       std::set<int>& into = round_offsets_.emplace_back();
       for (int32_t i = 0; i < offsets; ++i) {
         int32_t d = 0;
-        if (!take(d) || d <= 0 || d >= n_) return bad;
+        if (!in.Take(d) || d <= 0 || d >= n_) return bad;
         into.insert(d);
       }
     }
+    if (!TakeExtents(in)) return bad;
     int64_t ids = 0;
-    if (!take(ids) || ids < 0) return bad;
+    if (!in.Take(ids) || ids < 0) return bad;
     for (int64_t i = 0; i < ids; ++i) {
       int64_t id = 0;
       int32_t reader = 0, count = 0;
-      if (!take(id) || !take(reader) || !take(count) || id < 0 ||
+      if (!in.Take(id) || !in.Take(reader) || !in.Take(count) || id < 0 ||
           id >= job_->count || reader < 0 || reader >= n_ || count < 0 ||
-          job_->extent_of[id] == nullptr) {  // an extent this rank lacks
+          !job_->located.contains(id)) {  // an extent this rank lacks
         return bad;
       }
       std::vector<int>& who = needers_[id];
       for (int32_t w = 0; w < count; ++w) {
         int32_t needer = 0;
-        if (!take(needer) || needer < 0 || needer >= n_) return bad;
+        if (!in.Take(needer) || needer < 0 || needer >= n_) return bad;
         who.push_back(needer);
       }
       reader_[id] = reader;
     }
-    return in.empty() ? absl::OkStatus() : bad;
+    return in.done() ? absl::OkStatus() : bad;
+  }
+
+  // The extents the view brings (ascending ids, each of an array it
+  // places it in) into this rank's manifest, located by id; rank 0's own
+  // are already there. False for a malformed list.
+  bool TakeExtents(WireReader& in) {
+    int64_t count = 0;
+    if (!in.Take(count) || count < 0 || count > job_->count) return false;
+    std::vector<std::pair<int64_t, int>> placed;  // id, array
+    placed.reserve(count);
+    for (int64_t i = 0; i < count; ++i) {
+      int64_t id = -1;
+      if (!in.Take(id) || id < 0 || id >= job_->count ||
+          (!placed.empty() && id <= placed.back().first)) {
+        return false;
+      }
+      const int a = job_->ArrayHolding(id);
+      ManifestArray& array = job_->manifest.arrays[a];
+      if (!TakeExtent(in, array, array.extents.emplace_back())) return false;
+      placed.emplace_back(id, a);
+    }
+    // Located once every extent is in place (the vectors no longer move).
+    std::vector<size_t> next(job_->manifest.arrays.size(), 0);
+    for (const auto& [id, a] : placed) {
+      job_->located[id] = {&job_->manifest.arrays[a].extents[next[a]++], a};
+    }
+    return true;
   }
 
   // 3. One round: this rank reads its share for the others, sends each
@@ -524,7 +563,7 @@ class SharedRestorer {
       round.group_at[from] = bytes;
       for (int64_t id : round.by_reader[from]) {
         round.slot[id] = bytes;
-        bytes += job_->extent_of[id]->length_bytes;
+        bytes += job_->ExtentOf(id).length_bytes;
       }
     }
     round.buffer = HostBuffer(bytes);
@@ -543,7 +582,7 @@ class SharedRestorer {
       for (size_t i = next.fetch_add(1); i < own.size();
            i = next.fetch_add(1)) {
         absl::Span<uint8_t> into(round.buffer.data() + round.slot.at(own[i]),
-                                 job_->extent_of[own[i]]->length_bytes);
+                                 job_->ExtentOf(own[i]).length_bytes);
         if (absl::Status s = ReadExtent(own[i], into, files); !s.ok()) {
           std::memset(into.data(), 0, into.size());
           error.Record(s);
@@ -564,7 +603,7 @@ class SharedRestorer {
   absl::Status ReadExtent(
       int64_t id, absl::Span<uint8_t> into,
       absl::flat_hash_map<std::string, std::unique_ptr<ReadableFile>>& files) {
-    const ManifestExtent& extent = *job_->extent_of[id];
+    const ManifestExtent& extent = job_->ExtentOf(id);
     const ExtentPlace place = PlaceOfExtent(step_dir_, extent);
     std::unique_ptr<ReadableFile>& file = files[place.path];
     if (file == nullptr) {
@@ -577,7 +616,7 @@ class SharedRestorer {
         !ExtentMatches(extent.hash, into.data(), into.size())) {
       return absl::DataLossError(
           absl::StrFormat("array '%s': xxh3 mismatch in %s @ %d",
-                          job_->manifest.arrays[job_->array_of[id]].name,
+                          job_->manifest.arrays[job_->ArrayOf(id)].name,
                           place.relative, extent.offset_bytes));
     }
     return absl::OkStatus();
@@ -594,7 +633,7 @@ class SharedRestorer {
     int64_t own_bytes = 0;
     bool all = true;
     for (int64_t id : round.by_reader[rank_]) {
-      own_bytes += job_->extent_of[id]->length_bytes;
+      own_bytes += job_->ExtentOf(id).length_bytes;
       const std::vector<int>& who = needers_.at(id);
       all &= std::binary_search(who.begin(), who.end(), to);
     }
@@ -605,13 +644,13 @@ class SharedRestorer {
         const std::vector<int>& who = needers_.at(id);
         if (!std::binary_search(who.begin(), who.end(), to)) continue;
         const uint8_t* at = round.buffer.data() + round.slot.at(id);
-        copy.insert(copy.end(), at, at + job_->extent_of[id]->length_bytes);
+        copy.insert(copy.end(), at, at + job_->ExtentOf(id).length_bytes);
       }
       send = copy;
     }
     int64_t expected = 0;
     for (int64_t id : round.by_reader[from]) {
-      expected += job_->extent_of[id]->length_bytes;
+      expected += job_->ExtentOf(id).length_bytes;
     }
     int64_t got = 0;
     RETURN_IF_ERROR(coordinator_.Exchange(
@@ -648,7 +687,7 @@ class SharedRestorer {
                         std::map<int64_t, absl::Span<const uint8_t>>>
         cached;
     for (const auto& [id, at] : round.slot) {
-      const ManifestExtent& extent = *job_->extent_of[id];
+      const ManifestExtent& extent = job_->ExtentOf(id);
       cached[PlaceOfExtent(step_dir_, extent).path][extent.offset_bytes] =
           absl::MakeConstSpan(round.buffer.data() + at, extent.length_bytes);
     }
