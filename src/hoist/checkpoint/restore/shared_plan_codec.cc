@@ -44,7 +44,8 @@ std::string EncodeBoxes(const Manifest& manifest, const ManifestIndex& index,
     if (array.dtype != target.dtype || array.shape != target.shape) continue;
     for (const RestoreDestination& dest : target.destinations) {
       if (dest.box.empty() ||
-          dest.box.rank() != static_cast<int>(array.shape.size())) {
+          dest.box.rank() != static_cast<int>(array.shape.size()) ||
+          !Inside(array, dest.box.origin(), dest.box.shape())) {
         continue;
       }
       out.Put(static_cast<int32_t>(a));

@@ -73,7 +73,8 @@ struct ArrayBox {
 
 // The boxes `targets` ask of `manifest`'s arrays (its head suffices): a
 // target the manifest lacks, or whose dtype or shape differs, asks nothing
-// (RestoreCheckpoint reports it), nor does an empty box.
+// (RestoreCheckpoint reports it), nor does an empty box or one outside its
+// array.
 std::string EncodeBoxes(const Manifest& manifest, const ManifestIndex& index,
                         absl::Span<const RestoreTarget> targets);
 // kDataLoss naming rank `from` for anything that is not such a list for
