@@ -56,28 +56,7 @@ class ManifestText {
       }
       want = std::min(size_, 2 * want);
     }
-    // A document: read whole.
-    if (size_ > kMaxManifestBytes) {
-      return absl::DataLossError(
-          absl::StrFormat("%s: %d bytes, more than a manifest may have (%d)",
-                          path_, size_, kMaxManifestBytes));
-    }
-    RETURN_IF_ERROR(ReadPrefix(size_));
-    absl::StatusOr<Manifest> manifest = DecodeManifest(prefix_);
-    if (!manifest.ok()) return Checked(manifest.status());
-    ManifestHead head;
-    head.format = FormatOf(*manifest);
-    head.file_bytes = size_;
-    for (const ManifestArray& array : manifest->arrays) {
-      ManifestSection& section = head.sections.emplace_back();
-      section.extents = static_cast<int64_t>(array.extents.size());
-      for (const ManifestExtent& extent : array.extents) {
-        section.bytes += extent.length_bytes;
-        if (extent.step) section.referenced_bytes += extent.length_bytes;
-      }
-    }
-    head.manifest = *std::move(manifest);
-    return Checked(std::move(head));
+    return ReadDocument();
   }
 
   // kDataLoss unless the file still has the size `head` was read with.
@@ -122,7 +101,7 @@ class ManifestText {
             DecodeSection(run.substr(section.offset_bytes - first.offset_bytes,
                                      section.length_bytes),
                           wanted[k], head);
-        if (!status.ok()) return Checked(status).status();
+        if (!status.ok()) return WithPath(status);
       }
       i = end;
     }
@@ -132,13 +111,32 @@ class ManifestText {
  private:
   static constexpr size_t kBlankLineBytes = 2;
 
-  static std::string_view FormatOf(const Manifest& manifest) {
-    for (const ManifestArray& array : manifest.arrays) {
+  // A document (hoist/1, hoist/2), read whole; its head is all of it.
+  absl::StatusOr<ManifestHead> ReadDocument() {
+    if (size_ > kMaxManifestBytes) {
+      return absl::DataLossError(
+          absl::StrFormat("%s: %d bytes, more than a manifest may have (%d)",
+                          path_, size_, kMaxManifestBytes));
+    }
+    RETURN_IF_ERROR(ReadPrefix(size_));
+    absl::StatusOr<Manifest> manifest = DecodeManifest(prefix_);
+    if (!manifest.ok()) return WithPath(manifest.status());
+    ManifestHead head;
+    // hoist/1 hashes with XXH3-64 only (a manifest without extents reads
+    // as hoist/2).
+    head.format = kManifestFormat;
+    for (const ManifestArray& array : manifest->arrays) {
+      ManifestSection& section = head.sections.emplace_back();
+      section.extents = static_cast<int64_t>(array.extents.size());
       for (const ManifestExtent& extent : array.extents) {
-        return extent.hash.wide ? kManifestFormat : kManifestFormatV1;
+        section.bytes += extent.length_bytes;
+        if (extent.step) section.referenced_bytes += extent.length_bytes;
+        if (!extent.hash.wide) head.format = kManifestFormatV1;
       }
     }
-    return kManifestFormat;
+    head.file_bytes = size_;
+    head.manifest = *std::move(manifest);
+    return Checked(std::move(head));
   }
 
   // The file's first `bytes` bytes in prefix_.
@@ -152,14 +150,16 @@ class ManifestText {
                             prefix_.size() - had));
   }
 
+  // `status` with the step directory in front ("DIR/MANIFEST.json: ...").
+  absl::Status WithPath(const absl::Status& status) const {
+    return absl::Status(status.code(),
+                        absl::StrCat(step_dir_, "/", status.message()));
+  }
+
   // `head` with the step directory in its error, and its step checked
   // against the directory's name.
   absl::StatusOr<ManifestHead> Checked(absl::StatusOr<ManifestHead> head) {
-    if (!head.ok()) {
-      return absl::Status(
-          head.status().code(),
-          absl::StrCat(step_dir_, "/", head.status().message()));
-    }
+    if (!head.ok()) return WithPath(head.status());
     if (const std::optional<int64_t> step = StepOfDir(step_dir_);
         step && *step != head->manifest.step) {
       return absl::DataLossError(absl::StrFormat(
