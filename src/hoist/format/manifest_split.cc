@@ -80,6 +80,49 @@ absl::StatusOr<ManifestSection> DecodeSectionPlace(const Json& json,
   return section;
 }
 
+// A hoist/3 head's document (`head_bytes` long, before the blank line) of
+// a manifest of `file_bytes` bytes.
+absl::StatusOr<ManifestHead> DecodeHead(const Json& json, int64_t head_bytes,
+                                        int64_t file_bytes) {
+  ManifestHead head;
+  head.format = kManifestFormatV3;
+  head.split = true;
+  head.file_bytes = file_bytes;
+  head.sections_at = head_bytes + static_cast<int64_t>(kBlankLine.size());
+  RETURN_IF_ERROR(manifest_json::DecodeTopLevel(json, head.manifest).status());
+  const Reader r("top level");
+  ASSIGN_OR_RETURN(const Json* arrays,
+                   r.Field(json, "arrays", Json::value_t::array));
+  absl::flat_hash_set<std::string> names;
+  head.manifest.arrays.reserve(arrays->size());
+  head.sections.reserve(arrays->size());
+  int64_t at = 0;
+  for (size_t i = 0; i < arrays->size(); ++i) {
+    ASSIGN_OR_RETURN(ArrayHead array, manifest_json::DecodeArrayHead(
+                                          (*arrays)[i], i, arrays->size()));
+    if (!names.insert(array.array.name).second) {
+      return r.Error(
+          absl::StrFormat("array name '%s' appears twice", array.array.name));
+    }
+    const auto extents = (*arrays)[i].find("extents");
+    if (extents == (*arrays)[i].end()) {
+      return Reader(Where(array.array)).Error("field 'extents' is missing");
+    }
+    ASSIGN_OR_RETURN(const ManifestSection section,
+                     DecodeSectionPlace(*extents, array.array, at));
+    at += section.length_bytes;  // at most 2^30 an array: no overflow
+    head.manifest.arrays.push_back(std::move(array.array));
+    head.sections.push_back(section);
+  }
+  if (head.sections_at + at != file_bytes) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s: %d bytes, but its head says its sections end at byte %d: it "
+        "was cut short, or has bytes after them",
+        kManifestFileName, file_bytes, head.sections_at + at));
+  }
+  return head;
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> EncodeSplitManifest(
@@ -167,47 +210,7 @@ std::optional<absl::StatusOr<ManifestHead>> DecodeSplitHead(
       format->get<std::string>() != kManifestFormatV3) {
     return std::nullopt;
   }
-  const auto decoded = [&]() -> absl::StatusOr<ManifestHead> {
-    ManifestHead head;
-    head.format = kManifestFormatV3;
-    head.split = true;
-    head.file_bytes = file_bytes;
-    head.sections_at = static_cast<int64_t>(text.size() + kBlankLine.size());
-    RETURN_IF_ERROR(
-        manifest_json::DecodeTopLevel(json, head.manifest).status());
-    const Reader r("top level");
-    ASSIGN_OR_RETURN(const Json* arrays,
-                     r.Field(json, "arrays", Json::value_t::array));
-    absl::flat_hash_set<std::string> names;
-    head.manifest.arrays.reserve(arrays->size());
-    head.sections.reserve(arrays->size());
-    int64_t at = 0;
-    for (size_t i = 0; i < arrays->size(); ++i) {
-      ASSIGN_OR_RETURN(ArrayHead array, manifest_json::DecodeArrayHead(
-                                            (*arrays)[i], i, arrays->size()));
-      if (!names.insert(array.array.name).second) {
-        return r.Error(
-            absl::StrFormat("array name '%s' appears twice", array.array.name));
-      }
-      const auto extents = (*arrays)[i].find("extents");
-      if (extents == (*arrays)[i].end()) {
-        return Reader(Where(array.array)).Error("field 'extents' is missing");
-      }
-      ASSIGN_OR_RETURN(const ManifestSection section,
-                       DecodeSectionPlace(*extents, array.array, at));
-      at += section.length_bytes;  // at most 2^30 an array: no overflow
-      head.manifest.arrays.push_back(std::move(array.array));
-      head.sections.push_back(section);
-    }
-    if (head.sections_at + at != file_bytes) {
-      return absl::DataLossError(absl::StrFormat(
-          "%s: %d bytes, but its head says its sections end at byte %d: it "
-          "was cut short, or has bytes after them",
-          kManifestFileName, file_bytes, head.sections_at + at));
-    }
-    return head;
-  };
-  return decoded();
+  return DecodeHead(json, static_cast<int64_t>(text.size()), file_bytes);
 }
 
 absl::Status DecodeSection(std::string_view text, size_t index,
