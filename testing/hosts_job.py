@@ -4,6 +4,7 @@ on each host, torch.distributed (gloo) over the hosts' links, the object
 store's credentials in every rank's environment."""
 import json
 import os
+import select
 import subprocess
 import sys
 import time
@@ -24,6 +25,14 @@ def run_job(hosts, server, root, out, mib, mode, per_host=2, timeout=240,
     out.mkdir(parents=True, exist_ok=True)
     ranks = hosts.count * per_host
     port = free_ports(1)[0]
+    # Rank 0 writes a byte into this FIFO once step 2's save has begun;
+    # the reader is open before any rank starts, so its write never waits.
+    saving = None
+    if cut is not None:
+        fifo = out / "saving"
+        fifo.unlink(missing_ok=True)
+        os.mkfifo(fifo)
+        saving = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
     procs = []
     for rank in range(ranks):
         env = dict(os.environ, **server.env, RANK=str(rank),
@@ -37,15 +46,17 @@ def run_job(hosts, server, root, out, mib, mode, per_host=2, timeout=240,
                 env=env, stdout=log, stderr=subprocess.STDOUT))
     deadline = time.monotonic() + timeout
     try:
-        if cut is not None:
-            while not (out / "saving").exists():
-                if time.monotonic() > deadline:
-                    raise TimeoutError("step 2's save never began")
-                time.sleep(0.05)
+        if saving is not None:
+            ready, _, _ = select.select([saving], [], [],
+                                        max(0, deadline - time.monotonic()))
+            if not ready or not os.read(saving, 1):
+                raise TimeoutError("step 2's save never began")
             hosts.cut(cut)
         codes = [proc.wait(timeout=max(1, deadline - time.monotonic()))
                  for proc in procs]
     finally:
+        if saving is not None:
+            os.close(saving)
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()

@@ -150,6 +150,10 @@ struct ManifestSection {
   uint64_t xxh3 = 0;
 };
 
+// What `array`'s extents hold (count, bytes, referenced bytes), as a
+// split manifest's head says it; where the section lies is left 0.
+ManifestSection SummaryOf(const ManifestArray& array);
+
 // A manifest as far as its head says. A split (hoist/3) manifest is a JSON
 // document, the head, holding everything but the extents and, per array,
 // where its section lies; then a blank line; then each array's extents (a

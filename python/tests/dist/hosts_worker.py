@@ -13,7 +13,8 @@ MODE:
            the store once per job and passed between hosts) and each rank
            reading for itself; records bytes read, seconds, and checks
            every byte.
-  cut      saves step 1, writes OUT/saving once step 2's save has begun
+  cut      saves step 1, writes a byte to OUT/saving (the harness's FIFO)
+           once step 2's save has begun
            (the test then cuts a host's link), and records how step 2
            went on this rank.
   after    a new job on the same root: saves step 3 and restores steps 1
@@ -93,8 +94,9 @@ def main():
             mgr.save(1, state(mesh, rank, ranks, mib, 1)).wait()
             dist.barrier()
             handle = mgr.save(2, state(mesh, rank, ranks, mib, 2))
-            if rank == 0:
-                open(os.path.join(out, "saving"), "w").close()
+            if rank == 0:  # the harness's FIFO: it cuts the link now
+                with open(os.path.join(out, "saving"), "w") as saving:
+                    saving.write("1")
             try:
                 handle.wait()
                 record["step2"] = "committed"

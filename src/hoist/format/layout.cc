@@ -17,6 +17,10 @@ std::string DataFileName(int process, int stream, bool spread) {
   return absl::StrFormat("%s/%02x/%s", kDataDirName, hash >> 56, name);
 }
 
+bool SpreadsDataFiles(const Storage& storage) {
+  return storage.capabilities().prefix_rate_limited;
+}
+
 absl::StatusOr<std::vector<std::string>> ListDataFiles(Storage& storage,
                                                        const std::string& dir) {
   const std::string data = JoinPath(dir, kDataDirName);

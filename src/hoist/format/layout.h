@@ -34,6 +34,10 @@ inline constexpr char kManifestTmpSuffix[] = ".tmp";  // MANIFEST.json.tmp
 // so that a large job's uploads spread over them.
 std::string DataFileName(int process, int stream, bool spread = false);
 
+// Whether a step's data files on `storage` go under hashed prefixes
+// (DataFileName's `spread`): where requests are limited per key prefix.
+bool SpreadsDataFiles(const Storage& storage);
+
 // Every data file of the step directory `dir`, relative to it: data/NAME,
 // and data/HH/NAME under a hashed prefix (DataFileName). None when there
 // is no data/.

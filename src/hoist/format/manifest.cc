@@ -37,6 +37,16 @@ const ManifestArray* Manifest::Find(std::string_view name) const {
   return nullptr;
 }
 
+ManifestSection SummaryOf(const ManifestArray& array) {
+  ManifestSection section;
+  section.extents = static_cast<int64_t>(array.extents.size());
+  for (const ManifestExtent& extent : array.extents) {
+    section.bytes += extent.length_bytes;  // inside the array: no overflow
+    if (extent.step) section.referenced_bytes += extent.length_bytes;
+  }
+  return section;
+}
+
 bool IsSafeRelativePath(std::string_view path) {
   if (path.empty() || path.front() == '/') return false;
   if (path.find('\\') != std::string_view::npos ||

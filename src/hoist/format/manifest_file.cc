@@ -5,6 +5,7 @@
 #include "hoist/format/manifest_file.h"
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -126,11 +127,8 @@ class ManifestText {
     // as hoist/2).
     head.format = kManifestFormat;
     for (const ManifestArray& array : manifest->arrays) {
-      ManifestSection& section = head.sections.emplace_back();
-      section.extents = static_cast<int64_t>(array.extents.size());
+      head.sections.push_back(SummaryOf(array));
       for (const ManifestExtent& extent : array.extents) {
-        section.bytes += extent.length_bytes;
-        if (extent.step) section.referenced_bytes += extent.length_bytes;
         if (!extent.hash.wide) head.format = kManifestFormatV1;
       }
     }
@@ -176,6 +174,24 @@ class ManifestText {
   std::string prefix_;
 };
 
+// The manifest with only the arrays `choose` picks from its head (indices,
+// ascending), extents and all: of a split manifest, only their sections
+// are read.
+absl::StatusOr<Manifest> ReadSomeArrays(
+    Storage& storage, const std::string& step_dir,
+    const std::function<std::vector<size_t>(const ManifestHead&)>& choose) {
+  ASSIGN_OR_RETURN(ManifestText text, ManifestText::Open(storage, step_dir));
+  ASSIGN_OR_RETURN(ManifestHead head, text.ReadHead());
+  const std::vector<size_t> chosen = choose(head);
+  if (head.split) RETURN_IF_ERROR(text.ReadSections(head, chosen));
+  Manifest manifest = std::move(head.manifest);
+  std::vector<ManifestArray> arrays;
+  arrays.reserve(chosen.size());
+  for (const size_t i : chosen) arrays.push_back(std::move(manifest.arrays[i]));
+  manifest.arrays = std::move(arrays);
+  return manifest;
+}
+
 }  // namespace
 
 absl::StatusOr<ManifestHead> ReadManifestHead(Storage& storage,
@@ -208,36 +224,20 @@ absl::StatusOr<Manifest> ReadManifestFile(Storage& storage,
 absl::StatusOr<Manifest> ReadManifestArrays(
     Storage& storage, const std::string& step_dir,
     const absl::flat_hash_set<std::string>& names) {
-  ASSIGN_OR_RETURN(ManifestText text, ManifestText::Open(storage, step_dir));
-  ASSIGN_OR_RETURN(ManifestHead head, text.ReadHead());
-  const std::vector<size_t> wanted = ArraysNamed(head, names);
-  if (head.split) RETURN_IF_ERROR(text.ReadSections(head, wanted));
-  Manifest manifest = std::move(head.manifest);
-  std::vector<ManifestArray> arrays;
-  arrays.reserve(wanted.size());
-  for (const size_t i : wanted) arrays.push_back(std::move(manifest.arrays[i]));
-  manifest.arrays = std::move(arrays);
-  return manifest;
+  return ReadSomeArrays(storage, step_dir, [&](const ManifestHead& head) {
+    return ArraysNamed(head, names);
+  });
 }
 
 absl::StatusOr<Manifest> ReadManifestReferences(Storage& storage,
                                                 const std::string& step_dir) {
-  ASSIGN_OR_RETURN(ManifestText text, ManifestText::Open(storage, step_dir));
-  ASSIGN_OR_RETURN(ManifestHead head, text.ReadHead());
-  if (!head.split) return std::move(head.manifest);
-  std::vector<size_t> referencing;
-  for (size_t i = 0; i < head.sections.size(); ++i) {
-    if (head.sections[i].referenced_bytes > 0) referencing.push_back(i);
-  }
-  RETURN_IF_ERROR(text.ReadSections(head, referencing));
-  Manifest manifest = std::move(head.manifest);
-  std::vector<ManifestArray> arrays;
-  arrays.reserve(referencing.size());
-  for (const size_t i : referencing) {
-    arrays.push_back(std::move(manifest.arrays[i]));
-  }
-  manifest.arrays = std::move(arrays);
-  return manifest;
+  return ReadSomeArrays(storage, step_dir, [](const ManifestHead& head) {
+    std::vector<size_t> referencing;
+    for (size_t i = 0; i < head.sections.size(); ++i) {
+      if (head.sections[i].referenced_bytes > 0) referencing.push_back(i);
+    }
+    return referencing;
+  });
 }
 
 std::vector<size_t> ArraysNamed(const ManifestHead& head,

@@ -50,9 +50,9 @@ absl::StatusOr<Manifest> ReadManifestArrays(
     Storage& storage, const std::string& step_dir,
     const absl::flat_hash_set<std::string>& names);
 
-// What retention needs of a step: of a split manifest, only the arrays
-// whose head says some of their bytes are other steps' (those sections
-// alone are read); of a document, the whole manifest. Errors as
+// What retention needs of a step: only the arrays whose head says some of
+// their bytes are other steps' (of a split manifest, those sections alone
+// are read). Errors as
 // ReadManifestFile's, for what it reads.
 absl::StatusOr<Manifest> ReadManifestReferences(Storage& storage,
                                                 const std::string& step_dir);

@@ -147,11 +147,10 @@ absl::StatusOr<std::string> EncodeSplitManifest(
     }
     section.xxh3 = SectionHash(std::string_view(text).substr(
         section.offset_bytes, section.length_bytes));
-    section.extents = static_cast<int64_t>(array.extents.size());
-    for (const ManifestExtent& extent : array.extents) {
-      section.bytes += extent.length_bytes;
-      if (extent.step) section.referenced_bytes += extent.length_bytes;
-    }
+    const ManifestSection holds = SummaryOf(array);
+    section.extents = holds.extents;
+    section.bytes = holds.bytes;
+    section.referenced_bytes = holds.referenced_bytes;
     sections.push_back(section);
   }
   // A blank line in the metadata would end the head early.
@@ -240,17 +239,13 @@ absl::Status DecodeSection(std::string_view text, size_t index,
                         .step = head.manifest.step,
                         .part = head.manifest.part.has_value()};
   RETURN_IF_ERROR(manifest_json::DecodeExtents(json, decoded, context));
-  int64_t bytes = 0, referenced = 0;
-  for (const ManifestExtent& extent : decoded.array.extents) {
-    bytes += extent.length_bytes;  // inside the array: no overflow
-    if (extent.step) referenced += extent.length_bytes;
-  }
-  if (static_cast<int64_t>(decoded.array.extents.size()) != section.extents ||
-      bytes != section.bytes || referenced != section.referenced_bytes) {
+  const ManifestSection holds = SummaryOf(decoded.array);
+  if (holds.extents != section.extents || holds.bytes != section.bytes ||
+      holds.referenced_bytes != section.referenced_bytes) {
     return r.Error(absl::StrFormat(
         "%d extents of %d bytes (%d referenced), but the head says %d of %d "
         "(%d referenced)",
-        decoded.array.extents.size(), bytes, referenced, section.extents,
+        holds.extents, holds.bytes, holds.referenced_bytes, section.extents,
         section.bytes, section.referenced_bytes));
   }
   array.extents = std::move(decoded.array.extents);

@@ -81,9 +81,9 @@ void AddFilesRead(const Manifest& manifest,
 
 // The data files that the committed steps under `root` (`except` left
 // out; -1: none) read in other steps' directories, by reference: what a
-// step directory without a manifest must keep. It may hold files they read
-// in their own directories too (all of a hoist/1 or hoist/2 step's; of a
-// split manifest, only the arrays with references are read).
+// step directory without a manifest must keep (it may hold files of their
+// own directories too). Only the arrays with references are read: of a
+// split manifest, only their sections.
 absl::StatusOr<absl::flat_hash_set<std::string>> FilesReadByCommitted(
     Storage& storage, const std::string& root, int64_t except = -1);
 

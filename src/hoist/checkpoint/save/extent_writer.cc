@@ -38,7 +38,7 @@ absl::StatusOr<std::unique_ptr<ExtentWriter>> ExtentWriter::Open(
     stream->owner = writer.get();
     stream->path =
         JoinPath(dir, DataFileName(plan.files[f].process, plan.files[f].stream,
-                                   storage.capabilities().prefix_rate_limited));
+                                   SpreadsDataFiles(storage)));
     absl::StatusOr<std::unique_ptr<WritableFile>> file =
         storage.OpenWritable(stream->path);
     if (!file.ok()) return file.status();  // started threads: none yet

@@ -452,9 +452,8 @@ absl::Status CommitGathered(Storage& storage, const SaveRequest& request,
   }
   ASSIGN_OR_RETURN(std::string metadata,
                    MetadataWithPerRank(request, gathered.per_rank));
-  built = BuildManifest(
-      request, gathered.all, delta_base,
-      {.spread_prefixes = storage.capabilities().prefix_rate_limited});
+  built = BuildManifest(request, gathered.all, delta_base,
+                        {.spread_prefixes = SpreadsDataFiles(storage)});
   built.metadata_json = std::move(metadata);
   RETURN_IF_ERROR(WithinDeadline(request, 0, "it was to commit"));
   return Commit(storage, request, tmp, built, traced, manifest_bytes);
@@ -518,8 +517,7 @@ absl::StatusOr<SaveResult> SaveSteps(Storage& storage, Coordinator& coordinator,
   } else if (rank != 0 && persisted.local.ok()) {
     built = BuildManifest(
         request, persisted.written, delta_base,
-        {.process = rank,
-         .spread_prefixes = storage.capabilities().prefix_rate_limited});
+        {.process = rank, .spread_prefixes = SpreadsDataFiles(storage)});
   }
   ASSIGN_OR_RETURN(result.slowest, ShareVerdict(coordinator, request,
                                                 persisted.local, verdict));
