@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The CUDA path on a machine with a GPU, proven in one short call.
 #
-#   bench/gpu.sh prepare   here (no GPU needed): build build/gpu (Release, no
-#                          MPI, libstdc++ and libgcc linked statically) and
+#   bench/gpu.sh prepare   here (no GPU needed): build build/gpu (the test
+#                          suite's release flags, no MPI, libstdc++ and
+#                          libgcc linked statically) and
 #                          put hoist, gpu_bench, device_test and every shared
 #                          library they load into .gpu/ (git-ignored), glibc
 #                          and its loader included
@@ -38,8 +39,11 @@ glibc_re='^(ld-linux[^/]*|libc|libm|libpthread|libdl|librt|libresolv|libutil)\.s
 prepare() {
   source tools/common.sh
   install_debs
+  # The suite's release build's flags (HOIST_RELEASE, tools/common.sh), so
+  # that what tools/test.sh compiles is what this compiles: a Release (-O3)
+  # build here once stopped on a GCC warning no suite build showed.
   log "configuring build/gpu"
-  cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  cmake -S . -B build/gpu -G Ninja "${HOIST_RELEASE[@]}" \
     -DHOIST_WITH_MPI=OFF -DHOIST_STATIC_RUNTIME=ON >/dev/null
   log "building ${binaries[*]} in build/gpu"
   cmake --build build/gpu -j "$(nproc)" --target "${binaries[@]}"

@@ -169,6 +169,12 @@ class Device {
   };
 };
 
+// Every lease of a staging pool (the pinned memory AllocatePinned gives,
+// which the engine hands out in pieces) starts at a multiple of this, so a
+// staged slice can be written with O_DIRECT as it lies; a client sizing a
+// pool for several slices rounds each up to it.
+inline constexpr int64_t kPoolAlignmentBytes = 4096;
+
 // A process's devices and its pinned host memory. Thread-safe.
 class Backend {
  public:

@@ -18,6 +18,8 @@ from . import _hoist, _progress
 from ._errors import DataLossError
 from ._errors import call as _call
 from ._errors import step_number
+from ._manager import CheckpointManager
+from ._options import storage_options as _storage_options
 
 
 def export(step_dir, out_dir, format="safetensors", *,
@@ -38,7 +40,6 @@ def export(step_dir, out_dir, format="safetensors", *,
     CheckpointManager's) open both the step and `out_dir`. progress=True
     shows a tqdm bar of the bytes read; a callable receives progress
     events (see hoist._progress)."""
-    from . import _storage_options
     if format != "safetensors":
         raise ValueError(f"format {format!r}: hoist exports 'safetensors'")
     options = _storage_options(storage_options)
@@ -74,9 +75,7 @@ def import_checkpoint(src, root, step, format, *, progress=None,
     the save's figures (step, path, bytes, ...). progress=True shows a
     tqdm bar of the bytes written; a callable receives progress events
     (see hoist._progress)."""
-    from . import CheckpointManager
     if format == "safetensors":  # the engine's own reader, as `hoist import`
-        from . import _storage_options
         unknown = set(manager_options) - {"pool_bytes", "storage_options"}
         if unknown:
             raise TypeError(f"a safetensors import takes pool_bytes and "

@@ -41,7 +41,8 @@ from torchtitan.components.checkpointer.dcp import (
 )
 from torchtitan.tools import filesystem
 
-from .. import _DEFAULTS, DataLossError, inspect
+from .. import DataLossError, inspect
+from .._options import DEFAULTS as _DEFAULTS
 from ..dcp import Reader, Writer
 from ._managers import open_manager
 

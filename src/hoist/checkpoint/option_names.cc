@@ -1,4 +1,4 @@
-#include "hoist/checkpoint/option_names.h"
+#include "hoist/option_names.h"
 
 #include <utility>
 

@@ -74,8 +74,8 @@ struct StagingPoolStats {
 // Thread-safe. Must outlive its leases.
 class StagingPool {
  public:
-  // Every lease starts at a multiple of this.
-  static constexpr int64_t kAlignment = 4096;
+  // Every lease starts at a multiple of this (hoist/device.h).
+  static constexpr int64_t kAlignment = kPoolAlignmentBytes;
 
   // Allocates `capacity_bytes` (> 0, rounded up to 4 KiB) of pinned memory
   // from `backend` once. Errors are those of Backend::AllocatePinned.

@@ -39,6 +39,8 @@
 #include "hoist/base/host_name.h"
 #include "hoist/base/status_macros.h"
 #include "hoist/box.h"
+#include "hoist/checkpoint/restore/cached_file.h"
+#include "hoist/checkpoint/restore/extent_finder.h"
 #include "hoist/checkpoint/restore/restore.h"
 #include "hoist/checkpoint/restore/shared_plan_codec.h"
 #include "hoist/format/extent_hash.h"
@@ -48,115 +50,6 @@
 
 namespace hoist {
 namespace {
-
-// Rank 0's index of a manifest's extents by their first coordinate, to find
-// the extents a box meets without scanning its array: each rank's boxes
-// meet a few of an array's thousands of extents.
-class ExtentFinder {
- public:
-  ExtentFinder(const Manifest& manifest, const std::vector<int64_t>& first_id)
-      : manifest_(manifest), first_id_(first_id) {
-    by_start_.resize(manifest.arrays.size());
-    widest_.assign(manifest.arrays.size(), 1);
-    for (size_t a = 0; a < manifest.arrays.size(); ++a) {
-      const std::vector<ManifestExtent>& extents = manifest.arrays[a].extents;
-      if (manifest.arrays[a].shape.empty()) continue;  // a scalar: one
-      for (size_t e = 0; e < extents.size(); ++e) {
-        by_start_[a].emplace_back(extents[e].box.origin()[0],
-                                  static_cast<int>(e));
-        widest_[a] = std::max(widest_[a], extents[e].box.shape()[0]);
-      }
-      std::sort(by_start_[a].begin(), by_start_[a].end());
-    }
-  }
-
-  // Appends the flat ids of array `a`'s extents that `box` meets.
-  void Find(int a, const Box& box, std::vector<int64_t>& ids) const {
-    const std::vector<ManifestExtent>& extents = manifest_.arrays[a].extents;
-    const auto meet = [&](int e) {
-      if (!extents[e].box.Intersect(box).empty()) {
-        ids.push_back(first_id_[a] + e);
-      }
-    };
-    if (box.rank() == 0) {
-      for (size_t e = 0; e < extents.size(); ++e) meet(static_cast<int>(e));
-      return;
-    }
-    // Extents start at most widest_ before the box's start to reach it.
-    const int64_t begin = box.origin()[0], end = begin + box.shape()[0];
-    for (auto it = std::lower_bound(
-             by_start_[a].begin(), by_start_[a].end(),
-             std::make_pair(begin - widest_[a] + 1, INT32_MIN));
-         it != by_start_[a].end() && it->first < end; ++it) {
-      meet(it->second);
-    }
-  }
-
- private:
-  const Manifest& manifest_;
-  const std::vector<int64_t>& first_id_;
-  std::vector<std::vector<std::pair<int64_t, int>>> by_start_;  // per array
-  std::vector<int64_t> widest_;  // per array: its widest extent's dim 0
-};
-
-// A data file whose shared extents are served from memory (`cached`: file
-// offset -> bytes) and the rest read from storage, opened on first need;
-// `served` counts the bytes served from memory.
-class CachedFile final : public ReadableFile {
- public:
-  CachedFile(
-      const std::map<int64_t, absl::Span<const uint8_t>>* cached,
-      std::function<absl::StatusOr<std::unique_ptr<ReadableFile>>()> open,
-      std::atomic<int64_t>* served)
-      : cached_(cached), open_(std::move(open)), served_(served) {}
-
-  absl::Status ReadAt(int64_t offset, absl::Span<uint8_t> out) override {
-    const int64_t end = offset + static_cast<int64_t>(out.size());
-    for (int64_t at = offset; at < end;) {
-      auto next = cached_->upper_bound(at);
-      if (next != cached_->begin()) {
-        const auto& [start, bytes] = *std::prev(next);
-        const int64_t stop = start + static_cast<int64_t>(bytes.size());
-        if (at < stop) {
-          const int64_t n = std::min(end, stop) - at;
-          std::memcpy(out.data() + (at - offset), bytes.data() + (at - start),
-                      n);
-          served_->fetch_add(n);
-          at += n;
-          continue;
-        }
-      }
-      const int64_t gap_end =
-          next == cached_->end() ? end : std::min(end, next->first);
-      RETURN_IF_ERROR(ReadStored(
-          at, out.subspan(at - offset, static_cast<size_t>(gap_end - at))));
-      at = gap_end;
-    }
-    return absl::OkStatus();
-  }
-
-  absl::StatusOr<int64_t> Size() override {
-    RETURN_IF_ERROR(Open());
-    return file_->Size();
-  }
-
- private:
-  absl::Status ReadStored(int64_t offset, absl::Span<uint8_t> out) {
-    RETURN_IF_ERROR(Open());
-    return file_->ReadAt(offset, out);
-  }
-
-  absl::Status Open() {
-    if (file_ != nullptr) return absl::OkStatus();
-    ASSIGN_OR_RETURN(file_, open_());
-    return absl::OkStatus();
-  }
-
-  const std::map<int64_t, absl::Span<const uint8_t>>* const cached_;
-  const std::function<absl::StatusOr<std::unique_ptr<ReadableFile>>()> open_;
-  std::atomic<int64_t>* const served_;
-  std::unique_ptr<ReadableFile> file_;
-};
 
 // The step's manifest (step 1), its extents by flat id (`first_id[a]`:
 // array a's extent 0, counted from the head). Rank 0 holds every extent;

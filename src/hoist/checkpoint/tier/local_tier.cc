@@ -26,6 +26,7 @@
 #include "absl/algorithm/container.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
@@ -320,9 +321,10 @@ absl::Status LocalTier::Replicate(int64_t step, const absl::Status& saved,
       std::vector<std::string> listed,
       coordinator_.Gather(
           absl::StrFormat("local step %d extents", step),
-          saved.ok() ? "+" + EncodePartExtents(part ? part->extents
-                                                    : std::vector<PartExtent>{})
-                     : "!" + saved.ToString(),
+          saved.ok() ? absl::StrCat("+", EncodePartExtents(
+                                             part ? part->extents
+                                                  : std::vector<PartExtent>{}))
+                     : absl::StrCat("!", saved.ToString()),
           0));
   // 2. What goes where, decided by rank 0; each rank learns its share.
   std::vector<std::string> shares;

@@ -1,8 +1,8 @@
 // The names of the manager's option enums, as the CLI and Python spell
 // them: one table each, so that no front end parses them on its own.
 // Parse* is kInvalidArgument naming the option and the names it takes.
-#ifndef HOIST_CHECKPOINT_OPTION_NAMES_H_
-#define HOIST_CHECKPOINT_OPTION_NAMES_H_
+#ifndef HOIST_OPTION_NAMES_H_
+#define HOIST_OPTION_NAMES_H_
 
 #include <string>
 #include <string_view>
@@ -36,4 +36,4 @@ std::string SharedReadsName(RestoreOptions::SharedReads shared_reads);
 
 }  // namespace hoist
 
-#endif  // HOIST_CHECKPOINT_OPTION_NAMES_H_
+#endif  // HOIST_OPTION_NAMES_H_
