@@ -19,6 +19,36 @@ HOIST_DEBS=(
 # SECONDS), so a slow CI run shows which step took the time.
 log() { printf '\033[1m==> [%4ds] %s\033[0m\n' "$SECONDS" "$*" >&2; }
 
+# stage NAME: the stage NAME starts now (the one before it ends); stages
+# prints each one's seconds. A stage run in the background records itself
+# with stage_record NAME START END.
+HOIST_STAGES=()
+HOIST_STAGE=""
+HOIST_STAGE_START=0
+stage() {
+  stage_end
+  HOIST_STAGE=$1
+  HOIST_STAGE_START=$SECONDS
+  log "$1"
+}
+stage_end() {
+  [[ -n "$HOIST_STAGE" ]] || return 0
+  stage_record "$HOIST_STAGE" "$HOIST_STAGE_START" "$SECONDS"
+  HOIST_STAGE=""
+}
+stage_record() { HOIST_STAGES+=("$1|$2|$3"); }
+# stages: the table of every stage's start, end and seconds.
+stages() {
+  stage_end
+  local row name start end
+  printf '\033[1m==> time per stage (s; from, to, took)\033[0m\n' >&2
+  for row in "${HOIST_STAGES[@]}"; do
+    IFS='|' read -r name start end <<<"$row"
+    printf '%6d %6d %6d  %s\n' "$start" "$end" "$((end - start))" "$name" >&2
+  done
+  printf '%6s %6s %6d  %s\n' "" "" "$SECONDS" "in all" >&2
+}
+
 install_debs() {
   local missing=()
   for pkg in "${HOIST_DEBS[@]}"; do
@@ -55,24 +85,78 @@ build_dir() {
 HOIST_RELEASE=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_UNITY_BUILD=ON)
 
 # python_package REQUIREMENTS: the project's virtualenv (.venv, Python 3.12;
-# made once), the packages in REQUIREMENTS (pip skips what is installed),
-# and the hoist package itself, built from this tree (build/python is reused).
+# made once), the packages in REQUIREMENTS, and the hoist package itself,
+# built from this tree (build/python is reused).
+#
+# The virtualenv is shared by every clone on this machine whose Python
+# requirements are the same: it lives in $HOIST_VENV_CACHE (default
+# ~/.cache/hoist/venvs), named by a hash of python/requirements*.txt and the
+# interpreter's version, and the clone's .venv is a link to it. A fresh
+# clone of an unchanged tree so installs nothing (the test requirements are
+# 6-7 GB: PyPI's torch is the CUDA build); a changed requirement makes a new
+# one. A requirements file installed into it is stamped there
+# (.installed-NAME), so a second run does not even ask uv. The newest
+# $HOIST_VENV_KEEP (default 3) stay; older ones are removed when a new one
+# is made. HOIST_VENV_CACHE= (empty) keeps a virtualenv of the clone's own,
+# as does a .venv that is a directory already. Clones share the hoist
+# package installed into it too: run two clones' tests one after another.
 HOIST_VENV="$HOIST_ROOT/.venv"
 HOIST_UV_VERSION=0.13.9
+HOIST_VENV_CACHE=${HOIST_VENV_CACHE-${XDG_CACHE_HOME:-$HOME/.cache}/hoist/venvs}
 python_package() {
   python_requirements "$1"
   python_hoist
+}
+
+# The interpreter the virtualenv is made with.
+venv_python() {
+  local python=/root/.pyenv/versions/3.12.1/bin/python3.12
+  [[ -x "$python" ]] || python=$(command -v python3.12 || command -v python3)
+  echo "$python"
+}
+
+# link_shared_venv: .venv -> the shared virtualenv of these requirements
+# (made if missing), unless the clone keeps its own.
+link_shared_venv() {
+  [[ -n "$HOIST_VENV_CACHE" ]] || return 0
+  [[ -d "$HOIST_VENV" && ! -L "$HOIST_VENV" ]] && return 0
+  local python key target
+  python=$(venv_python)
+  key=$({
+    "$python" --version
+    echo "uv $HOIST_UV_VERSION"
+    cat "$HOIST_ROOT"/python/requirements*.txt
+  } | sha256sum | cut -c1-16)
+  target="$HOIST_VENV_CACHE/venv-$key"
+  mkdir -p "$HOIST_VENV_CACHE"
+  if [[ ! -x "$target/bin/python" ]]; then
+    log "creating the shared virtualenv $target ($("$python" --version))"
+    rm -rf "$target"
+    "$python" -m venv "$target"
+    # The oldest beyond the newest HOIST_VENV_KEEP go.
+    ls -1dt "$HOIST_VENV_CACHE"/venv-* 2>/dev/null |
+      tail -n +"$((${HOIST_VENV_KEEP:-3} + 1))" | xargs -r rm -rf
+  fi
+  touch "$target"  # its age is its last use
+  ln -sfn "$target" "$HOIST_VENV"
 }
 
 # python_requirements REQUIREMENTS: the virtualenv and REQUIREMENTS only
 # (downloads, mostly: a caller may run it beside a C++ build).
 python_requirements() {
   local requirements=$1
+  link_shared_venv
   if [[ ! -x "$HOIST_VENV/bin/python" ]]; then
-    local python=/root/.pyenv/versions/3.12.1/bin/python3.12
-    [[ -x "$python" ]] || python=$(command -v python3.12 || command -v python3)
+    local python
+    python=$(venv_python)
     log "creating the virtualenv .venv ($("$python" --version))"
     "$python" -m venv "$HOIST_VENV"
+  fi
+  local stamp
+  stamp="$HOIST_VENV/.installed-$(basename "$requirements")"
+  if [[ -L "$HOIST_VENV" && -f "$stamp" ]]; then
+    log "Python packages ($requirements): installed in $(readlink "$HOIST_VENV")"
+    return
   fi
   log "installing Python packages ($requirements)"
   # Through uv (from PyPI, pinned): it downloads in parallel and unpacks
@@ -87,10 +171,12 @@ python_requirements() {
     "$HOIST_VENV/bin/uv" pip install -q --native-tls --compile-bytecode \
       ${PIP_FIND_LINKS:+--find-links "$PIP_FIND_LINKS"} \
       --python "$HOIST_VENV/bin/python" -r "$HOIST_ROOT/$requirements"; then
+    touch "$stamp"
     return
   fi
   "$HOIST_VENV/bin/pip" install -q --disable-pip-version-check \
     -r "$HOIST_ROOT/$requirements"
+  touch "$stamp"
 }
 
 # python_hoist: the hoist package, built from this tree into the virtualenv.

@@ -137,10 +137,10 @@ def test_torchrun_hung_rank_is_named_after_the_timeout(tmp_path):
     root, out = tmp_path / "ckpt", tmp_path / "rank0.json"
     job = torchrun(2, "hang", root, out, check=False)
     seen = _survivor_saw(out, root, "TimeoutError",
-                         "did not arrive within 10 s",
+                         "did not arrive within 5 s",
                          job.stdout + job.stderr)
     assert "rank 1 (host " in seen["error"], seen  # named, with its host
-    assert 9.5 < seen["waited_s"] < 60
+    assert 4.5 < seen["waited_s"] < 60
 
 
 @pytest.mark.parametrize("saved,restored", [((2, 4), (1, 8)),
@@ -204,8 +204,8 @@ def test_jax_hung_process_is_named_after_the_timeout(tmp_path):
             p.kill()
             p.communicate()
     seen = _survivor_saw(out, root, "TimeoutError",
-                         "rank 1 did not arrive within 10 s", printed)
-    assert 9.5 < seen["waited_s"] < 60
+                         "rank 1 did not arrive within 5 s", printed)
+    assert 4.5 < seen["waited_s"] < 60
 
 
 def test_torchrun_metrics_hold_one_record_per_phase_per_rank_per_save(

@@ -316,7 +316,8 @@ def test_hoist_demo_runs_on_s3_as_the_readme_shows(s3_env):
 
 
 @pytest.mark.parametrize("store,peers", [
-    ("s3", "dcp,s3torchconnector"), ("gcs", "orbax")])
+    ("s3", "dcp"), ("gcs", "orbax"),
+    pytest.param("s3", "dcp,s3torchconnector", marks=pytest.mark.long)])
 def test_object_store_benchmark_reports_every_ratio(tmp_path, store, peers):
     """bench/object_store.py runs end to end on each server with its peers
     (32 MiB, one round; the real run is 1 GiB, three rounds) with hoist's

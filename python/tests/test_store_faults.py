@@ -75,13 +75,13 @@ def test_one_ranks_failing_uploads_fail_the_save_on_every_rank(
         s3_env, proxy, tmp_path):
     """Rank 1 of 4: every upload answered 503 SlowDown (beyond the
     retries), then reset, then stalled for 120 s (each attempt abandoned
-    after request_timeout_s)."""
+    after request_timeout_s: 3 s, so the stall costs 4 attempts of 3 s)."""
     timeout_s = 30
     faults = [[{"listener": "rank1", "ops": UPLOADS, "fault": fault,
                 "stall_s": 120}] for fault in ("503", "reset", "stall")]
     setup = {"endpoints": [proxy.endpoint[f"rank{r}"] for r in range(4)],
              "control": proxy.endpoint["control"], "faults": faults,
-             "coordinator_timeout_s": timeout_s, "request_timeout_s": 5}
+             "coordinator_timeout_s": timeout_s, "request_timeout_s": 3}
     out = tmp_path / "out"
     env = dict(os.environ, OMP_NUM_THREADS="1")
     env.pop("XLA_FLAGS", None)

@@ -43,6 +43,12 @@ def _steps(folder):
 
 
 def test_job_killed_mid_save_resumes_bit_identical(base, tmp_path):
+    """Killed while a save is in flight, the job resumes from its newest
+    committed step and ends bit-identical to the job that was not. The
+    uninterrupted job's steps also serve the loads: load_step=8 on 4 ranks
+    gives the model the 2-rank job had at step 8 (the data loader, per
+    rank, excluded); a fresh folder with initial_load_path (model only)
+    starts from that model. (One job serves both, a launch fewer.)"""
     _train(2, f"{base}/a", tmp_path / "a.pt", 8)
     assert _steps(f"{base}/a/ckpt") == [6, 8]  # keep_latest_k=2
     killed = _train(2, f"{base}/b", tmp_path / "b.pt", 8, check=False,
@@ -56,21 +62,14 @@ def test_job_killed_mid_save_resumes_bit_identical(base, tmp_path):
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
 
-
-def test_load_on_another_world_size_and_initial_load_path(tmp_path):
-    """Saved on 2 ranks, load_step=4 on 4 ranks gives the model the 2-rank
-    job had at step 4 (the data loader, per rank, excluded); a fresh folder
-    with initial_load_path (model only) starts from that model."""
-    folder = str(tmp_path / "a")
-    _train(2, folder, tmp_path / "a.pt", 4)
-    _train(4, folder, tmp_path / "b.pt", 4, load_step=4,
+    _train(4, f"{base}/a", tmp_path / "d.pt", 8, load_step=8,
            exclude_from_loading=["dataloader"])
-    assert (tmp_path / "b.pt.start").read_text() == "4"
-    _same(tmp_path / "a.pt", tmp_path / "b.pt")
-    _train(2, str(tmp_path / "c"), tmp_path / "c.pt", 0,
-           initial_load_path=f"{folder}/ckpt")
-    assert (tmp_path / "c.pt.start").read_text() == "0"
-    _same(tmp_path / "a.pt", tmp_path / "c.pt")
+    assert (tmp_path / "d.pt.start").read_text() == "8"
+    _same(tmp_path / "a.pt", tmp_path / "d.pt")
+    _train(2, f"{base}/e", tmp_path / "e.pt", 0,
+           initial_load_path=f"{base}/a/ckpt")
+    assert (tmp_path / "e.pt.start").read_text() == "0"
+    _same(tmp_path / "a.pt", tmp_path / "e.pt")
 
 
 @pytest.mark.long

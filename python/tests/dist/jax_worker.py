@@ -69,7 +69,7 @@ def hang(root, out):
     import signal
     import outcome  # beside this script
     mgr = hoist.CheckpointManager(root, pool_bytes=256 << 20,
-                                  coordinator_timeout_s=10)
+                                  coordinator_timeout_s=5)
     mgr.save(1, {"params": global_arrays("a")}).wait()
     # Big enough that process 1 stops while its share is being written.
     big = np.ones(16 << 20, np.float32)  # the same on every process

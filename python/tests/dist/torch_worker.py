@@ -165,7 +165,7 @@ def main():
         pids = [None] * dist.get_world_size()
         dist.all_gather_object(pids, os.getpid())
         mgr = hoist.CheckpointManager(root, pool_bytes=256 << 20,
-                                      coordinator_timeout_s=10)
+                                      coordinator_timeout_s=5)
         mgr.save(1, state("a")).wait()
         # Big enough that rank 1 stops while its share is being written.
         big = {"big": torch.ones(16 << 20, dtype=torch.float32)}
