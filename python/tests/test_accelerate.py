@@ -23,15 +23,19 @@ BIN = Path(sys.executable).parent
 
 
 
-def _launch(root, out, epochs=4, check=True, **options):
+def _launch(root, out, epochs=4, check=True, first=None, **options):
     """accelerate_train.py under `accelerate launch` with 2 processes on
-    the CPU (its multi-process launcher: torch.distributed over gloo)."""
+    the CPU (its multi-process launcher: torch.distributed over gloo);
+    `first`: (root, out) of an uninterrupted job the same processes run
+    before this one."""
+    jobs = [str(root), str(out), str(epochs), json.dumps(options)]
+    if first is not None:
+        jobs = [str(first[0]), str(first[1]), str(epochs), "{}"] + jobs
     command = [str(BIN / "accelerate"), "launch", "--multi_gpu",
                "--num_processes", "2", "--num_machines", "1",
                "--mixed_precision", "no", "--dynamo_backend", "no",
                "--main_process_port", str(_free_port()),
-               str(HERE / "accelerate_train.py"), str(root), str(out),
-               str(epochs), json.dumps(options)]
+               str(HERE / "accelerate_train.py"), *jobs]
     done = subprocess.run(command, capture_output=True, text=True,
                           timeout=300, env=_env())
     if check and done.returncode != 0:
@@ -41,10 +45,11 @@ def _launch(root, out, epochs=4, check=True, **options):
 
 
 def test_job_killed_mid_save_resumes_bit_identical(base, tmp_path):
-    _launch(f"{base}/a", tmp_path / "a.pt")
+    # The uninterrupted job, then (in the same processes) the killed one.
     killed = _launch(f"{base}/b", tmp_path / "b.pt", check=False,
-                     kill_epoch=1)
+                     kill_epoch=1, first=(f"{base}/a", tmp_path / "a.pt"))
     assert killed.returncode != 0
+    assert (tmp_path / "a.pt").exists(), killed.stderr[-6000:]
     _launch(f"{base}/b", tmp_path / "c.pt", resume=True)
     # Resumed after epoch 0 or 1 (as far as the kill let the save of
     # epoch 1 commit), not from scratch.

@@ -209,12 +209,13 @@ def test_fsdp2_job_killed_mid_save_resumes_bit_identical(base, tmp_path):
     ranks it resumes bit-identical to the same state resharded through
     full tensors (torch.save, no hoist); `hoist verify` passes."""
     root, out = f"{base}/ckpt", tmp_path
-    torchrun(2, root, 8, *_runs(out, a={"save_at": [4], "full_at": 4}),
-             script="dcp_train.py")
+    # One job: the uninterrupted run, then the one that kills itself.
     killed = torchrun(2, root, 8, *_runs(
-        out, b={"save_at": [5], "kill_at": 6, "async_save": True}),
+        out, a={"save_at": [4], "full_at": 4},
+        b={"save_at": [5], "kill_at": 6, "async_save": True}),
         script="dcp_train.py", check=False)
     assert killed.returncode != 0
+    assert (out / "a.pt").exists(), killed.stderr[-6000:]
     torchrun(2, root, 8, *_runs(out, c={"resume": "latest"}),
              script="dcp_train.py")
     torchrun(4, root, 8, *_runs(out, d={"resume": 4},

@@ -1,7 +1,12 @@
 """An Accelerate training job (accelerate launch, CPU) that checkpoints
 with hoist.accelerate at the end of each epoch; test_accelerate.py runs it.
 
-  accelerate_train.py ROOT OUT EPOCHS [OPTIONS_JSON]
+  accelerate_train.py ROOT OUT EPOCHS [OPTIONS_JSON] [ROOT OUT EPOCHS
+                      OPTIONS_JSON ...]
+
+Several jobs run one after another in the same processes (a launch
+fewer: most of a launch is its start-up), each from a fresh model and
+Accelerator, each as the same job alone would.
 
 OPTIONS: resume (true: load the newest step first), kill_epoch (every
 process SIGKILLs itself right after the save of that epoch returned: while
@@ -37,8 +42,22 @@ class Progress:
 
 
 def main():
-    root, out, epochs = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    options = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
+    args = sys.argv[1:]
+    if len(args) == 3:
+        args.append("{}")
+    if len(args) % 4:
+        sys.exit("usage: accelerate_train.py ROOT OUT EPOCHS [OPTIONS_JSON] "
+                 "[ROOT OUT EPOCHS OPTIONS_JSON ...]")
+    accelerator = None
+    for at in range(0, len(args), 4):
+        root, out, epochs, options = args[at:at + 4]
+        accelerator = train(root, out, int(epochs), json.loads(options))
+    accelerator.end_training()
+
+
+def train(root, out, epochs, options):
+    """One job: trains `epochs` epochs (from the newest step of `root` with
+    resume), saving each; returns its Accelerator."""
     accelerator = Accelerator(
         cpu=True, dataloader_config=DataLoaderConfiguration(
             use_seedable_sampler=True))
@@ -77,7 +96,7 @@ def main():
         torch.save(accelerator.unwrap_model(model).state_dict(), out)
         with open(f"{out}.start", "w") as f:
             f.write(str(start))
-    accelerator.end_training()
+    return accelerator
 
 
 if __name__ == "__main__":

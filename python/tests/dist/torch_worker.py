@@ -146,7 +146,7 @@ def main():
     elif command == "kill":
         out = sys.argv[3]
         # torchrun ends the survivors (SIGTERM, SIGKILL 30 s later) at its
-        # next look (every 2 s) after rank 1 dies: rank 0 stays to report
+        # next look (every 0.5 s) after rank 1 dies: rank 0 stays to report
         # what its save saw, which on a loaded machine may take longer.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         # Big enough that rank 1 dies while its share is being written.
