@@ -129,6 +129,10 @@ link_shared_venv() {
   } | sha256sum | cut -c1-16)
   target="$HOIST_VENV_CACHE/venv-$key"
   mkdir -p "$HOIST_VENV_CACHE"
+  if [[ -x "$target/bin/python" ]] && ! venv_scripts_run "$target"; then
+    log "the shared virtualenv $target has scripts that name a missing interpreter: making it anew"
+    rm -rf "$target"
+  fi
   if [[ ! -x "$target/bin/python" ]]; then
     log "creating the shared virtualenv $target ($("$python" --version))"
     rm -rf "$target"
@@ -139,6 +143,21 @@ link_shared_venv() {
   fi
   touch "$target"  # its age is its last use
   ln -sfn "$target" "$HOIST_VENV"
+}
+
+# venv_scripts_run VENV: whether every script in VENV/bin names an
+# interpreter that exists (a script installed through a clone's .venv link
+# would name that clone's path, and break once the clone is gone).
+venv_scripts_run() {
+  local script interpreter
+  for script in "$1"/bin/*; do
+    [[ -f "$script" && ! -L "$script" ]] || continue
+    IFS= read -r interpreter <"$script" 2>/dev/null || continue
+    [[ "$interpreter" == '#!/'* ]] || continue
+    interpreter=${interpreter#\#!}
+    interpreter=${interpreter%% *}
+    [[ -x "$interpreter" ]] || return 1
+  done
 }
 
 # python_requirements REQUIREMENTS: the virtualenv and REQUIREMENTS only
@@ -170,13 +189,23 @@ python_requirements() {
     "uv==$HOIST_UV_VERSION" &&
     "$HOIST_VENV/bin/uv" pip install -q --native-tls --compile-bytecode \
       ${PIP_FIND_LINKS:+--find-links "$PIP_FIND_LINKS"} \
-      --python "$HOIST_VENV/bin/python" -r "$HOIST_ROOT/$requirements"; then
+      --python "$(venv_own_path)/bin/python" \
+      -r "$HOIST_ROOT/$requirements"; then
     touch "$stamp"
     return
   fi
   "$HOIST_VENV/bin/pip" install -q --disable-pip-version-check \
     -r "$HOIST_ROOT/$requirements"
   touch "$stamp"
+}
+
+# venv_own_path: the virtualenv's real directory. Installers write the
+# interpreter they are given into each script's first line: given the
+# clone's .venv link, a shared virtualenv's scripts would run only while
+# that clone exists (CI's clone found torchrun and accelerate naming one
+# long gone).
+venv_own_path() {
+  (cd "$HOIST_VENV" && pwd -P)
 }
 
 # python_hoist: the hoist package, built from this tree into the virtualenv.

@@ -82,3 +82,28 @@ def test_without_pyarrow_posix_works_and_object_stores_say_why(tmp_path):
                              str(tmp_path / "ckpt")], capture_output=True,
                             text=True)
     assert listed.returncode == 0 and "1" in listed.stdout, listed.stderr
+
+
+COMMON_SH = Path(__file__).resolve().parents[2] / "tools" / "common.sh"
+
+
+def _scripts_run(venv):
+    return subprocess.run(
+        ["bash", "-c", f'source "{COMMON_SH}" && venv_scripts_run "$1"',
+         "bash", str(venv)], capture_output=True, text=True).returncode
+
+
+def test_the_virtualenvs_scripts_name_an_interpreter_that_exists(tmp_path):
+    # The virtualenv running this test (shared by clones: tools/common.sh):
+    # torchrun, accelerate and the rest are launched by path, so each must
+    # name an interpreter that outlives the clone that installed it.
+    assert _scripts_run(Path(sys.prefix)) == 0
+    # The check itself: a script naming a missing interpreter fails it.
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    good = venv / "bin" / "good"
+    good.write_text(f"#!{sys.executable}\nprint('ok')\n")
+    assert _scripts_run(venv) == 0
+    bad = venv / "bin" / "torchrun"
+    bad.write_text(f"#!{tmp_path}/gone/.venv/bin/python\nprint('no')\n")
+    assert _scripts_run(venv) == 1
