@@ -45,7 +45,7 @@ prepare() {
   log "configuring build/gpu"
   cmake -S . -B build/gpu -G Ninja "${HOIST_RELEASE[@]}" \
     -DHOIST_WITH_MPI=OFF -DHOIST_WITH_OBJECT_STORE=OFF \
-    -DHOIST_STATIC_RUNTIME=ON >/dev/null
+    -DHOIST_STATIC_RUNTIME=ON -DHOIST_CUDA_SIM=OFF >/dev/null
   log "building ${binaries[*]} in build/gpu"
   cmake --build build/gpu -j "$(nproc)" --target "${binaries[@]}"
   [ -x build/gpu/bench/gpu_bench ] || {

@@ -247,6 +247,7 @@ int Main(int argc, char** argv) {
   if (own_root) std::filesystem::remove_all(root);
 
   nlohmann::json out = {
+      {"backend", std::string(backend->name())},  // "cuda-sim": not a GPU
       {"devices", devices},
       {"limit_d2h_gbps", limit_gbps},
       {"staging_gbps", staged_bytes / 1e9 / staging_s},
@@ -273,7 +274,7 @@ int Main(int argc, char** argv) {
     std::cout << out.dump(2) << "\n";
   } else {
     std::cout << absl::StrFormat(
-        "hoist gpu bench: %d device(s)\n"
+        "hoist gpu bench: %d %s device(s)\n"
         "D2H limit (one cudaMemcpyAsync, %s):  %.1f GB/s\n"
         "hoist staging (%d x 4 MiB slices, %d dispatch(es)): %.1f GB/s "
         "(%.0f%% of the limit)\n"
@@ -283,8 +284,8 @@ int Main(int argc, char** argv) {
         "blocked per save of %d slices: CPU waits for the copies %.2f ms, "
         "training stream ordered after them %.2f ms (%.1fx less); the "
         "stream's overwrite %s\n",
-        devices, FormatBytes(static_cast<double>(bytes)), limit_gbps,
-        static_cast<int>(staged_bytes / (4 << 20)), big_dispatches,
+        devices, backend->name(), FormatBytes(static_cast<double>(bytes)),
+        limit_gbps, static_cast<int>(staged_bytes / (4 << 20)), big_dispatches,
         staged_bytes / 1e9 / staging_s,
         100 * staged_bytes / 1e9 / staging_s / limit_gbps,
         small_plan.slices.size(), per_slice_dispatches, per_slice_s * 1e3,

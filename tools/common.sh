@@ -81,7 +81,9 @@ build_dir() {
 # of 8, so the headers they share are parsed once a batch), which halves its
 # compile time on a fresh clone; a change to one file recompiles its batch.
 # tools/test.sh's TSan build compiles every file on its own, which checks
-# that each includes what it uses.
+# that each includes what it uses. tools/test.sh adds -DHOIST_CUDA_SIM=ON
+# (the CUDA runtime simulator in cudart's place, so the CUDA backend's tests
+# run), tools/demo.sh -DHOIST_CUDA_SIM=OFF: after one, the other relinks.
 HOIST_RELEASE=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_UNITY_BUILD=ON)
 
 # python_package REQUIREMENTS: the project's virtualenv (.venv, Python 3.12;

@@ -9,7 +9,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 {
   install_debs
   python_requirements python/requirements.txt
-  build_dir release "${HOIST_RELEASE[@]}"
+  # The real CUDA runtime (tools/test.sh links the simulator here).
+  build_dir release "${HOIST_RELEASE[@]}" -DHOIST_CUDA_SIM=OFF
   python_hoist  # `import hoist` in .venv
 } >&2
 log "hoist demo $*"

@@ -45,7 +45,10 @@ fi
 
 jobs=$(nproc)
 stage "build/release"
-build_dir release "${HOIST_RELEASE[@]}"
+# The CUDA runtime simulator (testing/cuda_sim) in cudart's place in all
+# three builds: the CUDA backend's tests run, under ASan and TSan too
+# (docs/cuda.md).
+build_dir release "${HOIST_RELEASE[@]}" -DHOIST_CUDA_SIM=ON
 
 # The Python package (a build of its own: the extension and the CLI, with
 # Python's flags) compiles beside the release tests.
@@ -92,7 +95,7 @@ stage "tests of the Python package (pytest, $jobs workers)"
 stage "build/asan (clang, -Wthread-safety, ASan + UBSan)"
 build_dir asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \
   -DHOIST_SANITIZE=ON -DHOIST_BUILD_BENCH=OFF -DHOIST_FUZZ=ON \
-  -DCMAKE_UNITY_BUILD=ON
+  -DCMAKE_UNITY_BUILD=ON -DHOIST_CUDA_SIM=ON
 stage "tests of build/asan"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
@@ -105,7 +108,8 @@ ctest --test-dir build/asan --output-on-failure -j "$jobs"
 # uses.
 stage "build/tsan (clang, ThreadSanitizer)"
 build_dir tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
-  -DHOIST_TSAN=ON -DHOIST_BUILD_BENCH=OFF -DHOIST_BUILD_TOOLS=OFF
+  -DHOIST_TSAN=ON -DHOIST_BUILD_BENCH=OFF -DHOIST_BUILD_TOOLS=OFF \
+  -DHOIST_CUDA_SIM=ON
 stage "tests of build/tsan"
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$HOIST_ROOT/tools/tsan.supp \
   ctest --test-dir build/tsan --output-on-failure -j "$jobs"

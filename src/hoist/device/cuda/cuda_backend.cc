@@ -359,7 +359,13 @@ class CudaBackend final : public Backend {
       : owned_(std::move(devices)), numa_nodes_(std::move(numa_nodes)) {
     for (auto& device : owned_) devices_.push_back(device.get());
   }
+  // Figures of a build linked with the simulator (testing/cuda_sim) are
+  // the simulator's, never a GPU's: its name says so wherever it is shown.
+#ifdef HOIST_CUDA_SIM
+  std::string_view name() const override { return "cuda-sim"; }
+#else
   std::string_view name() const override { return "cuda"; }
+#endif
   absl::Span<Device* const> devices() const override { return devices_; }
 
   absl::StatusOr<MemoryBlock> AllocatePinned(int64_t bytes) override {
