@@ -23,6 +23,7 @@ from ._options import storage_options as _storage_options
 from ._read import FORMAT_KEY
 from ._read import rebuild as _rebuild
 from ._tree import Devices, flatten, gc_paused
+from ._xla_staging import Staging
 
 _LOG = logging.getLogger("hoist")
 
@@ -30,9 +31,10 @@ _LOG = logging.getLogger("hoist")
 class SaveHandle:
     """One save in flight: wait for it, or poll it."""
 
-    def __init__(self, handle, tier=None):
+    def __init__(self, handle, tier=None, figures=None):
         self._handle = handle
         self._tier = tier
+        self._figures = figures or {}  # the Python side's: its staging
 
     @property
     def tier(self):
@@ -88,8 +90,13 @@ class SaveHandle:
         "bytes", "rank"}, "queued", "staging", "write" or "upload",
         "hash", "commit", "retention"}: this rank's, adding up to
         elapsed_s) and slowest (the job's slowest rank in each phase up to
-        write); docs/observability.md."""
-        return _call(self._handle.wait)
+        write); docs/observability.md. A save of JAX arrays adds
+        pjrt_transfer_calls and pjrt_shards: the batched transfers (one per
+        save, or none) that staged shards the backend cannot read by
+        address, and their shards (docs/xla.md)."""
+        info = _call(self._handle.wait)
+        info.update(self._figures)
+        return info
 
     def done(self):
         """True once the save has committed or failed."""
@@ -98,6 +105,13 @@ class SaveHandle:
     def progress(self):
         """(bytes staged, bytes written, total bytes) of this save."""
         return self._handle.progress()
+
+
+def _staged(handle):
+    """Whether the engine's save `handle` has every byte in its pool (or is
+    over)."""
+    staged, _, total = handle.progress()
+    return staged >= total or handle.done()
 
 
 def _same_value(a, b):
@@ -142,6 +156,11 @@ class CheckpointManager:
                    and its wait() says why (blocked_reason).
     backend:       "host" (arrays in host memory: NumPy, CPU tensors, JAX's
                    CPU devices) or "cuda" (arrays in GPU memory).
+    staging:       how JAX shards the backend cannot read by address (on a
+                   TPU, or in a layout that is not row-major) reach it:
+                   "auto" (default) stages just those, "pjrt" every JAX
+                   shard, through one batched jax.device_put to pinned_host
+                   per save (docs/xla.md).
     num_devices:   host backend devices; default: JAX's device count when
                    JAX is imported (its local devices in a multi-process
                    job), else 1. JAX device ids must be below it.
@@ -280,9 +299,12 @@ class CheckpointManager:
                  host_memory_budget="auto", metrics_path=None,
                  stall_warn_s=DEFAULTS.stall_warn_s, preemption_signals=(),
                  preemption_deadline_s=DEFAULTS.preemption_deadline_s,
-                 preemption_poll_s=DEFAULTS.preemption_poll_s):
+                 preemption_poll_s=DEFAULTS.preemption_poll_s,
+                 staging="auto"):
         if keep is not None and keep < 1:
             raise ValueError("keep must be >= 1 (or None to keep every step)")
+        Staging(staging)  # checks it before anything opens
+        self._staging = staging
         # A coordinator hoist makes is hoist's to close; a caller's is not.
         self._owned_coordinator = None
         if coordinator == "auto":
@@ -329,6 +351,12 @@ class CheckpointManager:
         self._repeat = None
         # Whether a save that waited for storage was logged (once).
         self._stall_logged = False
+        # The engine's handles of saves whose every shard was staged
+        # through PJRT (_xla_staging.Staging.owns): save() returned before
+        # the engine had copied those host copies, which a handle holds
+        # until it has; kept here so that a caller dropping its handle does
+        # not wait for that copy. Let go once staged.
+        self._held = []
 
     def _open(self, path, coordinator, backend, num_devices, options):
         rank = coordinator.rank if coordinator is not None else 0
@@ -373,27 +401,36 @@ class CheckpointManager:
         dispatched = return_when == "dispatched"
         if deltas is not None:
             deltas = bool(deltas)
-        handle = self._save_again(step, state, metadata, dispatched, deltas)
+        staging = Staging(self._staging, self._devices.kind)
+        handle = self._save_again(step, state, metadata, dispatched, deltas,
+                                  staging)
         if handle is None:
             self._repeat = None  # until this save is accepted and planned
             with gc_paused():  # many arrays make many objects
-                arrays, skeleton, per_rank = flatten(state, self._devices)
+                arrays, skeleton, per_rank = flatten(state, self._devices,
+                                                     staging)
                 meta = {FORMAT_KEY: 1, "tree": skeleton}
                 if metadata is not None:
                     meta["user"] = metadata
                 text = _metadata_text(meta)
+                local = sum(data is not None for array in arrays
+                            for _, _, _, data in array[3])
                 handle = _call(self._manager.save, step, arrays, text,
-                               dispatched, deltas,
+                               dispatched or staging.owns(local), deltas,
                                json.dumps(per_rank) if per_rank else "")
-                plan = _repeat.fast_plan(skeleton, arrays, state)
+                plan = _repeat.fast_plan(skeleton, arrays, state, staging)
             self._repeat = None if plan is None else _Repeat(
                 plan, self._manager.generation, meta,
                 copy.deepcopy(metadata), text)
-        return self._handle(step, handle)
+        if staging.owned and not dispatched:
+            self._held = [h for h in self._held if not _staged(h)]
+            self._held.append(handle)
+        return self._handle(step, handle, staging.figures())
 
-    def _handle(self, step, handle):
-        """The SaveHandle of the engine's `handle`, the skip logged, and
-        (once per manager) a save that waited for storage."""
+    def _handle(self, step, handle, figures=None):
+        """The SaveHandle of the engine's `handle` (with `figures` of its
+        staging for wait()), the skip logged, and (once per manager) a
+        save that waited for storage."""
         if not self._stall_logged and handle.stalled_bytes() > 0:
             self._stall_logged = True
             _LOG.warning(
@@ -410,7 +447,7 @@ class CheckpointManager:
                 "(storage slow or stuck); last committed step %s; %d "
                 "skipped so far", step, lag["in_flight"],
                 lag["last_committed_step"], lag["skipped_saves"])
-        return SaveHandle(handle, handle.tier)
+        return SaveHandle(handle, handle.tier, figures)
 
     def _save_arrays(self, step, arrays, meta, per_rank=None,
                      return_when="staged", deltas=None):
@@ -429,7 +466,8 @@ class CheckpointManager:
                        "" if per_rank is None else json.dumps(per_rank))
         return self._handle(step, handle)
 
-    def _save_again(self, step, state, metadata, dispatched, deltas):
+    def _save_again(self, step, state, metadata, dispatched, deltas,
+                    staging):
         """A save of the same structure as the last one (same dicts, array
         names, dtypes and shapes), without describing every array again:
         its handle, or None when the structure differs (save() then walks
@@ -437,7 +475,7 @@ class CheckpointManager:
         repeat = self._repeat
         if repeat is None:
             return None
-        found = _repeat.match(state, repeat.plan)
+        found = _repeat.match(state, repeat.plan, staging)
         if found is None:
             self._repeat = None  # its skeleton may hold this state's scalars
             return None
@@ -451,7 +489,9 @@ class CheckpointManager:
             repeat.text = _metadata_text(meta)
             repeat.user = copy.deepcopy(metadata)  # the caller's may change
         return _call(self._manager.save_again, step, repeat.generation,
-                     arrays, repeat.text, dispatched, deltas, keep or None)
+                     arrays, repeat.text,
+                     dispatched or staging.owns(len(arrays)), deltas,
+                     keep or None)
 
     def durability(self):
         """How far the committed steps trail the saves: skipped_saves (by
@@ -463,6 +503,7 @@ class CheckpointManager:
         """Waits for every save in flight; raises the first error not yet
         reported."""
         _call(self._manager.wait_until_finished)
+        self._held = []
 
     # -- restoring ---------------------------------------------------------
 
@@ -635,6 +676,7 @@ class CheckpointManager:
         try:
             _call(self._manager.close)
         finally:
+            self._held = []
             self._close_coordinator()
 
     def _close_coordinator(self):

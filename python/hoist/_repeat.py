@@ -1,11 +1,12 @@
 """Repeat saves: a plan of the last state flattened, and the next state
 checked against it (see below)."""
 
+import functools
+
 import numpy as np
 
-from ._tree import (_SCALARS, _device_of, _jax_bytes, _jax_capsule,
-                    _jax_layout, _jax_shards, _module, _scalar_node,
-                    gc_paused)
+from ._tree import (_SCALARS, _device_of, _jax_layout, _jax_shards, _module,
+                    _scalar_node, gc_paused)
 
 # A repeat save of the same structure. A training loop saves the same state
 # again and again: the same dicts, the same arrays' names, dtypes and
@@ -19,7 +20,8 @@ from ._tree import (_SCALARS, _device_of, _jax_bytes, _jax_capsule,
 # arrays (the same type, dtype, shape and sharding: their shards are taken
 # in the order flatten took them, without describing their boxes again; a
 # row-major shard by its address, kept alive with its array until the
-# copies have read it, if its layout is still the same), and scalar leaves (whose changed values are written into the tree's
+# copies have read it, if its layout is still the same; one the first save
+# staged through PJRT (_xla_staging.py) staged so again), and scalar leaves (whose changed values are written into the tree's
 # metadata); anything else takes the full walk.
 _DICT, _ARRAY, _SCALAR, _JAX, _SEQ, _TORCH = 0, 1, 2, 3, 4, 5
 _SCALAR_TYPES = frozenset(_SCALARS)
@@ -28,9 +30,11 @@ _TORCH_DTYPES = ("float16", "bfloat16", "float32", "float64", "int8",
                  "int16", "int32", "int64", "uint8")
 
 
-def _jax_leaf(x, shards):
-    """The plan of JAX array `x`, whose flattened shards are `shards`, or
-    None (a typed key, or shards in an order this cannot take again)."""
+def _jax_leaf(x, name, shards, staging):
+    """The plan of JAX array `x` named `name`, whose flattened shards are
+    `shards`, or None (a typed key, or shards in an order this cannot take
+    again). Whether its shards go through `staging` (an
+    _xla_staging.Staging) is decided now, for every repeat save."""
     jax = _module("jax")
     if (jax is None or not isinstance(x, jax.Array) or
             jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)):
@@ -44,9 +48,10 @@ def _jax_leaf(x, shards):
     if len(ids) != len(local) or set(ids) != set(where):
         return None
     order = [where[i] for i in ids]
+    lies, layout = _jax_layout(x)
     return (_JAX, type(x), x.dtype, x.shape, x.sharding, replicated,
-            None if order == list(range(len(order))) else order,
-            *_jax_layout(x))
+            None if order == list(range(len(order))) else order, lies,
+            layout, staging.takes(x, lies), name)
 
 
 def _torch_leaf(x, data):
@@ -61,16 +66,16 @@ def _torch_leaf(x, data):
     return (_TORCH, type(x), x.dtype, tuple(x.shape))
 
 
-def fast_plan(skeleton, arrays, state):
+def fast_plan(skeleton, arrays, state, staging):
     """The plan of a flattened state (`state`, and its skeleton and arrays
-    as flatten returned them), or None when it has nodes a plan does not
-    cover."""
+    as flatten returned them, with `staging`), or None when it has nodes a
+    plan does not cover."""
     leaves = iter(arrays)
 
     def leaf(node, x):
         shards = next(leaves)[3]
         if node.get("k") == "jax":
-            return _jax_leaf(x, shards)
+            return _jax_leaf(x, node["a"], shards, staging)
         data = [d for _, _, _, d in shards if d is not None]
         if node.get("k") == "torch":
             return _torch_leaf(x, data)
@@ -132,11 +137,12 @@ def fast_plan(skeleton, arrays, state):
         return None
 
 
-def match(state, plan):
+def match(state, plan, staging):
     """(arrays, changed, keep) when `state` has the structure `plan` was
     made from: the data of its local shards, in the order flatten gives
     them (one per NumPy array or torch tensor; for JAX shards the address
-    of each, or a DLPack capsule where the layout asks for one), whether a
+    of each, a DLPack capsule, or the host copy `staging` (an
+    _xla_staging.Staging, run here) made of it), whether a
     scalar leaf changed (the plan's skeleton then holds the new value), and
     the JAX arrays whose shards went as addresses (to be kept alive until
     the save has copied them). None when the structure differs anywhere;
@@ -166,16 +172,21 @@ def match(state, plan):
             arrays.append(value.detach())  # exportable if it needs grad
         elif tag == _JAX:
             (_, kind, dtype, shape, sharding, replicated, order, lies,
-             layout) = kid
+             layout, staged, name) = kid
             if (type(value) is not kind or value.shape != shape or
-                    value.dtype != dtype or
+                    value.dtype != dtype or value.is_deleted() or
                     (value.sharding is not sharding and
                      value.sharding != sharding)):
                 return False
             local = _jax_shards(value, replicated)
             if order is not None:
                 local = [local[i] for i in order]
-            if lies == "row-major":  # by address, if it still is
+            if staged:  # the host copies, once staging has run
+                for a in local:
+                    staging.add(name, a, functools.partial(
+                        arrays.__setitem__, len(arrays)))
+                    arrays.append(None)
+            elif lies == "row-major":  # by address, if it still is
                 try:
                     if value.format.layout != layout:
                         return False
@@ -183,10 +194,11 @@ def match(state, plan):
                 except Exception:  # deleted: the full walk says so
                     return False
                 keep.append(value)
-            elif lies == "other":
-                arrays.extend(map(_jax_bytes, local))
             else:
-                arrays.extend(map(_jax_capsule, local))
+                for a in local:
+                    arrays.append(staging.capsule_or_add(
+                        name, a, functools.partial(arrays.__setitem__,
+                                                   len(arrays))))
         elif tag == _DICT:
             return walk(value, kid)
         elif tag == _SEQ:
@@ -217,4 +229,8 @@ def match(state, plan):
         return True
 
     with gc_paused():
-        return (arrays, changed, keep) if walk(state, plan) else None
+        if not walk(state, plan):
+            staging.clear()
+            return None
+        staging.run()
+        return arrays, changed, keep

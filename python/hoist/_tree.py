@@ -31,6 +31,7 @@ import numpy as np
 
 from . import _hoist
 from ._per_rank import PerRank, encode as encode_per_rank
+from ._xla_staging import Staging
 
 
 _SCALARS = (bool, int, float, str, type(None))
@@ -329,19 +330,6 @@ def _box_of(index, shape):
     return origin, extent
 
 
-def _jax_capsule(data):
-    try:
-        return data.__dlpack__()  # zero copy
-    except Exception:  # a dtype DLPack cannot carry (float8): bytes
-        return _jax_bytes(data)
-
-
-def _jax_bytes(data):
-    """The bytes of single-device JAX array `data` in row-major order (a
-    copy where its layout is another)."""
-    return _bytes_of_numpy(np.asarray(data))
-
-
 def _jax_layout(x):
     """(kind, layout): how the shards of JAX array `x` lie in memory.
     "row-major" (of whole bytes): as the engine reads them, so DLPack
@@ -361,18 +349,37 @@ def _jax_layout(x):
     return ("row-major" if row_major else "other"), layout
 
 
-def _jax_global_array(name, x):
+def _jax_global_array(name, x, staging):
     """An array with shards on other processes: every device's box (each
     process plans the whole save), data for this process's."""
     local = {s.device: s.data for s in x.addressable_shards}
-    taken = _jax_bytes if _jax_layout(x)[0] == "other" else _jax_capsule
+    whole = staging.takes(x, _jax_layout(x)[0])
     shards = []
     for device, index in x.sharding.devices_indices_map(x.shape).items():
         origin, shape = _box_of(index, x.shape)
         data = local.get(device)
-        shards.append((device.id, origin, shape,
-                       None if data is None else taken(data)))
+        if data is None:
+            shards.append((device.id, origin, shape, None))
+        else:
+            _take(staging, name, whole, shards, device.id, origin, shape, data)
     return _Array(name, np.dtype(x.dtype).name, x.shape, shards)
+
+
+def _take(staging, name, whole, shards, device, origin, shape, data):
+    """Appends local shard `data` of array `name` to `shards` as the engine
+    takes it: by DLPack, or (`whole`, or where DLPack refuses it) through
+    the save's PJRT staging (_xla_staging.py), which fills it in."""
+    position = len(shards)
+
+    def place(taken):
+        shards[position] = (device, origin, shape, taken)
+
+    if whole:
+        staging.add(name, data, place)
+        taken = None
+    else:
+        taken = staging.capsule_or_add(name, data, place)
+    shards.append((device, origin, shape, taken))
 
 
 def _jax_shards(x, replicated):
@@ -400,9 +407,9 @@ def _device_of(data):
     return device
 
 
-def _jax_array(name, x):
+def _jax_array(name, x, staging):
     if not x.is_fully_addressable:
-        return _jax_global_array(name, x)
+        return _jax_global_array(name, x, staging)
     if x.is_fully_replicated:
         per_device = [(s.device, s.index, s.data) for s in x.addressable_shards]
     else:
@@ -411,11 +418,11 @@ def _jax_array(name, x):
         for data in _jax_shards(x, False):
             device = _device_of(data)
             per_device.append((device, index_of[device], data))
-    taken = _jax_bytes if _jax_layout(x)[0] == "other" else _jax_capsule
+    whole = staging.takes(x, _jax_layout(x)[0])
     shards = []
     for device, index, data in per_device:
         origin, shape = _box_of(index, x.shape)
-        shards.append((device.id, origin, shape, taken(data)))
+        _take(staging, name, whole, shards, device.id, origin, shape, data)
     return _Array(name, np.dtype(x.dtype).name, x.shape, shards)
 
 
@@ -482,15 +489,22 @@ def gc_paused():
             gc.enable()
 
 
-def flatten(tree, devices):
+def flatten(tree, devices, staging=None):
     """(arrays, skeleton, per_rank) of `tree`; `devices` (Devices) says
     where its arrays are; per_rank: the encoded values of its PerRank
-    leaves, in order (a skeleton node {"r": i} stands for the i-th)."""
+    leaves, in order (a skeleton node {"r": i} stands for the i-th).
+    `staging` (an _xla_staging.Staging; default: a new one, "auto") takes
+    the JAX shards the engine cannot read by address, all in one transfer
+    once the tree is walked."""
+    if staging is None:
+        staging = Staging("auto", devices.kind)
     with gc_paused():
-        return _flatten(tree, devices)
+        flat = _flatten(tree, devices, staging)
+        staging.run()
+        return flat
 
 
-def _flatten(tree, devices):
+def _flatten(tree, devices, staging):
     arrays = []
     per_rank = []
     names = set()
@@ -523,11 +537,16 @@ def _flatten(tree, devices):
             return numpy_leaf(x, path)
         name = named(path)
         if isinstance(x, jax_array):
+            if x.is_deleted():
+                raise ValueError(
+                    f"array '{name}' was deleted (donated to a jitted step?) "
+                    "before this save; nothing of it was saved")
             if _is_key_array(x):  # a typed PRNG key: its key data
-                arrays.append(_jax_array(name, jax.random.key_data(x)))
+                arrays.append(
+                    _jax_array(name, jax.random.key_data(x), staging))
                 return {"a": name, "k": "jax_key",
                         "i": str(jax.random.key_impl(x))}
-            arrays.append(_jax_array(name, x))
+            arrays.append(_jax_array(name, x, staging))
             return {"a": name, "k": "jax"}
         if _is_dtensor(x):
             arrays.append(_dtensor_array(name, x, devices))

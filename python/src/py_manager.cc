@@ -63,10 +63,14 @@ nb::dict InfoDict(const SaveInfo& info) {
 }
 
 // A save in flight, holding the shards' arrays until they are staged.
+//
+// Only a dispatched save holds them: once a save is staged nothing may, as a
+// view of a JAX array silently defeats the buffer donation of the step that
+// follows (jit's donate_argnums then allocates anew).
 class PyHandle {
  public:
   // `sources` and `keep` (arrays given by address: their owners) hold what
-  // the copies read.
+  // the copies read; empty for a staged save.
   PyHandle(SaveHandle handle, std::vector<SavedData> sources,
            nb::object keep = nb::object())
       : handle_(std::move(handle)),
@@ -205,7 +209,7 @@ class PyManager {
     last_save_ = std::move(save);
     last_bytes_ = std::move(shard_bytes);
     ++generation_;
-    return std::make_unique<PyHandle>(std::move(accepted), std::move(sources));
+    return NewHandle(std::move(accepted), dispatched, std::move(sources));
   }
 
   // Starts pinning the pool if it is still to pin (see
@@ -271,9 +275,24 @@ class PyManager {
         ++at;
       }
     }
-    return std::make_unique<PyHandle>(
-        Submit(step, last_save_, metadata_json, dispatched, deltas),
+    return NewHandle(
+        Submit(step, last_save_, metadata_json, dispatched, deltas), dispatched,
         std::move(sources), keep.is_none() ? nb::object() : std::move(keep));
+  }
+
+  // The handle of an accepted save: a staged save's copies have read the
+  // arrays, so their views and owners go now (with the GIL: DLPack
+  // deleters run), and the handle holds none.
+  static std::unique_ptr<PyHandle> NewHandle(SaveHandle accepted,
+                                             bool dispatched,
+                                             std::vector<SavedData> sources,
+                                             nb::object keep = nb::object()) {
+    if (!dispatched) {
+      sources.clear();
+      keep.reset();
+    }
+    return std::make_unique<PyHandle>(std::move(accepted), std::move(sources),
+                                      std::move(keep));
   }
 
   // The engine's Save, without the GIL; its error raised.
