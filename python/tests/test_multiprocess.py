@@ -154,12 +154,16 @@ def test_jax_global_arrays_restore_on_another_process_count(
     jax_processes(*saved, "restore", root, 3, "a")
 
 
-def test_jax_repeat_save_of_global_arrays_restores_on_one_process(tmp_path):
+@pytest.mark.parametrize("staging", ["auto", "pjrt"])
+def test_jax_repeat_save_of_global_arrays_restores_on_one_process(
+        tmp_path, staging):
     """Two processes save step 1, then step 2 from new global arrays through
     the repeat-save path (each process's shards taken again in the order of
-    the first save); both steps restore on one process in another layout."""
+    the first save; with staging="pjrt", each process's shards moved to host
+    memory in one transfer per save, as on a TPU); both steps restore on one
+    process in another layout."""
     root = tmp_path / "ckpt"
-    jax_processes(2, 4, "save_twice", root, 1, "a")
+    jax_processes(2, 4, "save_twice", root, 1, "a", staging)
     jax_processes(1, 8, "restore", root, 1, "b")
     jax_processes(1, 8, "restore", root, 2, "b")
 

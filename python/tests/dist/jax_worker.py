@@ -85,7 +85,9 @@ def main():
         return hang(sys.argv[6], sys.argv[7])
     command, root, step, layout = sys.argv[5], sys.argv[6], int(
         sys.argv[7]), sys.argv[8]
-    with hoist.CheckpointManager(root, pool_bytes=64 << 20) as mgr:
+    staging = sys.argv[9] if len(sys.argv) > 9 else "auto"
+    with hoist.CheckpointManager(root, pool_bytes=64 << 20,
+                                 staging=staging) as mgr:
         if command in ("save", "save_twice"):
             state = {"params": global_arrays(layout), "step": step}
             assert not state["params"]["w"].is_fully_addressable or nproc == 1
@@ -99,9 +101,11 @@ def main():
                 return handle
 
             mgr._save_again = spy
-            mgr.save(step + 1, {"params": global_arrays(layout),
-                                "step": step + 1}).wait()
+            info = mgr.save(step + 1, {"params": global_arrays(layout),
+                                       "step": step + 1}).wait()
             assert taken == [True], taken
+            # Through PJRT: this process's shards in one transfer.
+            assert info["pjrt_transfer_calls"] == (staging == "pjrt"), info
         if command == "restore":
             full = full_arrays()
             template = {
