@@ -24,8 +24,12 @@ BIN = Path(sys.executable).parent
 
 
 
-def _fit(nproc, ckpt_dir, out, epochs=4, check=True, **options):
-    args = [str(ckpt_dir), str(out), str(epochs), json.dumps(options)]
+def _fit(nproc, ckpt_dir, out, epochs=4, check=True, first=(), **options):
+    """Runs lightning_train.py: the jobs `first` ((ckpt_dir, out, epochs,
+    options) each), then this one, in the same processes."""
+    args = []
+    for job in [*first, (ckpt_dir, out, epochs, options)]:
+        args += [str(job[0]), str(job[1]), str(job[2]), json.dumps(job[3])]
     if nproc > 1:
         return torchrun(nproc, *args, script="lightning_train.py",
                         check=check)
@@ -56,9 +60,10 @@ def test_job_killed_mid_save_resumes_bit_identical(nproc, base, tmp_path):
     job ends with the same parameters, bit for bit. ModelCheckpoint's
     top-2 and last.ckpt are pointers to committed steps of DIR/.hoist;
     `hoist verify` passes there."""
-    _fit(nproc, f"{base}/a", tmp_path / "a.pt")
+    # The uninterrupted job, then (in the same processes) the killed one.
     killed = _fit(nproc, f"{base}/b", tmp_path / "b.pt", check=False,
-                  kill_epoch=2)
+                  kill_epoch=2, first=[(f"{base}/a", tmp_path / "a.pt", 4,
+                                        {})])
     assert killed.returncode != 0
     _fit(nproc, f"{base}/b", tmp_path / "c.pt", resume=f"{base}/b/last.ckpt")
     # It resumed after epoch 0 or 1 (as far as the kill let the last
@@ -85,10 +90,12 @@ def test_job_killed_mid_save_resumes_bit_identical(nproc, base, tmp_path):
 def test_a_checkpoint_lightning_wrote_itself_still_loads(tmp_path):
     """A job that switches to HoistCheckpointIO resumes from the .ckpt file
     Lightning's own TorchCheckpointIO wrote before."""
-    _fit(1, tmp_path / "a", tmp_path / "a.pt", epochs=3)
-    _fit(1, tmp_path / "b", tmp_path / "b.pt", epochs=2, io="torch")
+    # Three jobs in one process: uninterrupted, Lightning's own IO for 2
+    # epochs, then hoist's resuming from what Lightning wrote.
     _fit(1, tmp_path / "b", tmp_path / "c.pt", epochs=3,
-         resume=str(tmp_path / "b" / "last.ckpt"))
+         resume=str(tmp_path / "b" / "last.ckpt"),
+         first=[(tmp_path / "a", tmp_path / "a.pt", 3, {}),
+                (tmp_path / "b", tmp_path / "b.pt", 2, {"io": "torch"})])
     assert (tmp_path / "c.pt.start").read_text() == "2"
     want, got = (torch.load(tmp_path / f"{k}.pt") for k in "ac")
     for key in want:

@@ -74,49 +74,35 @@ cudaError_t Runtime::HostRegister(void* ptr, size_t bytes) {
 }
 
 cudaError_t Runtime::Free(void* ptr) {
-  if (ptr == nullptr) return cudaSuccess;
-  Lock lock(mu_);
-  auto it = regions_.find(reinterpret_cast<uintptr_t>(ptr));
-  if (it == regions_.end() || it->second.kind != Region::Kind::kDevice) {
-    return Fail(cudaErrorInvalidValue);
-  }
-  if (std::string use = UseOf(it->second.begin, it->second.end); !use.empty()) {
-    Violation(absl::StrFormat("cudaFree(%p) while %s", ptr, use));
-    return Fail(cudaErrorIllegalState);
-  }
-  regions_.erase(it);
-  std::free(ptr);
-  return cudaSuccess;
+  return Release(ptr, Region::Kind::kDevice, cudaErrorInvalidValue, "cudaFree");
 }
 
 cudaError_t Runtime::FreeHost(void* ptr) {
-  if (ptr == nullptr) return cudaSuccess;
-  Lock lock(mu_);
-  auto it = regions_.find(reinterpret_cast<uintptr_t>(ptr));
-  if (it == regions_.end() || it->second.kind != Region::Kind::kHostAlloc) {
-    return Fail(cudaErrorInvalidValue);
-  }
-  if (std::string use = UseOf(it->second.begin, it->second.end); !use.empty()) {
-    Violation(absl::StrFormat("cudaFreeHost(%p) while %s", ptr, use));
-    return Fail(cudaErrorIllegalState);
-  }
-  regions_.erase(it);
-  std::free(ptr);
-  return cudaSuccess;
+  return Release(ptr, Region::Kind::kHostAlloc, cudaErrorInvalidValue,
+                 "cudaFreeHost");
 }
 
 cudaError_t Runtime::HostUnregister(void* ptr) {
+  return Release(ptr, Region::Kind::kRegistered,
+                 cudaErrorHostMemoryNotRegistered, "cudaHostUnregister");
+}
+
+cudaError_t Runtime::Release(void* ptr, Region::Kind kind, cudaError_t unknown,
+                             const char* call) {
+  if (ptr == nullptr && kind != Region::Kind::kRegistered) {
+    return cudaSuccess;  // freeing null is a no-op, as in cudart
+  }
   Lock lock(mu_);
   auto it = regions_.find(reinterpret_cast<uintptr_t>(ptr));
-  if (ptr == nullptr || it == regions_.end() ||
-      it->second.kind != Region::Kind::kRegistered) {
-    return Fail(cudaErrorHostMemoryNotRegistered);
+  if (ptr == nullptr || it == regions_.end() || it->second.kind != kind) {
+    return Fail(unknown);
   }
   if (std::string use = UseOf(it->second.begin, it->second.end); !use.empty()) {
-    Violation(absl::StrFormat("cudaHostUnregister(%p) while %s", ptr, use));
-    return Fail(cudaErrorIllegalState);
+    Violation(absl::StrFormat("%s(%p) while %s", call, ptr, use));
+    return Fail(cudaErrorIllegalState);  // the memory stays valid
   }
   regions_.erase(it);
+  if (kind != Region::Kind::kRegistered) std::free(ptr);
   return cudaSuccess;
 }
 

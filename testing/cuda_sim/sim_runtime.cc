@@ -181,32 +181,44 @@ cudaError_t Runtime::DestroyEvent(cudaEvent_t event) {
   return cudaSuccess;
 }
 
-cudaError_t Runtime::Record(cudaEvent_t event, cudaStream_t stream) {
-  Lock lock(mu_);
+cudaError_t Runtime::EventAndStream(cudaEvent_t event, cudaStream_t stream,
+                                    EventState** event_state,
+                                    std::shared_ptr<StreamState>* state) {
   auto it = events_.find(event);
   cudaError_t error = cudaErrorInvalidResourceHandle;
-  std::shared_ptr<StreamState> state;
-  if (it == events_.end() || (state = StreamOf(stream, &error)) == nullptr) {
+  if (it == events_.end() || (*state = StreamOf(stream, &error)) == nullptr) {
     return Fail(error);
   }
+  *event_state = it->second.get();
+  return cudaSuccess;
+}
+
+cudaError_t Runtime::Record(cudaEvent_t event, cudaStream_t stream) {
+  Lock lock(mu_);
+  EventState* recorded = nullptr;
+  std::shared_ptr<StreamState> state;
+  if (cudaError_t error = EventAndStream(event, stream, &recorded, &state);
+      error != cudaSuccess) {
+    return error;
+  }
   // The CUDA guide: event and stream must belong to the same device.
-  if (it->second->device != state->device) {
+  if (recorded->device != state->device) {
     return Fail(cudaErrorInvalidResourceHandle);
   }
-  it->second->stream = state;
-  it->second->seq = state->enqueued;
+  recorded->stream = state;
+  recorded->seq = state->enqueued;
   return cudaSuccess;
 }
 
 cudaError_t Runtime::WaitEvent(cudaStream_t stream, cudaEvent_t event) {
   Lock lock(mu_);
-  auto it = events_.find(event);
-  cudaError_t error = cudaErrorInvalidResourceHandle;
+  EventState* event_state = nullptr;
   std::shared_ptr<StreamState> state;
-  if (it == events_.end() || (state = StreamOf(stream, &error)) == nullptr) {
-    return Fail(error);
+  if (cudaError_t error = EventAndStream(event, stream, &event_state, &state);
+      error != cudaSuccess) {
+    return error;
   }
-  const EventState& waited = *it->second;
+  const EventState& waited = *event_state;
   // An event never recorded, or recorded on this very stream: no effect.
   if (waited.stream == nullptr || waited.stream == state) return cudaSuccess;
   Op op;

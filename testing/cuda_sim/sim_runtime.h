@@ -195,6 +195,16 @@ class Runtime {
   Runtime();
   using Lock = std::unique_lock<std::mutex>;
 
+  // Free, FreeHost and HostUnregister: `ptr` must start a region of
+  // `kind` (else `unknown`) that no queued or unobserved copy uses (else a
+  // violation: cudaErrorIllegalState).
+  cudaError_t Release(void* ptr, Region::Kind kind, cudaError_t unknown,
+                      const char* call);
+  // The states of `event` and `stream`, or cudaErrorInvalidResourceHandle
+  // (or StreamOf's error) for one unknown.
+  cudaError_t EventAndStream(cudaEvent_t event, cudaStream_t stream,
+                             EventState** event_state,
+                             std::shared_ptr<StreamState>* state);
   // The state of `stream` (the legacy stream of the current device, made
   // when first used, for a null one), or null and *error.
   std::shared_ptr<StreamState> StreamOf(cudaStream_t stream,

@@ -3,6 +3,11 @@ checkpoints go through hoist.lightning.HoistCheckpointIO;
 test_lightning.py runs it.
 
   lightning_train.py CKPT_DIR OUT MAX_EPOCHS [OPTIONS_JSON]
+                     [CKPT_DIR OUT MAX_EPOCHS OPTIONS_JSON ...]
+
+Several jobs run one after the other in the same processes (a launch and
+Lightning's import cost more than a job here); a job that kills itself
+ends them.
 
 OPTIONS: resume (a checkpoint's path), kill_epoch (rank 0 SIGKILLs itself
 right after the save of that epoch's checkpoint returned: while it is in
@@ -66,8 +71,19 @@ class KillingIO(HoistCheckpointIO):
 
 
 def main():
-    ckpt_dir, out, epochs = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    options = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
+    args = sys.argv[1:]
+    if len(args) == 3:
+        args.append("{}")
+    if len(args) % 4:
+        sys.exit("usage: lightning_train.py CKPT_DIR OUT MAX_EPOCHS "
+                 "[OPTIONS_JSON] [CKPT_DIR OUT MAX_EPOCHS OPTIONS_JSON ...]")
+    for at in range(0, len(args), 4):
+        ckpt_dir, out, epochs, options = args[at:at + 4]
+        fit(ckpt_dir, out, int(epochs), json.loads(options))
+
+
+def fit(ckpt_dir, out, epochs, options):
+    """One job: `epochs` epochs checkpointed into `ckpt_dir`."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     plugins = []
     if options.get("io", "hoist") == "hoist":
