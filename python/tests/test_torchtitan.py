@@ -23,10 +23,13 @@ OPTIONS = {"interval": 2, "keep_latest_k": 2, "async_mode": "async",
            "last_save_model_only": False}
 
 
-def _train(nproc, folder, out, steps, check=True, **options):
-    return torchrun(nproc, folder, out, steps,
-                    json.dumps({**OPTIONS, **options}),
-                    script="titan_train.py", check=check)
+def _train(nproc, folder, out, steps, check=True, first=(), **options):
+    """Runs titan_train.py on `nproc` ranks: the jobs `first` ((folder,
+    out, steps, options) each), then this one, in the same processes."""
+    args = []
+    for job in [*first, (folder, out, steps, options)]:
+        args += [job[0], job[1], job[2], json.dumps({**OPTIONS, **job[3]})]
+    return torchrun(nproc, *args, script="titan_train.py", check=check)
 
 
 def _same(a, b):
@@ -48,13 +51,17 @@ def test_job_killed_mid_save_resumes_bit_identical(base, tmp_path):
     uninterrupted job's steps also serve the loads: load_step=8 on 4 ranks
     gives the model the 2-rank job had at step 8 (the data loader, per
     rank, excluded); a fresh folder with initial_load_path (model only)
-    starts from that model. (One job serves both, a launch fewer.)"""
-    _train(2, f"{base}/a", tmp_path / "a.pt", 8)
-    assert _steps(f"{base}/a/ckpt") == [6, 8]  # keep_latest_k=2
+    starts from that model. (Jobs share launches: three, not five.)"""
+    # The uninterrupted job, then (in the same processes) the killed one.
     killed = _train(2, f"{base}/b", tmp_path / "b.pt", 8, check=False,
-                    kill_at=6)
+                    kill_at=6, first=[(f"{base}/a", tmp_path / "a.pt", 8, {})])
     assert killed.returncode != 0
-    _train(2, f"{base}/b", tmp_path / "c.pt", 8)
+    assert _steps(f"{base}/a/ckpt") == [6, 8]  # keep_latest_k=2
+    # The resumed job, then one starting from the uninterrupted job's model
+    # (initial_load_path, model only) in a fresh folder.
+    _train(2, f"{base}/e", tmp_path / "e.pt", 0,
+           initial_load_path=f"{base}/a/ckpt",
+           first=[(f"{base}/b", tmp_path / "c.pt", 8, {})])
     # From step 4 (or 6, had the killed save committed first).
     assert (tmp_path / "c.pt.start").read_text() in ("4", "6")
     _same(tmp_path / "a.pt", tmp_path / "c.pt")
@@ -66,8 +73,6 @@ def test_job_killed_mid_save_resumes_bit_identical(base, tmp_path):
            exclude_from_loading=["dataloader"])
     assert (tmp_path / "d.pt.start").read_text() == "8"
     _same(tmp_path / "a.pt", tmp_path / "d.pt")
-    _train(2, f"{base}/e", tmp_path / "e.pt", 0,
-           initial_load_path=f"{base}/a/ckpt")
     assert (tmp_path / "e.pt.start").read_text() == "0"
     _same(tmp_path / "a.pt", tmp_path / "e.pt")
 

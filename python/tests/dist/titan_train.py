@@ -5,6 +5,11 @@ and checkpointed by hoist.torchtitan.CheckpointManager, driven the way
 torchtitan's Trainer drives a manager; test_torchtitan.py runs it.
 
   titan_train.py FOLDER OUT STEPS [OPTIONS_JSON]
+                 [FOLDER OUT STEPS OPTIONS_JSON ...]
+
+Several jobs run one after the other in the same processes and process
+group (a launch costs more than a job here); a job that kills itself ends
+them.
 
 OPTIONS: the manager's Config fields (interval, async_mode, keep_latest_k,
 load_step, exclude_from_loading, initial_load_path, ...), manager ("dcp":
@@ -66,10 +71,23 @@ class TrainState:
 
 
 def main():
-    folder, out, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    options = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
-    kill_at = options.pop("kill_at", None)
+    args = sys.argv[1:]
+    if len(args) == 3:
+        args.append("{}")
+    if len(args) % 4:
+        sys.exit("usage: titan_train.py FOLDER OUT STEPS [OPTIONS_JSON] "
+                 "[FOLDER OUT STEPS OPTIONS_JSON ...]")
     dist.init_process_group("gloo")
+    for at in range(0, len(args), 4):
+        folder, out, steps, options = args[at:at + 4]
+        train(folder, out, int(steps), json.loads(options))
+    dist.destroy_process_group()
+    outcome.exit_without_teardown()
+
+
+def train(folder, out, steps, options):
+    """One job: trains to `steps`, checkpointed into `folder`."""
+    kill_at = options.pop("kill_at", None)
     rank, world = dist.get_rank(), dist.get_world_size()
     model = torch_train.build()[0]
     optimizers = default_adamw(lr=1e-2, foreach=False, fused=False).build(
@@ -116,8 +134,7 @@ def main():
         torch.save(final, out)
         with open(f"{out}.start", "w") as f:
             f.write(str(start))
-    dist.destroy_process_group()
-    outcome.exit_without_teardown()
+    dist.barrier()  # the next job starts on every rank together
 
 
 if __name__ == "__main__":
