@@ -31,7 +31,7 @@ import numpy as np
 
 from . import _hoist
 from ._per_rank import PerRank, encode as encode_per_rank
-from ._xla_staging import Staging
+from ._xla_staging import Staging, _device_of
 
 
 _SCALARS = (bool, int, float, str, type(None))
@@ -397,14 +397,6 @@ def _jax_shards(x, replicated):
         shards = [x.addressable_data(i)
                   for i in range(len(x.addressable_shards))]
     return shards
-
-
-def _device_of(data):
-    """The device of a single-device JAX array (a method in older JAX)."""
-    device = getattr(data, "device", None)
-    if device is None or callable(device):
-        (device,) = data.devices()
-    return device
 
 
 def _jax_array(name, x, staging):

@@ -35,6 +35,7 @@ MODES = ("auto", "pjrt")
 
 
 def _device_of(data):
+    """The device of a single-device JAX array (a method in older JAX)."""
     device = getattr(data, "device", None)
     if device is None or callable(device):
         (device,) = data.devices()
