@@ -16,16 +16,15 @@ sampler's position back; a registered object counts the epochs done. The
 main process writes the final parameters to OUT and the epoch training
 started at to OUT.start.
 """
-import json
 import os
 import signal
-import sys
 
 import torch
 from accelerate import Accelerator
 from accelerate.utils import DataLoaderConfiguration
 
 import hoist.accelerate
+from jobs import job_groups  # beside this script
 
 
 class Progress:
@@ -42,16 +41,11 @@ class Progress:
 
 
 def main():
-    args = sys.argv[1:]
-    if len(args) == 3:
-        args.append("{}")
-    if len(args) % 4:
-        sys.exit("usage: accelerate_train.py ROOT OUT EPOCHS [OPTIONS_JSON] "
-                 "[ROOT OUT EPOCHS OPTIONS_JSON ...]")
     accelerator = None
-    for at in range(0, len(args), 4):
-        root, out, epochs, options = args[at:at + 4]
-        accelerator = train(root, out, int(epochs), json.loads(options))
+    for root, out, epochs, options in job_groups(
+            "accelerate_train.py ROOT OUT EPOCHS [OPTIONS_JSON] "
+            "[ROOT OUT EPOCHS OPTIONS_JSON ...]"):
+        accelerator = train(root, out, int(epochs), options)
     accelerator.end_training()
 
 

@@ -15,16 +15,15 @@ flight), io ("hoist", default, or "torch": Lightning's own). Rank 0 writes
 the final parameters to OUT, and the epoch training started at to
 OUT.start.
 """
-import json
 import os
 import signal
-import sys
 
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from hoist.lightning import HoistCheckpointIO
+from jobs import job_groups  # beside this script
 
 
 class Model(pl.LightningModule):
@@ -71,15 +70,10 @@ class KillingIO(HoistCheckpointIO):
 
 
 def main():
-    args = sys.argv[1:]
-    if len(args) == 3:
-        args.append("{}")
-    if len(args) % 4:
-        sys.exit("usage: lightning_train.py CKPT_DIR OUT MAX_EPOCHS "
-                 "[OPTIONS_JSON] [CKPT_DIR OUT MAX_EPOCHS OPTIONS_JSON ...]")
-    for at in range(0, len(args), 4):
-        ckpt_dir, out, epochs, options = args[at:at + 4]
-        fit(ckpt_dir, out, int(epochs), json.loads(options))
+    for ckpt_dir, out, epochs, options in job_groups(
+            "lightning_train.py CKPT_DIR OUT MAX_EPOCHS [OPTIONS_JSON] "
+            "[CKPT_DIR OUT MAX_EPOCHS OPTIONS_JSON ...]"):
+        fit(ckpt_dir, out, int(epochs), options)
 
 
 def fit(ckpt_dir, out, epochs, options):

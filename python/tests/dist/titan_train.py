@@ -18,10 +18,8 @@ torchtitan's own, as before a job switches to hoist's), and kill_at
 it is in flight). Rank 0 writes the final parameters, full, to OUT and the
 step training resumed from to OUT.start.
 """
-import json
 import os
 import signal
-import sys
 
 import torch
 import torch.distributed as dist
@@ -35,6 +33,7 @@ from torchtitan.components.optimizer import (
 import hoist.integrations
 import hoist.torchtitan
 import outcome  # beside this script
+from jobs import job_groups  # beside this script
 import torch_train  # beside this script
 
 GLOBAL_BATCH = 16
@@ -71,16 +70,11 @@ class TrainState:
 
 
 def main():
-    args = sys.argv[1:]
-    if len(args) == 3:
-        args.append("{}")
-    if len(args) % 4:
-        sys.exit("usage: titan_train.py FOLDER OUT STEPS [OPTIONS_JSON] "
-                 "[FOLDER OUT STEPS OPTIONS_JSON ...]")
+    jobs = job_groups("titan_train.py FOLDER OUT STEPS [OPTIONS_JSON] "
+                      "[FOLDER OUT STEPS OPTIONS_JSON ...]")
     dist.init_process_group("gloo")
-    for at in range(0, len(args), 4):
-        folder, out, steps, options = args[at:at + 4]
-        train(folder, out, int(steps), json.loads(options))
+    for folder, out, steps, options in jobs:
+        train(folder, out, int(steps), options)
     dist.destroy_process_group()
     outcome.exit_without_teardown()
 
