@@ -413,10 +413,8 @@ class CheckpointManager:
                 if metadata is not None:
                     meta["user"] = metadata
                 text = _metadata_text(meta)
-                local = sum(data is not None for array in arrays
-                            for _, _, _, data in array[3])
                 handle = _call(self._manager.save, step, arrays, text,
-                               dispatched or staging.owns(local), deltas,
+                               dispatched or staging.owns_all(arrays), deltas,
                                json.dumps(per_rank) if per_rank else "")
                 plan = _repeat.fast_plan(skeleton, arrays, state, staging)
             self._repeat = None if plan is None else _Repeat(

@@ -182,6 +182,14 @@ class Staging:
         self.owned = local_shards > 0 and self.shards == local_shards
         return self.owned
 
+    def owns_all(self, arrays):
+        """owns() of flatten's `arrays` (_tree._Array tuples), whose local
+        shards are counted only where this staging took any."""
+        if self.shards == 0:
+            return False
+        return self.owns(sum(data is not None for array in arrays
+                             for _, _, _, data in array[3]))
+
     def figures(self):
         """The save's figures of this path, for SaveHandle.wait()."""
         return {"pjrt_transfer_calls": self.transfer_calls,

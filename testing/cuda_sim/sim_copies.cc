@@ -33,27 +33,26 @@ std::string Range(uintptr_t begin, uintptr_t end) {
 // --- Memory --------------------------------------------------------------
 
 cudaError_t Runtime::Malloc(void** ptr, size_t bytes) {
-  if (ptr == nullptr) return Fail(cudaErrorInvalidValue);
-  Lock lock(mu_);
-  const size_t size = std::max<size_t>(256, (bytes + 255) / 256 * 256);
-  void* data = std::aligned_alloc(256, size);
-  if (data == nullptr) return Fail(cudaErrorMemoryAllocation);
-  std::memset(data, kUninitialized, size);
-  const auto begin = reinterpret_cast<uintptr_t>(data);
-  regions_[begin] = {Region::Kind::kDevice, begin, begin + bytes,
-                     current_device_index};
-  *ptr = data;
-  return cudaSuccess;
+  return Allocate(ptr, bytes, Region::Kind::kDevice);
 }
 
 cudaError_t Runtime::HostAlloc(void** ptr, size_t bytes) {
+  return Allocate(ptr, bytes, Region::Kind::kHostAlloc);
+}
+
+cudaError_t Runtime::Allocate(void** ptr, size_t bytes, Region::Kind kind) {
   if (ptr == nullptr) return Fail(cudaErrorInvalidValue);
+  // cudaMalloc aligns to 256 bytes; cudaHostAlloc gives whole pages.
+  const bool device = kind == Region::Kind::kDevice;
+  const size_t align = device ? 256 : 4096;
+  const size_t size = std::max(align, (bytes + align - 1) / align * align);
   Lock lock(mu_);
-  const size_t size = std::max<size_t>(4096, (bytes + 4095) / 4096 * 4096);
-  void* data = std::aligned_alloc(4096, size);
+  void* data = std::aligned_alloc(align, size);
   if (data == nullptr) return Fail(cudaErrorMemoryAllocation);
+  if (device) std::memset(data, kUninitialized, size);
   const auto begin = reinterpret_cast<uintptr_t>(data);
-  regions_[begin] = {Region::Kind::kHostAlloc, begin, begin + bytes, -1};
+  regions_[begin] = {kind, begin, begin + bytes,
+                     device ? current_device_index : -1};
   *ptr = data;
   return cudaSuccess;
 }

@@ -195,6 +195,9 @@ class Runtime {
   Runtime();
   using Lock = std::unique_lock<std::mutex>;
 
+  // Malloc and HostAlloc: a region of `kind` (device memory filled with
+  // kUninitialized).
+  cudaError_t Allocate(void** ptr, size_t bytes, Region::Kind kind);
   // Free, FreeHost and HostUnregister: `ptr` must start a region of
   // `kind` (else `unknown`) that no queued or unobserved copy uses (else a
   // violation: cudaErrorIllegalState).
