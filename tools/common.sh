@@ -12,7 +12,7 @@ HOIST_DEBS=(
   clang libclang-rt-14-dev clang-format
   libabsl-dev nlohmann-json3-dev libcli11-dev libxxhash-dev liburing-dev
   libgtest-dev libgmock-dev libbenchmark-dev e2fsprogs mount
-  openmpi-bin libopenmpi-dev
+  openmpi-bin libopenmpi-dev ccache
 )
 
 # Each line starts with the seconds since the script started (bash's
@@ -64,16 +64,39 @@ install_debs() {
   fi
 }
 
-# build_dir NAME [cmake args...]: configure (once) and build build/NAME.
+# build_dir NAME [cmake args...]: configure (once) and build build/NAME,
+# every compile through the compiler cache (compiler_launcher).
 build_dir() {
   local name=$1
   shift
-  local dir="$HOIST_ROOT/build/$name"
+  local dir="$HOIST_ROOT/build/$name" launcher
+  launcher=$(compiler_launcher)
   # Configuring again is cheap and applies options added since the last run.
   log "configuring build/$name"
-  cmake -S "$HOIST_ROOT" -B "$dir" -G Ninja "$@" >/dev/null
+  cmake -S "$HOIST_ROOT" -B "$dir" -G Ninja "$@" \
+    -DCMAKE_C_COMPILER_LAUNCHER="$launcher" \
+    -DCMAKE_CXX_COMPILER_LAUNCHER="$launcher" >/dev/null
   log "building build/$name"
   cmake --build "$dir" -j "$(nproc)"
+}
+
+# The compiler cache (ccache) that every clone on this machine shares, in
+# $HOIST_CCACHE_DIR (default ~/.cache/hoist/ccache; HOIST_CCACHE_DIR= turns
+# it off), at most $HOIST_CCACHE_SIZE (default 5G; the suite's builds take
+# about 1 GB). A fresh clone of a tree built before compiles next to
+# nothing: paths under the clone are rewritten relative to it
+# (CCACHE_BASEDIR) and the build directory is left out of the hash
+# (CCACHE_NOHASHDIR), so two clones' compiles of one source are the same;
+# unity batches include their sources by relative paths for the same
+# reason (cmake/HoistUnity.cmake). An object taken from the cache names
+# the first clone's build directory in its debug information.
+HOIST_CCACHE_DIR=${HOIST_CCACHE_DIR-${XDG_CACHE_HOME:-$HOME/.cache}/hoist/ccache}
+# compiler_launcher: the CMake list (CMAKE_CXX_COMPILER_LAUNCHER) that runs
+# a compile through the cache; empty when it is off or ccache is missing.
+compiler_launcher() {
+  [[ -n "$HOIST_CCACHE_DIR" ]] && command -v ccache >/dev/null || return 0
+  printf 'env;CCACHE_DIR=%s;CCACHE_BASEDIR=%s;CCACHE_NOHASHDIR=true;%s;ccache' \
+    "$HOIST_CCACHE_DIR" "$HOIST_ROOT" "CCACHE_MAXSIZE=${HOIST_CCACHE_SIZE:-5G}"
 }
 
 # build/release, as tools/demo.sh and tools/test.sh both configure it: a
@@ -218,6 +241,11 @@ python_hoist() {
   if "$HOIST_VENV/bin/pip" show -q hoist >/dev/null 2>&1; then
     "$HOIST_VENV/bin/pip" uninstall -q -y hoist
   fi
+  local launcher
+  launcher=$(compiler_launcher)
   "$HOIST_VENV/bin/pip" install -q --disable-pip-version-check \
-    --no-build-isolation "$HOIST_ROOT"
+    --no-build-isolation \
+    --config-settings=cmake.define.CMAKE_C_COMPILER_LAUNCHER="$launcher" \
+    --config-settings=cmake.define.CMAKE_CXX_COMPILER_LAUNCHER="$launcher" \
+    "$HOIST_ROOT"
 }

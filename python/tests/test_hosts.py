@@ -1,8 +1,9 @@
-"""A job over 4 simulated hosts × 2 ranks (testing/netns_hosts.py: network
+"""Jobs over simulated hosts × 2 ranks (testing/netns_hosts.py: network
 and UTS namespaces, veth links shaped with tc tbf), its root on SeaweedFS
 in a namespace of its own behind a shaped link: what one host cannot show.
 Runs as root where namespaces are allowed (as CI does); skipped, saying
 why, elsewhere."""
+import contextlib
 import sys
 from pathlib import Path
 
@@ -22,21 +23,23 @@ pytestmark = pytest.mark.skipif(_WHY_NOT is not None,
                                 reason=f"simulated hosts: {_WHY_NOT}")
 
 
-@pytest.fixture
-def cluster(tmp_path):
-    """4 hosts on 1 Gbit/s links; the store behind 400 Mbit/s."""
-    with Hosts(HOSTS, rate_mbit=1000, store_rate_mbit=400) as hosts:
+@contextlib.contextmanager
+def cluster(tmp_path, count):
+    """`count` hosts on 1 Gbit/s links; the store behind 400 Mbit/s."""
+    with Hosts(count, rate_mbit=1000, store_rate_mbit=400) as hosts:
         with S3Server(tmp_path / "s3", host=hosts.store_address,
                       netns=hosts.store) as server:
             yield hosts, server, f"s3://{server.bucket}/{tmp_path.name}"
 
 
-def test_shared_reads_read_each_byte_from_the_store_once_per_job(
-        cluster, tmp_path):
-    hosts, server, root = cluster
+def test_shared_reads_read_each_byte_from_the_store_once_per_job(tmp_path):
+    """2 hosts: a byte read on one reaches the other host's ranks and its
+    own host's other rank (what 4 would show, at half the ranks' start-up:
+    each imports torch)."""
     mib = 16
-    records, codes = run_job(hosts, server, root, tmp_path / "out", mib,
-                             "share")
+    with cluster(tmp_path, 2) as (hosts, server, root):
+        records, codes = run_job(hosts, server, root, tmp_path / "out", mib,
+                                 "share")
     assert codes == [0] * len(codes), logs(tmp_path / "out")
     assert {r["host"] for r in records.values()} == set(hosts.names)
     for record in records.values():
@@ -51,24 +54,25 @@ def test_shared_reads_read_each_byte_from_the_store_once_per_job(
 
 @pytest.mark.long  # 5 minutes: 30 s coordinator timeouts, two jobs
 def test_a_host_cut_off_mid_save_fails_it_on_every_rank_and_loses_nothing(
-        cluster, tmp_path):
-    hosts, server, root = cluster
-    records, _ = run_job(hosts, server, root, tmp_path / "cut", 64, "cut",
-                         cut=2)
-    hosts.mend(2)
-    out = logs(tmp_path / "cut")
-    # Every rank off the cut host saw step 2 fail, naming the cut host's
-    # ranks and the host; the cut host's ranks fail too (their uploads and
-    # collectives time out) or die with their link.
-    assert set(records) >= {0, 1, 2, 3, 6, 7}, out
-    for rank, record in records.items():
-        assert record["step2"] != "committed", (rank, record)
-        if rank // PER_HOST != 2:
-            assert "ranks 4, 5 (host h2)" in record["step2"], (rank, record)
-    # The next job on the same root saves and restores; step 1 is whole and
-    # step 2 does not exist.
-    after, codes = run_job(hosts, server, root, tmp_path / "after", 64,
-                           "after")
-    assert codes == [0] * len(codes), logs(tmp_path / "after")
-    for record in after.values():
-        assert record["steps"] == [1, 3] and record["exact"], record
+        tmp_path):
+    with cluster(tmp_path, HOSTS) as (hosts, server, root):
+        records, _ = run_job(hosts, server, root, tmp_path / "cut", 64, "cut",
+                             cut=2)
+        hosts.mend(2)
+        out = logs(tmp_path / "cut")
+        # Every rank off the cut host saw step 2 fail, naming the cut
+        # host's ranks and the host; the cut host's ranks fail too (their
+        # uploads and collectives time out) or die with their link.
+        assert set(records) >= {0, 1, 2, 3, 6, 7}, out
+        for rank, record in records.items():
+            assert record["step2"] != "committed", (rank, record)
+            if rank // PER_HOST != 2:
+                assert "ranks 4, 5 (host h2)" in record["step2"], (
+                    rank, record)
+        # The next job on the same root saves and restores; step 1 is
+        # whole and step 2 does not exist.
+        after, codes = run_job(hosts, server, root, tmp_path / "after", 64,
+                               "after")
+        assert codes == [0] * len(codes), logs(tmp_path / "after")
+        for record in after.values():
+            assert record["steps"] == [1, 3] and record["exact"], record

@@ -67,37 +67,101 @@ def jax_processes(nproc, devices, *args, timeout=180):
                         f"{out[-6000:]}")
 
 
-def test_torchrun_dtensor_state_restores_on_another_world_size(tmp_path):
-    """Saved on 2 ranks in layout a and restored on 4 onto layouts a and b
-    (other placements), bit-exact; then the other way round: saved on 4
-    (in the same job) and restored on 2."""
-    root = tmp_path / "ckpt"
-
-    def writers(step):
-        manifest = json.loads(
-            (root / f"step_{step:08d}" / "MANIFEST.json").read_text())
-        files = {e["file"] for a in manifest["arrays"] for e in a["extents"]}
-        return {f.split("/")[-1][:6] for f in files}
-
-    torchrun(2, "save", root, 5, "a")
-    torchrun(4, "restore", root, 5, 6)
-    torchrun(2, "restore", root, 6)
-    # Every rank wrote its share (the replicated plain tensor once).
-    assert writers(5) == {f"r{r:05d}" for r in range(2)}
-    assert writers(6) == {f"r{r:05d}" for r in range(4)}
+def _jobs(*commands):
+    """torch_worker.py's arguments for `commands` run in one job."""
+    args = []
+    for command in commands:
+        args += (["--"] if args else []) + [str(a) for a in command]
+    return args
 
 
-def test_dcp_checkpoint_of_a_torchrun_job_imports_and_restores_on_4(
-        tmp_path):
-    """What a DCP job left (DTensors sharded over 2 ranks, saved with
-    torch.distributed.checkpoint) imported as a hoist step in one process,
-    then restored by a 4-rank job onto both layouts, bit-exact, each rank
-    reading only the extents its shards meet."""
+def _writers(root, step):
+    """Which ranks wrote the step's data files."""
+    manifest = json.loads(
+        (root / f"step_{step:08d}" / "MANIFEST.json").read_text())
+    files = {e["file"] for a in manifest["arrays"] for e in a["extents"]}
+    return {f.split("/")[-1][:6] for f in files}
+
+
+def test_torchrun_jobs_restore_and_resume_on_other_world_sizes(tmp_path):
+    """Three torchrun jobs (2, 4, then 2 ranks), each running several of
+    torch_worker.py's commands, since a launch costs more than most of
+    them:
+    - DTensor state saved on 2 ranks in layout a, restored on 4 onto
+      layouts a and b (other placements), bit-exact; then the other way
+      round: saved on 4 (in the same job) and restored on 2; every rank
+      wrote its share (the replicated plain tensor once).
+    - What a DCP job left (DTensors sharded over 2 ranks, saved with
+      torch.distributed.checkpoint), imported as a hoist step in one
+      process, restored by the 4-rank job onto both layouts, bit-exact,
+      each rank reading only the extents its shards meet.
+    - 4 ranks append to one metrics file: each save's phases, every
+      rank's, adding up to each save's time on that rank.
+    - An FSDP2 model + AdamW trained on 2 ranks, saved at step 4, resumed:
+      on 2 ranks it ends bit-exactly where the uninterrupted run ends; on
+      4 ranks bit-exactly where a run resharded from the full state
+      (torch.save of full tensors, no hoist) ends. (Across world sizes the
+      gradient reduction sums in another order, so no checkpoint can match
+      the 2-rank run's bits there.)"""
     import hoist
-    torchrun(2, "dcp", tmp_path / "dcp", "a")
-    hoist.import_checkpoint(tmp_path / "dcp", tmp_path / "ckpt", 7,
+    torch = pytest.importorskip("torch")
+    root, trained = tmp_path / "ckpt", tmp_path / "trained"
+    out = {k: tmp_path / f"{k}.pt" for k in "abcd"}
+
+    def train(name, **spec):
+        return ("train", trained, 8, json.dumps({"out": str(out[name]),
+                                                 **spec}))
+
+    torchrun(2, *_jobs(("save", root, 5, "a"),
+                       ("dcp", tmp_path / "dcp", "a"),
+                       train("a", save_at=4, full_at=4),
+                       train("b", resume=4)))
+    hoist.import_checkpoint(tmp_path / "dcp", tmp_path / "imported", 7,
                             format="dcp")
-    torchrun(4, "restore", tmp_path / "ckpt", 7)
+    metrics = tmp_path / "metrics.jsonl"
+    torchrun(4, *_jobs(("restore", root, 5, 6),
+                       ("restore", tmp_path / "imported", 7),
+                       ("metrics", tmp_path / "root", metrics,
+                        tmp_path / "infos"),
+                       train("c", resume=4),
+                       train("d", from_full=f"{out['a']}.full")))
+    torchrun(2, "restore", root, 6)
+    assert _writers(root, 5) == {f"r{r:05d}" for r in range(2)}
+    assert _writers(root, 6) == {f"r{r:05d}" for r in range(4)}
+    _check_metrics(metrics, tmp_path / "infos", ranks=4)
+    uninterrupted, resumed_same, resumed_on_4, resharded_on_4 = (
+        torch.load(out[name]) for name in "abcd")
+    assert uninterrupted.keys() == resumed_on_4.keys()
+    for name, want in uninterrupted.items():
+        assert torch.equal(resumed_same[name], want), name
+        assert torch.equal(resumed_on_4[name], resharded_on_4[name]), name
+        torch.testing.assert_close(resumed_on_4[name], want)
+
+
+def _check_metrics(metrics, infos, ranks):
+    """The metrics file of torch_worker.py's metrics command: one record
+    per phase per rank per save, adding up to each save's time."""
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    phases = ["planning", "queued", "staging", "write", "hash", "commit",
+              "retention"]
+    by_save = {}
+    for record in records:
+        assert record["kind"] == "save" and record["tier"] == "durable"
+        by_save.setdefault((record["step"], record["rank"]), []).append(record)
+    assert sorted(by_save) == [(s, r) for s in (1, 2, 3)
+                               for r in range(ranks)]
+    for rank in range(ranks):
+        for info in json.loads(Path(f"{infos}.{rank}.json").read_text()):
+            mine = by_save[(info["step"], rank)]
+            assert [r["phase"] for r in mine] == phases
+            total = sum(r["seconds"] for r in mine)
+            assert total == pytest.approx(info["elapsed_s"], abs=1e-5)
+            assert all(r["elapsed_s"] == pytest.approx(info["elapsed_s"],
+                                                       abs=1e-5)
+                       for r in mine)
+            assert set(info["slowest"]) == set(phases[:4])
+            assert all(0 <= s["rank"] < ranks
+                       for s in info["slowest"].values())
 
 
 def _survivor_saw(out, root, error_type, text, output):
@@ -144,14 +208,14 @@ def test_torchrun_hung_rank_is_named_after_the_timeout(tmp_path):
     assert 4.5 < seen["waited_s"] < 60
 
 
-@pytest.mark.parametrize("saved,restored", [((2, 4), (1, 8)),
-                                            ((2, 4), (4, 2))])
-def test_jax_global_arrays_restore_on_another_process_count(
-        tmp_path, saved, restored):
+def test_jax_global_arrays_restore_on_other_process_counts(tmp_path):
+    """Saved by 2 processes of 4 devices in layout a; restored in layout b
+    by 1 process of 8 devices and by 4 of 2, and in layout a by 2 of 4."""
     root = tmp_path / "ckpt"
-    jax_processes(*saved, "save", root, 3, "a")
-    jax_processes(*restored, "restore", root, 3, "b")
-    jax_processes(*saved, "restore", root, 3, "a")
+    jax_processes(2, 4, "save", root, 3, "a")
+    jax_processes(1, 8, "restore", root, 3, "b")
+    jax_processes(4, 2, "restore", root, 3, "b")
+    jax_processes(2, 4, "restore", root, 3, "a")
 
 
 @pytest.mark.parametrize("staging", ["auto", "pjrt"])
@@ -168,36 +232,6 @@ def test_jax_repeat_save_of_global_arrays_restores_on_one_process(
     jax_processes(1, 8, "restore", root, 2, "b")
 
 
-def test_fsdp2_training_resumed_on_another_world_size_continues_exactly(
-        tmp_path):
-    """An FSDP2 model + AdamW trained on 2 ranks, saved at step 4, resumed:
-    on 2 ranks it ends bit-exactly where the uninterrupted run ends; on 4
-    ranks bit-exactly where a run resharded from the full state (torch.save
-    of full tensors, no hoist) ends. (Across world sizes the gradient
-    reduction sums in another order, so no checkpoint can match the
-    2-rank run's bits there.)"""
-    torch = pytest.importorskip("torch")
-    root = tmp_path / "ckpt"
-    out = {k: tmp_path / f"{k}.pt" for k in "abcd"}
-
-    def runs(**specs):
-        return [json.dumps({"out": str(out[name]), **spec})
-                for name, spec in specs.items()]
-
-    torchrun(2, root, 8, *runs(a={"save_at": 4, "full_at": 4},
-                               b={"resume": 4}), script="torch_train.py")
-    torchrun(4, root, 8, *runs(c={"resume": 4},
-                               d={"from_full": f"{out['a']}.full"}),
-             script="torch_train.py")
-    uninterrupted, resumed_same, resumed_on_4, resharded_on_4 = (
-        torch.load(out[name]) for name in "abcd")
-    assert uninterrupted.keys() == resumed_on_4.keys()
-    for name, want in uninterrupted.items():
-        assert torch.equal(resumed_same[name], want), name
-        assert torch.equal(resumed_on_4[name], resharded_on_4[name]), name
-        torch.testing.assert_close(resumed_on_4[name], want)
-
-
 def test_jax_hung_process_is_named_after_the_timeout(tmp_path):
     root, out = tmp_path / "ckpt", tmp_path / "process0.json"
     procs = _start_jax(2, 4, ["hang", root, out])
@@ -211,31 +245,3 @@ def test_jax_hung_process_is_named_after_the_timeout(tmp_path):
     seen = _survivor_saw(out, root, "TimeoutError",
                          "rank 1 did not arrive within 5 s", printed)
     assert 4.5 < seen["waited_s"] < 60
-
-
-def test_torchrun_metrics_hold_one_record_per_phase_per_rank_per_save(
-        tmp_path):
-    """4 ranks append to one metrics file: each save's phases, every rank's,
-    adding up to each save's time on that rank."""
-    metrics, out = tmp_path / "metrics.jsonl", tmp_path / "infos"
-    torchrun(4, "metrics", tmp_path / "root", metrics, out)
-    records = [json.loads(line) for line in metrics.read_text().splitlines()]
-    phases = ["planning", "queued", "staging", "write", "hash", "commit",
-              "retention"]
-    by_save = {}
-    for record in records:
-        assert record["kind"] == "save" and record["tier"] == "durable"
-        by_save.setdefault((record["step"], record["rank"]), []).append(record)
-    assert sorted(by_save) == [(s, r) for s in (1, 2, 3) for r in range(4)]
-    for rank in range(4):
-        infos = json.loads((tmp_path / f"infos.{rank}.json").read_text())
-        for info in infos:
-            mine = by_save[(info["step"], rank)]
-            assert [r["phase"] for r in mine] == phases
-            total = sum(r["seconds"] for r in mine)
-            assert total == pytest.approx(info["elapsed_s"], abs=1e-5)
-            assert all(r["elapsed_s"] == pytest.approx(info["elapsed_s"],
-                                                       abs=1e-5)
-                       for r in mine)
-            assert set(info["slowest"]) == set(phases[:4])
-            assert all(0 <= s["rank"] < 4 for s in info["slowest"].values())

@@ -226,15 +226,34 @@ def test_a_root_without_a_bucket_or_with_another_scheme_is_refused():
             hoist.CheckpointManager(url, coordinator="single")
 
 
-def test_torchrun_job_saves_into_one_prefix_and_restores_on_4(s3_env):
+def test_torchrun_jobs_share_a_prefix_lose_a_rank_and_resume_on_4(
+        s3_env, tmp_path):
+    """Two torchrun jobs (2 ranks, then 4), each running two of
+    torch_worker.py's commands, since a launch costs more than either:
+    - Each rank uploads its own objects into the one prefix; the step
+      restores on 4 ranks onto both layouts.
+    - A job whose rank 1 is SIGKILLed while its share of step 2 uploads:
+      rank 0's save fails naming the lost rank, step 2 never appears, and
+      the next job (the resumed one) restores step 1 onto both layouts and
+      saves step 2 into the same prefix."""
     pytest.importorskip("torch")
-    root = f"s3://{s3_env.bucket}/{uuid.uuid4().hex[:12]}"
-    torchrun(2, "save", root, 1, "a")
-    manifest = hoist.inspect(root)
+    shared, killed = (f"s3://{s3_env.bucket}/{uuid.uuid4().hex[:12]}"
+                      for _ in range(2))
+    out = tmp_path / "rank0.json"
+    job = torchrun(2, "save", shared, 1, "a", "--", "kill", killed, out,
+                   check=False)
+    assert out.exists(), (job.stdout + job.stderr)[-6000:]
+    manifest = hoist.inspect(shared)
     files = {e["file"] for a in manifest["arrays"] for e in a["extents"]}
-    # Each rank uploaded its own objects into the one prefix.
     assert {f.split("/")[-1][:6] for f in files} == {"r00000", "r00001"}
-    torchrun(4, "restore", root, 1)
+    seen = json.loads(out.read_text())
+    assert seen["type"] == "CoordinationError", seen
+    assert re.search(r"rank 1 \(host [^)]+\) left the job",
+                     seen["error"]), seen
+    assert seen["steps"] == [1]
+    torchrun(4, "restore", shared, 1, "--", "restore", killed, 1, 2)
+    assert hoist.verify(killed) == (2, [])
+    assert hoist.verify(f"{killed}/step_00000001") == (1, [])
 
 
 def test_jax_processes_save_into_one_prefix_and_restore_on_1(s3_env):
@@ -243,25 +262,6 @@ def test_jax_processes_save_into_one_prefix_and_restore_on_1(s3_env):
     jax_processes(2, 4, "save", root, 3, "a")
     jax_processes(1, 8, "restore", root, 3, "b")
     assert json.loads(json.dumps(hoist.inspect(root)))["step"] == 3
-
-
-def test_torchrun_job_killed_mid_save_resumes_from_s3(s3_env, tmp_path):
-    """A torchrun job whose rank 1 is SIGKILLed while its share of step 2
-    uploads: rank 0's save fails naming the lost rank, step 2 never
-    appears, and the next job (the resumed one) restores step 1 onto both
-    layouts and saves step 2 into the same prefix."""
-    pytest.importorskip("torch")
-    root = f"s3://{s3_env.bucket}/{uuid.uuid4().hex[:12]}"
-    out = tmp_path / "rank0.json"
-    job = torchrun(2, "kill", root, out, check=False)
-    assert out.exists(), (job.stdout + job.stderr)[-6000:]
-    seen = json.loads(out.read_text())
-    assert seen["type"] == "CoordinationError", seen
-    assert re.search(r"rank 1 \(host [^)]+\) left the job", seen["error"]), seen
-    assert seen["steps"] == [1]
-    torchrun(2, "restore", root, 1, 2)
-    assert hoist.verify(root) == (2, [])
-    assert hoist.verify(f"{root}/step_00000001") == (1, [])
 
 
 def test_jax_job_killed_mid_save_resumes_from_s3(s3_env):

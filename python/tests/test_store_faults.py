@@ -24,12 +24,13 @@ HERE = Path(__file__).parent / "dist"
 BIN = Path(sys.executable).parent
 UPLOADS = ["PutObject", "CreateMultipartUpload", "UploadPart",
            "CompleteMultipartUpload"]
+RANKS = 2  # the torchrun job's: rank 1's uploads fail, rank 0 sees it
 
 
 @pytest.fixture
 def proxy(s3_env):
     with FaultProxy(s3_env.env["AWS_ENDPOINT_URL"],
-                    [f"rank{r}" for r in range(4)]) as p:
+                    [f"rank{r}" for r in range(RANKS)]) as p:
         yield p
 
 
@@ -73,26 +74,27 @@ def _free_port():
 
 def test_one_ranks_failing_uploads_fail_the_save_on_every_rank(
         s3_env, proxy, tmp_path):
-    """Rank 1 of 4: every upload answered 503 SlowDown (beyond the
+    """Rank 1 of 2: every upload answered 503 SlowDown (beyond the
     retries), then reset, then stalled for 120 s (each attempt abandoned
     after request_timeout_s: 3 s, so the stall costs 4 attempts of 3 s)."""
     timeout_s = 30
     faults = [[{"listener": "rank1", "ops": UPLOADS, "fault": fault,
                 "stall_s": 120}] for fault in ("503", "reset", "stall")]
-    setup = {"endpoints": [proxy.endpoint[f"rank{r}"] for r in range(4)],
+    setup = {"endpoints": [proxy.endpoint[f"rank{r}"]
+                           for r in range(RANKS)],
              "control": proxy.endpoint["control"], "faults": faults,
              "coordinator_timeout_s": timeout_s, "request_timeout_s": 3}
     out = tmp_path / "out"
     env = dict(os.environ, OMP_NUM_THREADS="1")
     env.pop("XLA_FLAGS", None)
     done = subprocess.run(
-        [str(BIN / "torchrun"), "--nproc-per-node", "4", "--master-port",
-         str(_free_port()), "--monitor-interval", "1",
+        [str(BIN / "torchrun"), "--nproc-per-node", str(RANKS),
+         "--master-port", str(_free_port()), "--monitor-interval", "1",
          str(HERE / "store_fault_worker.py"), _root(s3_env), str(out),
          json.dumps(setup)],
         capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-6000:]
-    for rank in range(4):
+    for rank in range(RANKS):
         records = json.loads(Path(f"{out}.{rank}.json").read_text())
         assert len(records) == len(faults)
         for fault, record in zip(("503", "reset", "stall"), records):

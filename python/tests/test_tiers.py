@@ -44,13 +44,23 @@ def check_recovery(figures, lost_rank):
         received)
 
 
-def test_torchrun_recovers_a_killed_rank_with_its_local_root_lost(tmp_path):
+def test_torchrun_jobs_recover_a_lost_local_root_share_reads_and_ranks(
+        tmp_path):
+    """Three torchrun jobs (4, 4, then 2 ranks), the second running several
+    of tiers_worker.py's phases, since a launch costs more than a phase:
+    - Steps 1-6 saved; step 7 in flight when rank 1 loses its local root
+      and is killed. The others' step 7 fails (on the lost peer, a
+      CoordinationError; or, when rank 1's saver saw its storage vanish
+      before the kill, an OSError naming its failed part), or torchrun
+      stops them first; torchrun fails the job. The next job restores step
+      6 from the local tier, rank 1's part from its replica.
+    - Data-parallel replicas on a 2 x 2 mesh: "w" is replicated over
+      "data", so two ranks need each of its boxes. With shared reads the
+      job reads each byte once (one rank reads, the other receives it over
+      gloo); without, each rank reads all it needs.
+    - Per-rank state restored on as many ranks as saved it (each its own),
+      and on 2 (refused, or every rank's with per_rank="all")."""
     root, local = tmp_path / "durable", tmp_path / "local"
-    # Steps 1-6 saved; step 7 in flight when rank 1 loses its local root
-    # and is killed. The others' step 7 fails (on the lost peer, a
-    # CoordinationError; or, when rank 1's saver saw its storage vanish
-    # before the kill, an OSError naming its failed part), or torchrun stops
-    # them first; torchrun fails the job.
     killed = torchrun(4, "torch", "save_kill", root, local, 6, check=False,
                       script="tiers_worker.py")
     assert killed.returncode != 0, killed.stdout[-2000:]
@@ -58,30 +68,16 @@ def test_torchrun_recovers_a_killed_rank_with_its_local_root_lost(tmp_path):
     assert "completed without rank 1" not in killed.stderr
     assert not (local / "1").exists()  # rank 1's node lost it
     assert sorted(p.name for p in root.glob("step_*")) == ["step_00000004"]
-    out = tmp_path / "restore.json"
+    out, read = tmp_path / "restore.json", tmp_path / "read.json"
+    ranks = tmp_path / "ranks"
     torchrun(4, "torch", "restore", root, local, out,
+             "read_once", tmp_path / "shared", "-", read,
+             "ranks_save", ranks, "-", "-",
+             "ranks_restore", ranks, "-", 4, script="tiers_worker.py")
+    torchrun(2, "torch", "ranks_restore", ranks, "-", 4,
              script="tiers_worker.py")
     check_recovery(json.loads(out.read_text()), 1)
-
-
-def test_jax_processes_recover_a_lost_local_root_from_its_replica(tmp_path):
-    root, local = tmp_path / "durable", tmp_path / "local"
-    jax_job(2, "save", root, local, 6)
-    shutil.rmtree(local / "0")
-    out = tmp_path / "restore.json"
-    jax_job(2, "restore", root, local, out)
-    check_recovery(json.loads(out.read_text()), 0)
-
-
-def test_data_parallel_replicas_read_each_byte_once(tmp_path):
-    """torchrun, 4 ranks on a 2 x 2 mesh: "w" is replicated over "data",
-    so two ranks need each of its boxes. With shared reads the job reads
-    each byte once (one rank reads, the other receives it over gloo);
-    without, each rank reads all it needs."""
-    out = tmp_path / "read.json"
-    torchrun(4, "torch", "read_once", tmp_path / "durable", "-", out,
-             script="tiers_worker.py")
-    figures = json.loads(out.read_text())
+    figures = json.loads(read.read_text())
     shared, separate = figures["shared"], figures["separate"]
     assert figures["unique"] <= shared["bytes_read"] <= (
         figures["unique"] * 1.1), figures
@@ -91,11 +87,10 @@ def test_data_parallel_replicas_read_each_byte_once(tmp_path):
         shared["bytes_read"] + shared["bytes_received"]), figures
 
 
-def test_per_rank_state_on_another_world_size(tmp_path):
-    root = tmp_path / "durable"
-    torchrun(4, "torch", "ranks_save", root, "-", "-",
-             script="tiers_worker.py")
-    torchrun(4, "torch", "ranks_restore", root, "-", 4,
-             script="tiers_worker.py")
-    torchrun(2, "torch", "ranks_restore", root, "-", 4,
-             script="tiers_worker.py")
+def test_jax_processes_recover_a_lost_local_root_from_its_replica(tmp_path):
+    root, local = tmp_path / "durable", tmp_path / "local"
+    jax_job(2, "save", root, local, 6)
+    shutil.rmtree(local / "0")
+    out = tmp_path / "restore.json"
+    jax_job(2, "restore", root, local, out)
+    check_recovery(json.loads(out.read_text()), 0)

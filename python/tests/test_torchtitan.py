@@ -48,29 +48,32 @@ def _steps(folder):
 def test_job_killed_mid_save_resumes_bit_identical(base, tmp_path):
     """Killed while a save is in flight, the job resumes from its newest
     committed step and ends bit-identical to the job that was not. The
-    uninterrupted job's steps also serve the loads: load_step=8 on 4 ranks
-    gives the model the 2-rank job had at step 8 (the data loader, per
-    rank, excluded); a fresh folder with initial_load_path (model only)
-    starts from that model. (Jobs share launches: three, not five.)"""
+    uninterrupted job's steps also serve the loads: load_step=8 (the data
+    loader, per rank, excluded) gives the model the job had at step 8; a
+    fresh folder with initial_load_path (model only) starts from that
+    model. (Jobs share launches: two, not five. A load on another world
+    size goes through hoist.dcp as in test_dcp.py's kill test, which loads
+    on 4 ranks what 2 saved.)"""
     # The uninterrupted job, then (in the same processes) the killed one.
     killed = _train(2, f"{base}/b", tmp_path / "b.pt", 8, check=False,
                     kill_at=6, first=[(f"{base}/a", tmp_path / "a.pt", 8, {})])
     assert killed.returncode != 0
     assert _steps(f"{base}/a/ckpt") == [6, 8]  # keep_latest_k=2
-    # The resumed job, then one starting from the uninterrupted job's model
-    # (initial_load_path, model only) in a fresh folder.
+    # The resumed job, the load of step 8, then one starting from the
+    # uninterrupted job's model (initial_load_path, model only) in a fresh
+    # folder.
     _train(2, f"{base}/e", tmp_path / "e.pt", 0,
            initial_load_path=f"{base}/a/ckpt",
-           first=[(f"{base}/b", tmp_path / "c.pt", 8, {})])
+           first=[(f"{base}/b", tmp_path / "c.pt", 8, {}),
+                  (f"{base}/a", tmp_path / "d.pt", 8,
+                   {"load_step": 8,
+                    "exclude_from_loading": ["dataloader"]})])
     # From step 4 (or 6, had the killed save committed first).
     assert (tmp_path / "c.pt.start").read_text() in ("4", "6")
     _same(tmp_path / "a.pt", tmp_path / "c.pt")
     done = subprocess.run([str(BIN / "hoist"), "verify", f"{base}/b/ckpt"],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
-
-    _train(4, f"{base}/a", tmp_path / "d.pt", 8, load_step=8,
-           exclude_from_loading=["dataloader"])
     assert (tmp_path / "d.pt.start").read_text() == "8"
     _same(tmp_path / "a.pt", tmp_path / "d.pt")
     assert (tmp_path / "e.pt.start").read_text() == "0"

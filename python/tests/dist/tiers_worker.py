@@ -12,6 +12,9 @@ CPU backend).
   tiers_worker.py torch ranks_save ROOT - -
   tiers_worker.py torch ranks_restore ROOT - SAVED_WORLD
 
+Under torchrun, several PHASE ROOT LOCAL LAST groups run one after the
+other in the one job (a launch costs more than a phase here).
+
 save: steps 1..STEPS, each to the local tier (local every step, the
 extents of its part no other process holds sent to one peer: "opt"'s, not
 "w"'s) and every 4th to the durable root. save_kill: the same,
@@ -155,7 +158,8 @@ def local_shards(array):
 
 
 def main():
-    phase, root, local, last = ARGS
+    if not ARGS or len(ARGS) % 4 or (FRAMEWORK == "jax" and len(ARGS) != 4):
+        sys.exit(f"usage: see {__doc__}")
     if FRAMEWORK == "jax":
         import jax
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
@@ -165,12 +169,14 @@ def main():
         import torch.distributed as dist
         dist.init_process_group("gloo")
         make, rank = torch_state, dist.get_rank()
-    if phase.startswith("ranks_"):
-        ranks(phase, root, rank, last)
-    elif phase == "read_once":
-        read_once(root, rank, last, make)
-    else:
-        tiers(phase, root, local, last, make, rank)
+    for at in range(0, len(ARGS), 4):
+        phase, root, local, last = ARGS[at:at + 4]
+        if phase.startswith("ranks_"):
+            ranks(phase, root, rank, last)
+        elif phase == "read_once":
+            read_once(root, rank, last, make)
+        else:
+            tiers(phase, root, local, last, make, rank)
     if FRAMEWORK == "torch":
         import outcome  # beside this script
         outcome.exit_without_teardown()

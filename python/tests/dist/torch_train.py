@@ -1,5 +1,7 @@
 """One rank of an FSDP2 training job (torchrun, gloo, CPU) that checkpoints
-with hoist; test_multiprocess.py runs it on different world sizes.
+with hoist; test_multiprocess.py runs its runs on different world sizes
+(torch_worker.py's train command), dcp_train.py its main with a run of its
+own.
 
   torch_train.py ROOT END RUN [RUN ...]
 

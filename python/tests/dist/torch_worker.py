@@ -1,18 +1,21 @@
 """One rank of a torchrun job that saves or restores DTensor state with hoist
-(run by test_torchrun.py under `torchrun --nproc-per-node N`).
+(run by test_multiprocess.py under `torchrun --nproc-per-node N`).
 
-  torch_worker.py save ROOT STEP LAYOUT      save the reference state
-  torch_worker.py restore ROOT STEP [SAVE]   restore it onto each layout,
-                                             check; then save step SAVE
-  torch_worker.py kill ROOT OUT              rank 1 dies mid-save; rank 0
-                                             writes what it saw to OUT
-  torch_worker.py hang ROOT OUT              rank 1 stops mid-save (SIGSTOP);
-                                             the same
-  torch_worker.py dcp DIR LAYOUT             save the reference state with
-                                             torch.distributed.checkpoint
-  torch_worker.py metrics ROOT FILE OUT      three saves appending their
-                                             phases to FILE; each rank's
-                                             wait() results to OUT.RANK.json
+  torch_worker.py COMMAND ARGS... [-- COMMAND ARGS...]
+
+runs each command in turn in the one job (kill and hang end it):
+
+  save ROOT STEP LAYOUT       save the reference state
+  restore ROOT STEP [SAVE]    restore it onto each layout, check; then
+                              save step SAVE
+  dcp DIR LAYOUT              save the reference state with
+                              torch.distributed.checkpoint
+  metrics ROOT FILE OUT       three saves appending their phases to FILE;
+                              each rank's wait() results to OUT.RANK.json
+  train ROOT END RUN          one of torch_train.py's runs (FSDP2)
+  kill ROOT OUT               rank 1 dies mid-save; rank 0 writes what it
+                              saw to OUT
+  hang ROOT OUT               rank 1 stops mid-save (SIGSTOP); the same
 
 LAYOUT names the placements of every array ("a" or "b"), so a restore can
 use other placements than the save, on any number of ranks. The reference
@@ -106,76 +109,109 @@ def extents_needed(manifest, template):
     return count + len(saved["plain"]["extents"])
 
 
-def main():
-    command, root = sys.argv[1], sys.argv[2]
-    dist.init_process_group("gloo")
+def save(root, step, layout):
+    with hoist.CheckpointManager(root, pool_bytes=64 << 20) as mgr:
+        assert mgr.rank == dist.get_rank()
+        mgr.save(int(step), state(layout)).wait()
+
+
+def restore(root, step, save_step=None):
+    """Onto every layout, checked; then, maybe, a save of `save_step`."""
+    step = int(step)
+    with hoist.CheckpointManager(root, pool_bytes=64 << 20) as mgr:
+        for layout in "ab":
+            template = state(layout)
+            restored = mgr.restore(step, like=template)
+            check(restored, layout)
+            needed = extents_needed(
+                hoist.inspect(f"{root}/step_{step:08d}"), template)
+            assert mgr.last_restore["extents_read"] == needed, (
+                mgr.last_restore, needed)
+        # Without a template: every rank gets the full tensors.
+        whole = mgr.restore(step)
+        full = full_tensors()
+        for name in placements("a"):
+            assert torch.equal(whole["model"][name], full[name]), name
+        if save_step is not None:
+            mgr.save(int(save_step), state("a")).wait()
+
+
+def metrics(root, path, out):
+    """Three saves, their phases appended to `path`."""
+    with hoist.CheckpointManager(root, pool_bytes=64 << 20, keep=2,
+                                 metrics_path=path) as mgr:
+        infos = [mgr.save(step, state("a")).wait() for step in (1, 2, 3)]
+    with open(f"{out}.{dist.get_rank()}.json", "w") as f:
+        json.dump(infos, f)
+
+
+def dcp_save(directory, layout):
+    """The checkpoint a DCP job has, to import."""
+    import torch.distributed.checkpoint as dcp
+    dcp.save(state(layout), checkpoint_id=directory)
+
+
+def train(root, end, spec):
+    """torch_train.py's run: FSDP2 training, saved or resumed by hoist."""
+    import torch_train  # beside this script
+    torch_train.run(root, end=int(end), **json.loads(spec))
+
+
+def kill(root, out):
     rank = dist.get_rank()
-    if command == "save":
-        step, layout = int(sys.argv[3]), sys.argv[4]
-        with hoist.CheckpointManager(root, pool_bytes=64 << 20) as mgr:
-            assert mgr.rank == rank
-            mgr.save(step, state(layout)).wait()
-    elif command == "restore":  # onto every layout; then, maybe, a save
-        step = int(sys.argv[3])
-        with hoist.CheckpointManager(root, pool_bytes=64 << 20) as mgr:
-            for layout in "ab":
-                template = state(layout)
-                restored = mgr.restore(step, like=template)
-                check(restored, layout)
-                needed = extents_needed(
-                    hoist.inspect(f"{root}/step_{step:08d}"), template)
-                assert mgr.last_restore["extents_read"] == needed, (
-                    mgr.last_restore, needed)
-            # Without a template: every rank gets the full tensors.
-            whole = mgr.restore(step)
-            full = full_tensors()
-            for name in placements("a"):
-                assert torch.equal(whole["model"][name], full[name]), name
-            if len(sys.argv) > 4:  # save SAVE_STEP in layout a, this job
-                mgr.save(int(sys.argv[4]), state("a")).wait()
-    elif command == "metrics":  # three saves, their phases appended
-        metrics, out = sys.argv[3], sys.argv[4]
-        with hoist.CheckpointManager(root, pool_bytes=64 << 20, keep=2,
-                                     metrics_path=metrics) as mgr:
-            infos = [mgr.save(step, state("a")).wait() for step in (1, 2, 3)]
-        with open(f"{out}.{rank}.json", "w") as f:
-            json.dump(infos, f)
-    elif command == "dcp":  # the checkpoint a DCP job has, to import
-        import torch.distributed.checkpoint as dcp
-        dcp.save(state(sys.argv[3]), checkpoint_id=root)
-    elif command == "kill":
-        out = sys.argv[3]
-        # torchrun ends the survivors (SIGTERM, SIGKILL 30 s later) at its
-        # next look (every 0.5 s) after rank 1 dies: rank 0 stays to report
-        # what its save saw, which on a loaded machine may take longer.
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        # Big enough that rank 1 dies while its share is being written.
-        big = {"big": torch.ones(16 << 20, dtype=torch.float32)}
-        mgr = hoist.CheckpointManager(root, pool_bytes=256 << 20,
-                                      coordinator_timeout_s=60)
-        mgr.save(1, state("a")).wait()
-        handle = mgr.save(2, {**state("a"), **big})
-        if rank == 1:  # dies once its share of step 2 is staged: in the
-            # save's first collective, or while its share is written
-            os.kill(os.getpid(), signal.SIGKILL)
-        outcome.report(mgr, handle, out)
-        os._exit(0)  # the job lost a rank: skip torch's teardown
-    elif command == "hang":
-        out = sys.argv[3]
-        pids = [None] * dist.get_world_size()
-        dist.all_gather_object(pids, os.getpid())
-        mgr = hoist.CheckpointManager(root, pool_bytes=256 << 20,
-                                      coordinator_timeout_s=5)
-        mgr.save(1, state("a")).wait()
-        # Big enough that rank 1 stops while its share is being written.
-        big = {"big": torch.ones(16 << 20, dtype=torch.float32)}
-        handle = mgr.save(2, {**state("a"), **big})
-        if rank == 1:  # stops (alive, silent) once its share is staged:
-            # in the save's first collective, or before it is written
-            os.kill(os.getpid(), signal.SIGSTOP)
-        outcome.report(mgr, handle, out)
-        os.kill(pids[1], signal.SIGKILL)
-        os._exit(0)
+    # torchrun ends the survivors (SIGTERM, SIGKILL 30 s later) at its
+    # next look (every 0.5 s) after rank 1 dies: rank 0 stays to report
+    # what its save saw, which on a loaded machine may take longer.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # Big enough that rank 1 dies while its share is being written.
+    big = {"big": torch.ones(16 << 20, dtype=torch.float32)}
+    mgr = hoist.CheckpointManager(root, pool_bytes=256 << 20,
+                                  coordinator_timeout_s=60)
+    mgr.save(1, state("a")).wait()
+    handle = mgr.save(2, {**state("a"), **big})
+    if rank == 1:  # dies once its share of step 2 is staged: in the
+        # save's first collective, or while its share is written
+        os.kill(os.getpid(), signal.SIGKILL)
+    outcome.report(mgr, handle, out)
+    os._exit(0)  # the job lost a rank: skip torch's teardown
+
+
+def hang(root, out):
+    pids = [None] * dist.get_world_size()
+    dist.all_gather_object(pids, os.getpid())
+    mgr = hoist.CheckpointManager(root, pool_bytes=256 << 20,
+                                  coordinator_timeout_s=5)
+    mgr.save(1, state("a")).wait()
+    # Big enough that rank 1 stops while its share is being written.
+    big = {"big": torch.ones(16 << 20, dtype=torch.float32)}
+    handle = mgr.save(2, {**state("a"), **big})
+    if dist.get_rank() == 1:  # stops (alive, silent) once its share is
+        # staged: in the save's first collective, or before it is written
+        os.kill(os.getpid(), signal.SIGSTOP)
+    outcome.report(mgr, handle, out)
+    os.kill(pids[1], signal.SIGKILL)
+    os._exit(0)
+
+
+COMMANDS = {"save": save, "restore": restore, "metrics": metrics,
+            "dcp": dcp_save, "train": train, "kill": kill, "hang": hang}
+
+
+def main():
+    """Runs each COMMAND ARGS... in turn (separated by "--") in this one
+    job: a launch costs more than most commands here."""
+    words, commands = sys.argv[1:], [[]]
+    for word in words:
+        if word == "--":
+            commands.append([])
+        else:
+            commands[-1].append(word)
+    for command in commands:
+        if not command or command[0] not in COMMANDS:
+            sys.exit(f"unknown command {command}; usage: see {__doc__}")
+    dist.init_process_group("gloo")
+    for name, *args in commands:
+        COMMANDS[name](*args)
     dist.destroy_process_group()
     outcome.exit_without_teardown()
 

@@ -16,6 +16,7 @@
 #include "hoist/io/fault_storage.h"
 #include "hoist/io/memory_storage.h"
 #include "testing/array_bytes.h"
+#include "testing/mixed_model.h"
 #include "testing/temp_dir.h"
 
 namespace hoist {
