@@ -37,6 +37,7 @@ import os
 import re
 import socket
 import sys
+import threading
 import time
 import zlib
 
@@ -216,13 +217,29 @@ class TorchCoordinator:
 
     def _what_rank_0_saw(self, report):
         """Which ranks rank 0 found failed, from the job's store, if it says
-        within a few seconds; else None."""
-        try:
-            store = self._board_store()
-            store.wait([report], datetime.timedelta(seconds=5))
-            return f"according to rank 0, {store.get(report).decode()}"
-        except Exception:  # noqa: BLE001 (rank 0 gone, or no store)
-            return None
+        within a few seconds; else None.
+
+        The read runs on a thread of its own that is given up after 6 s:
+        on a host cut off from the store's, torch's TCPStore client waits
+        5 s, then sends rank 0's host a cancel and waits for its answer on a
+        socket without a timeout, so the save that failed would never
+        return (issue 78: both ranks of a cut host hung there). The thread
+        stays blocked until the link comes back or the process ends."""
+        answer = []
+
+        def read():
+            try:
+                store = self._board_store()
+                store.wait([report], datetime.timedelta(seconds=5))
+                answer.append(store.get(report).decode())
+            except Exception:  # noqa: BLE001 (rank 0 gone, or no store)
+                pass
+
+        reader = threading.Thread(target=read, daemon=True,
+                                  name="hoist-failure-report")
+        reader.start()
+        reader.join(6)
+        return f"according to rank 0, {answer[0]}" if answer else None
 
     def barrier(self, name):
         self._arrive(name)

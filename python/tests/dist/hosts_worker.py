@@ -6,7 +6,8 @@ MASTER_PORT and the object store's AWS_* in its environment.
 
 ROOT: the checkpoint root (s3://...); OUT: a directory for this rank's
 rank_N.json; MIB: the state's size in MiB (8 float32 arrays sharded
-Shard(0) over every rank).
+Shard(0) over every rank). HOIST_HOSTS_COORDINATOR_TIMEOUT_S: the
+coordinator's timeout (default 30 s).
 MODE:
   share    saves step 1, then restores it whole on every rank (each rank
            needs every byte) twice: with shared reads (each byte read from
@@ -16,7 +17,7 @@ MODE:
   cut      saves step 1, writes a byte to OUT/saving (the harness's FIFO)
            once step 2's save has begun
            (the test then cuts a host's link), and records how step 2
-           went on this rank.
+           went on this rank and how long its wait() took.
   after    a new job on the same root: saves step 3 and restores steps 1
            and 3, checking every byte.
   tiers    saves steps 1 to 3 with a local tier in LOCAL/{rank} (set by
@@ -68,7 +69,8 @@ def main():
     rank, ranks = dist.get_rank(), dist.get_world_size()
     mesh = init_device_mesh("cpu", (ranks,))
     record = {"rank": rank, "host": socket.gethostname()}
-    options = dict(pool_bytes=64 << 20, coordinator_timeout_s=30,
+    timeout_s = float(os.environ.get("HOIST_HOSTS_COORDINATOR_TIMEOUT_S", 30))
+    options = dict(pool_bytes=64 << 20, coordinator_timeout_s=timeout_s,
                    storage_options={"connect_timeout_s": 2,
                                     "request_timeout_s": 10,
                                     "max_attempts": 2})
@@ -97,11 +99,13 @@ def main():
             if rank == 0:  # the harness's FIFO: it cuts the link now
                 with open(os.path.join(out, "saving"), "w") as saving:
                     saving.write("1")
+            start = time.monotonic()
             try:
                 handle.wait()
                 record["step2"] = "committed"
             except Exception as error:  # noqa: BLE001 (reported, not lost)
                 record["step2"] = f"{type(error).__name__}: {error}"
+            record["waited_s"] = time.monotonic() - start
             try:
                 mgr.close()
             except Exception:  # noqa: BLE001 (the same error again)
