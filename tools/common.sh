@@ -82,8 +82,8 @@ build_dir() {
 
 # The compiler cache (ccache) that every clone on this machine shares, in
 # $HOIST_CCACHE_DIR (default ~/.cache/hoist/ccache; HOIST_CCACHE_DIR= turns
-# it off), at most $HOIST_CCACHE_SIZE (default 5G; the suite's builds take
-# about 1 GB). A fresh clone of a tree built before compiles next to
+# it off), at most $HOIST_CCACHE_SIZE (default 5G; the suite's four builds
+# take about 0.15 GB). A fresh clone of a tree built before compiles next to
 # nothing: paths under the clone are rewritten relative to it
 # (CCACHE_BASEDIR) and the build directory is left out of the hash
 # (CCACHE_NOHASHDIR), so two clones' compiles of one source are the same;
