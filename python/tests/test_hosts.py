@@ -7,7 +7,10 @@ import contextlib
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+
+import hoist
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent / "testing"))
@@ -76,7 +79,7 @@ def test_a_host_cut_off_mid_save_fails_it_on_every_rank_and_loses_nothing(
         # Every rank came back from the failed save and exited.
         assert codes == [0] * len(codes), out
         assert set(records) == set(range(count * PER_HOST)), out
-        named = (f"ranks {', '.join(map(str, lost))} (host h{cut})")
+        named = f"ranks {', '.join(map(str, lost))} (host h{cut})"
         for rank, record in records.items():
             assert record["step2"] != "committed", (rank, record)
             # Within the bounds: a request's (2 attempts of 10 s) and a
@@ -100,9 +103,6 @@ def _step_1_alone_and_the_root_usable(root, server, monkeypatch):
     """From this process (the bridge's address reaches the store): step 1
     is the only step and every extent of it verifies; a save of step 3
     commits and restores."""
-    import numpy as np
-
-    import hoist
     for name, value in server.env.items():
         monkeypatch.setenv(name, value)
     with hoist.CheckpointManager(root, coordinator="single") as mgr:

@@ -20,7 +20,7 @@ import hoist
 pafs = pytest.importorskip("pyarrow.fs")
 
 from test_multiprocess import (  # noqa: E402
-    _start_jax, jax_processes, torchrun)
+    _jobs, _start_jax, jax_processes, torchrun)
 
 
 @pytest.fixture(params=["s3", "gs"])
@@ -240,7 +240,7 @@ def test_torchrun_jobs_share_a_prefix_lose_a_rank_and_resume_on_4(
     shared, killed = (f"s3://{s3_env.bucket}/{uuid.uuid4().hex[:12]}"
                       for _ in range(2))
     out = tmp_path / "rank0.json"
-    job = torchrun(2, "save", shared, 1, "a", "--", "kill", killed, out,
+    job = torchrun(2, *_jobs(("save", shared, 1, "a"), ("kill", killed, out)),
                    check=False)
     assert out.exists(), (job.stdout + job.stderr)[-6000:]
     manifest = hoist.inspect(shared)
@@ -251,7 +251,7 @@ def test_torchrun_jobs_share_a_prefix_lose_a_rank_and_resume_on_4(
     assert re.search(r"rank 1 \(host [^)]+\) left the job",
                      seen["error"]), seen
     assert seen["steps"] == [1]
-    torchrun(4, "restore", shared, 1, "--", "restore", killed, 1, 2)
+    torchrun(4, *_jobs(("restore", shared, 1), ("restore", killed, 1, 2)))
     assert hoist.verify(killed) == (2, [])
     assert hoist.verify(f"{killed}/step_00000001") == (1, [])
 
