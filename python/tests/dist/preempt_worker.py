@@ -175,6 +175,12 @@ def main():
 
 if __name__ == "__main__":
     code = main()
+    if KIND == "jax" and code == 0:
+        # Process 0 hosts the coordination service, and a process that
+        # loses it aborts: the shutdown barrier lets every process write
+        # its outcome before process 0 exits.
+        import jax
+        jax.distributed.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
     # Past the teardown's gloo threads (see outcome.exit_without_teardown).
