@@ -140,19 +140,23 @@ venv_python() {
   echo "$python"
 }
 
-# link_shared_venv: .venv -> the shared virtualenv of these requirements
-# (made if missing), unless the clone keeps its own.
+# link_shared_venv [VENV PREFIX REQUIREMENTS...]: VENV (default .venv) ->
+# the shared virtualenv of these requirements (default: the test and
+# package requirements), made if missing, unless the clone keeps its own.
 link_shared_venv() {
+  local venv=${1:-$HOIST_VENV} prefix=${2:-venv}
+  local -a files=("${@:3}")
+  ((${#files[@]})) || files=(python/requirements-test.txt python/requirements.txt)
   [[ -n "$HOIST_VENV_CACHE" ]] || return 0
-  [[ -d "$HOIST_VENV" && ! -L "$HOIST_VENV" ]] && return 0
-  local python key target
+  [[ -d "$venv" && ! -L "$venv" ]] && return 0
+  local python key target file
   python=$(venv_python)
   key=$({
     "$python" --version
     echo "uv $HOIST_UV_VERSION"
-    cat "$HOIST_ROOT"/python/requirements*.txt
+    for file in "${files[@]}"; do cat "$HOIST_ROOT/$file"; done
   } | sha256sum | cut -c1-16)
-  target="$HOIST_VENV_CACHE/venv-$key"
+  target="$HOIST_VENV_CACHE/$prefix-$key"
   mkdir -p "$HOIST_VENV_CACHE"
   if [[ -x "$target/bin/python" ]] && ! venv_scripts_run "$target"; then
     log "the shared virtualenv $target has scripts that name a missing interpreter: making it anew"
@@ -162,12 +166,12 @@ link_shared_venv() {
     log "creating the shared virtualenv $target ($("$python" --version))"
     rm -rf "$target"
     "$python" -m venv "$target"
-    # The oldest beyond the newest HOIST_VENV_KEEP go.
-    ls -1dt "$HOIST_VENV_CACHE"/venv-* 2>/dev/null |
+    # The oldest of this kind beyond the newest HOIST_VENV_KEEP go.
+    ls -1dt "$HOIST_VENV_CACHE/$prefix"-* 2>/dev/null |
       tail -n +"$((${HOIST_VENV_KEEP:-3} + 1))" | xargs -r rm -rf
   fi
   touch "$target"  # its age is its last use
-  ln -sfn "$target" "$HOIST_VENV"
+  ln -sfn "$target" "$venv"
 }
 
 # venv_scripts_run VENV: whether every script in VENV/bin names an
@@ -185,21 +189,26 @@ venv_scripts_run() {
   done
 }
 
-# python_requirements REQUIREMENTS: the virtualenv and REQUIREMENTS only
-# (downloads, mostly: a caller may run it beside a C++ build).
+# python_requirements REQUIREMENTS [VENV PREFIX]: the virtualenv (.venv, or
+# VENV shared as PREFIX-KEY, keyed by REQUIREMENTS alone) and REQUIREMENTS
+# only (downloads, mostly: a caller may run it beside a C++ build).
 python_requirements() {
-  local requirements=$1
-  link_shared_venv
-  if [[ ! -x "$HOIST_VENV/bin/python" ]]; then
+  local requirements=$1 venv=${2:-$HOIST_VENV}
+  if [[ -n "${3:-}" ]]; then
+    link_shared_venv "$venv" "$3" "$requirements"
+  else
+    link_shared_venv
+  fi
+  if [[ ! -x "$venv/bin/python" ]]; then
     local python
     python=$(venv_python)
-    log "creating the virtualenv .venv ($("$python" --version))"
-    "$python" -m venv "$HOIST_VENV"
+    log "creating the virtualenv $venv ($("$python" --version))"
+    "$python" -m venv "$venv"
   fi
   local stamp
-  stamp="$HOIST_VENV/.installed-$(basename "$requirements")"
-  if [[ -L "$HOIST_VENV" && -f "$stamp" ]]; then
-    log "Python packages ($requirements): installed in $(readlink "$HOIST_VENV")"
+  stamp="$venv/.installed-$(basename "$requirements")"
+  if [[ -L "$venv" && -f "$stamp" ]]; then
+    log "Python packages ($requirements): installed in $(readlink "$venv")"
     return
   fi
   log "installing Python packages ($requirements)"
@@ -210,16 +219,16 @@ python_requirements() {
   # bytecode now as pip does (else the tests' first imports of torch and jax
   # compile it, on the critical path: pytest took 100 s longer); pip takes
   # over where uv cannot be had or fails.
-  if "$HOIST_VENV/bin/pip" install -q --disable-pip-version-check \
+  if "$venv/bin/pip" install -q --disable-pip-version-check \
     "uv==$HOIST_UV_VERSION" &&
-    "$HOIST_VENV/bin/uv" pip install -q --native-tls --compile-bytecode \
+    "$venv/bin/uv" pip install -q --native-tls --compile-bytecode \
       ${PIP_FIND_LINKS:+--find-links "$PIP_FIND_LINKS"} \
-      --python "$(venv_own_path)/bin/python" \
+      --python "$(venv_own_path "$venv")/bin/python" \
       -r "$HOIST_ROOT/$requirements"; then
     touch "$stamp"
     return
   fi
-  "$HOIST_VENV/bin/pip" install -q --disable-pip-version-check \
+  "$venv/bin/pip" install -q --disable-pip-version-check \
     -r "$HOIST_ROOT/$requirements"
   touch "$stamp"
 }
@@ -230,10 +239,11 @@ python_requirements() {
 # that clone exists (CI's clone found torchrun and accelerate naming one
 # long gone).
 venv_own_path() {
-  (cd "$HOIST_VENV" && pwd -P)
+  (cd "${1:-$HOIST_VENV}" && pwd -P)
 }
 
-# python_hoist: the hoist package, built from this tree into the virtualenv.
+# python_hoist: the hoist package, built from this tree as a wheel
+# (build/wheel) and installed into the virtualenv.
 python_hoist() {
   log "building the hoist Python package"
   # Until 0.1.0 the distribution was named "hoist" (an unrelated project's
@@ -243,9 +253,25 @@ python_hoist() {
   fi
   local launcher
   launcher=$(compiler_launcher)
-  "$HOIST_VENV/bin/pip" install -q --disable-pip-version-check \
-    --no-build-isolation \
+  rm -rf "$HOIST_ROOT/build/wheel"
+  "$HOIST_VENV/bin/pip" wheel -q --disable-pip-version-check --no-deps \
+    --no-build-isolation -w "$HOIST_ROOT/build/wheel" \
     --config-settings=cmake.define.CMAKE_C_COMPILER_LAUNCHER="$launcher" \
     --config-settings=cmake.define.CMAKE_CXX_COMPILER_LAUNCHER="$launcher" \
     "$HOIST_ROOT"
+  hoist_wheel_into "$HOIST_VENV"
+}
+
+# hoist_wheel_into VENV: the wheel python_hoist built, installed into VENV
+# (its dependencies are VENV's requirements).
+hoist_wheel_into() {
+  "$1/bin/pip" install -q --disable-pip-version-check --no-deps \
+    --force-reinstall "$HOIST_ROOT"/build/wheel/hoist_checkpoint-*.whl
+}
+
+# PyTorch/XLA's virtualenv (.venv-xla: torch-xla pins its own torch), shared
+# by clones as xla-KEY, keyed by python/requirements-xla.txt.
+HOIST_XLA_VENV="$HOIST_ROOT/.venv-xla"
+python_xla_requirements() {
+  python_requirements python/requirements-xla.txt "$HOIST_XLA_VENV" xla
 }

@@ -32,6 +32,9 @@ pip_times=$(mktemp)
 {
   start=$SECONDS
   python_requirements python/requirements-test.txt
+  # PyTorch/XLA's own virtualenv (its torch is pinned apart from .venv's):
+  # test_torch_xla.py runs its jobs with it.
+  python_xla_requirements
   echo "$start $SECONDS" >"$pip_times"
 } >"$pip_log" 2>&1 &
 pip_pid=$!
@@ -75,9 +78,11 @@ if ! wait "$package_pid"; then
   echo "building the hoist Python package failed" >&2
   exit 1
 fi
+hoist_wheel_into "$HOIST_XLA_VENV"
+export HOIST_REQUIRE_XLA=1
 cat "$pip_log" "$package_log" >&2
 read -r start end <"$pip_times" && stage_record \
-  "  beside: Python requirements (python/requirements-test.txt)" "$start" "$end"
+  "  beside: Python requirements (requirements-test.txt, -xla.txt)" "$start" "$end"
 read -r start end <"$package_times" && stage_record \
   "  beside: the hoist Python package" "$start" "$end"
 rm -f "$pip_log" "$pip_times" "$package_log" "$package_times"

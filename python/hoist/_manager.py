@@ -23,6 +23,7 @@ from ._options import storage_options as _storage_options
 from ._read import FORMAT_KEY
 from ._read import rebuild as _rebuild
 from ._tree import Devices, flatten, gc_paused
+from . import _torch_xla
 from ._xla_staging import Staging
 
 _LOG = logging.getLogger("hoist")
@@ -163,7 +164,8 @@ class CheckpointManager:
                    per save (docs/xla.md).
     num_devices:   host backend devices; default: JAX's device count when
                    JAX is imported (its local devices in a multi-process
-                   job), else 1. JAX device ids must be below it.
+                   job), else PyTorch/XLA's local devices when its SPMD
+                   mode is on, else 1. JAX device ids must be below it.
     max_in_flight: saves accepted before a save waits for an earlier commit.
     writers:       writer streams (files) per process; default: the
                    root's storage chooses (2 on a local filesystem, 4 on
@@ -712,7 +714,7 @@ def _local_devices(backend, num_devices, coordinator):
     if isinstance(coordinator, TorchCoordinator) and backend == "cuda":
         torch = sys.modules["torch"]
         return coordinator.rank, 1, [torch.cuda.current_device()]
-    count = int(num_devices or 1)
+    count = int(num_devices or _torch_xla.local_devices() or 1)
     rank = coordinator.rank if coordinator is not None else 0
     return rank * count, count, ordinals
 

@@ -31,6 +31,7 @@ import numpy as np
 
 from . import _hoist
 from ._per_rank import PerRank, encode as encode_per_rank
+from ._torch_xla import is_xla
 from ._xla_staging import Staging, _device_of
 
 
@@ -542,6 +543,11 @@ def _flatten(tree, devices, staging):
             return {"a": name, "k": "jax"}
         if _is_dtensor(x):
             arrays.append(_dtensor_array(name, x, devices))
+        elif is_xla(x):  # its shards once staging has run (_torch_xla.py)
+            shards = []
+            staging.xla.add(name, x.detach(), shards, devices)
+            arrays.append(_Array(name, _torch_dtype_name(x.dtype),
+                                 tuple(x.shape), shards))
         else:
             arrays.append(_torch_array(name, x, devices))
         return {"a": name, "k": "torch"}

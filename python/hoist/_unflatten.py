@@ -9,6 +9,7 @@ import numpy as np
 
 from ._errors import DataLossError
 from ._per_rank import PerRank
+from ._torch_xla import Placement, is_xla
 from ._tree import (
     _SCALARS,
     _aligned_bytes,
@@ -60,6 +61,7 @@ class _Targets:
         self.adopted = []
         self.adopted_arrays = []
         self.partial = {}  # token -> [bytes, bytes received] of a parted shard
+        self.xla = Placement()  # PyTorch/XLA tensors, placed once read
         self.missing = []     # names the template asks for, not saved
         self.mismatched = []  # dtype or shape differences, described
 
@@ -140,6 +142,14 @@ class _Targets:
         if device is not None and device.type != "cpu":
             return _Pending(lambda: out.to(device))
         return _Pending(lambda: out)
+
+    def torch_xla(self, name, like):
+        """A PyTorch/XLA tensor shaped and sharded like `like`
+        (_torch_xla.Placement)."""
+        slot = self.xla.target(self, name, like, _aligned_bytes)
+        if slot is None:
+            return None
+        return _Pending(lambda: slot[0])
 
     def dtensor(self, name, like):
         """This rank's shard of a DTensor shaped like `like` (its mesh and
@@ -519,6 +529,8 @@ def _unflatten(manifest, skeleton, like, restore, names, per_rank):
         if _is_dtensor(x):
             return targets.dtensor(name, x)
         if _is_torch(x):
+            if is_xla(x):
+                return targets.torch_xla(name, x)
             return targets.torch(name, x)
         if isinstance(x, (np.ndarray, np.generic)):
             return targets.numpy(name, np.asarray(x).dtype.name,
@@ -578,6 +590,7 @@ def _unflatten(manifest, skeleton, like, restore, names, per_rank):
         restore(targets.list, targets.received_list,
                 targets.receive if targets.received_list else None)
         targets.adopt()
+        targets.xla.place()
         return _resolve(tree)
     except Exception:
         if not called:

@@ -30,6 +30,8 @@ their devices by one batched device_put per wave (_unflatten.py).
 
 import numpy as np
 
+from . import _torch_xla
+
 #: staging= values: "auto" (the rule above) or "pjrt" (every JAX shard).
 MODES = ("auto", "pjrt")
 
@@ -85,6 +87,8 @@ class Staging:
         self.shards = 0          # shards they carried
         self.owned = False       # every local shard a host copy (owns())
         self._data, self._places, self._names = [], [], []
+        # PyTorch/XLA tensors: their own batched transfer (_torch_xla.py).
+        self.xla = _torch_xla.Transfer()
 
     def takes(self, x, layout_kind):
         """Whether JAX array `x` (whose layout is `layout_kind`: "row-major",
@@ -116,10 +120,13 @@ class Staging:
     def clear(self):
         """Forgets what was added (a walk that found another structure)."""
         self._data, self._places, self._names = [], [], []
+        self.xla.clear()
 
     def run(self):
         """Moves every added shard to host memory in one batched transfer,
-        waits once for all, and places each."""
+        waits once for all, and places each; then the PyTorch/XLA tensors
+        (_torch_xla.Transfer.run)."""
+        self.xla.run()
         if not self._data:
             return
         import jax
@@ -179,13 +186,14 @@ class Staging:
         transfer is done, and the engine's copies of them into the pool can
         go on after save() returns (the save is dispatched to the engine;
         the copies are hoist's own, immutable, and held until staged)."""
-        self.owned = local_shards > 0 and self.shards == local_shards
+        copies = self.shards + self.xla.shards
+        self.owned = local_shards > 0 and copies == local_shards
         return self.owned
 
     def owns_all(self, arrays):
         """owns() of flatten's `arrays` (_tree._Array tuples), whose local
         shards are counted only where this staging took any."""
-        if self.shards == 0:
+        if self.shards + self.xla.shards == 0:
             return False
         return self.owns(sum(data is not None for array in arrays
                              for _, _, _, data in array[3]))
@@ -193,4 +201,4 @@ class Staging:
     def figures(self):
         """The save's figures of this path, for SaveHandle.wait()."""
         return {"pjrt_transfer_calls": self.transfer_calls,
-                "pjrt_shards": self.shards}
+                "pjrt_shards": self.shards, **_torch_xla.figures(self.xla)}
