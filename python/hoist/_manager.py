@@ -94,7 +94,9 @@ class SaveHandle:
         write); docs/observability.md. A save of JAX arrays adds
         pjrt_transfer_calls and pjrt_shards: the batched transfers (one per
         save, or none) that staged shards the backend cannot read by
-        address, and their shards (docs/xla.md)."""
+        address, and their shards (docs/xla.md); of PyTorch/XLA tensors,
+        xla_transfer_calls (at most 2: the sharded ones, the rest) and
+        xla_shards."""
         info = _call(self._handle.wait)
         info.update(self._figures)
         return info

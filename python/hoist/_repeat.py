@@ -5,6 +5,7 @@ import functools
 
 import numpy as np
 
+from ._torch_xla import WHOLE, is_xla
 from ._tree import (_SCALARS, _device_of, _jax_layout, _jax_shards, _module,
                     _scalar_node, gc_paused)
 
@@ -21,9 +22,12 @@ from ._tree import (_SCALARS, _device_of, _jax_layout, _jax_shards, _module,
 # in the order flatten took them, without describing their boxes again; a
 # row-major shard by its address, kept alive with its array until the
 # copies have read it, if its layout is still the same; one the first save
-# staged through PJRT (_xla_staging.py) staged so again), and scalar leaves (whose changed values are written into the tree's
-# metadata); anything else takes the full walk.
-_DICT, _ARRAY, _SCALAR, _JAX, _SEQ, _TORCH = 0, 1, 2, 3, 4, 5
+# staged through PJRT (_xla_staging.py) staged so again), PyTorch/XLA
+# tensors (the same type, dtype, shape and sharding: their local shards
+# taken as the first save took them, by address), and scalar leaves (whose
+# changed values are written into the tree's metadata); anything else takes
+# the full walk.
+_DICT, _ARRAY, _SCALAR, _JAX, _SEQ, _TORCH, _XLA = 0, 1, 2, 3, 4, 5, 6
 _SCALAR_TYPES = frozenset(_SCALARS)
 # Torch dtypes the engine takes as they are (through DLPack), not as bytes.
 _TORCH_DTYPES = ("float16", "bfloat16", "float32", "float64", "int8",
@@ -66,6 +70,18 @@ def _torch_leaf(x, data):
     return (_TORCH, type(x), x.dtype, tuple(x.shape))
 
 
+def _xla_leaf(x, name, staging):
+    """The plan of PyTorch/XLA tensor `x` saved as `name`: its type, dtype,
+    shape and sharding, and how the save took its local shards (the
+    staging's Transfer says), or None."""
+    takes = staging.xla.taken.get(name)
+    if takes is None or type(x) not in (_module("torch").Tensor,
+                                         _module("torch").nn.Parameter):
+        return None
+    spec = _module("torch_xla")._XLAC._get_xla_sharding_spec(x)
+    return (_XLA, type(x), x.dtype, tuple(x.shape), spec, takes, name)
+
+
 def fast_plan(skeleton, arrays, state, staging):
     """The plan of a flattened state (`state`, and its skeleton and arrays
     as flatten returned them, with `staging`), or None when it has nodes a
@@ -78,6 +94,8 @@ def fast_plan(skeleton, arrays, state, staging):
             return _jax_leaf(x, node["a"], shards, staging)
         data = [d for _, _, _, d in shards if d is not None]
         if node.get("k") == "torch":
+            if is_xla(x):
+                return _xla_leaf(x, node["a"], staging)
             return _torch_leaf(x, data)
         if node.get("k") != "numpy":
             return None
@@ -170,6 +188,16 @@ def match(state, plan, staging):
                     value.device.type != "cpu"):
                 return False
             arrays.append(value.detach())  # exportable if it needs grad
+        elif tag == _XLA:
+            _, kind, dtype, shape, spec, takes, name = kid
+            if (type(value) is not kind or value.dtype is not dtype or
+                    value.shape != shape or not is_xla(value) or
+                    _module("torch_xla")._XLAC._get_xla_sharding_spec(
+                        value) != spec):
+                return False
+            # The data of its local shards once staging has run.
+            staging.xla.add_again(name, value, takes, arrays, len(arrays))
+            arrays.extend([None] * (1 if takes is WHOLE else len(takes)))
         elif tag == _JAX:
             (_, kind, dtype, shape, sharding, replicated, order, lies,
              layout, staged, name) = kid
@@ -233,4 +261,5 @@ def match(state, plan, staging):
             staging.clear()
             return None
         staging.run()
+        keep.extend(staging.xla.host)  # held until the save copied them
         return arrays, changed, keep

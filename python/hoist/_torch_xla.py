@@ -63,16 +63,13 @@ def _dtype_name(dtype):
 
 
 def _box(indices, shape):
-    """(origin, extent) of a local shard's indices (a list of slices, or
-    Ellipsis for the whole tensor)."""
+    """(origin, extent) of a local shard's indices (a list of slices with
+    a start and stop each, as torch_xla gives them, or Ellipsis for the
+    whole tensor)."""
     if indices is Ellipsis:
         return [0] * len(shape), list(shape)
-    origin, extent = [], []
-    for s, n in zip(indices, shape):
-        start, stop, _ = s.indices(n)
-        origin.append(start)
-        extent.append(max(stop - start, 0))
-    return origin, extent
+    origin = [s.start for s in indices]
+    return origin, [max(s.stop - s.start, 0) for s in indices]
 
 
 def _padded(box, padded):
@@ -87,89 +84,153 @@ def _padded(box, padded):
 
 
 def _byte_view(t):
-    """A flat uint8 view of CPU tensor `t` (made contiguous first)."""
+    """A flat uint8 NumPy view of CPU tensor `t` (made contiguous first):
+    the engine takes a NumPy array in a fifth of a tensor's time (no
+    DLPack capsule)."""
     import torch
-    return t.contiguous().reshape(-1).view(torch.uint8)
+    return t.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
+
+
+#: A repeat save's take of an unsharded tensor: the whole of it.
+WHOLE = "whole"
+
+
+def _shard_data(data, extent):
+    """The engine's data of local shard `data` (a host copy) for a box of
+    `extent`: a byte view, of the box alone where torch_xla padded it (an
+    uneven split)."""
+    if list(data.shape) != extent:
+        data = data[tuple(slice(0, n) for n in extent)]
+    return _byte_view(data)
 
 
 class Transfer:
-    """The XLA tensors of one save (see the module's docstring)."""
+    """The XLA tensors of one save (see the module's docstring): those of a
+    first save (add), described shard by shard, and those of a repeat save
+    (add_again), whose shards are taken as the first save took them and go
+    to the engine by address."""
 
     def __init__(self):
         self.calls = 0   # batched torch_xla transfer calls made
         self.shards = 0  # host copies they gave the engine
-        self._items = []  # (name, tensor, shards list to fill, devices)
+        # name -> how run() took a first save's tensor (WHOLE, or the
+        # positions among its local shards, each with the extent of a
+        # padded one's box): what a repeat save takes again.
+        self.taken = {}
+        # The host copies handed to the engine by address, which the save
+        # must hold until it has copied them.
+        self.host = []
+        self._new = []    # (name, tensor, shards list to fill, devices)
+        self._again = []  # (name, tensor, takes, out list, position)
 
     def __bool__(self):
-        return bool(self._items)
+        return bool(self._new or self._again)
 
     def add(self, name, tensor, shards, devices):
         """XLA tensor `tensor` of array `name`: run() appends its local
         shards, as the engine takes them, to `shards` (the array's list);
         `devices` (_tree.Devices) says where host arrays are."""
-        self._items.append((name, tensor, shards, devices))
+        self._new.append((name, tensor, shards, devices))
+
+    def add_again(self, name, tensor, takes, out, at):
+        """XLA tensor `tensor`, saved before as `name` and then taken as
+        `takes` (a `taken` entry): run() puts the data of its local shards
+        in out[at:]."""
+        self._again.append((name, tensor, takes, out, at))
 
     def clear(self):
-        self._items = []
+        self._new, self._again = [], []
 
     def run(self):
         """Copies every added tensor to host memory (one call for the
         sharded ones, one for the rest) and fills in their shards."""
-        if not self._items:
+        if not self:
             return
         xlac = _xlac()
-        tensors = [t for _, t, _, _ in self._items]
-        sharded, plain = [], []
+        new_sharded, new_plain = [], []
+        again_sharded = [i for i in self._again if i[2] is not WHOLE]
+        again_plain = [i for i in self._again if i[2] is WHOLE]
         try:
             # Their pending computation, all in one graph.
-            xlac._xla_sync_multi(tensors, devices=[], wait=True,
-                                 sync_xla_data=False)
-            for item in self._items:
+            xlac._xla_sync_multi([i[1] for i in self._new + self._again],
+                                 devices=[], wait=True, sync_xla_data=False)
+            for item in self._new:
                 spec = xlac._get_xla_sharding_spec(item[1])
-                (sharded if spec and spec != "{replicated}" else
-                 plain).append(item)
-            if sharded and _process_count() > 1:
+                (new_sharded if spec and spec != "{replicated}" else
+                 new_plain).append(item)
+            if new_sharded and _process_count() > 1:
                 raise ValueError(
-                    f"array '{sharded[0][0]}' is a PyTorch/XLA tensor sharded "
-                    f"over {_process_count()} processes: not supported yet "
-                    "(one process's SPMD tensors, and unsharded tensors in "
-                    "any number of processes, are)")
-            copies = (xlac._get_local_shards([t for _, t, _, _ in sharded])
-                      if sharded else [])
+                    f"array '{new_sharded[0][0]}' is a PyTorch/XLA tensor "
+                    f"sharded over {_process_count()} processes: not "
+                    "supported yet (one process's SPMD tensors, and "
+                    "unsharded tensors in any number of processes, are)")
+            sharded = [i[1] for i in new_sharded + again_sharded]
+            plain = [i[1] for i in new_plain + again_plain]
+            copies = xlac._get_local_shards(sharded) if sharded else []
             boxes = (xlac._get_local_shard_replica_and_indices(
-                [t for _, t, _, _ in sharded]) if sharded else [])
-            whole = (xlac._xla_get_cpu_tensors([t for _, t, _, _ in plain])
-                     if plain else [])
+                [i[1] for i in new_sharded]) if new_sharded else [])
+            whole = xlac._xla_get_cpu_tensors(plain) if plain else []
         except ValueError:
             raise
         except Exception as error:  # noqa: BLE001 (deleted, device, runtime)
             raise RuntimeError(self._failure(error)) from error
         self.calls += bool(sharded) + bool(plain)
+        self._place_new(new_sharded, copies, boxes, new_plain, whole)
+        self._place_again(again_sharded, copies[len(new_sharded):],
+                          again_plain, whole[len(new_plain):])
+        self.clear()
+
+    def _place_new(self, sharded, copies, boxes, plain, whole):
+        """A first save's shards: each distinct box once, with its origin,
+        on the host backend's device of its XLA device."""
         index = _device_index() if sharded else {}
         for (name, tensor, shards, devices), local, replicas in zip(
                 sharded, copies, boxes):
             shape = tuple(tensor.shape)
-            for (data, device), (replica, indices) in zip(local, replicas):
+            takes = self.taken[name] = []
+            for position, ((data, device), (replica, indices)) in enumerate(
+                    zip(local, replicas)):
                 if replica != 0:  # a replica of a box another shard has
                     continue
                 origin, extent = _box(indices, shape)
                 if 0 in extent:
                     continue
-                # Padding past the box (an uneven split) is left out.
-                data = data[tuple(slice(0, n) for n in extent)]
-                # The host backend's device of the shard's XLA device.
+                padded = list(data.shape) != extent
+                takes.append((position, extent if padded else None))
                 shards.append((devices.default + index[device], origin,
-                               extent, _byte_view(data)))
+                               extent, _shard_data(data, extent)))
                 self.shards += 1
         for (name, tensor, shards, devices), data in zip(plain, whole):
             shape = list(tensor.shape)
+            self.taken[name] = WHOLE
             shards.extend(devices.replicated(devices.default, [0] * len(shape),
                                              shape, _byte_view(data)))
             self.shards += 1
-        self.clear()
+
+    def _place_again(self, sharded, copies, plain, whole):
+        """A repeat save's shards, in the first save's order: by address
+        (the host copies held in self.host), or a byte view of a padded
+        shard's box."""
+        for (_, _, takes, out, at), local in zip(sharded, copies):
+            for offset, (position, extent) in enumerate(takes):
+                data = local[position][0]
+                out[at + offset] = (self._address(data) if extent is None
+                                    else _shard_data(data, extent))
+            self.shards += len(takes)
+        for (_, _, _, out, at), data in zip(plain, whole):
+            out[at] = self._address(data)
+            self.shards += 1
+
+    def _address(self, data):
+        """Host copy `data` by address (held until the save has copied
+        it), or a byte view where it is not dense or is empty."""
+        if not data.is_contiguous() or data.numel() == 0:
+            return _byte_view(data)
+        self.host.append(data)
+        return data.data_ptr()
 
     def _failure(self, error):
-        names = [name for name, _, _, _ in self._items]
+        names = [item[0] for item in self._new + self._again]
         shown = ", ".join(f"'{n}'" for n in names[:4]) + (
             f" and {len(names) - 4} more" if len(names) > 4 else "")
         return (f"copying {len(names)} PyTorch/XLA tensors to host memory "
@@ -184,6 +245,7 @@ class Placement:
     def __init__(self):
         self._plain = []    # (host tensor, device, slot)
         self._sharded = []  # (box tensors, padded, op sharding, shape, slot)
+        self._waited = False
         self.calls = 0
 
     def __bool__(self):
@@ -203,6 +265,11 @@ class Placement:
         if not targets.matches(name, saved, _dtype_name(dtype), shape):
             return None
         xlac = _xlac()
+        if not self._waited:
+            # A template whose data an async execution (the last step's) is
+            # still making cannot be read, not even its sharding.
+            xlac._xla_wait_device_ops(devices=[])
+            self._waited = True
         slot = [None]
         spec = xlac._get_xla_sharding_spec(like)
         if not spec or spec == "{replicated}":

@@ -545,7 +545,7 @@ def _flatten(tree, devices, staging):
             arrays.append(_dtensor_array(name, x, devices))
         elif is_xla(x):  # its shards once staging has run (_torch_xla.py)
             shards = []
-            staging.xla.add(name, x.detach(), shards, devices)
+            staging.xla.add(name, x, shards, devices)
             arrays.append(_Array(name, _torch_dtype_name(x.dtype),
                                  tuple(x.shape), shards))
         else:

@@ -69,12 +69,15 @@ def test_spmd_job_killed_mid_save_resumes_bit_identical(tmp_path):
     _run(python, "train", root, out, STEPS, KILL_AT)
     figures = json.loads(Path(f"{out}.train.json").read_text())
     assert len(figures) == KILL_AT  # every save before the kill committed
-    for f in figures:
+    for i, f in enumerate(figures):
         # 12 tensors (6 weights, 6 momentum buffers), 34 local shards
         # (replicas once): one call for the sharded, one for the rest.
         assert f["xla_transfer_calls"] == 2, f
         assert f["pjrt_transfer_calls"] == 0, f
         assert f["xla_shards"] == figures[0]["xla_shards"] > 12, f
+        # The same structure every step: the saves after the first took
+        # the repeat path (their shards as the first took them, by address).
+        assert f["repeat"] == (i > 0), f
     # The save in flight when the job died left no step.
     with hoist.CheckpointManager(root) as mgr:
         assert mgr.steps == list(range(KILL_AT))
@@ -82,6 +85,11 @@ def test_spmd_job_killed_mid_save_resumes_bit_identical(tmp_path):
     _run(python, "resume", root, out, STEPS)
     seen = json.loads(Path(f"{out}.resume.json").read_text())
     assert seen["resumed"] == KILL_AT - 1
+    assert seen["momentum_on"].startswith("xla"), seen
+    # Three tensors with pending computation: one graph run for the save.
+    assert seen["syncs"] == 1, seen
+    assert "'model/0.weight': requested float32 (40, 23)" in \
+        seen["wrong_shape"], seen
     # Restored onto the 2 x 4 mesh with the template's sharding (the
     # unsharded template tensors come back replicated).
     for name, spec in seen["template_specs"].items():
@@ -90,3 +98,24 @@ def test_spmd_job_killed_mid_save_resumes_bit_identical(tmp_path):
     done = subprocess.run([str(BIN / "hoist"), "verify", str(root)],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_benchmark_runs_and_restores_bit_exact(tmp_path):
+    """bench/pytorch_xla.py at a small size: its figures, both restores
+    bit-exact and two transfer calls a save (its timing goals are the
+    bench's to judge, not a test's)."""
+    python = _xla_python()
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("XLA_FLAGS", None)
+    done = subprocess.run(
+        [str(python), str(REPO / "bench" / "pytorch_xla.py"), "--size",
+         "16MiB", "--saves", "2", "--root", str(tmp_path), "--json"],
+        capture_output=True, text=True, env=env, timeout=300)
+    text = done.stdout[done.stdout.find("\n{") + 1:]  # past gloo's lines
+    assert text.startswith("{"), (done.stdout + done.stderr)[-6000:]
+    out = json.loads(text)
+    assert out["hoist_exact"] and out["torch_xla_exact"], out
+    assert out["dcp_composes"] == "yes", out["dcp_composes"]
+    assert [r["transfer_calls"] for r in out["runs"]["hoist"]] == [2, 2]
+    assert set(out["figures"]["torch_xla"]) == {"blocked_s", "durable_s",
+                                                "restore_s"}

@@ -42,7 +42,9 @@ from torch.distributed.checkpoint.storage import WriteResult
 
 from .. import DataLossError
 from .. import _per_rank
+from .. import _torch_xla
 from .._tree import (
+    _Array,
     _aligned_bytes,
     _dtensor_array,
     _is_dtensor,
@@ -129,6 +131,7 @@ def _arrays(state_dict, devices):
     ([array], {key: bytes})."""
     flat, _ = flatten_state_dict(state_dict)
     arrays, values = [], {}
+    xla = _torch_xla.Transfer()  # PyTorch/XLA tensors: batched, below
     for key, value in flat.items():
         if _is_dtensor(value):
             arrays.append(_dtensor_array(key, value, devices))
@@ -137,10 +140,40 @@ def _arrays(state_dict, devices):
                 raise TypeError(f"'{key}': ShardedTensor is not supported "
                                 "(use DTensor: FSDP2, or FSDP1 with "
                                 "SHARDED_STATE_DICT on DTensors)")
-            arrays.append(_torch_array(key, value, devices))
+            if _torch_xla.is_xla(value):
+                shards = []
+                xla.add(key, value, shards, devices)
+                arrays.append(_Array(key, _torch_dtype_name(value.dtype),
+                                     tuple(value.shape), shards))
+            else:
+                arrays.append(_torch_array(key, value, devices))
         else:
             values[key] = _serialized(value)
+    xla.run()
     return arrays, values
+
+
+def _planner_state(planner):
+    """The state dict DCP's save planner holds: DefaultSavePlanner's
+    state_dict, or (torch_xla's SPMDSavePlanner) its unsharded values and
+    the XLA tensors of its sharded ones."""
+    state = getattr(planner, "state_dict", None)
+    if state is not None:
+        return state
+    sharded = getattr(planner, "sharded_state_dict", None)
+    if sharded is None:
+        raise TypeError(f"hoist.dcp.Writer: {type(planner).__name__} holds "
+                        "no state dict this writer knows")
+    state = dict(getattr(planner, "unsharded_state_dict", {}))
+    for key, value in sharded.items():
+        tensor = getattr(value, "global_tensor", None)
+        if tensor is None:  # torch_xla's CPU shards (its async path)
+            raise TypeError(
+                f"'{key}': {type(value).__name__} is not supported; save "
+                "the XLA tensors themselves (dist_cp.save, or "
+                "hoist.CheckpointManager)")
+        state[key] = tensor
+    return state
 
 
 class Writer(StorageWriter, AsyncStager):
@@ -205,7 +238,7 @@ class Writer(StorageWriter, AsyncStager):
         committed by rank 0."""
         handle, self._staged = self._staged, None
         if handle is None:
-            handle = self._start(planner.state_dict)
+            handle = self._start(_planner_state(planner))
         handle.wait()
         results = [WriteResult(index=item.index,
                                size_in_bytes=_item_bytes(item),

@@ -65,7 +65,9 @@ def weights(model):
 
 
 def state(model, optimizer, step):
-    return {"model": model.state_dict(), "optimizer": optimizer,
+    """What the job saves: state dicts, so that every save after the first
+    takes hoist's repeat path (the same structure, new values)."""
+    return {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
             "step": step}
 
 
@@ -80,6 +82,14 @@ def train(root, out, steps, kill_at):
     model, optimizer = model_and_optimizer(MESH)
     figures = []
     mgr = hoist.CheckpointManager(root, pool_bytes=8 << 20)
+    repeats, again = [], mgr._save_again  # which saves took the repeat path
+
+    def spy(*args):
+        handle = again(*args)
+        repeats.append(handle is not None)
+        return handle
+
+    mgr._save_again = spy
     for step in range(steps):
         train_step(model, optimizer, step)
         handle = mgr.save(step, state(model, optimizer, step))
@@ -90,6 +100,7 @@ def train(root, out, steps, kill_at):
         info = handle.wait()
         figures.append({k: info[k] for k in (
             "xla_transfer_calls", "xla_shards", "pjrt_transfer_calls")})
+        figures[-1]["repeat"] = repeats[-1]
     raise SystemExit("the job was not killed")
 
 
@@ -97,6 +108,27 @@ def check(got, want, what):
     for key, value in want.items():
         if not torch.equal(got[key].cpu(), value):
             raise SystemExit(f"{what}: '{key}' differs")
+
+
+def pending_computation_syncs_once(mgr, step):
+    """Saves three tensors whose values are not yet computed: the graph
+    executions the save ran (torch_xla's metrics), which must be one."""
+    import torch_xla.debug.metrics as metrics
+
+    def executions():
+        data = metrics.metric_data("ExecuteReplicatedTime")
+        return data[0] if data else 0
+
+    base = torch.arange(64, dtype=torch.float32).reshape(8, 8).to(DEVICE)
+    xs.mark_sharding(base, MESH, ("data", "model"))
+    torch_xla.sync()
+    lazy = {"a": base + 1, "b": base * 2, "c": (base - 3).sum(0)}
+    before = executions()
+    mgr.save(step, lazy).wait()
+    ran = executions() - before
+    restored = mgr.restore(step, names=["a", "b", "c"])
+    check(restored, {k: v.cpu() for k, v in lazy.items()}, "lazy tensors")
+    return ran
 
 
 def resume(root, out, steps):
@@ -112,14 +144,27 @@ def resume(root, out, steps):
         seen["other_specs"] = {k: spec(v) for k, v in other.items()}
         seen["template_specs"] = {
             k: spec(v) for k, v in model.state_dict().items()}
-        # Onto the job's own sharding, then on to the end.
+        # Onto the job's own sharding (a step of training makes the
+        # optimizer's momentum buffers, which the template then has), then
+        # on to the end.
         model, optimizer = model_and_optimizer(MESH)
+        train_step(model, optimizer, 0)
         restored = mgr.restore(step, like=state(model, optimizer, 0))
         model.load_state_dict(restored["model"])
+        optimizer.load_state_dict(restored["optimizer"])
+        seen["momentum_on"] = str(
+            restored["optimizer"]["state"][0]["momentum_buffer"].device)
         seen["resumed"] = restored["step"]
         for later in range(restored["step"] + 1, steps):
             train_step(model, optimizer, later)
         check(weights(model), reference[steps - 1], "the resumed job's end")
+        seen["syncs"] = pending_computation_syncs_once(mgr, steps)
+        try:  # a template of another shape: named, before anything is read
+            mgr.restore(step, like={"model": {
+                "0.weight": torch.zeros(40, 23).to(DEVICE)}})
+            raise SystemExit("a template of another shape was restored")
+        except ValueError as error:
+            seen["wrong_shape"] = str(error)
     with open(f"{out}.resume.json", "w") as f:
         json.dump(seen, f)
 
