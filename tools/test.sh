@@ -35,6 +35,8 @@ pip_times=$(mktemp)
   # PyTorch/XLA's own virtualenv (its torch is pinned apart from .venv's):
   # test_torch_xla.py runs its jobs with it.
   python_xla_requirements
+  # vLLM's CPU build's (test_vllm.py loads hoist steps into it).
+  python_vllm_requirements
   echo "$start $SECONDS" >"$pip_times"
 } >"$pip_log" 2>&1 &
 pip_pid=$!
@@ -79,10 +81,11 @@ if ! wait "$package_pid"; then
   exit 1
 fi
 hoist_wheel_into "$HOIST_XLA_VENV"
-export HOIST_REQUIRE_XLA=1
+hoist_wheel_into "$HOIST_VLLM_VENV"
+export HOIST_REQUIRE_XLA=1 HOIST_REQUIRE_VLLM=1
 cat "$pip_log" "$package_log" >&2
 read -r start end <"$pip_times" && stage_record \
-  "  beside: Python requirements (requirements-test.txt, -xla.txt)" "$start" "$end"
+  "  beside: Python requirements (-test.txt, -xla.txt, -vllm.txt)" "$start" "$end"
 read -r start end <"$package_times" && stage_record \
   "  beside: the hoist Python package" "$start" "$end"
 rm -f "$pip_log" "$pip_times" "$package_log" "$package_times"

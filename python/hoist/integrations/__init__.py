@@ -10,6 +10,8 @@ ordinary hoist step (so ``hoist ls``, ``inspect``, ``verify`` and
   hoist.accelerate   Hugging Face Accelerate: save_state, load_state
   hoist.orbax        Orbax: CheckpointManager (ocp.CheckpointManager's API)
   hoist.torchtitan   torchtitan: CheckpointManager
+  hoist.vllm         vLLM: the load format "hoist" (a plugin: inference, not
+                     training; docs/inference.md)
 
 See docs/integrations.md for each one's before/after lines.
 """
