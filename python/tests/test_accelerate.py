@@ -44,6 +44,7 @@ def _launch(root, out, epochs=4, check=True, first=None, **options):
     return done
 
 
+@pytest.mark.slow(36)
 def test_job_killed_mid_save_resumes_bit_identical(base, tmp_path):
     # The uninterrupted job, then (in the same processes) the killed one.
     killed = _launch(f"{base}/b", tmp_path / "b.pt", check=False,

@@ -14,6 +14,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 
 # torch.save in the suite; Meta's torch-checkpointing (18 s of the test's
 # 34 here, most of it its imports in fresh processes) with HOIST_LONG=1.
+@pytest.mark.slow(37)
 @pytest.mark.parametrize("peer", [
     "torch", pytest.param("torch_checkpointing", marks=pytest.mark.long)])
 def test_peers_benchmark_writes_json_and_chart(tmp_path, peer):

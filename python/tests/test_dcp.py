@@ -201,6 +201,7 @@ def _runs(out, **specs):
             for name, spec in specs.items()]
 
 
+@pytest.mark.slow(41)
 def test_fsdp2_job_killed_mid_save_resumes_bit_identical(base, tmp_path):
     """An FSDP2 job on 2 ranks (torchrun, gloo) checkpoints through
     hoist.dcp with dcp.save and dcp.async_save and is SIGKILLed while an

@@ -35,6 +35,7 @@ def cluster(tmp_path, count):
             yield hosts, server, f"s3://{server.bucket}/{tmp_path.name}"
 
 
+@pytest.mark.slow(29)
 def test_shared_reads_read_each_byte_from_the_store_once_per_job(tmp_path):
     """2 hosts: a byte read on one reaches the other host's ranks and its
     own host's other rank (what 4 would show, at half the ranks' start-up:
@@ -57,6 +58,7 @@ def test_shared_reads_read_each_byte_from_the_store_once_per_job(tmp_path):
 
 # 2 hosts with a 10 s coordinator timeout in the suite; 4 with 30 s (about
 # 5 minutes: two jobs) with HOIST_LONG=1.
+@pytest.mark.slow(38)
 @pytest.mark.parametrize("count,timeout_s", [
     (2, 10), pytest.param(HOSTS, 30, marks=pytest.mark.long)])
 def test_a_host_cut_off_mid_save_fails_it_on_every_rank_and_loses_nothing(

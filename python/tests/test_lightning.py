@@ -50,6 +50,7 @@ def _listed(ckpt_dir):
     return sorted(p.name for p in Path(ckpt_dir).iterdir())
 
 
+@pytest.mark.slow(42)
 @pytest.mark.parametrize("nproc,base", [
     # One device resumes in test_a_checkpoint_lightning_wrote_itself_...
     pytest.param(1, "posix", marks=pytest.mark.long), (2, "posix"),

@@ -83,6 +83,7 @@ def _writers(root, step):
     return {f.split("/")[-1][:6] for f in files}
 
 
+@pytest.mark.slow(44)
 def test_torchrun_jobs_restore_and_resume_on_other_world_sizes(tmp_path):
     """Three torchrun jobs (2, 4, then 2 ranks), each running several of
     torch_worker.py's commands, since a launch costs more than most of

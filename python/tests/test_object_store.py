@@ -226,6 +226,7 @@ def test_a_root_without_a_bucket_or_with_another_scheme_is_refused():
             hoist.CheckpointManager(url, coordinator="single")
 
 
+@pytest.mark.slow(35)
 def test_torchrun_jobs_share_a_prefix_lose_a_rank_and_resume_on_4(
         s3_env, tmp_path):
     """Two torchrun jobs (2 ranks, then 4), each running two of

@@ -72,6 +72,7 @@ def _free_port():
         return s.getsockname()[1]
 
 
+@pytest.mark.slow(31)
 def test_one_ranks_failing_uploads_fail_the_save_on_every_rank(
         s3_env, proxy, tmp_path):
     """Rank 1 of 2: every upload answered 503 SlowDown (beyond the

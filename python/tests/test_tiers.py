@@ -44,6 +44,7 @@ def check_recovery(figures, lost_rank):
         received)
 
 
+@pytest.mark.slow(44)
 def test_torchrun_jobs_recover_a_lost_local_root_share_reads_and_ranks(
         tmp_path):
     """Three torchrun jobs (4, 4, then 2 ranks), the second running several

@@ -59,6 +59,7 @@ def _run(python, *args):
     assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
 
 
+@pytest.mark.slow(32)
 def test_spmd_job_killed_mid_save_resumes_bit_identical(tmp_path):
     python = _xla_python()
     assert _package_digest(python) == _package_digest(sys.executable), (
@@ -100,6 +101,7 @@ def test_spmd_job_killed_mid_save_resumes_bit_identical(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+@pytest.mark.slow(30)
 def test_benchmark_runs_and_restores_bit_exact(tmp_path):
     """bench/pytorch_xla.py at a small size: its figures, both restores
     bit-exact and two transfer calls a save (its timing goals are the

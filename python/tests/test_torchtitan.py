@@ -45,6 +45,7 @@ def _steps(folder):
     return [int(line.split()[0]) for line in listed.splitlines()[1:]]
 
 
+@pytest.mark.slow(27)
 def test_job_killed_mid_save_resumes_bit_identical(base, tmp_path):
     """Killed while a save is in flight, the job resumes from its newest
     committed step and ends bit-identical to the job that was not. The

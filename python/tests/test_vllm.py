@@ -50,6 +50,7 @@ def _run(venv, python, *args, script=WORKER):
     return done.stdout + done.stderr
 
 
+@pytest.mark.slow(140)
 def test_a_hoist_step_serves_as_its_export_does_and_a_flipped_byte_fails(
         tmp_path):
     import sys
