@@ -104,6 +104,15 @@ class _Targets:
                 f"the template differs from the checkpoint at "
                 f"{len(self.mismatched)} arrays: {listed(self.mismatched)}")
 
+    def matching(self, name, like):
+        """The manifest's entry for `name` where torch tensor `like`'s
+        dtype and shape are the checkpoint's, else None (recorded)."""
+        saved = self.saved_array(name)
+        if saved is None or not self.matches(
+                name, saved, _torch_dtype_name(like.dtype), list(like.shape)):
+            return None
+        return saved
+
     def numpy(self, name, dtype_name=None, shape=None):
         saved = self.saved_array(name)
         if saved is None:
@@ -155,12 +164,9 @@ class _Targets:
         """This rank's shard of a DTensor shaped like `like` (its mesh and
         placements, any world size), read alone, then wrapped."""
         torch = _module("torch")
-        saved = self.saved_array(name)
-        if saved is None:
+        if self.matching(name, like) is None:
             return None
         dtype, shape = like.dtype, list(like.shape)
-        if not self.matches(name, saved, _torch_dtype_name(dtype), shape):
-            return None
         mesh, placements = like.device_mesh, like.placements
         boxes = _dtensor_boxes(name, tuple(shape), mesh, placements)
         origin, extent = boxes.get(torch.distributed.get_rank(),

@@ -7,8 +7,8 @@ Trains a Llama built from a config (fp32 weights, as a job's master
 weights are) for 2 steps of AdamW on random tokens, then saves step 2 twice:
 with hoist.CheckpointManager ({"model": its state dict, "optim": AdamW's},
 DTensors both, the model's config kept in the step's metadata) into ROOT,
-and with dcp.save through hoist.dcp.Writer (a Stateful app state, as
-torchtitan's jobs hand DCP theirs) into DCP_ROOT. Rank 0 writes the config
+and with dcp.save through hoist.dcp.Writer (dcp_train.py's Stateful app
+state, as torchtitan's jobs hand DCP theirs) into DCP_ROOT. Rank 0 writes the config
 as MODEL_DIR/config.json.
 """
 import sys
@@ -16,14 +16,13 @@ import sys
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import get_state_dict
-from torch.distributed.checkpoint.stateful import Stateful
 from torch.distributed.fsdp import fully_shard
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import hoist
 import hoist.dcp
 import hoist.vllm
+from dcp_train import AppState  # beside this script: DCP's app state
 
 STEPS = 2
 
@@ -41,18 +40,6 @@ def build():
         fully_shard(layer)
     fully_shard(model)
     return model, torch.optim.AdamW(model.parameters(), lr=1e-2)
-
-
-class AppState(Stateful):
-    def __init__(self, model, optim):
-        self.model, self.optim = model, optim
-
-    def state_dict(self):
-        model, optim = get_state_dict(self.model, self.optim)
-        return {"model": model, "optim": optim}
-
-    def load_state_dict(self, state):
-        raise NotImplementedError  # this job only saves
 
 
 def main(root, dcp_root, model_dir):
