@@ -27,6 +27,7 @@
 #include "hoist/future.h"
 #include "hoist/manifest.h"
 #include "hoist/save_plan.h"
+#include "hoist/shard_producer.h"
 #include "hoist/storage.h"
 #include "hoist/trace.h"
 
@@ -234,18 +235,25 @@ struct SaveOptions {
   // "per_rank": [rank 0's value, rank 1's, ...], gathered by the saver
   // with the extents' hashes (no collective on the caller's thread).
   std::string per_rank_json;
+  // Produces the shards marked SaveArray::Shard::produced, wave by wave
+  // (shard_producer.h); required when any is. Held until the save's staging
+  // ends (SaveHandle::WaitStaged). Default none.
+  std::shared_ptr<ShardProducer> producer;
 };
 inline constexpr int64_t kMaxPerRankJsonBytes = int64_t{16} << 20;
 
 // One array to save: its spec, and where each local device holds its shard
 // (the shard's bytes, dense, row-major, in that device's memory). `data` is
 // null only for an array with no elements (PyTorch's empty tensors have no
-// storage); a null shard of any other array is kInvalidArgument.
+// storage), or for a shard marked `produced`: SaveOptions::producer puts
+// that one in host memory when staging reaches it (not for Register). Any
+// other null shard is kInvalidArgument.
 struct SaveArray {
   ArraySpec spec;
   struct Shard {
     DeviceId device;
     const void* data;
+    bool produced = false;
   };
   std::vector<Shard> shards;
 };

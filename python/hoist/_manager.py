@@ -24,7 +24,7 @@ from ._read import FORMAT_KEY
 from ._read import rebuild as _rebuild
 from ._tree import Devices, flatten, gc_paused
 from . import _torch_xla
-from ._xla_staging import Staging
+from ._xla_staging import Staging, produced_positions, produced_shards
 
 _LOG = logging.getLogger("hoist")
 
@@ -417,10 +417,17 @@ class CheckpointManager:
                 if metadata is not None:
                     meta["user"] = metadata
                 text = _metadata_text(meta)
-                handle = _call(self._manager.save, step, arrays, text,
-                               dispatched or staging.owns_all(arrays), deltas,
-                               json.dumps(per_rank) if per_rank else "")
+                owned = staging.owns_all(arrays)
+                # Planned before the deferred shards become None below.
                 plan = _repeat.fast_plan(skeleton, arrays, state, staging)
+                produced = produced_shards(arrays) if staging.deferred else []
+                try:
+                    handle = _call(self._manager.save, step, arrays, text,
+                                   dispatched or owned, deltas,
+                                   json.dumps(per_rank) if per_rank else "",
+                                   produced, staging.produce)
+                finally:
+                    staging.forget()
             self._repeat = None if plan is None else _Repeat(
                 plan, self._manager.generation, meta,
                 copy.deepcopy(metadata), text)
@@ -490,10 +497,14 @@ class CheckpointManager:
                 meta.pop("user", None)
             repeat.text = _metadata_text(meta)
             repeat.user = copy.deepcopy(metadata)  # the caller's may change
-        return _call(self._manager.save_again, step, repeat.generation,
-                     arrays, repeat.text,
-                     dispatched or staging.owns(len(arrays)), deltas,
-                     keep or None)
+        owned = staging.owns(len(arrays))
+        produced = produced_positions(arrays) if staging.deferred else []
+        try:
+            return _call(self._manager.save_again, step, repeat.generation,
+                         arrays, repeat.text, dispatched or owned, deltas,
+                         keep or None, produced, staging.produce)
+        finally:
+            staging.forget()
 
     def durability(self):
         """How far the committed steps trail the saves: skipped_saves (by

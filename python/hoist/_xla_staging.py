@@ -12,17 +12,23 @@ others take this path:
   - a shard on an accelerator the backend cannot address (a GPU's shards
     under backend="host");
   - every shard, when the manager says staging="pjrt".
-All of a save's such shards, every array and every device, go to host
-memory in ONE jax.device_put(list of shards, list of shardings with memory
-kind "pinned_host") (the seeds' fix: never a synchronous transfer per
-shard, as np.asarray of each would be); every transfer is in flight before
-the one wait for all of them. The host copies then go to the engine by
-address, as host arrays do (a byte view of each: float8 included); one
-whose layout is not row-major is put in C order on the host first. They live until the engine has
-copied them into its pool; no reference to the device arrays is kept
-(their buffers stay donatable). Where every local shard of a save went this
-way, save() returns once the transfer is done: the arrays may change, and
-the engine copies the host copies into its pool in the background.
+Such shards are not copied while the state is walked: each goes to the
+engine as a shard to produce (a token), and the engine's staging asks for
+them wave by wave (include/hoist/shard_producer.h), once it holds room in
+its pool for the wave and every earlier wave's copies are done. Each wave's
+shards, every array and every device, go to host memory in ONE
+jax.device_put(list of shards, list of shardings with memory kind
+"pinned_host") (the seeds' fix: never a synchronous transfer per shard, as
+np.asarray of each would be); every transfer is in flight before the one
+wait for all of them. A save the pool holds is one wave: one call. The host
+copies go to the engine by address, as host arrays do (a byte view of
+each: float8 included); one whose layout is not row-major is put in C
+order on the host first. Each lives until the engine has copied it into
+its pool, so at most one wave of host copies exists at a time, within
+host_memory_budget. No reference to the device arrays is kept once save()
+returns (their buffers stay donatable). Where every local shard of a save
+went this way, save() returns once the last wave is in host memory: the
+arrays may change, and the engine copies into its pool in the background.
 
 Restores need no counterpart: the JAX arrays a restore makes are put on
 their devices by one batched device_put per wave (_unflatten.py).
@@ -72,6 +78,40 @@ class _NoHostMemory(ValueError):
     pass
 
 
+class Deferred:
+    """Where a walked state's shard data would be: the token of a shard the
+    engine asks Staging.produce for."""
+
+    __slots__ = ("token",)
+
+    def __init__(self, token):
+        self.token = token
+
+
+def produced_shards(arrays):
+    """The (array index, device, token) of every Deferred shard of `arrays`
+    (flatten's _Array tuples), each replaced there by None."""
+    produced = []
+    for index, array in enumerate(arrays):
+        shards = array[3]
+        for at, (device, origin, shape, data) in enumerate(shards):
+            if type(data) is Deferred:
+                produced.append((index, device, data.token))
+                shards[at] = (device, origin, shape, None)
+    return produced
+
+
+def produced_positions(data):
+    """The (position, token) of every Deferred entry of save_again's `data`
+    list, each replaced there by None."""
+    produced = []
+    for at, item in enumerate(data):
+        if type(item) is Deferred:
+            produced.append((at, item.token))
+            data[at] = None
+    return produced
+
+
 class Staging:
     """The shards of one save that take the PJRT path: collected while the
     state is walked (add), transferred at once (run), each then handed to
@@ -83,10 +123,12 @@ class Staging:
             raise ValueError(f"staging={mode!r}: use one of {MODES}")
         self.forced = mode == "pjrt"
         self.backend = backend
-        self.transfer_calls = 0  # batched transfers made (one per save)
+        self.transfer_calls = 0  # batched transfers made (one per wave)
         self.shards = 0          # shards they carried
         self.owned = False       # every local shard a host copy (owns())
         self._data, self._places, self._names = [], [], []
+        self._targets = []       # each added shard's host sharding (run())
+        self.deferred = 0        # shards handed to the engine to produce
         # PyTorch/XLA tensors: their own batched transfer (_torch_xla.py).
         self.xla = _torch_xla.Transfer()
 
@@ -101,9 +143,9 @@ class Staging:
         return platform not in ("gpu", "cuda")
 
     def add(self, name, data, place):
-        """Shard `data` (a single-device JAX array) of array `name`: once
-        run() has it in host memory, place(engine data) puts it where the
-        save needs it."""
+        """Shard `data` (a single-device JAX array) of array `name`: run()
+        calls place(Deferred(token)) to put it where the save needs it, and
+        produce() puts it in host memory when the engine asks."""
         self._data.append(data)
         self._places.append(place)
         self._names.append(name)
@@ -123,28 +165,45 @@ class Staging:
         self.xla.clear()
 
     def run(self):
-        """Moves every added shard to host memory in one batched transfer,
-        waits once for all, and places each; then the PyTorch/XLA tensors
-        (_torch_xla.Transfer.run)."""
+        """Moves the PyTorch/XLA tensors to host memory
+        (_torch_xla.Transfer.run), and places every added JAX shard as a
+        Deferred token: the engine asks produce() for it. Each shard's host
+        memory kind is checked now, before the save is accepted."""
         self.xla.run()
-        if not self._data:
-            return
+        self._targets = [self._target(name, data)
+                         for name, data in zip(self._names, self._data)]
+        for token, place in enumerate(self._places):
+            place(Deferred(token))
+        self.deferred = len(self._places)
+        self._places = []
+
+    def produce(self, tokens):
+        """The engine's request for one wave: the shards of `tokens` moved
+        to host memory in one batched transfer, waited for once; each one's
+        engine data (a flat byte view of its host copy), in order. The
+        device arrays are forgotten as they are copied."""
+        if not tokens:
+            return []
         import jax
 
+        data = [self._data[t] for t in tokens]
+        targets = [self._targets[t] for t in tokens]
         try:
-            targets = [self._target(name, data)
-                       for name, data in zip(self._names, self._data)]
-            host = jax.device_put(self._data, targets)
+            host = jax.device_put(data, targets)
             jax.block_until_ready(host)
-        except _NoHostMemory:
-            raise
         except Exception as e:  # noqa: BLE001 (deleted, donated, device)
-            raise RuntimeError(self._failure(e)) from e
+            raise RuntimeError(self._failure(
+                [self._names[t] for t in tokens], targets, e)) from e
         self.transfer_calls += 1
         self.shards += len(host)
-        for copy, place in zip(host, self._places):
-            place(_host_data(copy))
-        self.clear()
+        for t in tokens:
+            self._data[t] = None
+        return [_host_data(copy) for copy in host]
+
+    def forget(self):
+        """Drops every device array still held (the engine asks for no more
+        once the save has returned: its every copy is dispatched)."""
+        self._data, self._names, self._targets = [], [], []
 
     @staticmethod
     def _target(name, data):
@@ -162,21 +221,20 @@ class Staging:
         # another layout is put in C order on the host (_host_data).
         return SingleDeviceSharding(device, memory_kind=kind)
 
-    def _failure(self, error):
+    @staticmethod
+    def _failure(names, targets, error):
         """What a failed transfer says: the arrays and devices it carried
-        (the first few), and JAX's error."""
+        (the first few; `targets`: their host shardings), and JAX's
+        error."""
         seen = []
-        for name, data in zip(self._names, self._data):
-            try:
-                device = _device_of(data)
-            except Exception:  # noqa: BLE001 (a deleted array)
-                device = "a deleted array's device"
+        for name, target in zip(names, targets):
+            (device,) = target.device_set
             item = f"'{name}' on {device}"
             if item not in seen:
                 seen.append(item)
         shown = ", ".join(seen[:4]) + (
             f" and {len(seen) - 4} more" if len(seen) > 4 else "")
-        return (f"staging {len(self._data)} shards to host memory through "
+        return (f"staging {len(names)} shards to host memory through "
                 f"JAX (one device_put) failed for {shown}: {error}; nothing "
                 "of this save was committed")
 
@@ -186,14 +244,14 @@ class Staging:
         transfer is done, and the engine's copies of them into the pool can
         go on after save() returns (the save is dispatched to the engine;
         the copies are hoist's own, immutable, and held until staged)."""
-        copies = self.shards + self.xla.shards
+        copies = self.deferred + self.xla.shards
         self.owned = local_shards > 0 and copies == local_shards
         return self.owned
 
     def owns_all(self, arrays):
         """owns() of flatten's `arrays` (_tree._Array tuples), whose local
         shards are counted only where this staging took any."""
-        if self.shards + self.xla.shards == 0:
+        if self.deferred + self.xla.shards == 0:
             return False
         return self.owns(sum(data is not None for array in arrays
                              for _, _, _, data in array[3]))

@@ -1,12 +1,14 @@
 #include "py_manager.h"
 
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,6 +26,7 @@
 #include "py_backend.h"
 #include "py_coordinator.h"
 #include "py_observe.h"
+#include "py_producer.h"
 #include "py_status.h"
 
 namespace nb = nanobind;
@@ -174,12 +177,22 @@ class PyManager {
   // arrays: (name, dtype, shape, [(device, origin, shape, data)]), with data
   // None for a shard on another process's device: such a shard only tells
   // the plan where the array lives (every process plans the whole save).
+  // produced: (array index, device, token) of the local shards (data None)
+  // that `produce` puts in host memory when staging asks for them
+  // (PyProducer).
   std::unique_ptr<PyHandle> Save(
       int64_t step,
       const std::vector<PyArrayOf<std::optional<SavedData>>>& arrays,
       const std::string& metadata_json, bool dispatched,
-      std::optional<bool> deltas, const std::string& per_rank_json) {
+      std::optional<bool> deltas, const std::string& per_rank_json,
+      const std::vector<std::tuple<int, int64_t, int64_t>>& produced,
+      std::optional<nb::callable> produce) {
     Live();
+    std::map<PyProducer::Key, int64_t> tokens;
+    for (const auto& [a, device, token] : produced) {
+      tokens[{a, static_cast<DeviceId>(device)}] = token;
+    }
+    std::map<PyProducer::Key, PyProducer::Shard> to_produce;
     std::vector<SaveArray> save;
     std::vector<SavedData> sources;
     std::vector<int64_t> shard_bytes;  // of each local shard, in order
@@ -187,11 +200,21 @@ class PyManager {
       const DType dtype = Check(ParseDType(dtype_name));
       ExplicitSharding sharding;
       SaveArray array{{name, dtype, shape, sharding}, {}};
+      const int a = static_cast<int>(save.size());
       for (const auto& [device, origin, box_shape, data] : shards) {
         const std::string where =
             absl::StrFormat("array '%s' on device %d", name, device);
         const Box box = ToBox(origin, box_shape, where);
         sharding.shards.push_back({static_cast<DeviceId>(device), box});
+        if (auto it = tokens.find({a, static_cast<DeviceId>(device)});
+            it != tokens.end()) {
+          const int64_t bytes = box.num_elements() * ItemSize(dtype);
+          to_produce[it->first] = {it->second, bytes, name};
+          array.shards.push_back(
+              {static_cast<DeviceId>(device), nullptr, /*produced=*/true});
+          shard_bytes.push_back(bytes);
+          continue;
+        }
         if (!data.has_value()) continue;  // another process's shard
         const int64_t bytes = box.num_elements() * ItemSize(dtype);
         const void* pointer = DenseData(*data, bytes, where);
@@ -203,8 +226,12 @@ class PyManager {
       array.spec.sharding = std::move(sharding);
       save.push_back(std::move(array));
     }
+    if (to_produce.size() != tokens.size()) {
+      Invalid("save: a produced shard is not one of the arrays' shards");
+    }
     SaveHandle accepted =
-        Submit(step, save, metadata_json, dispatched, deltas, per_rank_json);
+        Submit(step, save, metadata_json, dispatched, deltas, per_rank_json,
+               Producer(produce, std::move(to_produce)));
     // Kept for save_again: the same arrays with new data.
     last_save_ = std::move(save);
     last_bytes_ = std::move(shard_bytes);
@@ -232,23 +259,38 @@ class PyManager {
   // the Python side checked is row-major, 3.5x cheaper to take than a
   // DLPack capsule), unchecked here; `keep` then holds its owner until the
   // copies have read it.
-  std::unique_ptr<PyHandle> SaveAgain(int64_t step, int64_t generation,
-                                      const nb::list& data,
-                                      const std::string& metadata_json,
-                                      bool dispatched,
-                                      std::optional<bool> deltas,
-                                      nb::object keep) {
+  // produced: (position in `data`, token) of shards `produce` puts in host
+  // memory when staging asks for them (their `data` entries are ignored).
+  std::unique_ptr<PyHandle> SaveAgain(
+      int64_t step, int64_t generation, const nb::list& data,
+      const std::string& metadata_json, bool dispatched,
+      std::optional<bool> deltas, nb::object keep,
+      const std::vector<std::pair<int64_t, int64_t>>& produced,
+      std::optional<nb::callable> produce) {
     Live();
     if (generation != generation_ ||
         nb::len(data) != static_cast<size_t>(last_bytes_.size())) {
       Invalid("save_again: not the arrays of the last save");
     }
+    const std::map<int64_t, int64_t> tokens(produced.begin(), produced.end());
+    std::map<PyProducer::Key, PyProducer::Shard> to_produce;
     std::vector<SavedData> sources;
     sources.reserve(last_bytes_.size());
     const bool host = backend_->kind() == "host";
     size_t at = 0;
-    for (SaveArray& array : last_save_) {
+    for (size_t a = 0; a < last_save_.size(); ++a) {
+      SaveArray& array = last_save_[a];
       for (SaveArray::Shard& shard : array.shards) {
+        shard.produced = false;
+        if (auto it = tokens.find(static_cast<int64_t>(at));
+            it != tokens.end()) {
+          to_produce[{static_cast<int>(a), shard.device}] = {
+              it->second, last_bytes_[at], array.spec.name};
+          shard.data = nullptr;
+          shard.produced = true;
+          ++at;
+          continue;
+        }
         if (nb::isinstance<nb::int_>(data[at])) {
           shard.data =
               reinterpret_cast<const void*>(nb::cast<uintptr_t>(data[at]));
@@ -275,9 +317,24 @@ class PyManager {
         ++at;
       }
     }
-    return NewHandle(
-        Submit(step, last_save_, metadata_json, dispatched, deltas), dispatched,
-        std::move(sources), keep.is_none() ? nb::object() : std::move(keep));
+    if (to_produce.size() != tokens.size()) {
+      Invalid("save_again: a produced shard is not one of the arrays'");
+    }
+    return NewHandle(Submit(step, last_save_, metadata_json, dispatched, deltas,
+                            "", Producer(produce, std::move(to_produce))),
+                     dispatched, std::move(sources),
+                     keep.is_none() ? nb::object() : std::move(keep));
+  }
+
+  // The save's producer of `shards` through `produce` (none when there are
+  // none); ValueError for shards without a callable.
+  static std::shared_ptr<ShardProducer> Producer(
+      const std::optional<nb::callable>& produce,
+      std::map<PyProducer::Key, PyProducer::Shard> shards) {
+    if (shards.empty()) return nullptr;
+    if (!produce.has_value())
+      Invalid("produced shards need a produce callable");
+    return std::make_shared<PyProducer>(*produce, std::move(shards));
   }
 
   // The handle of an accepted save: a staged save's copies have read the
@@ -301,10 +358,12 @@ class PyManager {
   SaveHandle Submit(int64_t step, const std::vector<SaveArray>& arrays,
                     const std::string& metadata_json, bool dispatched,
                     std::optional<bool> deltas,
-                    const std::string& per_rank_json = "") {
+                    const std::string& per_rank_json = "",
+                    std::shared_ptr<ShardProducer> producer = nullptr) {
     SaveOptions options;
     options.deltas = deltas;
     options.per_rank_json = per_rank_json;
+    options.producer = std::move(producer);
     absl::StatusOr<SaveHandle> handle;
     {
       nb::gil_scoped_release release;
@@ -523,11 +582,16 @@ void BindManager(nb::module_& m) {
       .def("durability", &PyManager::DurabilityDict)
       .def("save", &PyManager::Save, nb::arg("step"), nb::arg("arrays"),
            nb::arg("metadata_json"), nb::arg("dispatched"),
-           nb::arg("deltas").none() = nb::none(), nb::arg("per_rank_json") = "")
+           nb::arg("deltas").none() = nb::none(), nb::arg("per_rank_json") = "",
+           nb::arg("produced") =
+               std::vector<std::tuple<int, int64_t, int64_t>>(),
+           nb::arg("produce").none() = nb::none())
       .def("save_again", &PyManager::SaveAgain, nb::arg("step"),
            nb::arg("generation"), nb::arg("data"), nb::arg("metadata_json"),
            nb::arg("dispatched"), nb::arg("deltas").none() = nb::none(),
-           nb::arg("keep").none() = nb::none())
+           nb::arg("keep").none() = nb::none(),
+           nb::arg("produced") = std::vector<std::pair<int64_t, int64_t>>(),
+           nb::arg("produce").none() = nb::none())
       .def_prop_ro("generation", &PyManager::generation)
       .def("pin_pool", &PyManager::PinPool)
       .def("restore", &PyManager::Restore, nb::arg("step").none(),

@@ -89,6 +89,7 @@ absl::StatusOr<SaveHandle> CheckpointManager::Impl::SaveWith(
     job->per_rank_json = save_options.per_rank_json;
   }
   RETURN_IF_ERROR(plan(*job));
+  job->planned.producer = save_options.producer;
   ChooseFrozen(*job);
   job->planned_at = absl::Now();
   job->progress->phase.store("queued");
@@ -129,8 +130,14 @@ absl::StatusOr<SaveHandle> CheckpointManager::Impl::SaveWith(
   if (saver_idle) {
     // No staging runs now: the overflow may grow for this save.
     if (job->planned.layout != nullptr) {
+      // A save whose shards a producer makes holds one wave of their host
+      // copies (at most a pool) beside the pool and the overflow: its
+      // overflow leaves them that much of the budget.
+      const int64_t pool = pool_->capacity_bytes();
       engine_.set_overflow(overflow_.Reserve(
-          OverflowBytesFor(*job->planned.layout, pool_->capacity_bytes())));
+          OverflowBytesFor(*job->planned.layout, pool),
+          job->planned.producer != nullptr ? overflow_.limit_bytes() - pool
+                                           : overflow_.limit_bytes()));
     }
     DispatchHere(*job);
   }
@@ -184,9 +191,9 @@ void CheckpointManager::Impl::DispatchHere(Job& job) {
   if (job.planned.layout == nullptr) return;
   job.staging_began = absl::Now();
   job.progress->phase.store("staging");
-  absl::StatusOr<std::unique_ptr<BegunSave>> begun =
-      BeginSave(*job.planned.plan, job.planned.layout, engine_,
-                backend_.devices(), *job.planned.sources, job.planned.stable);
+  absl::StatusOr<std::unique_ptr<BegunSave>> begun = BeginSave(
+      *job.planned.plan, job.planned.layout, engine_, backend_.devices(),
+      *job.planned.sources, job.planned.stable, job.planned.producer);
   if (!begun.ok()) return;
   job.begun = *std::move(begun);
   if (job.begun->all_dispatched()) {

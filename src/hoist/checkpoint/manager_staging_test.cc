@@ -19,6 +19,7 @@
 #include "hoist/io/fault_storage.h"
 #include "hoist/io/memory_storage.h"
 #include "hoist/mutex.h"
+#include "testing/copying_producer.h"
 #include "testing/manager_test.h"
 #include "testing/mixed_model.h"
 #include "testing/shard_buffers.h"
@@ -353,6 +354,44 @@ TEST_F(ManagerTest, ASaveLargerThanTheBudgetWaitsForStorageAndSaysWhy) {
   EXPECT_THAT(info->blocked_reason, HasSubstr("waited for storage"));
   EXPECT_THAT(info->blocked_reason, HasSubstr("host_memory_budget 128.0 KiB"));
   ExpectHolds(*manager, 1, 0);
+}
+
+// Shards a producer makes (XLA shards staged through their runtime) are
+// asked for a wave at a time, one call a wave, and each released once
+// copied: the save holds at most a wave of them beside the pool and what is
+// left of the budget for its overflow. Registered arrays cannot be.
+TEST_F(ManagerTest, ProducedShardsAreSavedAWaveAtATimeAndReleased) {
+  model_ = SixteenShardedArrays();  // 2 MiB
+  shards_ = testing::FillShards(model_, backend_->devices());
+  CheckpointManagerOptions options;
+  options.pool_bytes = 64 << 10;
+  options.host_memory_budget = 4 << 20;
+  std::unique_ptr<CheckpointManager> manager = Open(options);
+  ASSERT_NE(manager, nullptr);
+  std::vector<SaveArray> arrays = Arrays();
+  testing::CopyingProducer::MarkProduced(arrays);
+  auto producer = std::make_shared<testing::CopyingProducer>(model_, shards_);
+  SaveOptions save_options;
+  save_options.producer = producer;
+  absl::StatusOr<SaveHandle> handle =
+      manager->Save(1, arrays, "{}", ReturnWhen::kStaged, save_options);
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  producer->ExpectAllReleased();  // once staged, none is held
+  absl::StatusOr<SaveInfo> info = handle->WaitCommitted();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_GT(info->waves, 1);
+  EXPECT_EQ(producer->calls(), info->waves);
+  EXPECT_LE(producer->peak_live_bytes(), 32 << 10);  // a wave: half the pool
+  ExpectHolds(*manager, 1, 0);
+
+  absl::StatusOr<SaveHandle> unproduced = manager->Save(2, arrays);
+  EXPECT_EQ(unproduced.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(unproduced.status().message(), HasSubstr("no producer"));
+  absl::StatusOr<RegisteredArrays> registered = manager->Register(arrays);
+  EXPECT_EQ(registered.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(registered.status().message(), HasSubstr("to be produced"));
+  ASSERT_TRUE(manager->WaitUntilFinished().ok());
+  EXPECT_THAT(*manager->List(), ElementsAre(1));
 }
 
 TEST_F(ManagerTest, ABudgetSmallerThanThePoolIsRefused) {

@@ -17,7 +17,12 @@
 //      each awaited in turn (sequential). A dispatch's completion callback
 //      splits its lease and hands each slice's extent to the sink, or drops
 //      the lease if the copy failed.
+//      A wave reading shards a ShardProducer makes first waits, once its
+//      leases are had, for every earlier wave's copies to end (their
+//      shards are then released), then asks the producer for all of them
+//      in one call before it dispatches.
 //   4. Wait for every dispatch; stop cutting new waves after the first error.
+//      Release every produced shard still held.
 #include "hoist/transfer/transfer_engine.h"
 
 #include <algorithm>
@@ -37,6 +42,7 @@
 #include "hoist/base/first_error.h"
 #include "hoist/base/status_macros.h"
 #include "hoist/mutex.h"
+#include "hoist/transfer/produced_shards.h"
 
 namespace hoist {
 namespace {
@@ -202,7 +208,8 @@ absl::StatusOr<std::shared_ptr<const StagingLayout>> TransferEngine::Lay(
 absl::StatusOr<std::unique_ptr<StagingRun>> TransferEngine::Begin(
     const SavePlan& plan, std::shared_ptr<const StagingLayout> layout,
     absl::Span<Device* const> devices, const ShardSources& sources,
-    StagedExtentSink& sink, std::shared_ptr<StableSources> stable) {
+    StagedExtentSink& sink, std::shared_ptr<StableSources> stable,
+    std::shared_ptr<ShardProducer> producer) {
   auto run = std::make_unique<StagingRun>();
   run->devices = devices;
   run->sink = &sink;
@@ -218,6 +225,7 @@ absl::StatusOr<std::unique_ptr<StagingRun>> TransferEngine::Begin(
       column[d] = sources.IndexOf(devices[d]->id());
     }
     std::vector<const uint8_t*> by_slice(layout->slices.size());
+    std::vector<size_t> produced;  // set wave by wave (ProducedShards)
     for (size_t i = 0; i < layout->slices.size(); ++i) {
       const StagingLayout::Slice& slice = layout->slices[i];
       const void* source = sources.FindAt(slice.array, column[slice.device]);
@@ -226,7 +234,22 @@ absl::StatusOr<std::unique_ptr<StagingRun>> TransferEngine::Begin(
             "array '%s': no source buffer for its shard on device %d",
             plan.arrays[slice.array].name, devices[slice.device]->id()));
       }
+      if (source == ProducedSource()) {
+        if (producer == nullptr || keep) {
+          return absl::InvalidArgumentError(absl::StrFormat(
+              "array '%s': its shard on device %d is to be produced, but %s",
+              plan.arrays[slice.array].name, devices[slice.device]->id(),
+              keep ? "registered arrays cannot be"
+                   : "the save has no producer (SaveOptions::producer)"));
+        }
+        produced.push_back(i);
+        source = nullptr;
+      }
       by_slice[i] = static_cast<const uint8_t*>(source);
+    }
+    if (!produced.empty()) {
+      run->produced = std::make_shared<ProducedShards>(
+          std::move(producer), *layout, devices, produced);
     }
     resolved.by_slice = std::move(by_slice);
     resolved.prepared.assign(keep ? layout->group_bytes.size() : 0, {});
@@ -294,11 +317,15 @@ absl::StatusOr<TransferStats> TransferEngine::Finish(
     }
   }
   if (run->stats.waves > 0) prepare();
-  announce_dispatched();  // staging stopped early, or nothing to stage
+  // Nothing to stage, or staging stopped early: on an error, the caller
+  // learns it from Finish's result instead (a save waiting to be
+  // dispatched is told it failed, not that it was dispatched).
+  if (run->first_error->Get().ok()) announce_dispatched();
 
   // 4. Wait for everything in flight (and for on_delivered, which uses
   // this frame).
   WhenAll(run->delivered).Wait();
+  if (run->produced != nullptr) run->produced->ReleaseRest();
   if (reporting) delivered_reported->WaitForNotification();
   stats.time_to_staged = absl::Now() - run->start;
   stats.peak_pool_bytes = pool_.stats().peak_bytes;
@@ -354,6 +381,16 @@ TransferEngine::Dispatched TransferEngine::DispatchWave(StagingRun& run,
   }
   if (!*acquired) return Dispatched::kWouldWait;
   std::vector<Lease>& leases = **acquired;
+  ProducedShards* const produced = run.produced.get();
+  if (produced != nullptr) {
+    if (absl::Status made =
+            produced->Produce(w, run.sources->by_slice, options_.tracer);
+        !made.ok()) {
+      run.first_error->Record(made);
+      return Dispatched::kNo;  // the leases go back with `acquired`
+    }
+    produced->BeginWave(w);
+  }
   ++run.stats.waves;
   // Every device's copies are enqueued before any starts: on the host
   // backend the first devices' copies would take the cores from this loop.
@@ -366,6 +403,7 @@ TransferEngine::Dispatched TransferEngine::DispatchWave(StagingRun& run,
     DispatchGroup(run, w, d, std::move(leases[next_lease++]), ops);
   }
   for (Device* device : run.devices) device->ReleaseCopies();
+  if (produced != nullptr) produced->EndWave(w);
   return Dispatched::kYes;
 }
 
@@ -391,7 +429,7 @@ void TransferEngine::DispatchGroup(StagingRun& run, size_t w, size_t d,
     for (size_t k = 0; k < slices.size(); ++k) {
       Lease own = lease.TakeFront(layout.lengths[slices[k]]);
       const CopyOp op = CopyOf(layout, *run.sources, slices[k], own.data());
-      DispatchCopy(run, d, slices.subspan(k, 1), std::move(own), [&] {
+      DispatchCopy(run, w, d, slices.subspan(k, 1), std::move(own), [&] {
         return device.CopyToHost({&op, 1});
       });
     }
@@ -411,21 +449,22 @@ void TransferEngine::DispatchGroup(StagingRun& run, size_t w, size_t d,
         prepared = copies.status();
       }
     }
-    DispatchCopy(run, d, slices, std::move(lease), [&] {
+    DispatchCopy(run, w, d, slices, std::move(lease), [&] {
       return prepared.ok() ? device.CopyPreparedToHost(kept.copies)
                            : Future<>::Ready(prepared);
     });
   } else {
     build_ops();
-    DispatchCopy(run, d, slices, std::move(lease),
+    DispatchCopy(run, w, d, slices, std::move(lease),
                  [&] { return device.CopyToHost(ops); });
   }
 }
 
-void TransferEngine::DispatchCopy(StagingRun& run, size_t d,
+void TransferEngine::DispatchCopy(StagingRun& run, size_t w, size_t d,
                                   absl::Span<const size_t> slices, Lease lease,
                                   absl::FunctionRef<Future<>()> copy) {
   const absl::Time dispatched_at = absl::Now();
+  if (run.produced != nullptr) run.produced->AddCopy(w);
   Future<> copied = copy();
   ++run.stats.dispatches;
   Promise<> done;
@@ -442,7 +481,8 @@ void TransferEngine::DispatchCopy(StagingRun& run, size_t d,
                   sink = run.sink, first_error = run.first_error,
                   done = std::move(done), tracer = options_.tracer,
                   device = run.devices[d]->id(), span = std::move(span),
-                  dispatched_at](const absl::Status& status) mutable {
+                  dispatched_at, produced = run.produced,
+                  w](const absl::Status& status) mutable {
     if (tracer != nullptr) {
       tracer->Span(absl::StrFormat("device %d", device), span, dispatched_at,
                    absl::Now());
@@ -456,6 +496,8 @@ void TransferEngine::DispatchCopy(StagingRun& run, size_t d,
       first_error->Record(status);
       lease.Release();  // the copy is over: the lease can go back
     }
+    // Before `done`: a save reported staged holds no produced shard.
+    if (produced != nullptr) produced->CopyDone(w);
     done.Set(status);
   });
   if (options_.wait == WaitMode::kSequential) {

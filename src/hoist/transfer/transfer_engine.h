@@ -34,6 +34,7 @@
 #include "hoist/device.h"
 #include "hoist/future.h"
 #include "hoist/save_plan.h"
+#include "hoist/shard_producer.h"
 #include "hoist/trace.h"
 #include "hoist/transfer/staging_pool.h"
 
@@ -116,6 +117,13 @@ class ShardSources {
   int arrays_ = 0;  // Reserve's: a column's length once it has a shard
   bool fixed_devices_ = false;
 };
+
+// The source ShardSources::Add records for a shard its save's ShardProducer
+// puts in host memory when a wave first reads it (TransferEngine::Begin).
+inline const void* ProducedSource() {
+  static const char tag = 0;
+  return &tag;
+}
 
 // One slice, staged: plan.slices[slice] says its array, box, file, offset and
 // length; the lease holds exactly its bytes (the box in C order).
@@ -201,6 +209,8 @@ struct StableSources {
   std::vector<Prepared> prepared;
 };
 
+class ProducedShards;  // transfer_engine.cc
+
 // A staging begun by TransferEngine::Begin, its first wave dispatched:
 // everything it carries from one wave to the next. Only the engine reads it.
 struct StagingRun {
@@ -214,6 +224,9 @@ struct StagingRun {
   TransferStats stats;  // stats.waves: the waves dispatched so far
   std::shared_ptr<FirstError> first_error = std::make_shared<FirstError>();
   std::vector<Future<>> delivered;
+  // The shards a ShardProducer makes wave by wave (null when none): which
+  // wave asks for each, and which releases it (transfer_engine.cc).
+  std::shared_ptr<ProducedShards> produced;
 };
 
 // True when Begin dispatched every copy of `run` (the share fit in one
@@ -248,7 +261,8 @@ class TransferEngine {
   // kInvalidArgument when a shard has no source; kResourceExhausted when a
   // slice is larger than the pool; a copy's own error otherwise.
   // `on_dispatched`, if set, runs on the calling thread once the last copy
-  // has been enqueued (or staging stopped early), before waiting for them.
+  // has been enqueued (or when there was nothing to stage), before waiting
+  // for them; not at all when staging stopped on an error first.
   // `after_first_wave`, if set, runs on the calling thread once the first
   // wave's copies are enqueued (not at all when staging stops before), while
   // they proceed: work the copies need not wait for (the save creates its
@@ -279,10 +293,18 @@ class TransferEngine {
   // has no source. With `stable` (the arrays have not moved since the
   // last Begin given it, for this layout), they are looked up once, into
   // it, and the copies are prepared once (see StableSources).
+  // A shard whose source is ProducedSource() is asked of `producer` by the
+  // first wave that reads it, after that wave's leases are had and once
+  // every earlier wave's copies are done, in one Produce call with the
+  // wave's other such shards (shard_producer.h); it is released once the
+  // last wave reading it is copied, or when staging stops. Errors, before
+  // anything is dispatched: kInvalidArgument for such a shard without a
+  // producer, or with `stable`.
   absl::StatusOr<std::unique_ptr<StagingRun>> Begin(
       const SavePlan& plan, std::shared_ptr<const StagingLayout> layout,
       absl::Span<Device* const> devices, const ShardSources& sources,
-      StagedExtentSink& sink, std::shared_ptr<StableSources> stable = nullptr);
+      StagedExtentSink& sink, std::shared_ptr<StableSources> stable = nullptr,
+      std::shared_ptr<ShardProducer> producer = nullptr);
   // The layout of `process`'s share of `plan` on `devices` through this
   // engine's pool: a pass over every slice of the job (of every process),
   // which a caller saving the same plan again makes once. `skip`, when
@@ -328,11 +350,12 @@ class TransferEngine {
   // built in `ops` (the wave's, reused from group to group).
   void DispatchGroup(StagingRun& run, size_t w, size_t d, Lease lease,
                      std::vector<CopyOp>& ops);
-  // Dispatches `slices` (on device d) into `lease` through `copy`; the
-  // completion hands each slice its range of the lease, on the thread the
-  // copy completes on.
-  void DispatchCopy(StagingRun& run, size_t d, absl::Span<const size_t> slices,
-                    Lease lease, absl::FunctionRef<Future<>()> copy);
+  // Dispatches `slices` (of wave w, on device d) into `lease` through
+  // `copy`; the completion hands each slice its range of the lease, on the
+  // thread the copy completes on.
+  void DispatchCopy(StagingRun& run, size_t w, size_t d,
+                    absl::Span<const size_t> slices, Lease lease,
+                    absl::FunctionRef<Future<>()> copy);
 
   StagingPool& pool_;
   StagingPool* overflow_ = nullptr;

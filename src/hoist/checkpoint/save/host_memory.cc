@@ -84,8 +84,13 @@ std::string BlockedReason(const TransferStats& stats, int64_t pool_bytes,
       FormatBytes(static_cast<double>(budget_bytes)));
 }
 
-StagingPool* StagingOverflow::Reserve(int64_t bytes) {
-  bytes = std::min(bytes, limit_bytes_);
+StagingPool* StagingOverflow::Reserve(int64_t bytes, int64_t cap) {
+  cap = std::min(cap, limit_bytes_);
+  bytes = std::min(bytes, cap);
+  if (pool_ != nullptr &&
+      pool_->capacity_bytes() > AlignUp(cap, StagingPool::kAlignment)) {
+    pool_.reset();
+  }
   if (bytes <= 0) return nullptr;
   if (pool_ != nullptr && pool_->capacity_bytes() >= bytes) return pool_.get();
   pool_.reset();  // freed before its successor is had

@@ -6,6 +6,7 @@
 #define HOIST_CHECKPOINT_SAVE_HOST_MEMORY_H_
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -54,12 +55,14 @@ class StagingOverflow {
 
   int64_t limit_bytes() const { return limit_bytes_; }
 
-  // The overflow, holding at least min(bytes, limit_bytes()): the one
-  // there is when it holds that much, else a new one of that size (the
-  // old one freed). Null when nothing is needed (bytes <= 0), nothing is
-  // allowed (limit 0), or the backend could not allocate it (that error is
-  // kept in last_error(); staging then waits for storage).
-  StagingPool* Reserve(int64_t bytes);
+  // The overflow, holding at least min(bytes, cap): the one there is when
+  // it holds that much and no more than `cap`, else a new one of that size
+  // (the old one freed first). `cap`: at most limit_bytes() (default).
+  // Null when nothing is needed (bytes <= 0), nothing is allowed (cap <=
+  // 0), or the backend could not allocate it (that error is kept in
+  // last_error(); staging then waits for storage).
+  StagingPool* Reserve(int64_t bytes,
+                       int64_t cap = std::numeric_limits<int64_t>::max());
 
   // The last allocation's error (OK when it succeeded).
   const absl::Status& last_error() const { return last_error_; }

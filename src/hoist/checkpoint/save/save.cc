@@ -326,7 +326,7 @@ absl::StatusOr<Persisted> StageAndPersist(
     run = std::move(begun->run);
   } else if (request.layout != nullptr) {
     run = engine.Begin(plan, request.layout, devices, sources, sink,
-                       request.stable);
+                       request.stable, request.producer);
   } else {
     run = engine.Begin(plan, process, devices, sources, sink);
   }
@@ -577,12 +577,14 @@ bool BegunSave::all_dispatched() const {
 absl::StatusOr<std::unique_ptr<BegunSave>> BeginSave(
     const SavePlan& plan, std::shared_ptr<const StagingLayout> layout,
     TransferEngine& engine, absl::Span<Device* const> devices,
-    const ShardSources& sources, std::shared_ptr<StableSources> stable) {
+    const ShardSources& sources, std::shared_ptr<StableSources> stable,
+    std::shared_ptr<ShardProducer> producer) {
   auto begun = std::make_unique<BegunSave>();
   begun->engine = &engine;
-  ASSIGN_OR_RETURN(begun->run,
-                   engine.Begin(plan, std::move(layout), devices, sources,
-                                begun->sink, std::move(stable)));
+  ASSIGN_OR_RETURN(
+      begun->run,
+      engine.Begin(plan, std::move(layout), devices, sources, begun->sink,
+                   std::move(stable), std::move(producer)));
   return begun;
 }
 

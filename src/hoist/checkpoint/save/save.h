@@ -89,6 +89,9 @@ struct SaveRequest {
   // last save given it, and the copies prepared from them
   // (TransferEngine::Begin). Optional.
   std::shared_ptr<StableSources> stable;
+  // Makes the shards whose source is ProducedSource() (TransferEngine::
+  // Begin). Optional.
+  std::shared_ptr<ShardProducer> producer;
   // The save fails unless it can commit by then (a preemption save's
   // deadline): a rank past it when its writes end fails the step on every
   // rank (kDeadlineExceeded), and rank 0 does not commit past it.
@@ -210,7 +213,8 @@ absl::StatusOr<std::unique_ptr<BegunSave>> BeginSave(
     const SavePlan& plan, std::shared_ptr<const StagingLayout> layout,
     TransferEngine& engine, absl::Span<Device* const> devices,
     const ShardSources& sources,
-    std::shared_ptr<StableSources> stable = nullptr);
+    std::shared_ptr<StableSources> stable = nullptr,
+    std::shared_ptr<ShardProducer> producer = nullptr);
 
 // Saves this process's share of `request.plan` and, together with the other
 // ranks of `coordinator`, commits the step. On error nothing is visible under

@@ -89,11 +89,12 @@ SavePlanner::SavePlanner(SavePlanOptions options, int part_writer_streams,
 absl::Status SavePlanner::AddShards(const SaveArray& array, int a,
                                     ShardSources& sources) {
   for (const SaveArray::Shard& shard : array.shards) {
-    if (shard.data == nullptr &&
+    if (shard.data == nullptr && !shard.produced &&
         absl::c_linear_search(array.spec.shape, int64_t{0})) {
       continue;
     }
-    if (shard.data == nullptr || !sources.Add(a, shard.device, shard.data)) {
+    const void* source = shard.produced ? ProducedSource() : shard.data;
+    if (source == nullptr || !sources.Add(a, shard.device, source)) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "array '%s': shard on device %d is not on this process's "
           "devices or has no data",
@@ -207,6 +208,14 @@ absl::StatusOr<std::shared_ptr<RegisteredArrays::State>> SavePlanner::Register(
   auto specs = std::make_shared<std::vector<ArraySpec>>();
   specs->reserve(arrays.size());
   for (size_t a = 0; a < arrays.size(); ++a) {
+    for (const SaveArray::Shard& shard : arrays[a].shards) {
+      if (shard.produced) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "array '%s': its shard on device %d is to be produced; "
+            "registered arrays stay where they are (save it with Save)",
+            arrays[a].spec.name, shard.device));
+      }
+    }
     RETURN_IF_ERROR(AddShards(arrays[a], static_cast<int>(a), *sources));
     specs->push_back(arrays[a].spec);
   }

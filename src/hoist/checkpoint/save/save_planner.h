@@ -74,6 +74,8 @@ struct PlannedSave {
   std::shared_ptr<const std::vector<uint8_t>> frozen;
   std::shared_ptr<const StagingLayout> unfrozen_layout;
   std::shared_ptr<StableSources> unfrozen_stable;
+  // Makes the shards marked produced (SaveOptions::producer), if any.
+  std::shared_ptr<ShardProducer> producer;
 
   // Leaves the frozen arrays' slices out of staging (they are referenced
   // in the base step instead).
