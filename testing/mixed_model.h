@@ -19,6 +19,20 @@ inline Mesh MeshOf(int64_t data, int64_t model) {
   return *Mesh::Create({"data", "model"}, {data, model});
 }
 
+// 16 arrays of 512 x 64 float32 sharded over both axes of a 2 x 4 mesh:
+// on 8 devices, 16 KiB a shard, 2 MiB in all (larger than a small pool:
+// staging in waves).
+inline std::vector<ArraySpec> SixteenShardedArrays() {
+  std::vector<ArraySpec> model;
+  for (int i = 0; i < 16; ++i) {
+    model.push_back({"w" + std::to_string(i),
+                     DType::kFloat32,
+                     {512, 64},
+                     NamedSharding{MeshOf(2, 4), {{"data", "model"}}}});
+  }
+  return model;
+}
+
 inline std::vector<ArraySpec> MixedModel(const Mesh& mesh) {
   std::vector<ArraySpec> model;
   int i = 0;

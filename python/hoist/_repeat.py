@@ -212,7 +212,8 @@ def match(state, plan, staging):
             if staged:  # the host copies, once staging has run
                 for a in local:
                     staging.add(name, a, functools.partial(
-                        arrays.__setitem__, len(arrays)))
+                        arrays.__setitem__, len(arrays)), None,
+                        lies == "row-major")
                     arrays.append(None)
             elif lies == "row-major":  # by address, if it still is
                 try:

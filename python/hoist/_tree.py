@@ -354,7 +354,8 @@ def _jax_global_array(name, x, staging):
     """An array with shards on other processes: every device's box (each
     process plans the whole save), data for this process's."""
     local = {s.device: s.data for s in x.addressable_shards}
-    whole = staging.takes(x, _jax_layout(x)[0])
+    kind = _jax_layout(x)[0]
+    whole = staging.takes(x, kind)
     shards = []
     for device, index in x.sharding.devices_indices_map(x.shape).items():
         origin, shape = _box_of(index, x.shape)
@@ -362,24 +363,28 @@ def _jax_global_array(name, x, staging):
         if data is None:
             shards.append((device.id, origin, shape, None))
         else:
-            _take(staging, name, whole, shards, device.id, origin, shape, data)
+            _take(staging, name, (whole, kind), shards, device.id, origin,
+                  shape, data)
     return _Array(name, np.dtype(x.dtype).name, x.shape, shards)
 
 
-def _take(staging, name, whole, shards, device, origin, shape, data):
+def _take(staging, name, how, shards, device, origin, shape, data):
     """Appends local shard `data` of array `name` to `shards` as the engine
-    takes it: by DLPack, or (`whole`, or where DLPack refuses it) through
-    the save's PJRT staging (_xla_staging.py), which fills it in."""
+    takes it: by DLPack, or (where `how`, (whole, layout kind), says whole,
+    or where DLPack refuses it) through the save's PJRT staging
+    (_xla_staging.py), which fills it in."""
     position = len(shards)
+    whole, kind = how
 
     def place(taken):
         shards[position] = (device, origin, shape, taken)
 
     if whole:
-        staging.add(name, data, place)
+        staging.add(name, data, place, device, kind == "row-major")
         taken = None
     else:
-        taken = staging.capsule_or_add(name, data, place)
+        taken = staging.capsule_or_add(name, data, place, device,
+                                       kind == "row-major")
     shards.append((device, origin, shape, taken))
 
 
@@ -411,11 +416,12 @@ def _jax_array(name, x, staging):
         for data in _jax_shards(x, False):
             device = _device_of(data)
             per_device.append((device, index_of[device], data))
-    whole = staging.takes(x, _jax_layout(x)[0])
+    kind = _jax_layout(x)[0]
+    how = (staging.takes(x, kind), kind)
     shards = []
     for device, index, data in per_device:
         origin, shape = _box_of(index, x.shape)
-        _take(staging, name, whole, shards, device.id, origin, shape, data)
+        _take(staging, name, how, shards, device.id, origin, shape, data)
     return _Array(name, np.dtype(x.dtype).name, x.shape, shards)
 
 

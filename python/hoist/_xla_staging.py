@@ -127,7 +127,9 @@ class Staging:
         self.shards = 0          # shards they carried
         self.owned = False       # every local shard a host copy (owns())
         self._data, self._places, self._names = [], [], []
-        self._targets = []       # each added shard's host sharding (run())
+        self._devices = []       # each added shard's device id, if known
+        self._row_major = []     # each added shard's: in row-major layout
+        self._targets = {}       # device -> its host memory's sharding
         self.deferred = 0        # shards handed to the engine to produce
         # PyTorch/XLA tensors: their own batched transfer (_torch_xla.py).
         self.xla = _torch_xla.Transfer()
@@ -142,36 +144,43 @@ class Staging:
             return platform != "cpu"
         return platform not in ("gpu", "cuda")
 
-    def add(self, name, data, place):
-        """Shard `data` (a single-device JAX array) of array `name`: run()
-        calls place(Deferred(token)) to put it where the save needs it, and
-        produce() puts it in host memory when the engine asks."""
+    def add(self, name, data, place, device=None, row_major=False):
+        """Shard `data` (a single-device JAX array; `device`: its device id,
+        where the caller knows it; `row_major`: its layout is known to be)
+        of array `name`: run() calls place(Deferred(token)) to put it where
+        the save needs it, and produce() puts it in host memory when the
+        engine asks."""
         self._data.append(data)
         self._places.append(place)
         self._names.append(name)
+        self._devices.append(device)
+        self._row_major.append(row_major)
 
-    def capsule_or_add(self, name, data, place):
+    def capsule_or_add(self, name, data, place, device=None, row_major=False):
         """The DLPack capsule of shard `data`; where DLPack refuses it,
         the shard is added instead (and None returned)."""
         try:
             return data.__dlpack__()  # zero copy
         except Exception:  # noqa: BLE001 (a TPU's, or a dtype it lacks)
-            self.add(name, data, place)
+            self.add(name, data, place, device, row_major)
             return None
 
     def clear(self):
         """Forgets what was added (a walk that found another structure)."""
         self._data, self._places, self._names = [], [], []
+        self._devices, self._row_major = [], []
         self.xla.clear()
 
     def run(self):
         """Moves the PyTorch/XLA tensors to host memory
         (_torch_xla.Transfer.run), and places every added JAX shard as a
-        Deferred token: the engine asks produce() for it. Each shard's host
-        memory kind is checked now, before the save is accepted."""
+        Deferred token: the engine asks produce() for it. That the devices
+        have a host memory kind is checked now, before the save is
+        accepted (on the first shard: a process's devices are of one
+        kind)."""
         self.xla.run()
-        self._targets = [self._target(name, data)
-                         for name, data in zip(self._names, self._data)]
+        if self._data:
+            self._target(self._names[0], self._data[0])
         for token, place in enumerate(self._places):
             place(Deferred(token))
         self.deferred = len(self._places)
@@ -180,36 +189,52 @@ class Staging:
     def produce(self, tokens):
         """The engine's request for one wave: the shards of `tokens` moved
         to host memory in one batched transfer, waited for once; each one's
-        engine data (a flat byte view of its host copy), in order. The
-        device arrays are forgotten as they are copied."""
+        engine data, in order: (address, host copy) of a row-major copy, a
+        flat byte view of a C-order one. The device arrays are forgotten as
+        they are copied."""
         if not tokens:
             return []
         import jax
 
         data = [self._data[t] for t in tokens]
-        targets = [self._targets[t] for t in tokens]
         try:
+            targets = [self._target(self._names[t], shard)
+                       for t, shard in zip(tokens, data)]
             host = jax.device_put(data, targets)
             jax.block_until_ready(host)
+        except _NoHostMemory:
+            raise
         except Exception as e:  # noqa: BLE001 (deleted, donated, device)
-            raise RuntimeError(self._failure(
-                [self._names[t] for t in tokens], targets, e)) from e
+            raise RuntimeError(self._failure(tokens, e)) from e
         self.transfer_calls += 1
         self.shards += len(host)
         for t in tokens:
             self._data[t] = None
-        return [_host_data(copy) for copy in host]
+        # A row-major shard's host copy is too: the engine reads it at its
+        # address (held with it); one in another layout is put in C order.
+        return [(copy.unsafe_buffer_pointer(), copy)
+                if self._row_major[t] and copy.size else _host_data(copy)
+                for t, copy in zip(tokens, host)]
 
     def forget(self):
         """Drops every device array still held (the engine asks for no more
         once the save has returned: its every copy is dispatched)."""
-        self._data, self._names, self._targets = [], [], []
+        self._data, self._names = [], []
+        self._devices, self._row_major = [], []
+
+    def _target(self, name, data):
+        """The host memory sharding shard `data` of array `name` goes to
+        (one per device, made once)."""
+        device = _device_of(data)
+        target = self._targets.get(device)
+        if target is None:
+            target = self._targets[device] = self._host_sharding(name, device)
+        return target
 
     @staticmethod
-    def _target(name, data):
+    def _host_sharding(name, device):
         from jax.sharding import SingleDeviceSharding
 
-        device = _device_of(data)
         kind = _memory_kind(device)
         if kind is None:
             raise _NoHostMemory(
@@ -221,20 +246,23 @@ class Staging:
         # another layout is put in C order on the host (_host_data).
         return SingleDeviceSharding(device, memory_kind=kind)
 
-    @staticmethod
-    def _failure(names, targets, error):
-        """What a failed transfer says: the arrays and devices it carried
-        (the first few; `targets`: their host shardings), and JAX's
-        error."""
+    def _failure(self, tokens, error):
+        """What a failed transfer of `tokens` says: the arrays and devices
+        it carried (the first few), and JAX's error."""
         seen = []
-        for name, target in zip(names, targets):
-            (device,) = target.device_set
-            item = f"'{name}' on {device}"
+        for t in tokens:
+            try:
+                device = _device_of(self._data[t])
+            except Exception:  # noqa: BLE001 (a deleted array)
+                device = (f"device {self._devices[t]}"
+                          if self._devices[t] is not None
+                          else "a deleted array's device")
+            item = f"'{self._names[t]}' on {device}"
             if item not in seen:
                 seen.append(item)
         shown = ", ".join(seen[:4]) + (
             f" and {len(seen) - 4} more" if len(seen) > 4 else "")
-        return (f"staging {len(names)} shards to host memory through "
+        return (f"staging {len(tokens)} shards to host memory through "
                 f"JAX (one device_put) failed for {shown}: {error}; nothing "
                 "of this save was committed")
 

@@ -1,5 +1,6 @@
 #include "py_producer.h"
 
+#include <cstdint>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -37,14 +38,23 @@ absl::Status PyProducer::Produce(absl::Span<ProducedShard> shards) {
       const Shard& shard = *asked[i];
       const std::string where = absl::StrFormat("array '%s' on device %d",
                                                 shard.name, shards[i].device);
+      nb::object item = made[i];
+      if (nb::isinstance<nb::tuple>(item) && nb::len(item) == 2) {
+        // (address, owner): a host copy whose layout Python knows is C
+        // order, read at its address while `owner` is held.
+        shards[i].data = reinterpret_cast<const void*>(
+            nb::cast<uintptr_t>(item[0]));
+        held_[{shards[i].array, shards[i].device}] = item[1];
+        continue;
+      }
       SavedData data;
-      if (!nb::try_cast(made[i], data) ||
+      if (!nb::try_cast(item, data) ||
           data.device_type() != nb::device::cpu::value) {
         return absl::InternalError(
             absl::StrFormat("%s: produce gave no host array", where));
       }
       shards[i].data = DenseData(data, shard.bytes, where);
-      held_[{shards[i].array, shards[i].device}] = std::move(data);
+      held_[{shards[i].array, shards[i].device}] = item;  // its owner
     }
   } catch (const nb::python_error& e) {
     return absl::UnknownError(nb::str(e.value()).c_str());

@@ -20,9 +20,11 @@
 namespace hoist {
 
 // Calls `produce(tokens)` (a Python callable) with the tokens of a wave's
-// shards; it returns, in the same order, each shard's bytes in host memory
-// (anything the buffer protocol or DLPack gives as CPU memory: a flat
-// uint8 NumPy view of a host copy), which are held until Release. A Python
+// shards; it returns, in the same order, each shard's bytes in host memory:
+// anything the buffer protocol or DLPack gives as CPU memory (a flat uint8
+// NumPy view of a host copy, its size checked), or (address, owner) of
+// bytes in C order that `owner` keeps (unchecked, as save_again's
+// addresses are). Each is held until Release. A Python
 // exception becomes the save's error (its message kept). Thread-safe: each
 // call takes the GIL (the thread that called Save released it).
 class PyProducer final : public ShardProducer {
@@ -46,7 +48,7 @@ class PyProducer final : public ShardProducer {
  private:
   nb::callable produce_;
   const std::map<Key, Shard> shards_;
-  std::map<Key, SavedData> held_;  // with the GIL
+  std::map<Key, nb::object> held_;  // with the GIL
 };
 
 }  // namespace hoist

@@ -151,15 +151,19 @@ def test_a_failed_transfer_names_the_array_and_commits_nothing(root):
         assert bits(mgr.restore(1)["w"]) == bits(good["w"])
 
 
+def eight_arrays():
+    """1 MiB: 8 arrays over both axes of a 2 x 4 mesh, 16 KiB a shard."""
+    sharding = NamedSharding(mesh(2, 4), P("data", "model"))
+    return {f"w{i}": jax.device_put(random(np.float32, (256, 128), i),
+                                    sharding) for i in range(8)}
+
+
 def test_a_transfer_failing_in_a_later_wave_fails_the_save_whole(
         root, monkeypatch):
     """The engine asks for each wave's shards as it stages it: an array
     deleted before its wave is reached fails the save, naming the wave,
     the array and its device, and nothing of the step is committed."""
-    m = mesh(2, 4)
-    sharding = NamedSharding(m, P("data", "model"))
-    state = {f"w{i}": jax.device_put(random(np.float32, (256, 128), i),
-                                     sharding) for i in range(8)}
+    state = eight_arrays()
     produce = hoist._xla_staging.Staging.produce
     waves = []
 
@@ -179,7 +183,7 @@ def test_a_transfer_failing_in_a_later_wave_fails_the_save_whole(
         message = str(failed.value)
         # No wave is asked for after the one that failed.
         assert f"for wave {len(waves)} of " in message, message
-        assert re.search(r"failed for 'w7' on \S*cpu", message, re.I), message
+        assert re.search(r"failed for 'w7' on device \d", message), message
         mgr.wait_until_finished()
         assert mgr.steps == []
     assert len(waves) >= 2
@@ -190,16 +194,15 @@ def test_a_state_larger_than_the_pool_is_produced_a_wave_at_a_time(
     """Staged through a pool an eighth of its size: one transfer call per
     wave, each at most a wave's bytes (half the pool), and the restore is
     bit-exact."""
-    m = mesh(2, 4)
-    sharding = NamedSharding(m, P("data", "model"))
-    state = {f"w{i}": jax.device_put(random(np.float32, (256, 128), i),
-                                     sharding) for i in range(8)}
+    state = eight_arrays()
     produce = hoist._xla_staging.Staging.produce
     wave_bytes = []
 
     def spy(self, tokens):
         out = produce(self, tokens)
-        wave_bytes.append(sum(a.nbytes for a in out))
+        # Each a host copy at its address (with the copy), or a byte view.
+        wave_bytes.append(sum((a[1] if type(a) is tuple else a).nbytes
+                              for a in out))
         return out
 
     with hoist.CheckpointManager(root, staging="pjrt",

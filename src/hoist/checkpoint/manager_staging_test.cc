@@ -30,6 +30,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using testing::ManagerTest;
+using testing::SixteenShardedArrays;
 
 TEST_F(ManagerTest, DispatchedModeLetsTheCallerWaitForStagingItself) {
   auto manager = Open();
@@ -282,20 +283,6 @@ TEST_F(ManagerTest, AFenceThatFailsMakesWaitStagedOnWaitOnTheCpu) {
   testing::Refill(model_, shards_, 99);
   ASSERT_TRUE(handle->WaitCommitted().ok());
   ExpectHolds(**manager, 1, 0);
-}
-
-// 16 arrays of 512 x 64 float32 sharded over the 2 x 4 mesh: 2 MiB, 16
-// slices of 16 KiB on each of the 8 devices.
-std::vector<ArraySpec> SixteenShardedArrays() {
-  const Mesh mesh = *Mesh::Create({"data", "model"}, {2, 4});
-  std::vector<ArraySpec> model;
-  for (int i = 0; i < 16; ++i) {
-    model.push_back({"w" + std::to_string(i),
-                     DType::kFloat32,
-                     {512, 64},
-                     NamedSharding{mesh, {{"data", "model"}}}});
-  }
-  return model;
 }
 
 // A save 32 times the pool returns once its arrays are copied, while

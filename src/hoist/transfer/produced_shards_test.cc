@@ -18,6 +18,7 @@
 #include "hoist/mutex.h"
 #include "testing/array_bytes.h"
 #include "testing/copying_producer.h"
+#include "testing/mixed_model.h"
 
 namespace hoist {
 namespace {
@@ -45,24 +46,10 @@ class KeepingSink final : public StagedExtentSink {
   std::map<int, std::vector<uint8_t>> staged_ ABSL_GUARDED_BY(mu_);
 };
 
-// 16 arrays of 512 x 64 float32 over both axes of a 2 x 4 mesh: 16 KiB
-// per shard, 8 devices.
-std::vector<ArraySpec> Model() {
-  const Mesh mesh = *Mesh::Create({"data", "model"}, {2, 4});
-  std::vector<ArraySpec> model;
-  for (int i = 0; i < 16; ++i) {
-    model.push_back({"w" + std::to_string(i),
-                     DType::kFloat32,
-                     {512, 64},
-                     NamedSharding{mesh, {{"data", "model"}}}});
-  }
-  return model;
-}
-
 class ProducedShardsTest : public ::testing::Test {
  protected:
   ProducedShardsTest()
-      : model_(Model()),
+      : model_(testing::SixteenShardedArrays()),
         plan_(*MakeSavePlan(model_, Topology::Uniform(1, 8), {})),
         backend_(*MakeHostBackend({.num_devices = 8})),
         shards_(testing::FillShards(model_, backend_->devices())) {}

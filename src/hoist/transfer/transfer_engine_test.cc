@@ -13,6 +13,7 @@
 #include "hoist/mutex.h"
 #include "testing/array_bytes.h"
 #include "testing/faulty_device.h"
+#include "testing/mixed_model.h"
 
 namespace hoist {
 namespace {
@@ -20,6 +21,7 @@ namespace {
 using ::testing::Each;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using testing::SixteenShardedArrays;
 
 using testing::BoxBytes;
 
@@ -168,17 +170,6 @@ std::vector<ArraySpec> EveryDTypeModel() {
       default:
         model.push_back(Named(name, dtype, {29, 7}, {}));
     }
-  }
-  return model;
-}
-
-// 16 arrays of 512 x 64 float32 sharded over both axes of the 2 x 4 mesh:
-// on 8 devices, 16 slices of 16 KiB each.
-std::vector<ArraySpec> SixteenShardedArrays() {
-  std::vector<ArraySpec> model;
-  for (int i = 0; i < 16; ++i) {
-    model.push_back(Named("w" + std::to_string(i), DType::kFloat32, {512, 64},
-                          {{"data", "model"}}));
   }
   return model;
 }
