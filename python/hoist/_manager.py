@@ -93,8 +93,8 @@ class SaveHandle:
         elapsed_s) and slowest (the job's slowest rank in each phase up to
         write); docs/observability.md. A save of JAX arrays adds
         pjrt_transfer_calls and pjrt_shards: the batched transfers (one per
-        save, or none) that staged shards the backend cannot read by
-        address, and their shards (docs/xla.md); of PyTorch/XLA tensors,
+        wave: one per save the pool holds; or none) that staged shards the
+        backend cannot read by address, and their shards (docs/xla.md); of PyTorch/XLA tensors,
         xla_transfer_calls (at most 2: the sharded ones, the rest) and
         xla_shards."""
         info = _call(self._handle.wait)
@@ -163,7 +163,7 @@ class CheckpointManager:
                    TPU, or in a layout that is not row-major) reach it:
                    "auto" (default) stages just those, "pjrt" every JAX
                    shard, through one batched jax.device_put to pinned_host
-                   per save (docs/xla.md).
+                   per wave as the engine stages them (docs/xla.md).
     num_devices:   host backend devices; default: JAX's device count when
                    JAX is imported (its local devices in a multi-process
                    job), else PyTorch/XLA's local devices when its SPMD
