@@ -42,8 +42,8 @@ absl::Status PyProducer::Produce(absl::Span<ProducedShard> shards) {
       if (nb::isinstance<nb::tuple>(item) && nb::len(item) == 2) {
         // (address, owner): a host copy whose layout Python knows is C
         // order, read at its address while `owner` is held.
-        shards[i].data = reinterpret_cast<const void*>(
-            nb::cast<uintptr_t>(item[0]));
+        shards[i].data =
+            reinterpret_cast<const void*>(nb::cast<uintptr_t>(item[0]));
         held_[{shards[i].array, shards[i].device}] = item[1];
         continue;
       }

@@ -144,6 +144,29 @@ def test_a_dcp_step_and_a_refused_dtype(tmp_path, vllm):
     assert "is float32 but the model is bfloat16" in log, log[-6000:]
 
 
+@pytest.mark.long
+def test_a_step_on_s3_serves_as_the_same_step_on_disk(tmp_path, vllm, s3_env):
+    """The trained step copied to S3 (SeaweedFS on 127.0.0.1): the load
+    format reads it there, verified, and serves the tokens the same step
+    serves from disk; a step the prefix does not hold is named."""
+    import uuid
+    model, root, _ = _train(tmp_path)
+    on_s3 = f"s3://{s3_env.bucket}/{uuid.uuid4().hex[:12]}/ckpt"
+    with hoist.CheckpointManager(root) as local:
+        state = local.restore(2)
+    with hoist.CheckpointManager(on_s3) as remote:
+        remote.save(2, state).wait()
+    allow = {"dtype_conversion": "allow"}
+    from_disk, log = vllm("disk", model, "hoist", {"root": str(root), **allow})
+    assert len(from_disk.get("tokens", [])) == 2, log[-6000:]
+    from_s3, log = vllm("s3", model, "hoist", {"root": on_s3, **allow})
+    assert from_s3 == from_disk, log[-6000:]
+    missing, log = vllm("missing", model, "hoist",
+                        {"root": on_s3, "step": 7, **allow})
+    assert "tokens" not in missing
+    assert "7" in log and on_s3 in log, log[-6000:]
+
+
 def _arrays(*names):
     return [{"name": n, "dtype": "bfloat16", "shape": [2]} for n in names]
 
