@@ -167,6 +167,34 @@ def test_a_step_on_s3_serves_as_the_same_step_on_disk(tmp_path, vllm, s3_env):
     assert "7" in log and on_s3 in log, log[-6000:]
 
 
+@pytest.mark.long
+def test_tensor_parallel_workers_read_their_part_and_serve_the_same(
+        tmp_path, vllm, monkeypatch):
+    """TP=2: each worker reads only the boxes its weight loaders keep
+    (found on probes of the model's own load_weights), about half the
+    split weights, and the engine serves what TP=1 serves from the
+    export."""
+    import re
+    model, root, _ = _train(tmp_path)
+    export = tmp_path / "export"
+    hoist.export(root, export, prefix="model/")
+    shutil.copy(model / "config.json", export)
+    exported, log = vllm("export", export)
+    assert len(exported.get("tokens", [])) == 2, log[-6000:]
+    extra = {"root": str(root), "dtype_conversion": "allow"}
+    # One core a worker: vLLM binds none itself on one NUMA node.
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0|1")
+    split, log = vllm("tp2", model, "hoist", extra,
+                      {"tensor_parallel_size": 2})
+    assert split == exported, log[-6000:]
+    reads = re.findall(r"([\d.]+) GiB, ([\d.]+) GiB read for tensor-parallel "
+                       r"rank (\d) of 2", log)
+    assert sorted(r[2] for r in reads) == ["0", "1"], log[-6000:]
+    print("GiB of the step's arrays, read, rank:", reads)  # -rP shows it
+    for total, read, _ in reads:
+        assert float(read) < 0.75 * float(total), reads
+
+
 def _arrays(*names):
     return [{"name": n, "dtype": "bfloat16", "shape": [2]} for n in names]
 

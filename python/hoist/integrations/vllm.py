@@ -38,6 +38,11 @@ Options (model_loader_extra_config):
   storage_options   as hoist.CheckpointManager's (S3/GCS endpoint, ...)
   read_bytes        at most this many bytes of arrays read at once
                     (default 1 GiB)
+  boxes             "auto" (default): with tensor parallelism, each worker
+                    reads only the box of each array its weight loaders
+                    keep (found by running the model's load_weights on
+                    probes: _vllm_boxes.py), the rest whole; "whole": every
+                    array whole; "probe": find boxes at any TP size
 
 A root alone is enough to serve when the training job keeps the model's
 config with its steps: save(step, state, metadata=hoist.vllm.
@@ -46,17 +51,14 @@ hoist.vllm config ROOT DIR`) writes config.json for vLLM's MODEL_DIR.
 
 A load that fails (a corrupt byte, a missing or unknown array, another
 model's step, a dtype change) raises before the engine serves, naming the
-root, the step and the array. Not yet: tensor-parallel workers reading
-only their own boxes (each reads the arrays whole and vLLM's weight
-loaders take their part).
+root, the step and the array.
 """
 
 import math
 
-import numpy as np
-
 _OPTIONS = ("root", "step", "prefix", "names", "skip_unused",
-            "dtype_conversion", "storage_options", "read_bytes")
+            "dtype_conversion", "storage_options", "read_bytes", "boxes")
+_BOXES = ("auto", "whole", "probe")
 
 # What a causal LM's embedding is named in its Hugging Face checkpoint: the
 # array that ends in one of these tells where the model's names begin.
@@ -171,6 +173,9 @@ def _check_options(extra):
     if conversion not in ("refuse", "allow"):
         raise LoadError(f"load format 'hoist': dtype_conversion="
                         f"{conversion!r}: use 'refuse' or 'allow'")
+    if extra.get("boxes", "auto") not in _BOXES:
+        raise LoadError(f"load format 'hoist': boxes={extra['boxes']!r}: "
+                        f"use one of {', '.join(_BOXES)}")
     names = extra.get("names")
     if names is not None and not isinstance(names, dict):
         raise LoadError("load format 'hoist': names must be a dict {array "
@@ -262,7 +267,11 @@ def _loader_class():
     from vllm.model_executor.model_loader.base_loader import BaseModelLoader
 
     import hoist
-    from .._tree import _numpy_dtype
+    from .. import _hoist
+    from .._errors import call as _call
+    from .._options import storage_options as _storage_options
+    from .._tree import _aligned_bytes, _numpy_dtype
+    from . import _vllm_boxes
 
     class HoistModelLoader(BaseModelLoader):
         """vLLM's model loader for load_format="hoist" (see the module)."""
@@ -302,13 +311,16 @@ def _loader_class():
             sizes = {name: math.prod(arrays[name]["shape"]) *
                      _numpy_dtype(arrays[name]["dtype"]).itemsize
                      for name, _ in wanted}
+            uses = self._uses(model, wanted, arrays)
             limit = int(self.options.get("read_bytes", 1 << 30))
             skip = bool(self.options.get("skip_unused", False))
             last = []  # the name of the array load_weights took last
+            read = [0]  # bytes read from storage
 
             def weights(batch_list):
                 for batch in batch_list:
-                    got = self._read(batch, step, where)
+                    got = self._read(batch, arrays, uses, manifest, read,
+                                     where)
                     for name, checkpoint_name in batch:
                         last[:] = [name]
                         yield checkpoint_name, got[name]
@@ -339,18 +351,53 @@ def _loader_class():
             # As vLLM's own loader says it (bench/vllm_load.py reads it).
             logger.info(
                 "Loading weights took %.2f seconds (hoist: %s, %d arrays, "
-                "%.3f GiB, every extent verified)",
+                "%.3f GiB, %.3f GiB read for tensor-parallel rank %d of %d, "
+                "every extent verified)",
                 time.perf_counter() - start, where, len(wanted) - len(unused),
-                sum(sizes[n] for n, _ in wanted if n not in unused) / 2**30)
+                sum(sizes[n] for n, _ in wanted if n not in unused) / 2**30,
+                read[0] / 2**30, _tp()[0], _tp()[1])
 
-        def _read(self, batch, step, where):
+        def _uses(self, model, wanted, arrays):
+            """{array: _vllm_boxes.Use}: the box of each array this
+            worker's loaders keep, where the boxes option asks for them
+            (with tensor parallelism, or "probe"); else None (all
+            whole)."""
+            mode = self.options.get("boxes", "auto")
+            if mode == "whole" or (mode == "auto" and _tp()[1] == 1):
+                return None
+            return _vllm_boxes.probe(
+                model, wanted, arrays,
+                lambda name: _torch_dtype(_numpy_dtype(name)))
+
+        def _read(self, batch, arrays, uses, manifest, read, where):
+            """{array: tensor} of `batch` ((array, checkpoint name)
+            pairs), read in one call: each array's box where `uses` has
+            one (in a tensor of its full shape: the box's bytes only),
+            else whole. Adds the bytes read from storage to read[0]."""
+            targets, made = [], {}
+            for name, _ in batch:
+                spec = arrays[name]
+                dtype = _numpy_dtype(spec["dtype"])
+                shape = list(spec["shape"])
+                origin, extent = ((0,) * len(shape), shape) if uses is None \
+                    else uses[name].region()
+                raw = _aligned_bytes(math.prod(extent) * dtype.itemsize)
+                targets.append((name, spec["dtype"], shape,
+                                [(-1, list(origin), list(extent), raw)]))
+                made[name] = (raw, dtype, shape, origin, extent)
+            at = f"{str(self.options['root']).rstrip('/')}/" \
+                 f"step_{int(manifest['step']):08d}"
             try:
-                got = hoist.read(
-                    self.options["root"], step, names=[n for n, _ in batch],
-                    storage_options=self.options.get("storage_options"))
+                _, stats = _call(
+                    _hoist.read_at, at, manifest["step"], targets,
+                    _storage_options(self.options.get("storage_options")))
             except hoist.DataLossError as error:
                 raise LoadError(f"{where}: {error}") from None
-            return {name: _tensor(value) for name, value in got.items()}
+            read[0] += stats["bytes_read"]
+            return {name: _vllm_boxes.placed(raw, _torch_dtype(dtype), shape,
+                                             origin, extent)
+                    for name, (raw, dtype, shape, origin, extent)
+                    in made.items()}
 
         @staticmethod
         def _check_complete(model, loaded, where):
@@ -365,15 +412,18 @@ def _loader_class():
                     f"{where}: {len(missing)} of the model's parameters are "
                     f"not in the step: {missing[:10]}")
 
-    def _tensor(value):
-        """A torch tensor of what hoist.read gave: a tensor (saved from
-        torch) or a NumPy array (saved otherwise, bfloat16 included)."""
-        if isinstance(value, torch.Tensor):
-            return value
-        value = np.ascontiguousarray(value)
-        dtype = getattr(torch, value.dtype.name)
-        raw = torch.from_numpy(value.reshape(-1).view(np.uint8))
-        return raw.view(dtype).reshape(value.shape)
+    def _torch_dtype(dtype):
+        return getattr(torch, dtype.name)
+
+    def _tp():
+        """(this worker's tensor-parallel rank, the TP size)."""
+        from vllm.distributed import (get_tensor_model_parallel_rank,
+                                      get_tensor_model_parallel_world_size)
+        try:
+            return (get_tensor_model_parallel_rank(),
+                    get_tensor_model_parallel_world_size())
+        except (AssertionError, RuntimeError):  # no parallel state
+            return 0, 1
 
     # Under "vllm", whose handler prints its loggers' lines.
     logger = init_logger("vllm.model_executor.model_loader.hoist")

