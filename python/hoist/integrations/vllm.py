@@ -36,7 +36,8 @@ Options (model_loader_extra_config):
                     not the model's fails the load, named; "allow": it is
                     converted (fp32 master weights into a bf16 model)
   storage_options   as hoist.CheckpointManager's (S3/GCS endpoint, ...)
-  read_bytes        at most this many bytes of arrays read at once
+  read_bytes        at most this many bytes of arrays held at once: a
+                    batch the model takes while the next half is read
                     (default 1 GiB)
   boxes             "auto" (default): with tensor parallelism, each worker
                     reads only the box of each array its weight loaders
@@ -261,6 +262,7 @@ def _batches(wanted, sizes, limit):
 def _loader_class():
     """The BaseModelLoader subclass (defined once vLLM is imported)."""
     import time
+    from concurrent.futures import ThreadPoolExecutor
 
     import torch
     from vllm.logger import init_logger
@@ -318,12 +320,24 @@ def _loader_class():
             read = [0]  # bytes read from storage
 
             def weights(batch_list):
-                for batch in batch_list:
-                    got = self._read(batch, arrays, uses, manifest, read,
-                                     where)
-                    for name, checkpoint_name in batch:
-                        last[:] = [name]
-                        yield checkpoint_name, got[name]
+                # The next batch is read (without the GIL) while the model
+                # takes this one: two batches of half read_bytes each.
+                with ThreadPoolExecutor(1) as reader:
+                    def start(batch):
+                        return None if batch is None else (batch, reader.submit(
+                            self._read, batch, arrays, uses, manifest, read,
+                            where))
+
+                    batches = iter(batch_list)
+                    ahead = start(next(batches, None))
+                    while ahead is not None:
+                        batch, future = ahead
+                        got = future.result()
+                        ahead = start(next(batches, None))
+                        for name, checkpoint_name in batch:
+                            last[:] = [name]
+                            yield checkpoint_name, got[name]
+                        del got
 
             unused = []
             while True:
@@ -331,7 +345,7 @@ def _loader_class():
                 try:
                     loaded = model.load_weights(weights(
                         _batches([w for w in wanted if w[0] not in unused],
-                                 sizes, limit)))
+                                 sizes, max(limit // 2, 1))))
                     break
                 except (KeyError, ValueError, AssertionError,
                         RuntimeError) as error:
