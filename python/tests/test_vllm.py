@@ -92,17 +92,23 @@ def vllm(tmp_path):
     return generate
 
 
-@pytest.mark.slow(160)
-def test_a_trained_step_serves_as_its_export_and_a_flipped_byte_fails(
-        tmp_path, vllm):
-    model, root, _ = _train(tmp_path)
-    # vLLM's own loader on `hoist export` of the step (fp32 safetensors,
-    # which vLLM converts to the model's bfloat16)...
+def _served_export(tmp_path, vllm, model, root):
+    """What vLLM's own loader serves of `hoist export` of the step (fp32
+    safetensors, which vLLM converts to the model's bfloat16)."""
     export = tmp_path / "export"
     hoist.export(root, export, prefix="model/")
     shutil.copy(model / "config.json", export)
     exported, log = vllm("export", export)
     assert len(exported.get("tokens", [])) == 2, log[-6000:]
+    return exported
+
+
+@pytest.mark.slow(160)
+def test_a_trained_step_serves_as_its_export_and_a_flipped_byte_fails(
+        tmp_path, vllm):
+    model, root, _ = _train(tmp_path)
+    # vLLM's own loader on `hoist export` of the step...
+    exported = _served_export(tmp_path, vllm, model, root)
     # ...and the load format on the root, with the config the step keeps
     # (written by the job through hoist.vllm.config_dir): the model's names
     # found under "model/", AdamW's state skipped, fp32 to bf16 allowed.
@@ -176,11 +182,7 @@ def test_tensor_parallel_workers_read_their_part_and_serve_the_same(
     export."""
     import re
     model, root, _ = _train(tmp_path)
-    export = tmp_path / "export"
-    hoist.export(root, export, prefix="model/")
-    shutil.copy(model / "config.json", export)
-    exported, log = vllm("export", export)
-    assert len(exported.get("tokens", [])) == 2, log[-6000:]
+    exported = _served_export(tmp_path, vllm, model, root)
     extra = {"root": str(root), "dtype_conversion": "allow"}
     # One core a worker: vLLM binds none itself on one NUMA node.
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0|1")
