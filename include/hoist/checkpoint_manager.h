@@ -204,9 +204,12 @@ struct CheckpointManagerOptions {
   std::string metrics_path;
   // A save whose bytes have not moved for this long logs a warning naming
   // the phase, the rank and the file or object, once per stall; it goes on
-  // running (timeouts still fail it). 0: never. Default 60 s.
+  // running (timeouts still fail it). So does a restore that has read no
+  // bytes for this long, naming the file or object it reads. 0: never.
+  // Default 60 s.
   absl::Duration stall_warn = absl::Seconds(60);
-  // Where warnings go (a stalled save), called on a background thread.
+  // Where warnings go (a stalled save or restore), called on a background
+  // thread.
   // Default: a line on stderr.
   std::function<void(const std::string&)> on_warning;
   // Called with each save's and restore's phases once they are known (the

@@ -263,7 +263,8 @@ class CheckpointManager:
                    phases to Prometheus.
     stall_warn_s:  a save that moves no bytes for this long logs a warning
                    on the "hoist" logger naming its phase, the rank and the
-                   file or object (default 60; 0: never); it goes on.
+                   file or object (default 60; 0: never); it goes on. So
+                   does a restore that reads none, naming what it reads.
     preemption_signals:
                    signals that announce a preemption, e.g.
                    (signal.SIGTERM,) as Slurm and Kubernetes send it

@@ -55,6 +55,8 @@ CheckpointManager::Impl::Impl(std::unique_ptr<CheckpointRoot> root,
       metrics_(std::move(metrics)),
       stall_watch_(options_.stall_warn, coordinator_.rank(),
                    options_.on_warning),
+      restore_watch_(options_.stall_warn, coordinator_.rank(),
+                     options_.on_warning),
       preemption_(std::move(preemption)) {
   {
     absl::StatusOr<std::vector<int64_t>> steps = root_->List();

@@ -260,6 +260,8 @@ class CheckpointManager::Impl {
   // and the watch over the save the saver runs.
   const std::unique_ptr<MetricsLog> metrics_;
   StallWatch stall_watch_;
+  // The watch over the restore under way (Restore: one at a time).
+  StallWatch restore_watch_;
   // Agrees on the preemption step (null without preemption signals).
   const std::unique_ptr<PreemptionWatch> preemption_;
   bool preemption_saved_ = false;  // by Save() (one thread at a time)

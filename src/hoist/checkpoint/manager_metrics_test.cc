@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
@@ -13,6 +14,8 @@
 #include "hoist/checkpoint/metrics_log.h"
 #include "hoist/checkpoint/stall_watch.h"
 #include "hoist/checkpoint_manager.h"
+#include "hoist/io/fault_storage.h"
+#include "hoist/io/memory_storage.h"
 #include "testing/manager_test.h"
 
 namespace hoist {
@@ -180,6 +183,37 @@ TEST(StallWatch, WarnsAboutASaveThatStopsMoving) {
   EXPECT_THAT(warnings[0], HasSubstr("in phase upload"));
   EXPECT_THAT(warnings[0],
               HasSubstr("s3://bucket/ckpt/step_00000012.tmp/data/r3.bin"));
+}
+
+// A restore whose reads stop is warned about like a save: its step, the
+// rank and the data file it reads. It goes on once storage does.
+TEST_F(ManagerTest, WarnsAboutARestoreThatStopsReading) {
+  MemoryStorage memory;
+  FaultInjectingStorage storage(memory, {});
+  Mutex mu;
+  std::vector<std::string> warnings;
+  absl::Notification warned;
+  CheckpointManagerOptions options;
+  options.stall_warn = absl::Milliseconds(200);
+  options.on_warning = [&](const std::string& message) {
+    MutexLock lock(&mu);
+    warnings.push_back(message);
+    if (!warned.HasBeenNotified()) warned.Notify();
+  };
+  std::unique_ptr<CheckpointManager> manager = Open(options, &storage);
+  ASSERT_NE(manager, nullptr);
+  ASSERT_TRUE(manager->Save(1, Arrays())->WaitCommitted().ok());
+  storage.StallReads("/data/");
+  std::thread restore([&] { ExpectHolds(*manager, 1, 0); });
+  const bool said = warned.WaitForNotificationWithTimeout(absl::Seconds(60));
+  storage.Resume();
+  restore.join();
+  ASSERT_TRUE(said);
+  MutexLock lock(&mu);
+  EXPECT_THAT(warnings[0], HasSubstr("the restore of step 1 on rank 0 has "
+                                     "read no bytes for"));
+  EXPECT_THAT(warnings[0], HasSubstr("reading "));
+  EXPECT_THAT(warnings[0], HasSubstr("step_00000001/data/"));
 }
 
 TEST(StallWatch, NamesAStallBeforeAnyWrite) {

@@ -1,6 +1,9 @@
 // The manager's restores: the step chosen (from the local tier or the
 // durable root), then read by every rank for itself or once per job
 // (restore/shared_restore.h), onto any sharding.
+#include <memory>
+
+#include "absl/cleanup/cleanup.h"
 #include "hoist/checkpoint/manager_impl.h"
 
 namespace hoist {
@@ -49,7 +52,23 @@ absl::StatusOr<RestoreStats> CheckpointManager::Impl::Restore(
     const std::optional<RestoreOptions>& options) {
   const absl::Time began = absl::Now();
   RETURN_IF_ERROR(TakeDeferredError());
-  const RestoreOptions& chosen = options.value_or(options_.restore);
+  RestoreOptions chosen = options.value_or(options_.restore);
+  // Watched for stalls (stall_warn), through the caller's progress or one
+  // of its own.
+  std::shared_ptr<OperationProgress> watched;
+  if (options_.stall_warn > absl::ZeroDuration()) {
+    if (chosen.progress == nullptr) {
+      watched = std::make_shared<OperationProgress>();
+      chosen.progress = watched.get();
+    } else {
+      watched = std::shared_ptr<OperationProgress>(std::shared_ptr<void>(),
+                                                   chosen.progress);
+    }
+    restore_watch_.WatchRestore(step.value_or(-1), watched);
+  }
+  const absl::Cleanup unwatch = [&] {
+    if (watched != nullptr) restore_watch_.Unwatch();
+  };
   const bool needs_pool = absl::c_any_of(targets, [](const auto& target) {
     return absl::c_any_of(target.destinations, [](const auto& dest) {
       return dest.data == nullptr || dest.device != nullptr;

@@ -43,10 +43,19 @@ void StallWatch::Watch(int64_t step,
   progress_ = std::move(progress);
 }
 
+void StallWatch::WatchRestore(
+    int64_t step, std::shared_ptr<const OperationProgress> progress) {
+  MutexLock lock(&mu_);
+  step_ = step;
+  progress_ = nullptr;
+  restore_ = std::move(progress);
+}
+
 void StallWatch::Unwatch() {
   MutexLock lock(&mu_);
   step_ = -1;
   progress_ = nullptr;
+  restore_ = nullptr;
 }
 
 std::string StallWatch::Message(int64_t step, int rank, absl::Duration stalled,
@@ -59,6 +68,20 @@ std::string StallWatch::Message(int64_t step, int rank, absl::Duration stalled,
       progress.phase.load(),
       writing.empty() ? std::string("no file or object written yet")
                       : "last written: " + writing);
+}
+
+std::string StallWatch::RestoreMessage(int64_t step, int rank,
+                                       absl::Duration stalled,
+                                       const OperationProgress& progress) {
+  const std::string reading = progress.current.Get();
+  return absl::StrFormat(
+      "hoist: warning: the restore of %s on rank %d has read no bytes for "
+      "%s (%s); it goes on",
+      step < 0 ? std::string("the newest step")
+               : absl::StrFormat("step %d", step),
+      rank, absl::FormatDuration(absl::Trunc(stalled, absl::Seconds(1))),
+      reading.empty() ? std::string("reading its manifest, no data file yet")
+                      : "reading " + reading);
 }
 
 bool StallClock::Stalled(int64_t step, int64_t bytes, const char* phase,
@@ -96,11 +119,17 @@ void StallWatch::Run() {
 }
 
 std::string StallWatch::Check(StallClock& clock) {
+  const absl::Time now = absl::Now();
+  if (restore_ != nullptr) {
+    if (!clock.Stalled(step_, restore_->done.load(), "restore", now)) {
+      return "";
+    }
+    return RestoreMessage(step_, rank_, clock.StalledFor(now), *restore_);
+  }
   if (progress_ == nullptr) {
     clock.Reset();
     return "";
   }
-  const absl::Time now = absl::Now();
   if (!clock.Stalled(
           step_,
           progress_->staged_bytes.load() + progress_->written_bytes.load(),

@@ -1,7 +1,8 @@
 // StallWatch: warns when the save under way has moved no bytes for a while
 // (CheckpointManagerOptions::stall_warn), naming its phase, the rank and the
-// file or object it last wrote. It only warns: the save goes on, and the
-// timeouts that fail a save still do.
+// file or object it last wrote; or the restore under way, naming the file
+// or object it reads. It only warns: the operation goes on, and the
+// timeouts that fail it still do.
 #ifndef HOIST_CHECKPOINT_STALL_WATCH_H_
 #define HOIST_CHECKPOINT_STALL_WATCH_H_
 
@@ -60,11 +61,22 @@ class StallWatch {
   // end it.
   void Watch(int64_t step, std::shared_ptr<const SaveProgress> progress)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Watches a restore of `step` (-1: the newest step) until Unwatch, its
+  // bytes read counted in `progress` (done; current: the file or object it
+  // reads). One operation at a time: a manager keeps a watch for each.
+  void WatchRestore(int64_t step,
+                    std::shared_ptr<const OperationProgress> progress)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void Unwatch() ABSL_LOCKS_EXCLUDED(mu_);
 
   // The warning for a save of `step` stalled for `stalled`.
   static std::string Message(int64_t step, int rank, absl::Duration stalled,
                              const SaveProgress& progress);
+  // The warning for a restore of `step` (-1: the newest) stalled for
+  // `stalled`.
+  static std::string RestoreMessage(int64_t step, int rank,
+                                    absl::Duration stalled,
+                                    const OperationProgress& progress);
 
  private:
   void Run() ABSL_LOCKS_EXCLUDED(mu_);
@@ -79,6 +91,7 @@ class StallWatch {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int64_t step_ ABSL_GUARDED_BY(mu_) = -1;
   std::shared_ptr<const SaveProgress> progress_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const OperationProgress> restore_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };
 

@@ -1,6 +1,7 @@
 #include "hoist/io/fault_storage.h"
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "hoist/io/errno_status.h"
 
@@ -48,7 +49,7 @@ class FaultyReadableFile final : public ReadableFile {
                      std::unique_ptr<ReadableFile> base)
       : storage_(storage), path_(std::move(path)), base_(std::move(base)) {}
   absl::Status ReadAt(int64_t offset, absl::Span<uint8_t> out) override {
-    if (absl::Status s = storage_.CheckAlive(path_); !s.ok()) return s;
+    if (absl::Status s = storage_.BeforeRead(path_); !s.ok()) return s;
     return base_->ReadAt(offset, out);
   }
   absl::StatusOr<int64_t> Size() override { return base_->Size(); }
@@ -67,6 +68,18 @@ absl::Status FaultInjectingStorage::CheckAlive(const std::string& path) const {
         absl::StrFormat("%s: simulated crash: the process is gone", path));
   }
   return absl::OkStatus();
+}
+
+absl::Status FaultInjectingStorage::BeforeRead(const std::string& path) {
+  {
+    MutexLock lock(&stall_mu_);
+    if (reads_stalled_ && absl::StrContains(path, stalled_reads_matching_)) {
+      ++waiting_;
+      stall_mu_.Await(Condition(this, &FaultInjectingStorage::ReadsNotStalled));
+      --waiting_;
+    }
+  }
+  return CheckAlive(path);
 }
 
 void FaultInjectingStorage::WaitWhileStalled() {

@@ -4,12 +4,15 @@
 // lands, then the error), a crash at the Nth sync (that sync does not happen,
 // and every later call fails with kAborted, as if the process had died), and
 // storage that is stuck (Stall: every write and sync waits until Resume, as a
-// hung NFS or Lustre target does). Pair it with MemoryStorage::Crash() to drop
-// what was not durable at the crash.
+// hung NFS or Lustre target does; StallReads: every read of a file's bytes).
+// Pair it with MemoryStorage::Crash() to drop what was not durable at the
+// crash.
 #ifndef HOIST_IO_FAULT_STORAGE_H_
 #define HOIST_IO_FAULT_STORAGE_H_
 
 #include <atomic>
+#include <string>
+#include <utility>
 
 #include "hoist/mutex.h"
 #include "hoist/storage.h"
@@ -36,11 +39,19 @@ class FaultInjectingStorage final : public StorageWrapper {
     MutexLock lock(&stall_mu_);
     stalled_ = true;
   }
+  // From now on every read of the bytes of an opened file whose path has
+  // `matching` in it (default: any) waits until Resume().
+  void StallReads(std::string matching = "") {
+    MutexLock lock(&stall_mu_);
+    reads_stalled_ = true;
+    stalled_reads_matching_ = std::move(matching);
+  }
   void Resume() {
     MutexLock lock(&stall_mu_);
     stalled_ = false;
+    reads_stalled_ = false;
   }
-  // Writes and syncs waiting in a stall now.
+  // Writes, syncs and reads waiting in a stall now.
   int stalled_calls() const {
     MutexLock lock(&stall_mu_);
     return waiting_;
@@ -94,11 +105,15 @@ class FaultInjectingStorage final : public StorageWrapper {
   absl::Status BeforeSync(const std::string& path);
   absl::Status BeforeReserve(const std::string& path);
   absl::Status CheckAlive(const std::string& path) const;
+  absl::Status BeforeRead(const std::string& path);
 
  private:
   void WaitWhileStalled();
   bool NotStalled() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(stall_mu_) {
     return !stalled_;
+  }
+  bool ReadsNotStalled() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(stall_mu_) {
+    return !reads_stalled_;
   }
 
   // Whether the commit runs through this wrapper (see BeginDir).
@@ -111,6 +126,8 @@ class FaultInjectingStorage final : public StorageWrapper {
   std::atomic<bool> crashed_{false};
   mutable Mutex stall_mu_;
   bool stalled_ ABSL_GUARDED_BY(stall_mu_) = false;
+  bool reads_stalled_ ABSL_GUARDED_BY(stall_mu_) = false;
+  std::string stalled_reads_matching_ ABSL_GUARDED_BY(stall_mu_);
   int waiting_ ABSL_GUARDED_BY(stall_mu_) = 0;
 };
 

@@ -112,6 +112,8 @@ absl::Status WaveReads::ReadRun(size_t r, const ReadContext& context,
                         head.extent, head.array->extents.size(), s.message()));
   };
   const ExtentPlace place = PlaceOfExtent(*context.step_dir, first);
+  // What a stalled restore's warning names (StallWatch).
+  if (context.progress != nullptr) context.progress->current.Set(place.path);
   std::unique_ptr<ReadableFile>& file = files[place.path];
   if (file == nullptr) {
     absl::StatusOr<std::unique_ptr<ReadableFile>> opened =
