@@ -29,6 +29,26 @@ def rebuild(manifest, like, names, per_rank, rank, size, run):
                                   manifest.get("part")))
 
 
+def step_path(root, step=None):
+    """Where step `step` of root `root` (a directory or an object-store
+    prefix) lies; `root` itself for step None (its newest step, or a step
+    directory given as the root)."""
+    root = os.fspath(root)
+    if step is None:
+        return root
+    return f"{root.rstrip('/')}/step_{step_number(step):08d}"
+
+
+def read_regions(path, step, targets, *, storage_options=None):
+    """Reads engine `targets` ((name, dtype, shape, [(-1, origin, extent,
+    host buffer)]): any box of each array, into dense host buffers) from
+    step `step` of root `path`, every extent's XXH3 checked: the read's
+    figures (bytes_read, ...). No manager and no lock, as read()."""
+    _, stats = _call(_hoist.read_at, step_path(path, step), step,
+                     list(targets), _storage_options(storage_options))
+    return stats
+
+
 def read(path, step=None, like=None, names=None, per_rank=None, *,
          storage_options=None):
     """Restores a step as CheckpointManager.restore does (like=, names=,
@@ -41,9 +61,7 @@ def read(path, step=None, like=None, names=None, per_rank=None, *,
     hoist.PerRank state comes back as to a job of one process: a step that
     several ranks saved needs per_rank="all" (every saved rank's value).
     storage_options: as CheckpointManager's."""
-    path = os.fspath(path)
-    at = path if step is None else (
-        f"{path.rstrip('/')}/step_{step_number(step):08d}")
+    at = step_path(path, step)
     options = _storage_options(storage_options)
     # The head: of a split manifest, read_at reads only the sections of the
     # arrays asked for.

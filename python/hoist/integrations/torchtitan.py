@@ -43,6 +43,7 @@ from torchtitan.tools import filesystem
 
 from .. import DataLossError, inspect
 from .._options import DEFAULTS as _DEFAULTS
+from .._read import step_path
 from ..dcp import Reader, Writer
 from ._managers import open_manager
 
@@ -54,7 +55,7 @@ _STEP_AT_END = re.compile(r"\d+$")
 
 
 def _step_dir(folder, step):
-    return f"{folder.rstrip('/')}/step_{step:08d}"
+    return step_path(folder, step)
 
 
 class CheckpointManager(DcpCheckpointManager):

@@ -115,10 +115,9 @@ def config_dir(root, out_dir, step=None, *, storage_options=None):
     import os
 
     import hoist
-    at = str(root).rstrip("/")
-    if step is not None:
-        at = f"{at}/step_{int(step):08d}"
-    manifest = hoist.inspect(at, storage_options=storage_options)
+    from .._read import step_path
+    manifest = hoist.inspect(step_path(str(root), step),
+                             storage_options=storage_options)
     user = manifest["metadata"].get("user") or {}
     config = user.get(CONFIG_KEY) if isinstance(user, dict) else None
     if not isinstance(config, dict):
@@ -269,9 +268,7 @@ def _loader_class():
     from vllm.model_executor.model_loader.base_loader import BaseModelLoader
 
     import hoist
-    from .. import _hoist
-    from .._errors import call as _call
-    from .._options import storage_options as _storage_options
+    from .._read import read_regions, step_path
     from .._tree import _aligned_bytes, _numpy_dtype
     from . import _vllm_boxes
 
@@ -290,7 +287,7 @@ def _loader_class():
         def _manifest(self):
             root = str(self.options["root"]).rstrip("/")
             step = self.options.get("step")
-            where = root if step is None else f"{root}/step_{int(step):08d}"
+            where = step_path(root, step)
             try:
                 return hoist.inspect(
                     where, storage_options=self.options.get("storage_options"))
@@ -399,12 +396,10 @@ def _loader_class():
                 targets.append((name, spec["dtype"], shape,
                                 [(-1, list(origin), list(extent), raw)]))
                 made[name] = (raw, dtype, shape, origin, extent)
-            at = f"{str(self.options['root']).rstrip('/')}/" \
-                 f"step_{int(manifest['step']):08d}"
             try:
-                _, stats = _call(
-                    _hoist.read_at, at, manifest["step"], targets,
-                    _storage_options(self.options.get("storage_options")))
+                stats = read_regions(
+                    str(self.options["root"]), manifest["step"], targets,
+                    storage_options=self.options.get("storage_options"))
             except hoist.DataLossError as error:
                 raise LoadError(f"{where}: {error}") from None
             read[0] += stats["bytes_read"]
