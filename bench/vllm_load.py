@@ -17,13 +17,20 @@ VLLM_CPU_KVCACHE_SPACE=1, which this script sets for its engines), and
 recorded: the weight-loading time as vLLM's own log line gives it
 ("Loading weights took"; hoist's loader logs the same line), and the time
 to a ready engine (process start to generate() returning a token).
+Then, --runs times each, the readers outside vLLM (bench/weight_readers.py:
+safetensors, fastsafetensors, the Run:ai Model Streamer and hoist, each in
+a fresh process, page cache dropped): the file's tensors read into
+untouched parameter-like tensors, as a loader does. vLLM 0.32 runs
+fastsafetensors only on CUDA devices (its iterator places tensors on
+cuda:N), and its Run:ai loader logs no weight-loading time, so those two
+are compared here, outside the engine.
 Reported: medians; the disk's read limit (build/release's save_bench
 --repeats 1: fio-style, several io_uring jobs and depths, O_DIRECT) and
 each loader's bytes per second against it. Goals: hoist's weight load
-faster than vLLM's safetensors loader, and within 0.9 of the read limit.
+faster than vLLM's safetensors loader, hoist's read faster than every
+other reader, and hoist's load within 0.9 of the read limit.
 
-Not here: fastsafetensors, Run:ai's streamer and tensorizer (not in
-.venv-vllm), S3, and tensor parallelism.
+Not here: tensorizer, S3, and tensor parallelism.
 """
 import argparse
 import json
@@ -39,6 +46,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib  # noqa: E402
 
 HIDDEN, HEADS, KV_HEADS, INTERMEDIATE, VOCAB = 2048, 16, 4, 5632, 32000
+READERS = ("safetensors", "fastsafetensors", "runai", "hoist")
 
 
 def config(layers):
@@ -136,6 +144,21 @@ def engine(model_dir, load_format=None, extra=None):
     return float(found.group(1)), ready
 
 
+def reader(name, files, root):
+    """Seconds bench/weight_readers.py takes with reader `name`."""
+    venv = os.path.dirname(os.path.dirname(sys.executable))
+    env = dict(os.environ,
+               LD_PRELOAD=os.path.join(venv, "lib", "libiomp5.so"))
+    out = subprocess.run(
+        [sys.executable, os.path.join(benchlib.ROOT, "bench",
+                                      "weight_readers.py"), name,
+         os.path.join(files, "model.safetensors"), root],
+        env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"the reader {name} failed:\n{out.stderr[-4000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])["seconds"]
+
+
 def read_limit(directory, nbytes):
     """The disk's read limit in GB/s (save_bench's raw read), or None
     without build/release."""
@@ -167,6 +190,11 @@ def main():
                     engine(files, "hoist", {"root": root}))
                 runs[name].append({"weights_s": weights, "ready_s": ready,
                                    "page_cache": cache})
+        reads = {name: [] for name in READERS}
+        for _ in range(args.runs):
+            for name in reads:
+                benchlib.drop_caches(directory)
+                reads[name].append(reader(name, files, root))
         limit = read_limit(directory, nbytes)
     medians = {name: {key: statistics.median(r[key] for r in rs)
                       for key in ("weights_s", "ready_s")}
@@ -174,13 +202,18 @@ def main():
     for m in medians.values():
         m["gbps"] = nbytes / m["weights_s"] / 1e9
         m["vs_read_limit"] = m["gbps"] / limit if limit else None
+    read_medians = {name: statistics.median(r) for name, r in reads.items()}
     goals = {"hoist's weight load faster than vLLM's safetensors loader":
              medians["hoist"]["weights_s"] <
-             medians["safetensors"]["weights_s"]}
+             medians["safetensors"]["weights_s"],
+             "hoist's read faster than every other reader":
+             all(read_medians["hoist"] < s for n, s in read_medians.items()
+                 if n != "hoist")}
     if limit:
         goals["hoist within 0.9 of the disk's read limit"] = (
             medians["hoist"]["vs_read_limit"] >= 0.9)
     out = {"bytes": nbytes, "runs": runs, "medians": medians,
+           "reads": reads, "read_medians": read_medians,
            "read_limit_gbps": limit, "goals": goals}
     if args.json:
         print(json.dumps(out, indent=2))
@@ -195,6 +228,10 @@ def main():
             print(f"  {name:12s} weights {m['weights_s']:.3f} s "
                   f"({m['gbps']:.2f} GB/s{ratio}), engine ready "
                   f"{m['ready_s']:.1f} s")
+        print("  outside vLLM, the file into untouched parameters:")
+        for name, seconds in read_medians.items():
+            print(f"  {name:16s} {seconds:.3f} s "
+                  f"({nbytes / seconds / 1e9:.2f} GB/s)")
         for goal, met in goals.items():
             print(f"  {'PASS' if met else 'FAIL'}  {goal}")
     return 0 if all(goals.values()) else 1

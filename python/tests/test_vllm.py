@@ -12,6 +12,7 @@ into it; dist/vllm_worker.py is the job). Without it these tests skip,
 unless HOIST_REQUIRE_VLLM=1 (tools/test.sh sets it)."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -103,45 +104,71 @@ def _served_export(tmp_path, vllm, model, root):
     return exported
 
 
+def _bf16_step(root, to):
+    """The model's arrays of `root`'s step 2 cast to bfloat16 (as a job
+    publishes inference weights) and saved as step 2 of root `to`, with
+    the config the step keeps: the root."""
+    import torch
+    with hoist.CheckpointManager(root) as source:
+        state = source.restore(2)
+        metadata = source.metadata(2)
+    model = {k: torch.as_tensor(v).to(torch.bfloat16)
+             for k, v in state["model"].items()}
+    with hoist.CheckpointManager(to) as target:
+        target.save(2, {"model": model}, metadata=metadata).wait()
+    return to
+
+
 @pytest.mark.slow(160)
 def test_a_trained_step_serves_as_its_export_and_a_flipped_byte_fails(
         tmp_path, vllm):
     model, root, _ = _train(tmp_path)
-    # vLLM's own loader on `hoist export` of the step...
+    # vLLM's own loader on `hoist export` of the step (fp32, which vLLM
+    # casts to the model's bfloat16)...
     exported = _served_export(tmp_path, vllm, model, root)
-    # ...and the load format on the root, with the config the step keeps
-    # (written by the job through hoist.vllm.config_dir): the model's names
-    # found under "model/", AdamW's state skipped, fp32 to bf16 allowed.
-    extra = {"root": str(root), "dtype_conversion": "allow"}
+    # ...and the load format on the same weights in bfloat16, with the
+    # config the step keeps (written by the job through hoist.vllm.
+    # config_dir): the model's names found under "model/", each array
+    # read straight into its parameter.
+    bf16 = _bf16_step(root, tmp_path / "bf16")
+    extra = {"root": str(bf16)}
     hoisted, log = vllm("hoist", model, "hoist", extra)
     assert hoisted == exported, log[-6000:]
     assert "Registered model loader" in log  # in the engine's processes
+    counts = re.search(r"hoist: .*?, (\d+) arrays, .*?(\d+) arrays read "
+                       r"straight into their parameters", log)
+    assert counts and counts.group(1) == counts.group(2) == "21", \
+        (counts and counts.group(0)) or log[-6000:]
 
     # A byte of one of the model's arrays flipped: the engine does not
     # start, and what it says names the root's step and the array.
     name = "model/model.layers.1.mlp.down_proj.weight"
-    manifest = hoist.inspect(root)
+    manifest = hoist.inspect(bf16)
     extent = next(a for a in manifest["arrays"]
                   if a["name"] == name)["extents"][0]
-    path = root / "step_00000002" / extent["file"]
+    path = bf16 / "step_00000002" / extent["file"]
     data = bytearray(path.read_bytes())
     data[extent["offset"] + 100] ^= 0x01
     path.write_bytes(bytes(data))
     corrupt, log = vllm("corrupt", model, "hoist", extra)
     assert "tokens" not in corrupt, corrupt
-    assert f"step 2 of {root}" in log and name in log, log[-6000:]
+    assert f"step 2 of {bf16}" in log and name in log, log[-6000:]
     assert "xxh3 mismatch" in log, log[-6000:]
 
 
 @pytest.mark.long
 def test_a_dcp_step_and_a_refused_dtype(tmp_path, vllm):
-    """The same job's step written through hoist.dcp (DCP's keys, "app.
-    model.model..."), loaded as its CheckpointManager step is; without
+    """The job's fp32 step, converted to the model's bfloat16 as it loads
+    (dtype_conversion="allow", through the model's load_weights), serves
+    what vLLM serves from its export; the same step written through
+    hoist.dcp (DCP's keys, "app.model.model...") serves the same; without
     dtype_conversion="allow" its fp32 weights are refused, named."""
     model, root, dcp_root = _train(tmp_path)
+    exported = _served_export(tmp_path, vllm, model, root)
     by_manager, log = vllm("manager", model, "hoist",
                            {"root": str(root), "dtype_conversion": "allow"})
-    assert len(by_manager.get("tokens", [])) == 2, log[-6000:]
+    assert by_manager == exported, log[-6000:]
+    assert "0 arrays read straight" in log, log[-6000:]
     by_dcp, log = vllm("dcp", model, "hoist",
                        {"root": str(dcp_root), "dtype_conversion": "allow"})
     assert by_dcp == by_manager, log[-6000:]
@@ -180,7 +207,6 @@ def test_tensor_parallel_workers_read_their_part_and_serve_the_same(
     (found on probes of the model's own load_weights), about half the
     split weights, and the engine serves what TP=1 serves from the
     export."""
-    import re
     model, root, _ = _train(tmp_path)
     exported = _served_export(tmp_path, vllm, model, root)
     extra = {"root": str(root), "dtype_conversion": "allow"}

@@ -20,10 +20,20 @@ that holds them, and the rest of the tensor's pages are never touched.
 Wrong boxes cannot load wrong bytes silently: a box is only ever what the
 loaders themselves narrowed to on the probe pass, and the real pass makes
 the same calls with the same ranks.
+
+Where the probe pass shows that the loaders do nothing to an array but
+copy (a box of) it into a parameter (a CPU one: vLLM's CPU build), the
+array's box is read straight into that parameter and the array is not
+handed to load_weights at all: no buffer of its own, no copy, its bytes
+written once. Only where nothing else could differ: one copy of it, into
+memory that is contiguous, of its dtype and its box's shape, that nothing
+else writes during the probe pass (another array, a fill, a scale, a
+storage swap: what such writes touch loads through load_weights as
+before).
 """
 
 import torch
-from torch.overrides import get_default_nowrap_functions
+from torch.overrides import TorchFunctionMode, get_default_nowrap_functions
 
 # What may be asked of a probe without touching its data.
 _METADATA = {
@@ -40,12 +50,20 @@ _METADATA = {
 class Use:
     """What the probe pass found of one array: `whole` (read all of it),
     else the bounding box of every box the loaders used ((origin, extent),
-    or None when none was)."""
+    or None when none was); `copies`, the (destination, origin, extent) of
+    each copy of a box of it into a real tensor; and `place`, the
+    parameter memory its box is read straight into, or None (probe())."""
 
     def __init__(self, shape):
         self.shape = tuple(shape)
         self.whole = False
         self.box = None
+        self.copies = []
+        self.place = None
+
+    def copied(self, destination, origin, extent):
+        self.used(origin, extent)
+        self.copies.append((destination, tuple(origin), tuple(extent)))
 
     def used(self, origin, extent):
         if self.box is None:
@@ -85,7 +103,7 @@ class _Probe(torch.Tensor):
         if func is torch.Tensor.copy_ and isinstance(args[1], _Probe) and \
                 not isinstance(args[0], _Probe):
             source = args[1]
-            source._use.used(source._origin, tuple(source.shape))
+            source._use.copied(args[0], source._origin, tuple(source.shape))
             return args[0]  # nothing is copied on the probe pass
         for probe in probes:
             probe._use.whole = True
@@ -131,29 +149,106 @@ def _meta(value):
     return value
 
 
+class _Writes(TorchFunctionMode):
+    """During the probe pass: the memory of real tensors written to, as
+    (start, end) addresses with what wrote them: the Use of a probe copied
+    there, or None for anything else (an in-place op, an out=, an item
+    assignment, a .data swap)."""
+
+    def __init__(self):
+        super().__init__()
+        self.written = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        copy = func is torch.Tensor.copy_ and len(args) > 1 and \
+            isinstance(args[1], _Probe)
+        writes = "out" in kwargs or name in ("__setitem__", "__set__") or \
+            (name.endswith("_") and not name.startswith("__")) or \
+            (name.startswith("__i") and name.endswith("__"))
+        if copy and _real(args[0]):
+            self.written.append((_span(args[0]), args[1]._use))
+        elif writes:
+            for target in (args[0] if args else None, kwargs.get("out")):
+                if _real(target):
+                    self.written.append((_span(target), None))
+        return func(*args, **kwargs)
+
+
+def _real(value):
+    return isinstance(value, torch.Tensor) and \
+        not isinstance(value, _Probe) and not value.is_meta
+
+
+def _storage(tensor):
+    return tensor.untyped_storage().data_ptr()
+
+
+def _span(tensor):
+    """(start, end): the addresses a tensor's elements lie within."""
+    start = tensor.data_ptr()
+    if tensor.numel() == 0:
+        return start, start
+    last = sum((n - 1) * s for n, s in zip(tensor.shape, tensor.stride()))
+    return start, start + (last + 1) * tensor.element_size()
+
+
+def _places(uses, dtypes, written):
+    """Sets each use's `place` (see the module): the one tensor its box
+    is copied into, where reading it there gives what load_weights would
+    make (`written`: _Writes.written)."""
+    for name, use in uses.items():
+        if use.whole or len(use.copies) != 1:
+            continue
+        target, _, extent = use.copies[0]
+        if (target.device.type == "cpu" and target.is_contiguous() and
+                target.dtype == dtypes[name] and
+                tuple(target.shape) == extent and
+                not any(by is not use and _overlap(_span(target), span)
+                        for span, by in written)):
+            use.place = target
+
+
+def _overlap(a, b):
+    return a[0] < b[1] and b[0] < a[1]
+
+
 def probe(model, wanted, arrays, dtype_of):
     """{saved name: Use} for `wanted` ((saved name, checkpoint name) pairs;
     `arrays`: the manifest's arrays by name; dtype_of(saved dtype name): a
     torch dtype), found by running model.load_weights on probes. Every
-    array is read whole where the probe pass fails (the model's loaders do
-    something to probes it cannot follow)."""
+    array is read whole, and none placed, where the probe pass fails (the
+    model's loaders do something to probes it cannot follow)."""
     uses = {name: Use(arrays[name]["shape"]) for name, _ in wanted}
+    dtypes = {name: dtype_of(arrays[name]["dtype"]) for name, _ in wanted}
 
     def probes():
         for name, checkpoint_name in wanted:
-            spec = arrays[name]
-            meta = torch.empty(spec["shape"], dtype=dtype_of(spec["dtype"]),
+            meta = torch.empty(arrays[name]["shape"], dtype=dtypes[name],
                                device="meta")
             yield checkpoint_name, _Probe(meta, uses[name],
                                           (0,) * meta.dim())
 
+    writes = _Writes()
     try:
-        with torch.no_grad():
+        with torch.no_grad(), writes:
             model.load_weights(probes())
     except Exception:  # noqa: BLE001 (read every array whole instead)
         for use in uses.values():
             use.whole = True
+            use.copies.clear()
+    _places(uses, dtypes, writes.written)
     return uses
+
+
+def parameters_placed(model, uses):
+    """The names of the model's parameters that placed arrays (Use.place)
+    were read into."""
+    storages = {_storage(t) for t in (u.place for u in uses.values())
+                if t is not None}
+    return {name for name, p in model.named_parameters()
+            if _storage(p) in storages}
 
 
 def placed(raw, dtype, shape, origin, extent):

@@ -39,11 +39,14 @@ Options (model_loader_extra_config):
   read_bytes        at most this many bytes of arrays held at once: a
                     batch the model takes while the next half is read
                     (default 1 GiB)
-  boxes             "auto" (default): with tensor parallelism, each worker
-                    reads only the box of each array its weight loaders
-                    keep (found by running the model's load_weights on
-                    probes: _vllm_boxes.py), the rest whole; "whole": every
-                    array whole; "probe": find boxes at any TP size
+  boxes             "auto" (default): each worker reads only the box of
+                    each array its weight loaders keep (with tensor
+                    parallelism), and an array its loaders only copy into
+                    a CPU parameter is read straight into it, bypassing
+                    load_weights (found by running the model's
+                    load_weights on probes: _vllm_boxes.py); "whole": every
+                    array whole, through load_weights; "probe": as "auto"
+                    (kept for older configs)
 
 A root alone is enough to serve when the training job keeps the model's
 config with its steps: save(step, state, metadata=hoist.vllm.
@@ -311,10 +314,33 @@ def _loader_class():
                      _numpy_dtype(arrays[name]["dtype"]).itemsize
                      for name, _ in wanted}
             uses = self._uses(model, wanted, arrays)
+            read = [0]  # bytes read from storage
+            placed = self._place(wanted, uses, arrays, manifest, read, where)
+            loaded, unused = self._load_rest(
+                model, [w for w in wanted if w[0] not in placed], sizes,
+                uses, arrays, manifest, read, where)
+            if loaded is not None and placed:
+                loaded = set(loaded) | _vllm_boxes.parameters_placed(
+                    model, uses)
+            self._check_complete(model, loaded, where)
+            taken = [n for n, _ in wanted if n not in unused]
+            # As vLLM's own loader says it (bench/vllm_load.py reads it).
+            logger.info(
+                "Loading weights took %.2f seconds (hoist: %s, %d arrays, "
+                "%.3f GiB, %.3f GiB read for tensor-parallel rank %d of %d, "
+                "%d arrays read straight into their parameters, every "
+                "extent verified)",
+                time.perf_counter() - start, where, len(taken),
+                sum(sizes[n] for n in taken) / 2**30, read[0] / 2**30,
+                _tp()[0], _tp()[1], len(placed))
+
+        def _load_rest(self, model, wanted, sizes, uses, arrays, manifest,
+                       read, where):
+            """Hands `wanted` to model.load_weights, read in batches:
+            (what it says it loaded, the arrays skipped as unused)."""
             limit = int(self.options.get("read_bytes", 1 << 30))
             skip = bool(self.options.get("skip_unused", False))
             last = []  # the name of the array load_weights took last
-            read = [0]  # bytes read from storage
 
             def weights(batch_list):
                 # The next batch is read (without the GIL) while the model
@@ -340,10 +366,9 @@ def _loader_class():
             while True:
                 last.clear()
                 try:
-                    loaded = model.load_weights(weights(
+                    return model.load_weights(weights(
                         _batches([w for w in wanted if w[0] not in unused],
-                                 sizes, max(limit // 2, 1))))
-                    break
+                                 sizes, max(limit // 2, 1)))), unused
                 except (KeyError, ValueError, AssertionError,
                         RuntimeError) as error:
                     if isinstance(error, LoadError) or not last:
@@ -358,27 +383,48 @@ def _loader_class():
                         f"{type(model).__name__}: {error}"
                         + ("" if skip else " (skip_unused=true skips arrays "
                            "the model does not take)")) from None
-            self._check_complete(model, loaded, where)
-            # As vLLM's own loader says it (bench/vllm_load.py reads it).
-            logger.info(
-                "Loading weights took %.2f seconds (hoist: %s, %d arrays, "
-                "%.3f GiB, %.3f GiB read for tensor-parallel rank %d of %d, "
-                "every extent verified)",
-                time.perf_counter() - start, where, len(wanted) - len(unused),
-                sum(sizes[n] for n, _ in wanted if n not in unused) / 2**30,
-                read[0] / 2**30, _tp()[0], _tp()[1])
 
         def _uses(self, model, wanted, arrays):
             """{array: _vllm_boxes.Use}: the box of each array this
-            worker's loaders keep, where the boxes option asks for them
-            (with tensor parallelism, or "probe"); else None (all
-            whole)."""
-            mode = self.options.get("boxes", "auto")
-            if mode == "whole" or (mode == "auto" and _tp()[1] == 1):
+            worker's loaders keep, and where those that are only copied
+            go; None (all whole, through load_weights) where the boxes
+            option is "whole"."""
+            if self.options.get("boxes", "auto") == "whole":
                 return None
             return _vllm_boxes.probe(
                 model, wanted, arrays,
                 lambda name: _torch_dtype(_numpy_dtype(name)))
+
+        def _place(self, wanted, uses, arrays, manifest, read, where):
+            """Reads each array of `wanted` that has a place (Use.place:
+            parameter memory its loaders only copy it into) straight
+            there, in one call: {array: bytes placed}."""
+            if uses is None:
+                return {}
+            targets, placed = [], {}
+            for name, _ in wanted:
+                target = uses[name].place
+                if target is None:
+                    continue
+                origin, extent = uses[name].region()
+                spec = arrays[name]
+                targets.append((name, spec["dtype"], list(spec["shape"]), [
+                    (-1, list(origin), list(extent),
+                     target.detach().view(torch.uint8).numpy())]))
+                placed[name] = target.numel() * target.element_size()
+            if targets:
+                read[0] += self._read_targets(targets, manifest, where)
+            return placed
+
+        def _read_targets(self, targets, manifest, where):
+            """Reads engine `targets` (read_regions'): the bytes read."""
+            try:
+                stats = read_regions(
+                    str(self.options["root"]), manifest["step"], targets,
+                    storage_options=self.options.get("storage_options"))
+            except hoist.DataLossError as error:
+                raise LoadError(f"{where}: {error}") from None
+            return stats["bytes_read"]
 
         def _read(self, batch, arrays, uses, manifest, read, where):
             """{array: tensor} of `batch` ((array, checkpoint name)
@@ -396,13 +442,7 @@ def _loader_class():
                 targets.append((name, spec["dtype"], shape,
                                 [(-1, list(origin), list(extent), raw)]))
                 made[name] = (raw, dtype, shape, origin, extent)
-            try:
-                stats = read_regions(
-                    str(self.options["root"]), manifest["step"], targets,
-                    storage_options=self.options.get("storage_options"))
-            except hoist.DataLossError as error:
-                raise LoadError(f"{where}: {error}") from None
-            read[0] += stats["bytes_read"]
+            read[0] += self._read_targets(targets, manifest, where)
             return {name: _vllm_boxes.placed(raw, _torch_dtype(dtype), shape,
                                              origin, extent)
                     for name, (raw, dtype, shape, origin, extent)
