@@ -237,7 +237,44 @@ def _tensor_bytes(t):
     return t.detach().contiguous().reshape(-1).view(torch.uint8)
 
 
+def _dispatch_of(kind):
+    method = kind.__torch_dispatch__
+    return getattr(method, "__func__", method)
+
+
+def _plain(name, t):
+    """Torch tensor `t` as a plain tensor holding its elements as they
+    are: `t` itself, or the one inner tensor of a wrapper subclass that
+    keeps its values in one tensor of its own shape and dtype (torchao's
+    FSDP2 float8 weight wrapper keeps the high-precision weight). Any
+    other tensor subclass that makes its own data (a float8 tensor and its
+    scale, TransformerEngine's Float8Tensor) is refused, naming the array
+    and the type: its bytes are not its elements, and hoist never saves a
+    wrapper's uninitialized or outer storage."""
+    torch = _module("torch")
+    kind = type(t)
+    if _dispatch_of(kind) is _dispatch_of(torch.Tensor):
+        return t
+    flatten = getattr(t, "__tensor_flatten__", None)
+    inner = flatten()[0] if flatten is not None else []
+    if len(inner) == 1:
+        held = getattr(t, inner[0])
+        if isinstance(held, torch.Tensor) and held.dtype == t.dtype and \
+                held.shape == t.shape:
+            return _plain(name, held)
+    what = (f"its tensors {', '.join(inner)}" if inner else
+            "no tensors hoist can read (no __tensor_flatten__)")
+    raise TypeError(
+        f"array '{name}' is a {kind.__module__}.{kind.__qualname__}, a "
+        f"tensor subclass whose data is not its {t.dtype} elements "
+        f"({what}); hoist saves plain tensors and DTensors of them: save "
+        "its high-precision form instead (for a float8 tensor, "
+        "t.to(orig_dtype) or its dequantized value, with the scale as an "
+        "array of its own)")
+
+
 def _torch_array(name, t, devices):
+    t = _plain(name, t)
     device = devices.of_tensor(name, t)
     origin, shape = _whole(t.shape)
     return _Array(name, _torch_dtype_name(t.dtype), tuple(t.shape),
@@ -301,7 +338,7 @@ def _dtensor_array(name, x, devices):
     torch = _module("torch")
     boxes = _dtensor_boxes(name, tuple(x.shape), x.device_mesh, x.placements)
     rank = torch.distributed.get_rank()
-    local = x.to_local()
+    local = _plain(name, x.to_local())
     if rank in boxes and list(local.shape) != boxes[rank][1]:
         raise ValueError(
             f"array '{name}': this rank's shard has shape "

@@ -183,3 +183,148 @@ def test_empty_tensors_and_arrays_save_and_restore(root):
                              "np_empty": np.ones((0, 3))})
     assert torch.equal(fresh.weight, model.weight)
     assert torch.equal(fresh.bias, model.bias)
+
+
+class CastWeight(torch.Tensor):
+    """A wrapper that keeps its values in one inner tensor of its own
+    shape and dtype and casts them for its matmuls, as torchao's FSDP2
+    float8 weight wrapper (WeightWithDynamicFloat8CastTensor) does."""
+
+    @staticmethod
+    def __new__(cls, tensor):
+        out = torch.Tensor._make_wrapper_subclass(
+            cls, tensor.shape, dtype=tensor.dtype, device=tensor.device)
+        out._tensor = tensor
+        return out
+
+    def __tensor_flatten__(self):
+        return ["_tensor"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner, meta, size, stride):
+        return CastWeight(inner["_tensor"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        from torch.utils._pytree import tree_map_only
+        return func(*tree_map_only(cls, lambda t: t._tensor, args),
+                    **tree_map_only(cls, lambda t: t._tensor, kwargs or {}))
+
+
+class ScaledFloat8(torch.Tensor):
+    """float8 data and its scale, seen as float32 elements (their product),
+    as torchao's Float8TrainingTensor and TransformerEngine's Float8Tensor
+    are: its bytes are not its elements."""
+
+    @staticmethod
+    def __new__(cls, data, scale):
+        out = torch.Tensor._make_wrapper_subclass(cls, data.shape,
+                                                  dtype=torch.float32)
+        out._data, out._scale = data, scale
+        return out
+
+    def __tensor_flatten__(self):
+        return ["_data", "_scale"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner, meta, size, stride):
+        return ScaledFloat8(inner["_data"], inner["_scale"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        from torch.utils._pytree import tree_map_only
+
+        def value(t):
+            return t._data.to(torch.float32) * t._scale
+        return func(*tree_map_only(cls, value, args),
+                    **tree_map_only(cls, value, kwargs or {}))
+
+
+class Opaque(torch.Tensor):
+    """A wrapper subclass that says nothing of what it holds."""
+
+    @staticmethod
+    def __new__(cls, shape):
+        return torch.Tensor._make_wrapper_subclass(cls, shape,
+                                                   dtype=torch.bfloat16)
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        raise NotImplementedError(func)
+
+
+def test_a_wrapper_that_keeps_its_values_in_one_tensor_round_trips(root):
+    """Its one inner tensor is saved as it is (bit-exact), and loads back
+    into a model whose weight is wrapped again."""
+    weight = random_tensor(torch.bfloat16, (8, 4), 5)
+    state = {"model": {"w": CastWeight(weight.clone())}}
+    with hoist.CheckpointManager(root, pool_bytes=8 << 20) as mgr:
+        mgr.save(1, state).wait()
+        out = mgr.restore(like=state)["model"]["w"]
+    assert same_bits(out, weight)
+    target = CastWeight(torch.zeros(8, 4, dtype=torch.bfloat16))
+    target.copy_(out)
+    assert same_bits(target._tensor, weight)
+
+
+@pytest.mark.parametrize("wrapper,named", [
+    (lambda: ScaledFloat8(torch.randn(4, 4).to(torch.float8_e4m3fn),
+                          torch.tensor(2.0)),
+     "ScaledFloat8, a tensor subclass whose data is not its torch.float32 "
+     "elements (its tensors _data, _scale)"),
+    (lambda: Opaque((4, 4)), "Opaque, a tensor subclass whose data is not "
+     "its torch.bfloat16 elements (no tensors hoist can read")],
+    ids=["float8-and-scale", "opaque"])
+def test_a_tensor_subclass_that_makes_its_own_data_is_refused_by_name(
+        root, wrapper, named):
+    """Refused before anything is written, naming the array and the type;
+    the step committed before stays as it was."""
+    plain = {"model": {"w": random_tensor(torch.float32, (4, 4), 6)}}
+    with hoist.CheckpointManager(root, pool_bytes=8 << 20) as mgr:
+        mgr.save(1, plain).wait()
+        with pytest.raises(TypeError) as error:
+            mgr.save(2, {"model": {"w": wrapper()}}).wait()
+        assert "array 'model/w' is a" in str(error.value)
+        assert named in str(error.value)
+        assert mgr.steps == [1]
+        assert same_bits(mgr.restore(1)["model"]["w"], plain["model"]["w"])
+
+
+def _float8_model():
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+    model = torch.nn.Sequential(torch.nn.Linear(32, 32),
+                                torch.nn.Linear(32, 16))
+    # FSDP2's float8 all-gather wraps each weight (torchao's
+    # WeightWithDynamicFloat8CastTensor) even before fully_shard.
+    return convert_to_float8_training(model, config=Float8LinearConfig(
+        enable_fsdp_float8_all_gather=True))
+
+
+def test_torchao_float8_training_weights_round_trip_and_float8_tensors_are_refused(
+        root):
+    pytest.importorskip("torchao")
+    from torchao.float8.float8_scaling_utils import \
+        hp_tensor_to_float8_dynamic
+    from torchao.float8.float8_training_tensor import (GemmInputRole,
+                                                       LinearMMConfig)
+    torch.manual_seed(0)
+    model, fresh = _float8_model(), _float8_model()
+    wrapped = type(model.state_dict()["0.weight"]).__name__
+    assert wrapped == "WeightWithDynamicFloat8CastTensor"
+    with hoist.CheckpointManager(root, pool_bytes=8 << 20) as mgr:
+        mgr.save(1, {"model": model.state_dict()}).wait()
+        fresh.load_state_dict(
+            mgr.restore(like={"model": fresh.state_dict()})["model"])
+        for (key, a), b in zip(model.state_dict().items(),
+                               fresh.state_dict().values()):
+            assert same_bits(getattr(a, "_tensor", a),
+                             getattr(b, "_tensor", b)), key
+
+        weight = hp_tensor_to_float8_dynamic(
+            torch.randn(16, 16), torch.float8_e4m3fn, LinearMMConfig(),
+            gemm_input_role=GemmInputRole.WEIGHT)
+        with pytest.raises(TypeError, match=(
+                r"array 'opt/w' is a torchao\.float8\.float8_training_tensor"
+                r"\.Float8TrainingTensor, .* \(its tensors _data, _scale\)")):
+            mgr.save(2, {"opt": {"w": weight}}).wait()
+        assert mgr.steps == [1]
