@@ -28,6 +28,14 @@ time and time to commit, per array. Between the smallest count and the
 largest, the cost may grow with the arrays, times 1.1 (the goal: 100,000
 arrays cost at most 11 times what 10,000 cost); it prints FAIL, and exits
 1, when it grows by more than 1.5 times that (15 times at 10x the arrays).
+
+--retention (issue 78): the same repeated saves of --counts' largest count
+(default 100,000 arrays), deltas on and off, without retention and with
+keep=2 and keep=8: the median time to commit with each keep against the
+time without. Goal: at most 1.2 times, and no growth with the steps kept
+(each committed step says in its REFERENCES.json what it reads of other
+steps, so a delete decodes no manifest). Prints FAIL, and exits 1, above
+1.2 times.
 """
 import argparse
 import json
@@ -72,7 +80,8 @@ def repeat_child(args):
     state = grouped_state(args.count)
     blocked, saved = [], []
     try:
-        with hoist.CheckpointManager(path, deltas=bool(args.deltas)) as mgr:
+        with hoist.CheckpointManager(path, deltas=bool(args.deltas),
+                                     keep=args.keep) as mgr:
             mgr.save(0, state).wait()
             for step in range(1, args.saves + 1):
                 start = time.perf_counter()
@@ -126,6 +135,36 @@ def growth_of(rows):
                 "goal_met": ratio <= GROWTH_GOAL * arrays,
                 "failed": ratio > GROWTH_FAIL * arrays})
     return growth
+
+
+RETENTION_GOAL = 1.2
+
+
+def retention(count, directory, saves):
+    """--retention's rows: per deltas (on, off) and keep (None, 2, 8), the
+    repeated saves' median time to commit, and each keep's ratio to
+    none."""
+    rows = []
+    for deltas in (1, 0):
+        for keep in (None, 2, 8):
+            command = [sys.executable, os.path.abspath(__file__), "--child",
+                       "--phase", "repeat", "--count", str(count), "--dir",
+                       directory, "--deltas", str(deltas), "--saves",
+                       str(saves)]
+            result = benchlib.child_result(
+                command + ([] if keep is None else ["--keep", str(keep)]))
+            if "error" in result:
+                raise RuntimeError(f"retention keep={keep}: "
+                                   f"{result['error']}")
+            rows.append({"arrays": count, "deltas": bool(deltas),
+                         "keep": keep, "saved_s": result["saved_s"],
+                         "saved_samples": result["saved_samples"]})
+    for r in rows:
+        none = next(x for x in rows
+                    if x["deltas"] == r["deltas"] and x["keep"] is None)
+        r["vs_no_keep"] = r["saved_s"] / none["saved_s"]
+        r["goal_met"] = r["vs_no_keep"] <= RETENTION_GOAL
+    return rows
 
 
 def print_scaling(rows, growth):
@@ -212,7 +251,12 @@ def main():
                         help="only the repeated save's cost against the "
                         "count, deltas on and off (see above)")
     parser.add_argument("--saves", type=int, default=9,
-                        help="--scaling: repeated saves per count (default 9)")
+                        help="--scaling, --retention: repeated saves per "
+                        "count (default 9)")
+    parser.add_argument("--retention", action="store_true",
+                        help="only the repeated save's time to commit with "
+                        "keep=2 and keep=8 against none (see above)")
+    parser.add_argument("--keep", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--dir", default=None,
                         help="scratch directory (default: a new one here)")
     parser.add_argument("--json", action="store_true")
@@ -227,6 +271,23 @@ def main():
     own = args.dir is None
     args.dir = os.path.abspath(args.dir or f"hoist-many.{os.getpid()}")
     os.makedirs(args.dir, exist_ok=True)
+    if args.retention:
+        count = max(int(c) for c in (args.counts or "100000").split(","))
+        try:
+            rows = retention(count, args.dir, args.saves)
+        finally:
+            if own:
+                shutil.rmtree(args.dir, ignore_errors=True)
+        if args.json:
+            print(json.dumps(rows, indent=2))
+        for r in [] if args.json else rows:
+            print(f"{r['arrays']} arrays, deltas "
+                  f"{'on ' if r['deltas'] else 'off'}, keep "
+                  f"{r['keep'] or '-'}: committed in {r['saved_s']:.3f} s "
+                  f"(median), {r['vs_no_keep']:.2f}x no keep: "
+                  f"{'PASS' if r['goal_met'] else 'FAIL'} (goal <= "
+                  f"{RETENTION_GOAL}x)")
+        sys.exit(0 if all(r["goal_met"] for r in rows) else 1)
     if args.scaling:
         counts = [int(c) for c in (args.counts or "10000,100000").split(",")]
         try:

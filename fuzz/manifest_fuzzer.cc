@@ -3,17 +3,34 @@
 // encodes, as one document and split, and decodes back to itself; the
 // streamed decoding and the whole document's agree (the same manifest, or
 // the same error); nothing crashes, hangs, or allocates more than a small
-// multiple of the input.
+// multiple of the input. The same input as a step's REFERENCES.json either
+// fails with a status or lists files that encode and decode back to
+// themselves.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
 
 #include "hoist/format/manifest_decode.h"
+#include "hoist/format/references_file.h"
 #include "hoist/manifest.h"
+
+namespace {
+
+void CheckReferences(std::string_view text) {
+  absl::StatusOr<std::vector<std::string>> files =
+      hoist::DecodeReferences(text, 7);
+  if (!files.ok()) return;
+  absl::StatusOr<std::vector<std::string>> again =
+      hoist::DecodeReferences(hoist::EncodeReferences(7, *files), 7);
+  if (!again.ok() || *again != *files) std::abort();
+}
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
+  CheckReferences(text);
   absl::StatusOr<hoist::Manifest> manifest = hoist::DecodeManifest(text);
   if (!manifest.ok()) {
     // The same error the whole document's decoding gives.

@@ -6,9 +6,30 @@
 #include "hoist/checkpoint/restore/extent_reader.h"
 #include "hoist/format/layout.h"
 #include "hoist/format/manifest_file.h"
+#include "hoist/format/references_file.h"
 #include "hoist/io/io_sizes.h"
 
 namespace hoist {
+namespace {
+
+// A problem where the step's REFERENCES.json (none: a step an older hoist
+// wrote) does not check, or lists other files than its manifest reads in
+// other steps: retention would trust it.
+std::optional<std::string> ReferencesProblem(Storage& storage,
+                                             const std::string& step_dir,
+                                             const Manifest& manifest) {
+  absl::StatusOr<std::vector<std::string>> listed =
+      ReadReferencesFile(storage, step_dir, manifest.step);
+  if (absl::IsNotFound(listed.status())) return std::nullopt;
+  if (!listed.ok()) return listed.status().ToString();
+  if (*listed == FilesReferenced(manifest)) return std::nullopt;
+  return absl::StrFormat(
+      "%s lists %d files of other steps, but the manifest reads %d others",
+      std::string(kReferencesFileName), listed->size(),
+      FilesReferenced(manifest).size());
+}
+
+}  // namespace
 
 VerifyReport VerifyCheckpoint(Storage& storage, const std::string& step_dir,
                               OperationProgress* progress) {
@@ -17,6 +38,10 @@ VerifyReport VerifyCheckpoint(Storage& storage, const std::string& step_dir,
   if (!manifest.ok()) {
     report.problems.push_back(manifest.status().ToString());
     return report;
+  }
+  if (std::optional<std::string> problem =
+          ReferencesProblem(storage, step_dir, *manifest)) {
+    report.problems.push_back(*std::move(problem));
   }
   OperationProgress ignored;
   OperationProgress& counted = progress != nullptr ? *progress : ignored;

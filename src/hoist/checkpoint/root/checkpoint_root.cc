@@ -346,14 +346,14 @@ absl::Status CheckpointRoot::Delete(int64_t step) {
   // The steps whose data this step reads: they may hold nothing kept
   // steps read once it is gone.
   std::vector<int64_t> read = {step};
-  if (absl::StatusOr<Manifest> manifest = ReadManifestReferences(storage_, dir);
-      manifest.ok()) {
-    for (const ManifestArray& array : manifest->arrays) {
-      for (const ManifestExtent& extent : array.extents) {
-        if (extent.step &&
-            std::find(read.begin(), read.end(), *extent.step) == read.end()) {
-          read.push_back(*extent.step);
-        }
+  if (absl::StatusOr<std::vector<std::string>> files =
+          FilesReadByStep(storage_, path_, step);
+      files.ok()) {
+    for (const std::string& file : *files) {
+      const std::optional<int64_t> other =
+          ParseStepDirName(std::string_view(file).substr(0, file.find('/')));
+      if (other && std::find(read.begin(), read.end(), *other) == read.end()) {
+        read.push_back(*other);
       }
     }
   }

@@ -8,6 +8,7 @@
 #include "hoist/base/status_macros.h"
 #include "hoist/format/layout.h"
 #include "hoist/format/manifest_file.h"
+#include "hoist/format/references_file.h"
 
 namespace hoist {
 
@@ -109,14 +110,17 @@ absl::StatusOr<std::optional<int64_t>> NewestCommittedStep(
   return std::optional<int64_t>();
 }
 
-void AddFilesRead(const Manifest& manifest,
-                  absl::flat_hash_set<std::string>& files) {
-  for (const ManifestArray& array : manifest.arrays) {
-    for (const ManifestExtent& extent : array.extents) {
-      files.insert(JoinPath(StepDirName(extent.step.value_or(manifest.step)),
-                            extent.file));
-    }
-  }
+absl::StatusOr<std::vector<std::string>> FilesReadByStep(
+    Storage& storage, const std::string& root, int64_t step) {
+  const std::string dir = JoinPath(root, StepDirName(step));
+  absl::StatusOr<std::vector<std::string>> listed =
+      ReadReferencesFile(storage, dir, step);
+  if (listed.ok()) return listed;
+  // None (an older hoist, an import) or one that does not check: the
+  // manifest says the same. Of a split manifest, only the sections of
+  // arrays with references are read.
+  ASSIGN_OR_RETURN(Manifest manifest, ReadManifestReferences(storage, dir));
+  return FilesReferenced(manifest);
 }
 
 absl::StatusOr<absl::flat_hash_set<std::string>> FilesReadByCommitted(
@@ -125,12 +129,9 @@ absl::StatusOr<absl::flat_hash_set<std::string>> FilesReadByCommitted(
   absl::flat_hash_set<std::string> files;
   for (int64_t step : steps) {
     if (step == except) continue;
-    // Another committed step's files matter only where they are read by
-    // reference: of a split manifest, only those arrays' sections.
-    ASSIGN_OR_RETURN(
-        Manifest manifest,
-        ReadManifestReferences(storage, JoinPath(root, StepDirName(step))));
-    AddFilesRead(manifest, files);
+    ASSIGN_OR_RETURN(std::vector<std::string> read,
+                     FilesReadByStep(storage, root, step));
+    files.insert(read.begin(), read.end());
   }
   return files;
 }
@@ -139,19 +140,17 @@ absl::StatusOr<std::vector<int64_t>> StepsReferencing(Storage& storage,
                                                       const std::string& root,
                                                       int64_t step) {
   ASSIGN_OR_RETURN(std::vector<int64_t> steps, CommittedSteps(storage, root));
+  const std::string prefix = StepDirName(step) + "/";
   std::vector<int64_t> referencing;
   for (int64_t other : steps) {
     if (other == step) continue;
-    ASSIGN_OR_RETURN(
-        Manifest manifest,
-        ReadManifestReferences(storage, JoinPath(root, StepDirName(other))));
-    bool found = false;
-    for (const ManifestArray& array : manifest.arrays) {
-      for (const ManifestExtent& extent : array.extents) {
-        found = found || extent.step == step;
-      }
+    ASSIGN_OR_RETURN(std::vector<std::string> read,
+                     FilesReadByStep(storage, root, other));
+    if (std::any_of(read.begin(), read.end(), [&](const std::string& file) {
+          return file.starts_with(prefix);
+        })) {
+      referencing.push_back(other);
     }
-    if (found) referencing.push_back(other);
   }
   return referencing;
 }

@@ -74,16 +74,16 @@ absl::StatusOr<std::optional<int64_t>> NewestCommittedStep(
 absl::StatusOr<std::vector<int64_t>> CommittedSteps(Storage& storage,
                                                     const std::string& root);
 
-// The data files a manifest reads, as paths relative to the root
-// ("step_00000003/data/r00000_w00.bin"): its own and the ones it references.
-void AddFilesRead(const Manifest& manifest,
-                  absl::flat_hash_set<std::string>& files);
+// The data files of other steps' directories that committed step `step`
+// under `root` reads (FilesReferenced), from its REFERENCES.json where it
+// has one that checks, else from its manifest (of a split manifest, only
+// the sections of arrays with references).
+absl::StatusOr<std::vector<std::string>> FilesReadByStep(
+    Storage& storage, const std::string& root, int64_t step);
 
 // The data files that the committed steps under `root` (`except` left
 // out; -1: none) read in other steps' directories, by reference: what a
-// step directory without a manifest must keep (it may hold files of their
-// own directories too). Only the arrays with references are read: of a
-// split manifest, only their sections.
+// step directory without a manifest must keep (FilesReadByStep of each).
 absl::StatusOr<absl::flat_hash_set<std::string>> FilesReadByCommitted(
     Storage& storage, const std::string& root, int64_t except = -1);
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 
@@ -12,6 +13,7 @@
 #include "hoist/checkpoint_manager.h"
 #include "hoist/checkpoint_root.h"
 #include "hoist/format/manifest_index.h"
+#include "hoist/format/references_file.h"
 #include "hoist/host_backend.h"
 #include "hoist/io/fault_storage.h"
 #include "hoist/io/memory_storage.h"
@@ -103,8 +105,9 @@ class DeltaTest : public ::testing::Test {
     return info.ok() ? *info : SaveInfo{};
   }
 
-  // Reads `step` whole from the root and checks every byte.
-  void ExpectStep(CheckpointRoot& root, int64_t step) {
+  // Reads `step` whole from the root and checks every byte, and (with
+  // `verify`) that hoist verify finds no problem.
+  void ExpectStep(CheckpointRoot& root, int64_t step, bool verify = true) {
     HostArrays host = WholeArraysInHost(model_);
     absl::StatusOr<RestoreStats> stats = root.Read(step, host.targets);
     ASSERT_TRUE(stats.ok()) << "step " << step << ": " << stats.status();
@@ -117,6 +120,7 @@ class DeltaTest : public ::testing::Test {
       EXPECT_EQ(host.bytes[a].span(), absl::MakeConstSpan(expected))
           << "step " << step << " " << model_[a].name;
     }
+    if (!verify) return;
     absl::StatusOr<VerifyReport> report = root.Verify(step);
     ASSERT_TRUE(report.ok()) << report.status();
     EXPECT_TRUE(report->ok()) << report->problems.front();
@@ -285,6 +289,76 @@ TEST_F(DeltaTest, DeleteKeepsReferencedFilesUntilNothingReadsThem) {
   ASSERT_TRUE(root->Delete(3).ok());
   EXPECT_TRUE(root->Entries()->empty());
   EXPECT_EQ(root->Delete(1).code(), absl::StatusCode::kNotFound);
+}
+
+// Counts the opens of any step's MANIFEST.json.
+class CountingStorage final : public StorageWrapper {
+ public:
+  using StorageWrapper::StorageWrapper;
+  absl::StatusOr<std::unique_ptr<ReadableFile>> OpenReadable(
+      const std::string& path) override {
+    if (path.ends_with(kManifestFileName)) ++manifests_opened;
+    return StorageWrapper::OpenReadable(path);
+  }
+  std::atomic<int> manifests_opened{0};
+};
+
+// Each committed step says what it reads of other steps (REFERENCES.json):
+// retention then decodes no kept step's manifest (at 100,000 arrays each
+// decode took more than a second: issue 78).
+TEST_F(DeltaTest, RetentionReadsWhatEachStepReferencesNotItsManifest) {
+  root_ = "/ckpt";
+  MemoryStorage memory;
+  CountingStorage counting(memory);
+  CheckpointManagerOptions options;
+  options.keep_last = 2;
+  auto manager = Open(options, &counting);
+  for (int64_t step = 1; step <= 3; ++step) SaveStep(*manager, step);
+  ASSERT_TRUE(manager->WaitUntilFinished().ok());
+  const int before = counting.manifests_opened.load();
+  SaveStep(*manager, 4);  // deletes step 2; step 1 is referenced
+  ASSERT_TRUE(manager->WaitUntilFinished().ok());
+  EXPECT_EQ(counting.manifests_opened.load(), before);
+  EXPECT_THAT(*manager->List(), ElementsAre(3, 4));
+  const std::vector<std::string> files =
+      *ReadReferencesFile(memory, root_ + "/step_00000004", 4);
+  EXPECT_EQ(files, FilesReferenced(*manager->ReadManifest(4)));
+  ASSERT_FALSE(files.empty());
+  EXPECT_TRUE(files[0].starts_with("step_00000001/")) << files[0];
+  EXPECT_TRUE(
+      ReadReferencesFile(memory, root_ + "/step_00000001", 1)->empty());
+  manager.reset();
+  auto root = *CheckpointRoot::Open(root_, &memory);
+  for (int64_t step : {3, 4}) ExpectStep(*root, step);
+}
+
+// A step without the file (an older hoist wrote it) and one whose file
+// does not check are read through their manifests: nothing they reference
+// is deleted. hoist verify names a file that does not check.
+TEST_F(DeltaTest, AStepWhoseReferencesDoNotCheckIsReadThroughItsManifest) {
+  {
+    auto manager = Open();
+    for (int64_t step = 1; step <= 3; ++step) SaveStep(*manager, step);
+  }
+  std::filesystem::remove(root_ + "/step_00000002/REFERENCES.json");
+  // Lists nothing, under a hash that does not match.
+  std::ofstream(root_ + "/step_00000003/REFERENCES.json", std::ios::trunc)
+      << R"({"format": "hoist-references/1", "step": 3, "files": [], )"
+      << R"("xxh3": "0000000000000001"})";
+  auto root = *CheckpointRoot::Open(root_);
+  ASSERT_TRUE(root->Delete(1).ok());
+  EXPECT_EQ((*root->Entries())[0].kind, RootEntry::Kind::kReferenced);
+  ExpectStep(*root, 2);
+  ExpectStep(*root, 3, /*verify=*/false);
+  ASSERT_TRUE(root->Delete(2).ok());
+  ExpectStep(*root, 3, /*verify=*/false);
+  EXPECT_TRUE(std::filesystem::exists(root_ + "/step_00000001"));
+  absl::StatusOr<VerifyReport> report = root->Verify(3);
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_EQ(report->problems.size(), 1u);
+  EXPECT_THAT(report->problems[0],
+              HasSubstr("REFERENCES.json of step 3: its files do not match "
+                        "their xxh3"));
 }
 
 TEST_F(DeltaTest, RecoveryKeepsReferencedFilesAndRemovesTheRest) {

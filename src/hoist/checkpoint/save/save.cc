@@ -73,6 +73,7 @@
 #include "hoist/coord/status_wire.h"
 #include "hoist/format/layout.h"
 #include "hoist/format/manifest_file.h"
+#include "hoist/format/references_file.h"
 #include "hoist/mutex.h"
 
 namespace hoist {
@@ -92,6 +93,12 @@ absl::Status Commit(Storage& storage, const SaveRequest& request,
   ASSIGN_OR_RETURN(const std::string text,
                    EncodeManifest(manifest, request.manifest_encoding));
   manifest_bytes = static_cast<int64_t>(text.size());
+  // What the step reads of other steps, for retention (references_file.h):
+  // in the step before its commit, as its data is.
+  if (!request.part) {
+    RETURN_IF_ERROR(WriteReferencesFile(storage, tmp, request.step,
+                                        FilesReferenced(manifest)));
+  }
   RETURN_IF_ERROR(CommitStep(storage, request.root, request.step, tmp, text,
                              request.overwrite));
   traced("commit (manifest, then publish)");
