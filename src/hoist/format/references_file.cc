@@ -120,8 +120,8 @@ absl::Status WriteReferencesFile(Storage& storage, const std::string& step_dir,
                                  const std::vector<std::string>& files) {
   const std::string text = EncodeReferences(step, files);
   ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file,
-                   storage.OpenWritable(JoinPath(
-                       step_dir, std::string(kReferencesFileName))));
+                   storage.OpenWritable(
+                       JoinPath(step_dir, std::string(kReferencesFileName))));
   RETURN_IF_ERROR(file->WriteAt(
       0, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(text.data()),
                              text.size())));
@@ -132,8 +132,8 @@ absl::Status WriteReferencesFile(Storage& storage, const std::string& step_dir,
 absl::StatusOr<std::vector<std::string>> ReadReferencesFile(
     Storage& storage, const std::string& step_dir, int64_t step) {
   ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> file,
-                   storage.OpenReadable(JoinPath(
-                       step_dir, std::string(kReferencesFileName))));
+                   storage.OpenReadable(
+                       JoinPath(step_dir, std::string(kReferencesFileName))));
   ASSIGN_OR_RETURN(const int64_t size, file->Size());
   if (size > kMaxReferencesBytes) {
     return absl::DataLossError(absl::StrFormat(

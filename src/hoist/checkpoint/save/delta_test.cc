@@ -325,8 +325,7 @@ TEST_F(DeltaTest, RetentionReadsWhatEachStepReferencesNotItsManifest) {
   EXPECT_EQ(files, FilesReferenced(*manager->ReadManifest(4)));
   ASSERT_FALSE(files.empty());
   EXPECT_TRUE(files[0].starts_with("step_00000001/")) << files[0];
-  EXPECT_TRUE(
-      ReadReferencesFile(memory, root_ + "/step_00000001", 1)->empty());
+  EXPECT_TRUE(ReadReferencesFile(memory, root_ + "/step_00000001", 1)->empty());
   manager.reset();
   auto root = *CheckpointRoot::Open(root_, &memory);
   for (int64_t step : {3, 4}) ExpectStep(*root, step);
