@@ -81,6 +81,22 @@ class ProducedShardsTest : public ::testing::Test {
     return engine.Finish(*std::move(run));
   }
 
+  // Stages every shard, each produced, through a pool of `pool_bytes`:
+  // every slice's bytes checked, each shard asked for once and released.
+  std::pair<TransferStats, std::shared_ptr<CopyingProducer>> StageAllProduced(
+      int64_t pool_bytes) {
+    auto pool = *StagingPool::Create(*backend_, pool_bytes);
+    auto producer = std::make_shared<CopyingProducer>(model_, shards_);
+    KeepingSink sink;
+    absl::StatusOr<TransferStats> stats =
+        Stage(*pool, Sources(std::vector<bool>(16, true)), producer, sink);
+    EXPECT_TRUE(stats.ok()) << stats.status();
+    ExpectExact(sink.Take());
+    EXPECT_EQ(producer->asked(), 16u * 8);
+    producer->ExpectAllReleased();
+    return {stats.value_or(TransferStats{}), producer};
+  }
+
   void ExpectExact(const std::map<int, std::vector<uint8_t>>& staged) const {
     EXPECT_EQ(staged.size(), plan_.slices.size());
     for (size_t s = 0; s < plan_.slices.size(); ++s) {
@@ -100,33 +116,17 @@ class ProducedShardsTest : public ::testing::Test {
 };
 
 TEST_F(ProducedShardsTest, AShareThePoolHoldsIsProducedInOneCall) {
-  auto pool = *StagingPool::Create(*backend_, 4 << 20);
-  auto producer = std::make_shared<CopyingProducer>(model_, shards_);
-  KeepingSink sink;
-  absl::StatusOr<TransferStats> stats =
-      Stage(*pool, Sources(std::vector<bool>(16, true)), producer, sink);
-  ASSERT_TRUE(stats.ok()) << stats.status();
-  ExpectExact(sink.Take());
-  EXPECT_EQ(stats->waves, 1);
+  const auto [stats, producer] = StageAllProduced(4 << 20);
+  EXPECT_EQ(stats.waves, 1);
   EXPECT_EQ(producer->calls(), 1);
-  EXPECT_EQ(producer->asked(), 16u * 8);
-  producer->ExpectAllReleased();
 }
 
 TEST_F(ProducedShardsTest, WavesProduceOneCallEachAndHoldOneWaveAtATime) {
   // 2 MiB of shards through a 64 KiB pool: waves of 32 KiB.
-  auto pool = *StagingPool::Create(*backend_, 64 << 10);
-  auto producer = std::make_shared<CopyingProducer>(model_, shards_);
-  KeepingSink sink;
-  absl::StatusOr<TransferStats> stats =
-      Stage(*pool, Sources(std::vector<bool>(16, true)), producer, sink);
-  ASSERT_TRUE(stats.ok()) << stats.status();
-  ExpectExact(sink.Take());
-  EXPECT_GT(stats->waves, 1);
-  EXPECT_EQ(producer->calls(), stats->waves);
-  EXPECT_EQ(producer->asked(), 16u * 8);
+  const auto [stats, producer] = StageAllProduced(64 << 10);
+  EXPECT_GT(stats.waves, 1);
+  EXPECT_EQ(producer->calls(), stats.waves);
   EXPECT_LE(producer->peak_live_bytes(), 32 << 10);
-  producer->ExpectAllReleased();
 }
 
 TEST_F(ProducedShardsTest, ProducedAndAddressedShardsStageTogether) {
