@@ -103,7 +103,10 @@ def test_torchrun_jobs_restore_and_resume_on_other_world_sizes(tmp_path):
       4 ranks bit-exactly where a run resharded from the full state
       (torch.save of full tensors, no hoist) ends. (Across world sizes the
       gradient reduction sums in another order, so no checkpoint can match
-      the 2-rank run's bits there.)"""
+      the 2-rank run's bits there.)
+    - torchao's float8 training weights under FSDP2 (DTensors of its float8
+      all-gather wrapper) round-trip bit-exactly into a fresh model; a
+      DTensor of float8 data and its scale is refused, named."""
     import hoist
     torch = pytest.importorskip("torch")
     root, trained = tmp_path / "ckpt", tmp_path / "trained"
@@ -114,6 +117,7 @@ def test_torchrun_jobs_restore_and_resume_on_other_world_sizes(tmp_path):
                                                  **spec}))
 
     torchrun(2, *_jobs(("save", root, 5, "a"),
+                       ("float8", tmp_path / "float8"),
                        ("dcp", tmp_path / "dcp", "a"),
                        train("a", save_at=4, full_at=4),
                        train("b", resume=4)))

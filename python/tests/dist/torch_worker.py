@@ -16,6 +16,10 @@ runs each command in turn in the one job (kill and hang end it):
   kill ROOT OUT               rank 1 dies mid-save; rank 0 writes what it
                               saw to OUT
   hang ROOT OUT               rank 1 stops mid-save (SIGSTOP); the same
+  float8 ROOT                 torchao's float8 training weights under
+                              FSDP2 (float8 all-gather) saved and restored
+                              into a fresh model, bit-exact; a DTensor of
+                              float8 data and its scale refused, named
 
 LAYOUT names the placements of every array ("a" or "b"), so a restore can
 use other placements than the save, on any number of ranks. The reference
@@ -30,7 +34,8 @@ import sys
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+from torch.distributed.tensor import (DTensor, Replicate, Shard,
+                                      distribute_tensor)
 
 import hoist
 import outcome  # beside this script
@@ -193,8 +198,55 @@ def hang(root, out):
     os._exit(0)
 
 
+def _float8_model(mesh):
+    from torch.distributed.fsdp import fully_shard
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64),
+                                torch.nn.Linear(64, 16))
+    convert_to_float8_training(model, config=Float8LinearConfig(
+        enable_fsdp_float8_all_gather=True))
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def float8(root):
+    """DTensors of torchao's float8 weight wrapper round-trip bit-exactly;
+    a DTensor whose local tensor is float8 data and a scale is refused."""
+    from torchao.float8.float8_scaling_utils import \
+        hp_tensor_to_float8_dynamic
+    from torchao.float8.float8_training_tensor import (GemmInputRole,
+                                                       LinearMMConfig)
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    torch.manual_seed(1)
+    model = _float8_model(mesh)
+    fresh = _float8_model(mesh)
+    weight = model.state_dict()["0.weight"]
+    assert type(weight.to_local()).__name__ == \
+        "WeightWithDynamicFloat8CastTensor", type(weight.to_local())
+    with hoist.CheckpointManager(root, pool_bytes=16 << 20) as mgr:
+        mgr.save(1, {"model": model.state_dict()}).wait()
+        fresh.load_state_dict(
+            mgr.restore(1, like={"model": fresh.state_dict()})["model"])
+        for (key, a), b in zip(model.state_dict().items(),
+                               fresh.state_dict().values()):
+            a, b = (getattr(t.to_local(), "_tensor", t.to_local())
+                    for t in (a, b))
+            assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), key
+        local = hp_tensor_to_float8_dynamic(
+            torch.randn(8, 16), torch.float8_e4m3fn, LinearMMConfig(),
+            gemm_input_role=GemmInputRole.WEIGHT)
+        scaled = DTensor.from_local(local, mesh, [Shard(0)], run_check=False)
+        try:
+            mgr.save(2, {"opt": {"w": scaled}}).wait()
+            raise AssertionError("a DTensor of float8 data was saved")
+        except TypeError as error:
+            assert "array 'opt/w' is a torchao.float8" in str(error), error
+        assert mgr.steps == [1], mgr.steps
+
+
 COMMANDS = {"save": save, "restore": restore, "metrics": metrics,
-            "dcp": dcp_save, "train": train, "kill": kill, "hang": hang}
+            "dcp": dcp_save, "train": train, "kill": kill, "hang": hang,
+            "float8": float8}
 
 
 def main():
