@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <memory>
-#include <set>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -32,25 +32,32 @@ uint64_t FilesHash(const std::vector<std::string>& files) {
   return hash;
 }
 
-// The step whose directory `file` ("step_N/...") lies in, if any.
-std::optional<int64_t> StepOfFile(std::string_view file) {
-  const size_t slash = file.find('/');
-  if (slash == std::string_view::npos) return std::nullopt;
-  return ParseStepDirName(file.substr(0, slash));
-}
-
 }  // namespace
 
 std::vector<std::string> FilesReferenced(const Manifest& manifest) {
-  std::set<std::string> files;
+  // Each (step, file) once, before any path is made: a delta references
+  // the same few files from every one of its extents.
+  absl::flat_hash_set<std::pair<int64_t, std::string_view>> distinct;
   for (const ManifestArray& array : manifest.arrays) {
     for (const ManifestExtent& extent : array.extents) {
       if (extent.step && *extent.step != manifest.step) {
-        files.insert(JoinPath(StepDirName(*extent.step), extent.file));
+        distinct.emplace(*extent.step, extent.file);
       }
     }
   }
-  return {files.begin(), files.end()};
+  std::vector<std::string> files;
+  files.reserve(distinct.size());
+  for (const auto& [step, file] : distinct) {
+    files.push_back(JoinPath(StepDirName(step), std::string(file)));
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+std::optional<int64_t> StepOfReferencedFile(std::string_view file) {
+  const size_t slash = file.find('/');
+  if (slash == std::string_view::npos) return std::nullopt;
+  return ParseStepDirName(file.substr(0, slash));
 }
 
 std::string EncodeReferences(int64_t step,
@@ -98,7 +105,7 @@ absl::StatusOr<std::vector<std::string>> DecodeReferences(std::string_view text,
   for (const Json& file : *listed) {
     if (!file.is_string()) return error("a file that is not a string");
     std::string name = file.get<std::string>();
-    const std::optional<int64_t> in = StepOfFile(name);
+    const std::optional<int64_t> in = StepOfReferencedFile(name);
     if (!IsSafeRelativePath(name) || !in || *in == step) {
       return error(absl::StrFormat("'%s' is not a file of another step", name));
     }

@@ -17,6 +17,7 @@
 #define HOIST_FORMAT_REFERENCES_FILE_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,6 +37,10 @@ inline constexpr int64_t kMaxReferencesBytes = int64_t{64} << 20;
 // The files of other steps that `manifest` reads, relative to the root
 // ("step_00000003/data/r00000_w00.bin"), sorted, each once.
 std::vector<std::string> FilesReferenced(const Manifest& manifest);
+
+// The step whose directory a file of FilesReferenced lies in
+// ("step_00000003/data/..." -> 3), or nullopt.
+std::optional<int64_t> StepOfReferencedFile(std::string_view file);
 
 // The file's text for step `step` referencing `files` (FilesReferenced).
 std::string EncodeReferences(int64_t step,

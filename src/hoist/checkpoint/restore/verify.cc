@@ -22,11 +22,11 @@ std::optional<std::string> ReferencesProblem(Storage& storage,
       ReadReferencesFile(storage, step_dir, manifest.step);
   if (absl::IsNotFound(listed.status())) return std::nullopt;
   if (!listed.ok()) return listed.status().ToString();
-  if (*listed == FilesReferenced(manifest)) return std::nullopt;
+  const std::vector<std::string> read = FilesReferenced(manifest);
+  if (*listed == read) return std::nullopt;
   return absl::StrFormat(
       "%s lists %d files of other steps, but the manifest reads %d others",
-      std::string(kReferencesFileName), listed->size(),
-      FilesReferenced(manifest).size());
+      std::string(kReferencesFileName), listed->size(), read.size());
 }
 
 }  // namespace

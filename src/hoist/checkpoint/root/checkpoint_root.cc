@@ -20,6 +20,7 @@
 #include "hoist/checkpoint/save/delta.h"
 #include "hoist/format/layout.h"
 #include "hoist/format/manifest_file.h"
+#include "hoist/format/references_file.h"
 
 namespace hoist {
 namespace {
@@ -350,8 +351,7 @@ absl::Status CheckpointRoot::Delete(int64_t step) {
           FilesReadByStep(storage_, path_, step);
       files.ok()) {
     for (const std::string& file : *files) {
-      const std::optional<int64_t> other =
-          ParseStepDirName(std::string_view(file).substr(0, file.find('/')));
+      const std::optional<int64_t> other = StepOfReferencedFile(file);
       if (other && std::find(read.begin(), read.end(), *other) == read.end()) {
         read.push_back(*other);
       }

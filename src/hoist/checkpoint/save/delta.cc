@@ -140,14 +140,13 @@ absl::StatusOr<std::vector<int64_t>> StepsReferencing(Storage& storage,
                                                       const std::string& root,
                                                       int64_t step) {
   ASSIGN_OR_RETURN(std::vector<int64_t> steps, CommittedSteps(storage, root));
-  const std::string prefix = StepDirName(step) + "/";
   std::vector<int64_t> referencing;
   for (int64_t other : steps) {
     if (other == step) continue;
     ASSIGN_OR_RETURN(std::vector<std::string> read,
                      FilesReadByStep(storage, root, other));
     if (std::any_of(read.begin(), read.end(), [&](const std::string& file) {
-          return file.starts_with(prefix);
+          return StepOfReferencedFile(file) == step;
         })) {
       referencing.push_back(other);
     }
