@@ -4,6 +4,7 @@ backend with global arrays. Saved on one number of processes, restored on
 others, bit-exact; a rank killed mid-save."""
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -83,8 +84,9 @@ def _writers(root, step):
     return {f.split("/")[-1][:6] for f in files}
 
 
-@pytest.mark.slow(44)
-def test_torchrun_jobs_restore_and_resume_on_other_world_sizes(tmp_path):
+@pytest.mark.slow(50)
+def test_torchrun_jobs_restore_and_resume_on_other_world_sizes(
+        tmp_path, s3_env):
     """Three torchrun jobs (2, 4, then 2 ranks), each running several of
     torch_worker.py's commands, since a launch costs more than most of
     them:
@@ -106,21 +108,35 @@ def test_torchrun_jobs_restore_and_resume_on_other_world_sizes(tmp_path):
       the 2-rank run's bits there.)
     - torchao's float8 training weights under FSDP2 (DTensors of its float8
       all-gather wrapper) round-trip bit-exactly into a fresh model; a
-      DTensor of float8 data and its scale is refused, named."""
+      DTensor of float8 data and its scale is refused, named.
+    - On S3 (SeaweedFS): each rank uploads its own objects into the one
+      prefix, and the step restores on 4 ranks onto both layouts. Last in
+      the first job, rank 1 is SIGKILLed while its share of step 2
+      uploads: rank 0's save fails naming the lost rank, step 2 never
+      appears, and the 4-rank job (the resumed one) restores step 1 onto
+      both layouts and saves step 2 into the same prefix."""
+    import uuid
     import hoist
     torch = pytest.importorskip("torch")
     root, trained = tmp_path / "ckpt", tmp_path / "trained"
     out = {k: tmp_path / f"{k}.pt" for k in "abcd"}
+    shared, killed = (f"s3://{s3_env.bucket}/{uuid.uuid4().hex[:12]}"
+                      for _ in range(2))
+    seen = tmp_path / "rank0.json"
 
     def train(name, **spec):
         return ("train", trained, 8, json.dumps({"out": str(out[name]),
                                                  **spec}))
 
-    torchrun(2, *_jobs(("save", root, 5, "a"),
-                       ("float8", tmp_path / "float8"),
-                       ("dcp", tmp_path / "dcp", "a"),
-                       train("a", save_at=4, full_at=4),
-                       train("b", resume=4)))
+    job = torchrun(2, *_jobs(("save", root, 5, "a"),
+                             ("float8", tmp_path / "float8"),
+                             ("dcp", tmp_path / "dcp", "a"),
+                             train("a", save_at=4, full_at=4),
+                             train("b", resume=4),
+                             ("save", shared, 1, "a"),
+                             ("kill", killed, seen)), check=False)
+    assert seen.exists(), (job.stdout + job.stderr)[-6000:]
+    _killed_on_s3(shared, json.loads(seen.read_text()))
     hoist.import_checkpoint(tmp_path / "dcp", tmp_path / "imported", 7,
                             format="dcp")
     metrics = tmp_path / "metrics.jsonl"
@@ -129,7 +145,11 @@ def test_torchrun_jobs_restore_and_resume_on_other_world_sizes(tmp_path):
                        ("metrics", tmp_path / "root", metrics,
                         tmp_path / "infos"),
                        train("c", resume=4),
-                       train("d", from_full=f"{out['a']}.full")))
+                       train("d", from_full=f"{out['a']}.full"),
+                       ("restore", shared, 1),
+                       ("restore", killed, 1, 2)))
+    assert hoist.verify(killed) == (2, [])
+    assert hoist.verify(f"{killed}/step_00000001") == (1, [])
     torchrun(2, "restore", root, 6)
     assert _writers(root, 5) == {f"r{r:05d}" for r in range(2)}
     assert _writers(root, 6) == {f"r{r:05d}" for r in range(4)}
@@ -141,6 +161,19 @@ def test_torchrun_jobs_restore_and_resume_on_other_world_sizes(tmp_path):
         assert torch.equal(resumed_same[name], want), name
         assert torch.equal(resumed_on_4[name], resharded_on_4[name]), name
         torch.testing.assert_close(resumed_on_4[name], want)
+
+
+def _killed_on_s3(shared, seen):
+    """Each rank's objects in the shared prefix; what rank 0 of the job
+    whose rank 1 was killed saw."""
+    import hoist
+    manifest = hoist.inspect(shared)
+    files = {e["file"] for a in manifest["arrays"] for e in a["extents"]}
+    assert {f.split("/")[-1][:6] for f in files} == {"r00000", "r00001"}
+    assert seen["type"] == "CoordinationError", seen
+    assert re.search(r"rank 1 \(host [^)]+\) left the job",
+                     seen["error"]), seen
+    assert seen["steps"] == [1]
 
 
 def _check_metrics(metrics, infos, ranks):

@@ -1,9 +1,9 @@
 """hoist on object stores from Python, against real servers on 127.0.0.1
 (SeaweedFS for S3, fake-gcs-server for GCS; testing/object_store_server.py):
 a NumPy state saved and restored, inspect/verify/export by URL, options that
-override the environment, pyarrow in the same process, and multi-process
-jobs (torchrun, jax.distributed) saving into one prefix and restoring on
-another number of processes."""
+override the environment, pyarrow in the same process, and jax.distributed
+jobs saving into one prefix and restoring on another number of processes
+(torchrun's: test_multiprocess.py's jobs on other world sizes)."""
 import json
 import os
 import re
@@ -19,8 +19,7 @@ import hoist
 
 pafs = pytest.importorskip("pyarrow.fs")
 
-from test_multiprocess import (  # noqa: E402
-    _jobs, _start_jax, jax_processes, torchrun)
+from test_multiprocess import _start_jax, jax_processes  # noqa: E402
 
 
 @pytest.fixture(params=["s3", "gs"])
@@ -226,35 +225,6 @@ def test_a_root_without_a_bucket_or_with_another_scheme_is_refused():
             hoist.CheckpointManager(url, coordinator="single")
 
 
-@pytest.mark.slow(35)
-def test_torchrun_jobs_share_a_prefix_lose_a_rank_and_resume_on_4(
-        s3_env, tmp_path):
-    """Two torchrun jobs (2 ranks, then 4), each running two of
-    torch_worker.py's commands, since a launch costs more than either:
-    - Each rank uploads its own objects into the one prefix; the step
-      restores on 4 ranks onto both layouts.
-    - A job whose rank 1 is SIGKILLed while its share of step 2 uploads:
-      rank 0's save fails naming the lost rank, step 2 never appears, and
-      the next job (the resumed one) restores step 1 onto both layouts and
-      saves step 2 into the same prefix."""
-    pytest.importorskip("torch")
-    shared, killed = (f"s3://{s3_env.bucket}/{uuid.uuid4().hex[:12]}"
-                      for _ in range(2))
-    out = tmp_path / "rank0.json"
-    job = torchrun(2, *_jobs(("save", shared, 1, "a"), ("kill", killed, out)),
-                   check=False)
-    assert out.exists(), (job.stdout + job.stderr)[-6000:]
-    manifest = hoist.inspect(shared)
-    files = {e["file"] for a in manifest["arrays"] for e in a["extents"]}
-    assert {f.split("/")[-1][:6] for f in files} == {"r00000", "r00001"}
-    seen = json.loads(out.read_text())
-    assert seen["type"] == "CoordinationError", seen
-    assert re.search(r"rank 1 \(host [^)]+\) left the job",
-                     seen["error"]), seen
-    assert seen["steps"] == [1]
-    torchrun(4, *_jobs(("restore", shared, 1), ("restore", killed, 1, 2)))
-    assert hoist.verify(killed) == (2, [])
-    assert hoist.verify(f"{killed}/step_00000001") == (1, [])
 
 
 def test_jax_processes_save_into_one_prefix_and_restore_on_1(s3_env):
