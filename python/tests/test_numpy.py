@@ -102,7 +102,10 @@ def test_arrays_of_a_huge_page_or_more_restore_into_huge_page_memory(
         assert big % (2 << 20) == 0
         assert "hg" in _vm_flags(big)
         assert "hg" not in _vm_flags(big + (2 << 20))  # the tail
-        assert "hg" not in (_vm_flags(out["under"].ctypes.data) or [])
+        # "under" is NumPy's (the count of hoist's mappings rose by one):
+        # its VmFlags are NumPy's and glibc's to set (NumPy advises huge
+        # pages for its own arrays of 4 MiB or more, and glibc may place a
+        # later array in that heap), so they are not checked.
         assert out["under"].ctypes.data % 4096 == 0
         for key in state:
             assert same_bits(out[key], state[key]), key
