@@ -77,11 +77,15 @@ def test_unsupported_options_and_args_are_refused(tmp_path):
     read_only.close()
 
 
-def _processes(root, out, steps, **options):
+def _processes(*jobs):
+    """orbax_train.py's `jobs` ((root, out, steps, options) each) in turn
+    in one launch of 2 processes."""
     port = _free_port()
+    args = [str(a) for root, out, steps, options in jobs
+            for a in (root, out, steps, json.dumps(options))]
     procs = [subprocess.Popen(
         [sys.executable, str(HERE / "orbax_train.py"), str(port), str(p),
-         "2", str(root), str(out), str(steps), json.dumps(options)],
+         "2", *args],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env=_env()) for p in range(2)]
     outputs = [p.communicate(timeout=300)[0] for p in procs]
@@ -89,11 +93,13 @@ def _processes(root, out, steps, **options):
 
 
 def test_jax_job_killed_mid_save_resumes_bit_identical(base, tmp_path):
-    codes, outputs = _processes(f"{base}/a", tmp_path / "a.npz", 6)
-    assert codes == [0, 0], outputs[0][-4000:]
-    codes, _ = _processes(f"{base}/b", tmp_path / "b.npz", 6, kill_at=3)
+    # The uninterrupted job, then (in the same processes) the killed one.
+    codes, outputs = _processes((f"{base}/a", tmp_path / "a.npz", 6, {}),
+                                (f"{base}/b", tmp_path / "b.npz", 6,
+                                 {"kill_at": 3}))
     assert codes != [0, 0]
-    codes, outputs = _processes(f"{base}/b", tmp_path / "c.npz", 6)
+    assert (tmp_path / "a.npz").exists(), outputs[0][-4000:]
+    codes, outputs = _processes((f"{base}/b", tmp_path / "c.npz", 6, {}))
     assert codes == [0, 0], outputs[0][-4000:]
     # From the save before the kill (or the killed one, had it committed).
     assert (tmp_path / "c.npz.start").read_text() in ("3", "4")

@@ -2,12 +2,15 @@
 that trains with optax and checkpoints through hoist.orbax's
 CheckpointManager, written as an Orbax job is; test_orbax.py starts them.
 
-  orbax_train.py PORT PROCESS NPROC ROOT OUT STEPS [OPTIONS_JSON]
+  orbax_train.py PORT PROCESS NPROC ROOT OUT STEPS OPTIONS_JSON [ROOT OUT
+                 STEPS OPTIONS_JSON ...]
 
-OPTIONS: kill_at (every process SIGKILLs itself right after that step's
-save returned: while it is in flight). Resumes from the newest step when
-there is one. Process 0 writes the final parameters to OUT (.npz) and the
-step training started at to OUT.start.
+Each job (ROOT OUT STEPS OPTIONS_JSON) in turn in the same processes (a
+launch costs more than a job here). OPTIONS: kill_at (every process
+SIGKILLs itself right after that step's save returned: while it is in
+flight). A job resumes from its root's newest step when there is one.
+Process 0 writes the final parameters to OUT (.npz) and the step training
+started at to OUT.start.
 """
 import json
 import os
@@ -32,9 +35,8 @@ jax.config.update("jax_cpu_collectives_implementation", "gloo")
 jax.distributed.initialize(f"localhost:{port}", nproc, process)
 
 
-def main():
-    root, out, steps = sys.argv[4], sys.argv[5], int(sys.argv[6])
-    options = json.loads(sys.argv[7]) if len(sys.argv) > 7 else {}
+def job(root, out, steps, options):
+    steps, options = int(steps), json.loads(options)
     mesh = jax.sharding.Mesh(np.array(jax.devices()).reshape(2, -1),
                              ("x", "y"))
     rng = np.random.default_rng(5)
@@ -88,6 +90,12 @@ def main():
         np.savez(out, **final)
         with open(f"{out}.start", "w") as f:
             f.write(str(start))
+
+
+def main():
+    jobs = sys.argv[4:]
+    for at in range(0, len(jobs), 4):
+        job(*jobs[at:at + 4])
     jax.distributed.shutdown()
 
 
