@@ -242,10 +242,10 @@ def test_jax_job_killed_mid_save_resumes_from_s3(s3_env):
     next step into the same prefix."""
     pytest.importorskip("jax")
     root = f"s3://{s3_env.bucket}/{uuid.uuid4().hex[:12]}"
-    jax_processes(2, 4, "save", root, 3, "a")
     fs, prefix = _arrow_fs(root)
     step4 = f"{prefix}/step_00000004"
-    procs = _start_jax(2, 4, ["save", root, 4, "a"])
+    # Step 3, then step 4 (the repeat save) in the same processes.
+    procs = _start_jax(2, 4, ["save_twice", root, 3, "a"])
     try:
         # Kill when a data object of step 4 is complete (the save is under
         # way) or, if the job is quicker than the poll, after it ends.
