@@ -4,7 +4,8 @@
 //   2. the files' bytes as one stream, gathered from their pieces by the
 //      coordinator as it sends (Coordinator::ExchangeGathered).
 // The receiver creates every file the header names, writes the stream into
-// them in order as it arrives, then syncs and closes them.
+// them in order as it arrives (through an aligned staging buffer: see
+// FileStream), then syncs and closes them.
 #include "hoist/checkpoint/tier/peer_shift.h"
 
 #include <fcntl.h>
@@ -14,6 +15,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <utility>
@@ -80,6 +82,102 @@ absl::StatusOr<std::vector<FileHeader>> DecodeHeader(absl::string_view text,
   return files;
 }
 
+// The receiver's side of the stream: the files a peer sends, written in
+// order. The coordinator's pieces start anywhere in memory and split the
+// stream at any byte, so written as they come they would go through the
+// page cache (0.36 GB/s on this project's VM, where O_DIRECT writes reach
+// 1.2 GB/s). Each file is instead written from a 4 KiB-aligned buffer at
+// multiples of its size, which POSIX storage writes O_DIRECT (an unaligned
+// tail buffered): one memcpy more, which is cheap beside the page cache's.
+class FileStream {
+ public:
+  static constexpr size_t kStagingBytes = size_t{8} << 20;
+
+  // `files`, `paths` and `sizes`: of each file, in the stream's order;
+  // `seen` (may be empty) sees each byte before it is written.
+  FileStream(std::vector<std::unique_ptr<WritableFile>> files,
+             std::vector<std::string> paths, std::vector<int64_t> sizes,
+             const ReceivedBytes& seen)
+      : files_(std::move(files)),
+        paths_(std::move(paths)),
+        sizes_(std::move(sizes)),
+        seen_(seen) {}
+
+  // Appends `piece` to the stream: kDataLoss past the files' end, or the
+  // storage's error.
+  absl::Status Append(absl::Span<const uint8_t> piece) {
+    while (!piece.empty()) {
+      while (file_ < sizes_.size() && in_file_ == sizes_[file_]) {
+        RETURN_IF_ERROR(Flush());
+        ++file_, in_file_ = 0;
+      }
+      if (file_ == sizes_.size()) {
+        return absl::DataLossError("more bytes than its files hold");
+      }
+      if (staging_ == nullptr) {
+        staging_.reset(static_cast<uint8_t*>(
+            std::aligned_alloc(kExtentAlignmentBytes, kStagingBytes)));
+        if (staging_ == nullptr) {
+          return absl::ResourceExhaustedError(
+              "no memory for the staging buffer of the files received");
+        }
+      }
+      const size_t take = static_cast<size_t>(std::min<int64_t>(
+          {static_cast<int64_t>(piece.size()), sizes_[file_] - in_file_,
+           static_cast<int64_t>(kStagingBytes - staged_)}));
+      std::memcpy(staging_.get() + staged_, piece.data(), take);
+      staged_ += take;
+      in_file_ += static_cast<int64_t>(take);
+      piece.remove_prefix(take);
+      if (staged_ == kStagingBytes) RETURN_IF_ERROR(Flush());
+    }
+    return absl::OkStatus();
+  }
+
+  // Writes what is staged and syncs every file (the caller has checked
+  // that the stream held all their bytes).
+  absl::Status Finish() {
+    RETURN_IF_ERROR(Flush());
+    for (std::unique_ptr<WritableFile>& file : files_) {
+      RETURN_IF_ERROR(file->Sync());
+    }
+    return absl::OkStatus();
+  }
+
+  // Closes every file: the first error.
+  absl::Status Close() {
+    absl::Status first;
+    for (std::unique_ptr<WritableFile>& file : files_) {
+      if (absl::Status closed = file->Close(); first.ok()) first = closed;
+    }
+    return first;
+  }
+
+ private:
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+
+  // Writes the staged bytes, which end at in_file_ in the current file.
+  absl::Status Flush() {
+    if (staged_ == 0) return absl::OkStatus();
+    const int64_t at = in_file_ - static_cast<int64_t>(staged_);
+    const absl::Span<const uint8_t> bytes(staging_.get(),
+                                          std::exchange(staged_, 0));
+    if (seen_) seen_(paths_[file_], at, bytes);
+    return files_[file_]->WriteAt(at, bytes);
+  }
+
+  std::vector<std::unique_ptr<WritableFile>> files_;
+  std::vector<std::string> paths_;
+  std::vector<int64_t> sizes_;
+  const ReceivedBytes& seen_;
+  std::unique_ptr<uint8_t, Free> staging_;
+  size_t staged_ = 0;    // bytes in staging_, the current file's
+  size_t file_ = 0;      // the file being written
+  int64_t in_file_ = 0;  // its bytes taken so far
+};
+
 }  // namespace
 
 absl::StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
@@ -104,6 +202,11 @@ absl::StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
           absl::StrFormat("mmap %s: %s", path, std::strerror(error)));
     }
     file.data_ = static_cast<const uint8_t*>(at);
+    // Read ahead all of it now, in large requests: the file is read once,
+    // in order (sent or hashed), and a local part written O_DIRECT is not
+    // in the page cache, where faulting it in 128 KiB at a time reads at a
+    // fraction of the disk's speed. Advice: its failure changes nothing.
+    madvise(at, file.size_, MADV_WILLNEED);
   }
   ::close(fd);
   return file;
@@ -138,7 +241,8 @@ absl::Span<const uint8_t> ZeroPadding(int64_t bytes) {
 absl::Status ShiftFiles(Coordinator& coordinator, Storage& storage,
                         const std::string& name, int64_t step, int offset,
                         absl::Span<const OutgoingFile> files,
-                        const std::string& receive_dir, int64_t* received) {
+                        const std::string& receive_dir, int64_t* received,
+                        const ReceivedBytes& seen) {
   const int n = coordinator.size(), rank = coordinator.rank();
   const int to = (rank + offset) % n, from = (rank - offset + n) % n;
   // 1. The header.
@@ -166,9 +270,13 @@ absl::Status ShiftFiles(Coordinator& coordinator, Storage& storage,
         "rank %d sent files of step %d that nothing here takes", from, step));
   }
   std::vector<std::unique_ptr<WritableFile>> outs;
-  std::vector<int64_t> ends;  // of each of their files in the stream
+  std::vector<std::string> paths;
+  std::vector<int64_t> sizes;
+  int64_t expected = 0;  // bytes of their files
   for (const FileHeader& file : theirs) {
-    ends.push_back((ends.empty() ? 0 : ends.back()) + file.size);
+    paths.push_back(file.path);
+    sizes.push_back(file.size);
+    expected += file.size;
     if (!first.ok() || receive_dir.empty()) continue;
     absl::StatusOr<std::unique_ptr<WritableFile>> opened =
         storage.OpenWritable(JoinPath(receive_dir, file.path));
@@ -179,6 +287,7 @@ absl::Status ShiftFiles(Coordinator& coordinator, Storage& storage,
     }
   }
   const bool writing = first.ok() && !outs.empty();
+  FileStream out(std::move(outs), std::move(paths), std::move(sizes), seen);
   // 2. The stream. The receiver never fails the exchange: the sender must
   // not be left mid-send, so a write's error is kept and the rest dropped.
   std::vector<absl::Span<const uint8_t>> stream;
@@ -188,35 +297,27 @@ absl::Status ShiftFiles(Coordinator& coordinator, Storage& storage,
   int64_t at = 0;  // into their stream
   RETURN_IF_ERROR(coordinator.ExchangeGathered(
       name + " files", stream, to, from, [&](absl::Span<const uint8_t> piece) {
-        while (!piece.empty() && writing && first.ok()) {
-          const size_t f =
-              std::upper_bound(ends.begin(), ends.end(), at) - ends.begin();
-          if (f >= ends.size()) {
-            first = absl::DataLossError(absl::StrFormat(
-                "rank %d sent more bytes of step %d than its files hold", from,
-                step));
-            break;
+        if (writing && first.ok()) {
+          if (absl::Status appended = out.Append(piece); !appended.ok()) {
+            first = absl::IsDataLoss(appended)
+                        ? absl::DataLossError(absl::StrFormat(
+                              "rank %d sent more bytes of step %d than its "
+                              "files hold",
+                              from, step))
+                        : appended;
           }
-          const int64_t in_file = at - (ends[f] - theirs[f].size);
-          const size_t take = static_cast<size_t>(
-              std::min<int64_t>(piece.size(), ends[f] - at));
-          first = outs[f]->WriteAt(in_file, piece.first(take));
-          piece.remove_prefix(take);
-          at += static_cast<int64_t>(take);
         }
-        if (!writing) at += static_cast<int64_t>(piece.size());
+        at += static_cast<int64_t>(piece.size());
         return absl::OkStatus();
       }));
   if (received != nullptr) *received += at;
-  if (writing && first.ok() && at != (ends.empty() ? 0 : ends.back())) {
+  if (writing && first.ok() && at != expected) {
     first = absl::DataLossError(absl::StrFormat(
         "the files of step %d from rank %d: %d of their %d bytes arrived", step,
-        from, at, ends.back()));
+        from, at, expected));
   }
-  for (std::unique_ptr<WritableFile>& out : outs) {
-    if (first.ok()) first = out->Sync();
-    if (absl::Status closed = out->Close(); first.ok()) first = closed;
-  }
+  if (writing && first.ok()) first = out.Finish();
+  if (absl::Status closed = out.Close(); first.ok()) first = closed;
   return first;
 }
 

@@ -10,6 +10,7 @@
 #define HOIST_CHECKPOINT_TIER_PEER_SHIFT_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,12 @@ struct OutgoingFile {
 // Zero bytes to pad with, up to 4 KiB (kExtentAlignmentBytes).
 absl::Span<const uint8_t> ZeroPadding(int64_t bytes);
 
+// Sees every byte of the files a shift receives, in order: the file's path
+// (as sent), the offset of `bytes` in it. Called before they are written,
+// with memory just filled, so hashing them there costs no read.
+using ReceivedBytes = std::function<void(
+    const std::string& path, int64_t offset, absl::Span<const uint8_t> bytes)>;
+
 // Collective: every rank calls it under the same `name` and `offset`. This
 // rank sends `files` (none: nothing) to rank + offset, while rank - offset
 // sends it its files, which are written into `receive_dir` (which must
@@ -62,7 +69,8 @@ absl::Span<const uint8_t> ZeroPadding(int64_t bytes);
 // `receive_dir` is empty this rank expects nothing, and anything sent is an
 // error. The receiver checks the names (files of a step only) and sizes it
 // was told, and removes nothing on an error: the caller discards the
-// directory. Adds to `received`, when given, the bytes of files written.
+// directory. Adds to `received`, when given, the bytes of files written;
+// hands them to `seen`, when given, as they arrive.
 // Errors: this rank's first (the shift still goes on, so the other ranks are
 // not left waiting); kDataLoss for a file that arrived short or a name a peer
 // does not send; the coordinator's as is.
@@ -70,7 +78,8 @@ absl::Status ShiftFiles(Coordinator& coordinator, Storage& storage,
                         const std::string& name, int64_t step, int offset,
                         absl::Span<const OutgoingFile> files,
                         const std::string& receive_dir,
-                        int64_t* received = nullptr);
+                        int64_t* received = nullptr,
+                        const ReceivedBytes& seen = nullptr);
 
 }  // namespace hoist
 
