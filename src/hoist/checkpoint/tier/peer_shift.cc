@@ -4,8 +4,8 @@
 //   2. the files' bytes as one stream, gathered from their pieces by the
 //      coordinator as it sends (Coordinator::ExchangeGathered).
 // The receiver creates every file the header names, writes the stream into
-// them in order as it arrives (through an aligned staging buffer: see
-// FileStream), then syncs and closes them.
+// them in order as it arrives (FileStream: aligned, O_DIRECT, on a thread
+// of its own), then syncs and closes them.
 #include "hoist/checkpoint/tier/peer_shift.h"
 
 #include <fcntl.h>
@@ -15,7 +15,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <utility>
@@ -26,6 +25,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "hoist/base/status_macros.h"
+#include "hoist/checkpoint/tier/file_stream.h"
 #include "hoist/format/layout.h"
 #include "hoist/manifest.h"
 
@@ -81,102 +81,6 @@ absl::StatusOr<std::vector<FileHeader>> DecodeHeader(absl::string_view text,
   }
   return files;
 }
-
-// The receiver's side of the stream: the files a peer sends, written in
-// order. The coordinator's pieces start anywhere in memory and split the
-// stream at any byte, so written as they come they would go through the
-// page cache (0.36 GB/s on this project's VM, where O_DIRECT writes reach
-// 1.2 GB/s). Each file is instead written from a 4 KiB-aligned buffer at
-// multiples of its size, which POSIX storage writes O_DIRECT (an unaligned
-// tail buffered): one memcpy more, which is cheap beside the page cache's.
-class FileStream {
- public:
-  static constexpr size_t kStagingBytes = size_t{8} << 20;
-
-  // `files`, `paths` and `sizes`: of each file, in the stream's order;
-  // `seen` (may be empty) sees each byte before it is written.
-  FileStream(std::vector<std::unique_ptr<WritableFile>> files,
-             std::vector<std::string> paths, std::vector<int64_t> sizes,
-             const ReceivedBytes& seen)
-      : files_(std::move(files)),
-        paths_(std::move(paths)),
-        sizes_(std::move(sizes)),
-        seen_(seen) {}
-
-  // Appends `piece` to the stream: kDataLoss past the files' end, or the
-  // storage's error.
-  absl::Status Append(absl::Span<const uint8_t> piece) {
-    while (!piece.empty()) {
-      while (file_ < sizes_.size() && in_file_ == sizes_[file_]) {
-        RETURN_IF_ERROR(Flush());
-        ++file_, in_file_ = 0;
-      }
-      if (file_ == sizes_.size()) {
-        return absl::DataLossError("more bytes than its files hold");
-      }
-      if (staging_ == nullptr) {
-        staging_.reset(static_cast<uint8_t*>(
-            std::aligned_alloc(kExtentAlignmentBytes, kStagingBytes)));
-        if (staging_ == nullptr) {
-          return absl::ResourceExhaustedError(
-              "no memory for the staging buffer of the files received");
-        }
-      }
-      const size_t take = static_cast<size_t>(std::min<int64_t>(
-          {static_cast<int64_t>(piece.size()), sizes_[file_] - in_file_,
-           static_cast<int64_t>(kStagingBytes - staged_)}));
-      std::memcpy(staging_.get() + staged_, piece.data(), take);
-      staged_ += take;
-      in_file_ += static_cast<int64_t>(take);
-      piece.remove_prefix(take);
-      if (staged_ == kStagingBytes) RETURN_IF_ERROR(Flush());
-    }
-    return absl::OkStatus();
-  }
-
-  // Writes what is staged and syncs every file (the caller has checked
-  // that the stream held all their bytes).
-  absl::Status Finish() {
-    RETURN_IF_ERROR(Flush());
-    for (std::unique_ptr<WritableFile>& file : files_) {
-      RETURN_IF_ERROR(file->Sync());
-    }
-    return absl::OkStatus();
-  }
-
-  // Closes every file: the first error.
-  absl::Status Close() {
-    absl::Status first;
-    for (std::unique_ptr<WritableFile>& file : files_) {
-      if (absl::Status closed = file->Close(); first.ok()) first = closed;
-    }
-    return first;
-  }
-
- private:
-  struct Free {
-    void operator()(uint8_t* p) const { std::free(p); }
-  };
-
-  // Writes the staged bytes, which end at in_file_ in the current file.
-  absl::Status Flush() {
-    if (staged_ == 0) return absl::OkStatus();
-    const int64_t at = in_file_ - static_cast<int64_t>(staged_);
-    const absl::Span<const uint8_t> bytes(staging_.get(),
-                                          std::exchange(staged_, 0));
-    if (seen_) seen_(paths_[file_], at, bytes);
-    return files_[file_]->WriteAt(at, bytes);
-  }
-
-  std::vector<std::unique_ptr<WritableFile>> files_;
-  std::vector<std::string> paths_;
-  std::vector<int64_t> sizes_;
-  const ReceivedBytes& seen_;
-  std::unique_ptr<uint8_t, Free> staging_;
-  size_t staged_ = 0;    // bytes in staging_, the current file's
-  size_t file_ = 0;      // the file being written
-  int64_t in_file_ = 0;  // its bytes taken so far
-};
 
 }  // namespace
 

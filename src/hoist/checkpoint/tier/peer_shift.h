@@ -4,18 +4,19 @@
 // rank - offset sends into a directory of its own.
 //
 // The files are streamed in one exchange, gathered from their pieces (usually
-// mapped files) by the coordinator as it sends them in pieces of its own: a
-// shift holds no memory beyond what the coordinator holds.
+// mapped files) by the coordinator as it sends them in pieces of its own; the
+// receiver stages them for writing (file_stream.h): a shift holds no memory
+// beyond what the coordinator holds and 32 MiB of staging.
 #ifndef HOIST_CHECKPOINT_TIER_PEER_SHIFT_H_
 #define HOIST_CHECKPOINT_TIER_PEER_SHIFT_H_
 
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "hoist/checkpoint/tier/file_stream.h"
 #include "hoist/coordinator.h"
 #include "hoist/storage.h"
 
@@ -55,12 +56,6 @@ struct OutgoingFile {
 
 // Zero bytes to pad with, up to 4 KiB (kExtentAlignmentBytes).
 absl::Span<const uint8_t> ZeroPadding(int64_t bytes);
-
-// Sees every byte of the files a shift receives, in order: the file's path
-// (as sent), the offset of `bytes` in it. Called before they are written,
-// with memory just filled, so hashing them there costs no read.
-using ReceivedBytes = std::function<void(
-    const std::string& path, int64_t offset, absl::Span<const uint8_t> bytes)>;
 
 // Collective: every rank calls it under the same `name` and `offset`. This
 // rank sends `files` (none: nothing) to rank + offset, while rank - offset
