@@ -35,6 +35,7 @@
 #include "absl/strings/str_split.h"
 #include "hoist/base/status_macros.h"
 #include "hoist/checkpoint/save/save.h"
+#include "hoist/checkpoint/tier/arrivals.h"
 #include "hoist/checkpoint/tier/local_tier.h"
 #include "hoist/checkpoint/tier/part_files.h"
 #include "hoist/checkpoint/tier/peer_shift.h"
@@ -187,91 +188,6 @@ absl::StatusOr<bool> GatherHoldings(
   return true;
 }
 
-// Where each extent of this rank's lost part lands (the file of its source
-// and its offset there: PackedOffsets of what the source serves), and
-// whether the bytes that arrived there hash to it. They are hashed as they
-// arrive (ShiftFiles' `seen`), before they are written: reading the files
-// back once written took longer than the transfer itself.
-class Arrivals {
- public:
-  Arrivals(const Attempt& attempt, int rank) {
-    std::map<int, std::vector<int64_t>> offsets;  // by source
-    std::map<int, size_t> next;
-    size_t i = 0;  // into the part's extents (PartExtents' order)
-    for (const ManifestArray& array : attempt.manifest.arrays) {
-      for (const ManifestExtent& extent : array.extents) {
-        const int b = attempt.plan[rank][i++];
-        const ExtentSource& source = attempt.sources[b];
-        if (!offsets.contains(b)) {
-          std::vector<int64_t> lengths;
-          for (int k : Served(attempt, rank, b)) {
-            lengths.push_back(attempt.needs[rank][k].length_bytes);
-          }
-          offsets[b] = PackedOffsets(lengths);
-        }
-        Landing landing{.file = CopyFileName(source.rank, source.origin),
-                        .offset = offsets[b][next[b]++],
-                        .length = extent.length_bytes,
-                        .hash = extent.hash,
-                        .matched = extent.length_bytes == 0 &&
-                                   ExtentMatches(extent.hash, nullptr, 0)};
-        // In each file the extents lie in the order they are served.
-        by_file_[landing.file].push_back(landings_.size());
-        landings_.push_back(std::move(landing));
-      }
-    }
-  }
-
-  // ShiftFiles' `seen`: bytes of `path` at `offset`, in order.
-  void See(const std::string& path, int64_t offset,
-           absl::Span<const uint8_t> bytes) {
-    auto it = by_file_.find(path);
-    if (it == by_file_.end()) return;  // no extent of this part is there
-    Cursor& cursor = cursors_[path];
-    const std::vector<size_t>& mine = it->second;
-    const int64_t end = offset + static_cast<int64_t>(bytes.size());
-    while (cursor.next < mine.size()) {
-      Landing& landing = landings_[mine[cursor.next]];
-      const int64_t from = std::max(offset, landing.offset);
-      const int64_t to = std::min(end, landing.offset + landing.length);
-      if (landing.length > 0 && from < to) {
-        if (cursor.hasher == nullptr) {
-          cursor.hasher = std::make_unique<ExtentHasher>(landing.hash);
-        }
-        cursor.hasher->Update(bytes.data() + (from - offset),
-                              static_cast<size_t>(to - from));
-      }
-      if (end < landing.offset + landing.length) break;  // more to come
-      if (landing.length > 0) {
-        landing.matched = cursor.hasher != nullptr && cursor.hasher->Matches();
-      }
-      cursor.hasher.reset();
-      ++cursor.next;
-    }
-  }
-
-  // Extent `i` of the part (PartExtents' order): its file and offset, and
-  // whether all its bytes arrived and hash to it.
-  const std::string& file(size_t i) const { return landings_[i].file; }
-  int64_t offset(size_t i) const { return landings_[i].offset; }
-  bool matched(size_t i) const { return landings_[i].matched; }
-
- private:
-  struct Landing {
-    std::string file;
-    int64_t offset = 0, length = 0;
-    ExtentHash hash;
-    bool matched = false;
-  };
-  struct Cursor {
-    size_t next = 0;  // into by_file_[path]: the extent being received
-    std::unique_ptr<ExtentHasher> hasher;
-  };
-  std::vector<Landing> landings_;
-  std::map<std::string, std::vector<size_t>> by_file_;
-  std::map<std::string, Cursor> cursors_;
-};
-
 // The manifest of this rank's lost part, pointing at the extents that
 // arrived; a source whose bytes do not match is put in `attempt.bad`.
 absl::StatusOr<std::string> RebuiltManifest(Tier tier, Attempt& attempt,
@@ -313,7 +229,8 @@ absl::Status Rebuild(Tier tier, Attempt& attempt) {
   }
   const bool lost = attempt.lost.contains(rank);
   std::optional<Arrivals> arrivals;
-  if (lost) arrivals.emplace(attempt, rank);
+  if (lost)
+    arrivals.emplace(attempt.manifest, attempt.plan[rank], attempt.sources);
   const ReceivedBytes seen = [&](const std::string& path, int64_t offset,
                                  absl::Span<const uint8_t> bytes) {
     arrivals->See(path, offset, bytes);
