@@ -11,11 +11,11 @@ namespace hoist {
 
 FileStream::FileStream(std::vector<std::unique_ptr<WritableFile>> files,
                        std::vector<std::string> paths,
-                       std::vector<int64_t> sizes, const ReceivedBytes& seen)
+                       std::vector<int64_t> sizes, ReceivedBytes seen)
     : files_(std::move(files)),
       paths_(std::move(paths)),
       sizes_(std::move(sizes)),
-      seen_(seen) {}
+      seen_(std::move(seen)) {}
 
 FileStream::~FileStream() {
   {

@@ -43,11 +43,10 @@ class FileStream {
   static constexpr int kStagingBuffers = 4;  // 32 MiB in all
 
   // `files`, `paths` and `sizes`: of each file, in the stream's order;
-  // `seen` (may be empty) sees each byte before it is written and must
-  // outlive the stream.
+  // `seen` (may be empty) sees each byte before it is written.
   FileStream(std::vector<std::unique_ptr<WritableFile>> files,
              std::vector<std::string> paths, std::vector<int64_t> sizes,
-             const ReceivedBytes& seen);
+             ReceivedBytes seen);
   ~FileStream();  // waits for the writes in flight
   FileStream(const FileStream&) = delete;
   FileStream& operator=(const FileStream&) = delete;
@@ -93,7 +92,7 @@ class FileStream {
   std::vector<std::unique_ptr<WritableFile>> files_;
   std::vector<std::string> paths_;
   std::vector<int64_t> sizes_;
-  const ReceivedBytes& seen_;
+  const ReceivedBytes seen_;
 
   // The caller's: the buffer being filled.
   Buffer staging_;
