@@ -18,6 +18,11 @@ fp32 Adam moments; --size of them), in each framework's own form:
   accelerate: the tensors as an nn.Module's parameters, prepared with an
               SGD optimizer. Default: accelerator.save_state / load_state.
               hoist: hoist.accelerate.save_state / load_state.
+  trainer:    the tensors as an nn.Module's parameters in a Hugging Face
+              Trainer with an SGD optimizer. Default: the Trainer's own
+              _save_checkpoint (safetensors, optimizer.pt, RNG, state
+              JSON) and its resume's loads. hoist: HoistTrainer (save
+              returns staged; wait_for_checkpoints() for the commit).
   orbax:      JAX arrays sharded over a 2 x 4 mesh of CPU devices.
               Default: ocp.CheckpointManager (async) with StandardSave /
               StandardRestore. hoist: hoist.orbax.CheckpointManager.
@@ -44,7 +49,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib  # noqa: E402  (the arrays, cache dropping, child processes)
 
-FRAMEWORKS = ["dcp", "lightning", "accelerate", "orbax"]
+FRAMEWORKS = ["dcp", "lightning", "accelerate", "trainer", "orbax"]
 GIB = 1 << 30
 
 
@@ -181,6 +186,65 @@ class Accelerate:
         return seconds, {n: weights[i].data for i, n in enumerate(self.names)}
 
 
+class HfTrainer:
+    """The Trainer's checkpoint and its resume's loads (model, optimizer
+    and scheduler, RNG), as Trainer.train(resume_from_checkpoint=...) runs
+    them, without training."""
+
+    def __init__(self, specs, path, system, args):
+        import torch
+        from transformers import Trainer, TrainingArguments
+        from hoist.transformers import HoistTrainer
+        tensors = _tensors(specs)
+        self.names = sorted(tensors)
+        model = torch.nn.Module()
+        model.weights = torch.nn.ParameterList(
+            torch.nn.Parameter(tensors[n], requires_grad=False)
+            for n in self.names)
+        training = TrainingArguments(output_dir=path, report_to="none",
+                                     use_cpu=True, save_strategy="no")
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        if system == "hoist":
+            self.trainer = HoistTrainer(
+                model=model, args=training, optimizers=(optimizer, None),
+                checkpoint_options={"pool_bytes": args.pool,
+                                    "deltas": False})
+        else:
+            self.trainer = Trainer(model=model, args=training,
+                                   optimizers=(optimizer, None))
+        self.trainer.create_optimizer_and_scheduler(num_training_steps=10)
+        self.path, self.system = path, system
+
+    def save(self, step):
+        self.trainer.state.global_step = step
+        start = time.perf_counter()
+        self.trainer._save_checkpoint(self.trainer.model, trial=None)
+        blocked = time.perf_counter() - start
+        if self.system == "hoist":
+            self.trainer.wait_for_checkpoints()
+        else:
+            os.sync()
+        return blocked, time.perf_counter() - start
+
+    def load(self, step):
+        import tempfile
+        trainer = self.trainer
+        start = time.perf_counter()
+        with tempfile.TemporaryDirectory() as here:
+            if self.system == "hoist":
+                trainer._hoist_resumed = trainer._hoist_restore(step, here)
+                where = here
+            else:
+                where = f"{self.path}/checkpoint-{step}"
+            trainer._load_from_checkpoint(where)
+            trainer._load_optimizer_and_scheduler(where)
+            trainer._load_rng_state(where)
+            trainer._hoist_resumed = None
+        seconds = time.perf_counter() - start
+        weights = trainer.model.weights
+        return seconds, {n: weights[i].data for i, n in enumerate(self.names)}
+
+
 class Orbax:
     def __init__(self, specs, path, system, args):
         import orbax.checkpoint as ocp
@@ -218,7 +282,7 @@ class Orbax:
 
 
 JOBS = {"dcp": Dcp, "lightning": Lightning, "accelerate": Accelerate,
-        "orbax": Orbax}
+        "trainer": HfTrainer, "orbax": Orbax}
 
 
 def child(args):
@@ -310,6 +374,8 @@ def main():
     args = parser.parse_args()
     if args.pool is None:
         args.pool = args.size + args.size // 8
+    # Absolute: Orbax refuses a relative checkpoint path.
+    args.dir = os.path.abspath(args.dir)
     if args.child:
         return child(args)
     frameworks = [f for f in args.frameworks.split(",") if f]
