@@ -6,6 +6,7 @@ import json
 import os
 import resource
 import shutil
+import socket
 import subprocess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -24,6 +25,13 @@ def parse_bytes(text):
         if unit and t.endswith(unit):
             return int(float(t[:-len(unit)]) * units[unit])
     return int(float(t))
+
+
+def free_port():
+    """A TCP port free on 127.0.0.1 now (for a job's rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def drop_caches(path=None):

@@ -23,6 +23,11 @@ fp32 Adam moments; --size of them), in each framework's own form:
               _save_checkpoint (safetensors, optimizer.pt, RNG, state
               JSON) and its resume's loads. hoist: HoistTrainer (save
               returns staged; wait_for_checkpoints() for the commit).
+  deepspeed:  the tensors as an nn.Module's parameters in a DeepSpeed
+              engine (one process, gloo, no optimizer: its model states
+              file). Default: TorchCheckpointEngine's save_checkpoint /
+              load_checkpoint. hoist: hoist.deepspeed.use(engine) (save
+              returns staged; the engine's wait() for the commit).
   orbax:      JAX arrays sharded over a 2 x 4 mesh of CPU devices.
               Default: ocp.CheckpointManager (async) with StandardSave /
               StandardRestore. hoist: hoist.orbax.CheckpointManager.
@@ -49,7 +54,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib  # noqa: E402  (the arrays, cache dropping, child processes)
 
-FRAMEWORKS = ["dcp", "lightning", "accelerate", "trainer", "orbax"]
+FRAMEWORKS = ["dcp", "lightning", "accelerate", "trainer", "deepspeed",
+              "orbax"]
 GIB = 1 << 30
 
 
@@ -239,9 +245,54 @@ class HfTrainer:
             trainer._load_from_checkpoint(where)
             trainer._load_optimizer_and_scheduler(where)
             trainer._load_rng_state(where)
+        if self.system == "hoist":
             trainer._hoist_resumed = None
         seconds = time.perf_counter() - start
         weights = trainer.model.weights
+        return seconds, {n: weights[i].data for i, n in enumerate(self.names)}
+
+
+class DeepSpeed:
+    def __init__(self, specs, path, system, args):
+        import torch
+        os.environ.update(DS_ACCELERATOR="cpu", RANK="0", LOCAL_RANK="0",
+                          WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                          MASTER_PORT=str(benchlib.free_port()))
+        import deepspeed
+        import hoist.deepspeed
+        tensors = _tensors(specs)
+        self.names = sorted(tensors)
+        model = torch.nn.Module()
+        model.weights = torch.nn.ParameterList(
+            torch.nn.Parameter(tensors[n], requires_grad=False)
+            for n in self.names)
+        self.engine, _, _, _ = deepspeed.initialize(model=model, config={
+            "train_micro_batch_size_per_gpu": 1,
+            "zero_optimization": {"stage": 0}})
+        self.hoist = None
+        if system == "hoist":
+            self.hoist = hoist.deepspeed.use(self.engine, path,
+                                             pool_bytes=args.pool,
+                                             deltas=False)
+        self.path = path
+
+    def save(self, step):
+        start = time.perf_counter()
+        self.engine.save_checkpoint(self.path, tag=f"global_step{step}")
+        blocked = time.perf_counter() - start
+        if self.hoist is not None:
+            self.hoist.wait()
+        else:
+            os.sync()
+        return blocked, time.perf_counter() - start
+
+    def load(self, step):
+        start = time.perf_counter()
+        self.engine.load_checkpoint(self.path, tag=f"global_step{step}",
+                                    load_optimizer_states=False,
+                                    load_lr_scheduler_states=False)
+        seconds = time.perf_counter() - start
+        weights = self.engine.module.weights
         return seconds, {n: weights[i].data for i, n in enumerate(self.names)}
 
 
@@ -282,7 +333,7 @@ class Orbax:
 
 
 JOBS = {"dcp": Dcp, "lightning": Lightning, "accelerate": Accelerate,
-        "trainer": HfTrainer, "orbax": Orbax}
+        "trainer": HfTrainer, "deepspeed": DeepSpeed, "orbax": Orbax}
 
 
 def child(args):

@@ -31,7 +31,6 @@ every transfer is a memcpy).
 import argparse
 import json
 import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -42,12 +41,6 @@ os.environ.setdefault("CPU_NUM_DEVICES", "8")
 os.environ.pop("XLA_FLAGS", None)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib  # noqa: E402
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def xla_state(specs, host, mesh):
@@ -129,7 +122,7 @@ def main():
     xr.use_spmd()
     if not dist.is_initialized():  # torch_xla's manager wants a group
         dist.init_process_group(
-            "gloo", init_method=f"tcp://127.0.0.1:{free_port()}",
+            "gloo", init_method=f"tcp://127.0.0.1:{benchlib.free_port()}",
             rank=0, world_size=1)
     # Saved on a 1 x 8 mesh: every sharded tensor in 8 shards, no replica.
     # torch_xla 2.9's save drops a tensor whose shards have replicas in the

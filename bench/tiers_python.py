@@ -33,7 +33,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -42,7 +41,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "bench"))
-from benchlib import parse_bytes  # noqa: E402
+from benchlib import free_port, parse_bytes  # noqa: E402
 
 
 def state(size, step, rank, layout="zero"):
@@ -111,12 +110,6 @@ def worker(args):
         with open(args.out, "w") as f:
             json.dump(every, f)
     dist.destroy_process_group()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
 
 
 def job(args, phase, root, local, out):

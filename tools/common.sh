@@ -220,9 +220,11 @@ python_requirements() {
   # bytecode now as pip does (else the tests' first imports of torch and jax
   # compile it, on the critical path: pytest took 100 s longer); pip takes
   # over where uv cannot be had or fails.
+  # DeepSpeed's sdist builds no op at install (DS_BUILD_OPS=0): a job
+  # builds what it needs, once (deepspeed_op).
   if "$venv/bin/pip" install -q --disable-pip-version-check \
     "uv==$HOIST_UV_VERSION" &&
-    "$venv/bin/uv" pip install -q --native-tls --compile-bytecode \
+    DS_BUILD_OPS=0 "$venv/bin/uv" pip install -q --native-tls --compile-bytecode \
       ${PIP_FIND_LINKS:+--find-links "$PIP_FIND_LINKS"} \
       --python "$(venv_own_path "$venv")/bin/python" \
       ${overrides:+--override "$HOIST_ROOT/$overrides"} \
@@ -234,9 +236,17 @@ python_requirements() {
     echo "installing $requirements needs uv (for $overrides)" >&2
     return 1
   fi
-  "$venv/bin/pip" install -q --disable-pip-version-check \
+  DS_BUILD_OPS=0 "$venv/bin/pip" install -q --disable-pip-version-check \
     -r "$HOIST_ROOT/$requirements"
   touch "$stamp"
+}
+
+# deepspeed_op: DeepSpeed's shared-memory op for CPU jobs, which its first
+# initialize() on a CPU host builds (about 30 s on two cores), built now into
+# its cache (~/.cache/torch_extensions), where every later job finds it.
+deepspeed_op() {
+  DS_ACCELERATOR=cpu "$HOIST_VENV/bin/python" -c \
+    'from deepspeed.comm.torch import build_shm_op; build_shm_op()' >/dev/null
 }
 
 # venv_own_path: the virtualenv's real directory. Installers write the

@@ -32,6 +32,7 @@ pip_times=$(mktemp)
 {
   start=$SECONDS
   python_requirements python/requirements-test.txt
+  deepspeed_op
   # PyTorch/XLA's own virtualenv (its torch is pinned apart from .venv's):
   # test_torch_xla.py runs its jobs with it.
   python_xla_requirements

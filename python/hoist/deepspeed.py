@@ -1,0 +1,6 @@
+"""hoist.deepspeed: DeepSpeed's checkpoints as hoist steps (the adapter
+lives in hoist/integrations/deepspeed.py)."""
+from .integrations.deepspeed import (  # noqa
+    FORMAT_KEY, HoistCheckpointEngine, tag_step, use)
+
+__all__ = ["use", "HoistCheckpointEngine", "FORMAT_KEY", "tag_step"]

@@ -1,0 +1,416 @@
+"""DeepSpeed's checkpoints as hoist steps:
+
+    engine, optimizer, _, _ = deepspeed.initialize(...)
+    hoist.deepspeed.use(engine, "/ckpt")    # or s3://, gs://; default: save_dir
+    engine.save_checkpoint(save_dir)        # returns once the state is staged
+    engine.load_checkpoint(save_dir)        # the newest committed step
+
+use() gives the engine a CheckpointEngine of hoist's. Every file DeepSpeed
+saves for a tag (its model states, each rank's ZeRO partition of the
+optimizer) becomes part of one hoist step: each rank stages the tensors of
+its own files in hoist's pinned pool, and save_checkpoint returns; the
+write, the commit and then DeepSpeed's `latest` file (on rank 0, written
+atomically once the step has committed, never before) follow in the
+background. A tag names the step: "global_stepN" (DeepSpeed's default) is
+step N, and a tag that is an integer is that step.
+
+load_checkpoint(save_dir) without a tag loads the root's newest committed
+step (not what `latest` says: a job killed mid-save never names a step that
+did not commit); every file DeepSpeed asks for is read back from the step,
+each extent's hash checked. A tag DeepSpeed wrote itself before the switch
+(files on disk) still loads through DeepSpeed's own torch.load.
+
+The objects DeepSpeed puts in its files beside the tensors (its loss
+scaler, ZeRO stage, fragment addresses) are unpickled with torch.load's
+weights_only and those classes allowed; anything else (a client_state's
+objects) only with use(..., allow_pickle=True).
+"""
+
+import fnmatch
+import io
+import os
+import re
+import shutil
+import tempfile
+import threading
+import weakref
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import torch
+from deepspeed.runtime.checkpoint_engine.checkpoint_engine import (
+    CheckpointEngine)
+
+from .. import DataLossError
+from .._read import read_regions
+from .._tree import _aligned_bytes, _plain, _tensor_bytes, _torch_dtype_name
+from . import _pickles
+from ._managers import open_manager
+
+__all__ = ["use", "HoistCheckpointEngine", "FORMAT_KEY", "tag_step"]
+
+# The step's metadata says what wrote it.
+FORMAT_KEY = "hoist.deepspeed"
+ENGINE_NAME = "HoistCheckpointEngine"
+_STRUCTURE = ".structure"  # a file's state dict, its tensors by name
+_TENSOR = "hoist.deepspeed.tensor:"  # stands for a tensor in a structure
+_TAG = re.compile(r"^global_step(\d+)$")
+_CONSENT = "pass allow_pickle=True to hoist.deepspeed.use"
+
+
+def tag_step(tag):
+    """The hoist step a DeepSpeed tag names: "global_stepN" -> N, "N" -> N;
+    any other tag is a ValueError."""
+    text = str(tag)
+    match = _TAG.match(text)
+    if match is not None:
+        return int(match.group(1))
+    if text.isdigit():
+        return int(text)
+    raise ValueError(f"hoist.deepspeed: tag {text!r} names no step: use "
+                     "DeepSpeed's default (global_stepN) or an integer tag")
+
+
+def _deepspeed_globals():
+    """The classes DeepSpeed pickles into its own files."""
+    from deepspeed.runtime.fp16.loss_scaler import (DynamicLossScaler,
+                                                    LossScaler)
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+    from deepspeed.utils.tensor_fragment import fragment_address
+    return [LossScaler, DynamicLossScaler, ZeroStageEnum, fragment_address]
+
+
+def _split(value, prefix, tensors):
+    """`value` with each tensor holding elements replaced by a marker
+    naming it (`prefix`/key path), the tensors into `tensors`."""
+    if isinstance(value, torch.Tensor) and value.numel() > 0:
+        tensors[prefix] = value
+        return _TENSOR + prefix
+    if isinstance(value, dict):
+        kind = type(value) if type(value) in (dict, OrderedDict) else dict
+        return kind((k, _split(v, f"{prefix}/{k}", tensors))
+                    for k, v in value.items())
+    if type(value) in (list, tuple):
+        return type(value)(_split(v, f"{prefix}/{i}", tensors)
+                           for i, v in enumerate(value))
+    return value
+
+
+def _joined(value, tensors):
+    """_split's inverse: markers replaced by the tensors they name."""
+    if isinstance(value, str) and value.startswith(_TENSOR):
+        return tensors[value[len(_TENSOR):]]
+    if isinstance(value, dict):
+        return type(value)((k, _joined(v, tensors)) for k, v in value.items())
+    if type(value) in (list, tuple):
+        return type(value)(_joined(v, tensors) for v in value)
+    return value
+
+
+def _all_ranks(value):
+    """Every rank's `value` (torch.distributed's all_gather_object), or
+    [value] in a job of one process."""
+    dist = torch.distributed
+    if not dist.is_available() or not dist.is_initialized() or \
+            dist.get_world_size() == 1:
+        return [value]
+    values = [None] * dist.get_world_size()
+    dist.all_gather_object(values, value)
+    return values
+
+
+class HoistCheckpointEngine(CheckpointEngine):
+    """DeepSpeed's CheckpointEngine over one hoist root (see the module's
+    docstring); use() installs it."""
+
+    def __init__(self, root=None, *, allow_pickle=False, **manager_options):
+        super().__init__(None)
+        self.name = ENGINE_NAME
+        self._root = None if root is None else os.fspath(root).rstrip("/")
+        self._options = manager_options
+        self._allow_pickle = allow_pickle
+        self._info = None  # the save between create() and commit()
+        self._files = {}  # its files: name -> state dict
+        self._save_latest = True
+        self._lock = threading.Lock()
+        self._pending = []
+        # Stand-ins for a step's files where DeepSpeed wants a path that
+        # exists (its model-states loader asserts one): path -> (save_dir,
+        # tag, name), empty files in a directory of this engine's.
+        self._stand_ins = {}
+        self._stand_in_dir = None
+        # Commits and `latest` files, in the order of the saves.
+        self._queue = ThreadPoolExecutor(max_workers=1,
+                                         thread_name_prefix="hoist-ds")
+
+    # -- the root ----------------------------------------------------------
+
+    def root_of(self, save_dir):
+        """The hoist root of DeepSpeed's `save_dir`: use()'s, else
+        save_dir itself."""
+        return self._root or os.fspath(save_dir).rstrip("/")
+
+    def manager(self, save_dir):
+        return open_manager(self.root_of(save_dir), self._options)
+
+    def newest_tag(self, save_dir):
+        """The tag of the root's newest committed step, or None."""
+        manager = self.manager(save_dir)
+        step = manager.latest
+        if step is None:
+            return None
+        return (manager.metadata(step) or {}).get("tag", f"global_step{step}")
+
+    # -- saving ------------------------------------------------------------
+
+    def create(self, info):
+        self.raise_failed()
+        tag_step(info.tag)  # refused before anything is saved
+        self._info, self._files = info, {}
+
+    def makedirs(self, path, exist_ok=False):
+        """Only save_dir itself (where `latest` goes) is made: a tag's
+        files are parts of a hoist step."""
+        info = self._info
+        path = os.fspath(path)
+        if "://" in path or (info is not None and os.path.abspath(path) == (
+                os.path.abspath(os.path.join(info.save_dir, info.tag)))):
+            return
+        os.makedirs(path, exist_ok=exist_ok)
+
+    def preserves_storage_sharing(self):
+        return False  # no clones: each tensor is staged as it is
+
+    def save(self, state_dict, path):
+        info = self._info
+        if info is None:
+            raise RuntimeError("hoist.deepspeed: save() outside a "
+                               "save_checkpoint")
+        name = os.path.relpath(os.fspath(path),
+                               os.path.join(info.save_dir, info.tag))
+        if name.startswith(".."):
+            raise ValueError(f"hoist.deepspeed: {path} is not under the "
+                             f"tag's directory {info.save_dir}/{info.tag}")
+        self._files[name.replace(os.sep, "/")] = state_dict
+
+    def commit(self, info):
+        """Saves every rank's files as one step (every rank calls it):
+        returns once they are staged."""
+        files, self._files, self._info = self._files, {}, None
+        manager = self.manager(info.save_dir)
+        devices = manager._devices
+        mine, specs = {}, []
+        for name, state in sorted(files.items()):
+            tensors = {}
+            structure = _split(state, name, tensors)
+            tensors[f"{name}/{_STRUCTURE}"] = _structure_bytes(structure)
+            for key, tensor in tensors.items():
+                tensor = _plain(key, tensor)
+                mine[key] = tensor
+                specs.append((key, _torch_dtype_name(tensor.dtype),
+                              list(tensor.shape)))
+        every = _all_ranks((sorted(files), specs))
+        arrays = []
+        for rank, (_, rank_specs) in enumerate(every):
+            for key, dtype, shape in rank_specs:
+                if rank == devices.rank:
+                    tensor = mine[key]
+                    shard = (devices.of_tensor(key, tensor), [0] * len(shape),
+                             shape, _tensor_bytes(tensor))
+                else:
+                    shard = (devices.processes[rank], [0] * len(shape), shape,
+                             None)
+                arrays.append((key, dtype, shape, [shard]))
+        meta = {FORMAT_KEY: 1, "tag": str(info.tag),
+                "files": {name: rank for rank, (names, _) in enumerate(every)
+                          for name in names}}
+        handle = manager._save_arrays(tag_step(info.tag), arrays, meta)
+        latest = self._save_latest and devices.rank == 0 and \
+            "://" not in os.fspath(info.save_dir)
+        self._submit(self._committed, handle, info.save_dir, str(info.tag),
+                     latest)
+        return True
+
+    @staticmethod
+    def _committed(handle, save_dir, tag, latest):
+        """In the background: once the step has committed, DeepSpeed's
+        `latest` names it (written whole: a temporary file, fsynced,
+        renamed, the directory fsynced)."""
+        handle.wait()
+        if not latest:
+            return
+        path = os.path.join(save_dir, "latest")
+        temporary = f"{path}.hoist-tmp"
+        with open(temporary, "w") as f:
+            f.write(tag)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+        fd = os.open(save_dir, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _submit(self, fn, *args):
+        with self._lock:
+            self._pending = [f for f in self._pending if not f.done() or
+                             f.exception() is not None]
+            self._pending.append(self._queue.submit(fn, *args))
+
+    def raise_failed(self):
+        """Raises the error of an earlier save that failed in the
+        background (its step never became visible)."""
+        with self._lock:
+            failed = [f for f in self._pending
+                      if f.done() and f.exception() is not None]
+            self._pending = [f for f in self._pending if not f.done()]
+        if failed:
+            raise failed[0].exception()
+
+    def wait(self):
+        """Returns once every save so far has committed (and its `latest`
+        is written); raises the first that failed."""
+        with self._lock:
+            pending, self._pending = self._pending, []
+        for future in pending:
+            future.result()
+
+    # -- loading -----------------------------------------------------------
+
+    def files(self, save_dir, tag):
+        """The files step `tag` of the root holds, or None when the root
+        has no such step."""
+        manager = self.manager(save_dir)
+        step = tag_step(tag)
+        if step not in manager.steps:
+            return None
+        meta = manager.metadata(step) or {}
+        if FORMAT_KEY not in meta:
+            raise ValueError(f"step {step} of {manager.path} was not saved "
+                             "by hoist.deepspeed")
+        return sorted(meta["files"])
+
+    def stand_in(self, save_dir, tag, name):
+        """An empty file standing for file `name` of step `tag` where
+        DeepSpeed checks that a path exists; load() reads the step's."""
+        if self._stand_in_dir is None:
+            self._stand_in_dir = tempfile.mkdtemp(prefix="hoist-ds-")
+            weakref.finalize(self, shutil.rmtree, self._stand_in_dir, True)
+        path = os.path.join(self._stand_in_dir, str(tag), name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        open(path, "w").close()
+        self._stand_ins[path] = (os.fspath(save_dir), str(tag), name)
+        return path
+
+    def load(self, path, map_location=None):
+        path = os.fspath(path)
+        held = self._stand_ins.get(path)
+        if held is None and os.path.isfile(path):
+            # A file DeepSpeed wrote itself, loaded as its own engine does.
+            return torch.load(path, map_location=map_location,
+                              weights_only=False)
+        self.wait()
+        if held is None:
+            tag_dir, name = os.path.split(path)
+            save_dir, tag = os.path.split(tag_dir)
+        else:
+            save_dir, tag, name = held
+        step = tag_step(tag)
+        root = self.root_of(save_dir)
+        manager = self.manager(save_dir)
+        manifest = manager._manifest(step) if step in manager.steps else None
+        if manifest is None:
+            raise FileNotFoundError(
+                f"hoist.deepspeed: {path}: {root} holds no step {step} "
+                f"(committed: {manager.steps or 'none'})")
+        arrays = [a for a in manifest["arrays"]
+                  if a["name"].startswith(f"{name}/")]
+        if not arrays:
+            raise FileNotFoundError(f"hoist.deepspeed: step {step} of {root} "
+                                    f"holds no file {name}")
+        tensors = _read(root, step, arrays, self._options)
+        where = f"step {step} of {root}: {name}"
+        structure = tensors.pop(f"{name}/{_STRUCTURE}", None)
+        if structure is None:
+            raise DataLossError(f"{where}: its structure is missing")
+        with torch.serialization.safe_globals(_deepspeed_globals()):
+            state = _pickles.load(structure.numpy().tobytes(), where,
+                                  _CONSENT, trusted=self._allow_pickle)
+        if map_location is not None and not callable(map_location):
+            tensors = {k: v.to(map_location) for k, v in tensors.items()}
+        return _joined(state, tensors)
+
+
+def _structure_bytes(structure):
+    """`structure` as torch.save's bytes, a uint8 tensor."""
+    buffer = io.BytesIO()
+    torch.save(structure, buffer)
+    return torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)
+
+
+def _read(root, step, arrays, options):
+    """The manifest's `arrays` of step `step`, read whole into CPU tensors
+    (each extent's hash checked): name -> tensor."""
+    targets, out = [], {}
+    for array in arrays:
+        dtype = getattr(torch, array["dtype"], None)
+        if not isinstance(dtype, torch.dtype):
+            raise ValueError(f"step {step}: array '{array['name']}' has "
+                             f"dtype {array['dtype']}, which torch lacks")
+        shape = [int(n) for n in array["shape"]]
+        count = int(np.prod(shape, dtype=np.int64))
+        raw = _aligned_bytes(count * dtype.itemsize)
+        out[array["name"]] = torch.from_numpy(raw).view(dtype).reshape(shape)
+        targets.append((array["name"], array["dtype"], shape,
+                        [(-1, [0] * len(shape), shape, raw)]))
+    read_regions(root, step, targets,
+                 storage_options=options.get("storage_options"))
+    return out
+
+
+def use(engine, root=None, *, allow_pickle=False, **manager_options):
+    """Makes DeepSpeed `engine` (deepspeed.initialize's) save and load its
+    checkpoints as steps of hoist root `root` (a directory, s3://, gs://;
+    default: the save_dir each call is given). Other keyword arguments
+    open the root's manager (hoist.CheckpointManager's: pool_bytes, keep,
+    storage_options, ...). Returns the HoistCheckpointEngine (its wait()
+    waits for the saves in flight). engine.save_checkpoint and
+    load_checkpoint keep their signatures."""
+    hoist_engine = HoistCheckpointEngine(root, allow_pickle=allow_pickle,
+                                         **manager_options)
+    engine.checkpoint_engine = hoist_engine
+    save, load = engine.save_checkpoint, engine.load_checkpoint
+    all_names = engine._get_all_ckpt_names
+
+    def save_checkpoint(save_dir, tag=None, client_state={},
+                        save_latest=True, exclude_frozen_parameters=False):
+        # `latest` is hoist's to write, once the step has committed.
+        hoist_engine._save_latest = save_latest
+        return save(save_dir, tag=tag, client_state=client_state,
+                    save_latest=False,
+                    exclude_frozen_parameters=exclude_frozen_parameters)
+
+    def load_checkpoint(load_dir, tag=None, **kwargs):
+        hoist_engine.wait()
+        if tag is None:
+            tag = hoist_engine.newest_tag(load_dir)
+        return load(load_dir, tag=tag, **kwargs)
+
+    def _get_all_ckpt_names(checkpoints_path, tag):
+        names = all_names(checkpoints_path, tag)
+        if names:
+            return names  # a tag DeepSpeed wrote itself
+        held = hoist_engine.files(checkpoints_path, tag)
+        if held is None:
+            return names
+        pattern = os.path.basename(engine._get_ckpt_name(
+            checkpoints_path, tag, mp_placeholder="*"))
+        return [hoist_engine.stand_in(checkpoints_path, tag, name)
+                for name in held if fnmatch.fnmatch(name, pattern)]
+
+    engine.save_checkpoint = save_checkpoint
+    engine.load_checkpoint = load_checkpoint
+    engine._get_all_ckpt_names = _get_all_ckpt_names
+    return hoist_engine
