@@ -51,8 +51,13 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 import benchlib  # noqa: E402  (the arrays, cache dropping, child processes)
+
+# Off the path again: bench/multiprocess.py would hide PyPI's multiprocess,
+# which the Trainer's imports (datasets) need.
+sys.path = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
 
 FRAMEWORKS = ["dcp", "lightning", "accelerate", "trainer", "deepspeed",
               "orbax"]
@@ -262,9 +267,13 @@ class DeepSpeed:
         import hoist.deepspeed
         tensors = _tensors(specs)
         self.names = sorted(tensors)
+        self.shapes = [tensors[n].shape for n in self.names]
         model = torch.nn.Module()
+        # DeepSpeed's broadcast at initialize takes no 0-d parameter: a
+        # scalar is held as one element.
         model.weights = torch.nn.ParameterList(
-            torch.nn.Parameter(tensors[n], requires_grad=False)
+            torch.nn.Parameter(tensors[n].reshape(-1) if tensors[n].dim() == 0
+                               else tensors[n], requires_grad=False)
             for n in self.names)
         self.engine, _, _, _ = deepspeed.initialize(model=model, config={
             "train_micro_batch_size_per_gpu": 1,
@@ -293,7 +302,8 @@ class DeepSpeed:
                                     load_lr_scheduler_states=False)
         seconds = time.perf_counter() - start
         weights = self.engine.module.weights
-        return seconds, {n: weights[i].data for i, n in enumerate(self.names)}
+        return seconds, {n: weights[i].data.reshape(self.shapes[i])
+                         for i, n in enumerate(self.names)}
 
 
 class Orbax:
