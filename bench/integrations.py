@@ -68,6 +68,22 @@ def _tensors(specs):
     return benchlib.torch_tensors(benchlib.host_arrays(specs))
 
 
+def _module(specs, scalars_as_vectors=False):
+    """(names, an nn.Module holding the state's tensors as its parameters
+    `weights`, in the names' order (0-d ones as one element if asked),
+    their shapes)."""
+    import torch
+    tensors = _tensors(specs)
+    names = sorted(tensors)
+    model = torch.nn.Module()
+    model.weights = torch.nn.ParameterList(
+        torch.nn.Parameter(
+            tensors[n].reshape(-1) if scalars_as_vectors and
+            tensors[n].dim() == 0 else tensors[n], requires_grad=False)
+        for n in names)
+    return names, model, [tensors[n].shape for n in names]
+
+
 def _sync_wait(fn):
     """fn() then os.sync(): what the default's save costs to durable."""
     fn()
@@ -160,12 +176,7 @@ class Accelerate:
         from accelerate import Accelerator
         import hoist.accelerate
         self.hoist_accelerate = hoist.accelerate
-        tensors = _tensors(specs)
-        self.names = sorted(tensors)
-        model = torch.nn.Module()
-        model.weights = torch.nn.ParameterList(
-            torch.nn.Parameter(tensors[n], requires_grad=False)
-            for n in self.names)
+        self.names, model, _ = _module(specs)
         optim = torch.optim.SGD(model.parameters(), lr=0.1)
         self.accelerator = Accelerator(cpu=True)
         self.model, _ = self.accelerator.prepare(model, optim)
@@ -206,12 +217,7 @@ class HfTrainer:
         import torch
         from transformers import Trainer, TrainingArguments
         from hoist.transformers import HoistTrainer
-        tensors = _tensors(specs)
-        self.names = sorted(tensors)
-        model = torch.nn.Module()
-        model.weights = torch.nn.ParameterList(
-            torch.nn.Parameter(tensors[n], requires_grad=False)
-            for n in self.names)
+        self.names, model, _ = _module(specs)
         training = TrainingArguments(output_dir=path, report_to="none",
                                      use_cpu=True, save_strategy="no")
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -265,16 +271,10 @@ class DeepSpeed:
                           MASTER_PORT=str(benchlib.free_port()))
         import deepspeed
         import hoist.deepspeed
-        tensors = _tensors(specs)
-        self.names = sorted(tensors)
-        self.shapes = [tensors[n].shape for n in self.names]
-        model = torch.nn.Module()
         # DeepSpeed's broadcast at initialize takes no 0-d parameter: a
         # scalar is held as one element.
-        model.weights = torch.nn.ParameterList(
-            torch.nn.Parameter(tensors[n].reshape(-1) if tensors[n].dim() == 0
-                               else tensors[n], requires_grad=False)
-            for n in self.names)
+        self.names, model, self.shapes = _module(specs,
+                                                 scalars_as_vectors=True)
         self.engine, _, _, _ = deepspeed.initialize(model=model, config={
             "train_micro_batch_size_per_gpu": 1,
             "zero_optimization": {"stage": 0}})

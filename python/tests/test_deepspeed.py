@@ -5,7 +5,6 @@ newest committed step bit-identical to an uninterrupted job; `latest`
 never names a step that did not commit; `hoist verify` passes; the model
 states export as safetensors; a tag that
 names no step, and a step DeepSpeed did not write, are refused by name."""
-import json
 import os
 import subprocess
 import sys
@@ -17,44 +16,35 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("deepspeed")
 
 import hoist  # noqa: E402
-from test_multiprocess import _env, _free_port  # noqa: E402
+from test_multiprocess import (  # noqa: E402
+    _env, _free_port, job_args, same_saved, torchrun)
 
 HERE = Path(__file__).resolve().parent / "dist"
 BIN = Path(sys.executable).parent
 
 
-def _ds_env():
-    return dict(_env(), DS_ACCELERATOR="cpu")
+@pytest.fixture(autouse=True)
+def _cpu_accelerator(monkeypatch):
+    """DeepSpeed's jobs run on its CPU accelerator (gloo)."""
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
 
 
 def _launch(*jobs, launcher="torchrun", check=True):
     """deepspeed_train.py with 2 processes under `launcher` ("torchrun" or
     "deepspeed"): each job is (root, out, steps, options), run one after
     another in the same processes."""
-    args = []
-    for root, out, steps, options in jobs:
-        args += [str(root), str(out), str(steps), json.dumps(options)]
-    port = str(_free_port())
     if launcher == "torchrun":
-        command = [str(BIN / "torchrun"), "--nproc-per-node", "2",
-                   "--master-port", port, "--monitor-interval", "0.5"]
-    else:
-        command = [str(BIN / "deepspeed"), "--num_gpus", "2",
-                   "--no_local_rank", "--master_port", port]
-    command += [str(HERE / "deepspeed_train.py"), *args]
+        return torchrun(2, *job_args(jobs), check=check, timeout=300,
+                        script="deepspeed_train.py")
+    command = [str(BIN / "deepspeed"), "--num_gpus", "2", "--no_local_rank",
+               "--master_port", str(_free_port()),
+               str(HERE / "deepspeed_train.py"), *job_args(jobs)]
     done = subprocess.run(command, capture_output=True, text=True,
-                          timeout=300, env=_ds_env(), cwd=HERE)
+                          timeout=300, env=_env(), cwd=HERE)
     if check and done.returncode != 0:
-        pytest.fail(f"{launcher} deepspeed_train.py {jobs} failed:\n"
+        pytest.fail(f"deepspeed deepspeed_train.py {jobs} failed:\n"
                     f"{done.stdout[-3000:]}\n{done.stderr[-6000:]}")
     return done
-
-
-def _same(want, got):
-    want, got = torch.load(want), torch.load(got)
-    assert want.keys() == got.keys()
-    for key in want:
-        assert torch.equal(got[key], want[key]), key
 
 
 def _committed(root):
@@ -91,14 +81,14 @@ def test_zero_jobs_killed_mid_save_resume_bit_identical(tmp_path):
     assert killed.returncode != 0 and (out / "z1.pt").exists(), \
         killed.stderr[-6000:]
     assert (out / "k2b.pt.start").read_text() == str(newest)
-    _same(out / "z2.pt", out / "k2b.pt")
+    same_saved(out / "z2.pt", out / "k2b.pt")
 
     _launch((out / "k3", out / "k3b.pt", 8, {"stage": 3, "resume": True}),
             (out / "z1", out / "z1b.pt", 8, {"stage": 1, "resume": True}))
     assert (out / "k3b.pt.start").read_text() in ("4", "6")
-    _same(out / "z3.pt", out / "k3b.pt")
+    same_saved(out / "z3.pt", out / "k3b.pt")
     assert (out / "z1b.pt.start").read_text() == "8"
-    _same(out / "z1.pt", out / "z1b.pt")
+    same_saved(out / "z1.pt", out / "z1b.pt")
     for name in ("z2", "k2", "k3", "z1"):
         done = subprocess.run([str(BIN / "hoist"), "verify", str(out / name)],
                               capture_output=True, text=True)

@@ -32,6 +32,25 @@ def _env():
     return env
 
 
+def job_args(jobs):
+    """The arguments of a worker that runs several jobs one after another
+    (dist/jobs.py): each job (arg1, arg2, arg3, options dict)."""
+    args = []
+    for first, second, third, options in jobs:
+        args += [str(first), str(second), str(third), json.dumps(options)]
+    return args
+
+
+def same_saved(want, got):
+    """Asserts that two files torch.save wrote hold the same tensors, bit
+    for bit."""
+    import torch
+    want, got = torch.load(want), torch.load(got)
+    assert want.keys() == got.keys()
+    for key in want:
+        assert torch.equal(got[key], want[key]), key
+
+
 def torchrun(nproc, *args, check=True, timeout=180,
              script="torch_worker.py"):
     """Runs `script` (torch_worker.py) under torchrun on `nproc` local

@@ -16,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torchtitan")
 
-from test_multiprocess import torchrun  # noqa: E402
+from test_multiprocess import same_saved, torchrun  # noqa: E402
 
 BIN = Path(sys.executable).parent
 OPTIONS = {"interval": 2, "keep_latest_k": 2, "async_mode": "async",
@@ -30,13 +30,6 @@ def _train(nproc, folder, out, steps, check=True, first=(), **options):
     for job in [*first, (folder, out, steps, options)]:
         args += [job[0], job[1], job[2], json.dumps({**OPTIONS, **job[3]})]
     return torchrun(nproc, *args, script="titan_train.py", check=check)
-
-
-def _same(a, b):
-    a, b = torch.load(a), torch.load(b)
-    assert a.keys() == b.keys()
-    for key in a:
-        assert torch.equal(a[key], b[key]), key
 
 
 def _steps(folder):
@@ -71,14 +64,14 @@ def test_job_killed_mid_save_resumes_bit_identical(base, tmp_path):
                     "exclude_from_loading": ["dataloader"]})])
     # From step 4 (or 6, had the killed save committed first).
     assert (tmp_path / "c.pt.start").read_text() in ("4", "6")
-    _same(tmp_path / "a.pt", tmp_path / "c.pt")
+    same_saved(tmp_path / "a.pt", tmp_path / "c.pt")
     done = subprocess.run([str(BIN / "hoist"), "verify", f"{base}/b/ckpt"],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     assert (tmp_path / "d.pt.start").read_text() == "8"
-    _same(tmp_path / "a.pt", tmp_path / "d.pt")
+    same_saved(tmp_path / "a.pt", tmp_path / "d.pt")
     assert (tmp_path / "e.pt.start").read_text() == "0"
-    _same(tmp_path / "a.pt", tmp_path / "e.pt")
+    same_saved(tmp_path / "a.pt", tmp_path / "e.pt")
 
 
 @pytest.mark.long
@@ -94,5 +87,5 @@ def test_a_job_that_switches_resumes_its_dcp_checkpoints(tmp_path):
            async_mode="disabled", check=False)
     _train(2, folder, tmp_path / "c.pt", 8)
     assert (tmp_path / "c.pt.start").read_text() == "4"
-    _same(tmp_path / "a.pt", tmp_path / "c.pt")
+    same_saved(tmp_path / "a.pt", tmp_path / "c.pt")
     assert _steps(f"{folder}/ckpt") == [6, 8]

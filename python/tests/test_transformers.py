@@ -6,7 +6,6 @@ HoistTrainer; SIGTERM under enable_jit_checkpoint is a preemption save on
 every rank at one step; save_total_limit keeps the newest steps and the
 best one; load_best_model_at_end loads it; save_only_model, push_to_hub's
 export and the refusals, in one process."""
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -18,34 +17,17 @@ pytest.importorskip("transformers")
 
 import hoist  # noqa: E402
 import hoist.integrations  # noqa: E402
-from test_multiprocess import _env, _free_port  # noqa: E402
+from test_multiprocess import (  # noqa: E402
+    _env, job_args, same_saved, torchrun)
 
-HERE = Path(__file__).resolve().parent / "dist"
 BIN = Path(sys.executable).parent
 
 
 def _launch(*jobs, check=True):
     """trainer_train.py under torchrun with 2 processes: each job is
     (root, out, max_steps, options), run one after another."""
-    args = []
-    for root, out, max_steps, options in jobs:
-        args += [str(root), str(out), str(max_steps), json.dumps(options)]
-    command = [str(BIN / "torchrun"), "--nproc-per-node", "2",
-               "--master-port", str(_free_port()), "--monitor-interval",
-               "0.5", str(HERE / "trainer_train.py"), *args]
-    done = subprocess.run(command, capture_output=True, text=True,
-                          timeout=300, env=_env())
-    if check and done.returncode != 0:
-        pytest.fail(f"torchrun trainer_train.py {jobs} failed:\n"
-                    f"{done.stdout[-3000:]}\n{done.stderr[-6000:]}")
-    return done
-
-
-def _same(want, got):
-    want, got = torch.load(want), torch.load(got)
-    assert want.keys() == got.keys()
-    for key in want:
-        assert torch.equal(got[key], want[key]), key
+    return torchrun(2, *job_args(jobs), check=check, timeout=300,
+                    script="trainer_train.py")
 
 
 def _verify(root):
@@ -92,7 +74,7 @@ def test_ddp_jobs_killed_preempted_or_plain_resume_bit_identical(base,
     assert (out / "plain2.pt.start").read_text() == "4"
     assert (out / "jit2.pt.start").read_text() == str(stopped)
     for name in ("killed2", "plain2", "jit2"):
-        _same(out / "full.pt", out / f"{name}.pt")
+        same_saved(out / "full.pt", out / f"{name}.pt")
     for root in (full, killed, preempted):
         _verify(root)
     # The plain job's later checkpoints are hoist steps of its directory.

@@ -32,10 +32,8 @@ import os
 import re
 import shutil
 import tempfile
-import threading
 import weakref
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -46,6 +44,7 @@ from .. import DataLossError
 from .._read import read_regions
 from .._tree import _aligned_bytes, _plain, _tensor_bytes, _torch_dtype_name
 from . import _pickles
+from ._background import Background, write_durably
 from ._managers import open_manager
 
 __all__ = ["use", "HoistCheckpointEngine", "FORMAT_KEY", "tag_step"]
@@ -133,16 +132,13 @@ class HoistCheckpointEngine(CheckpointEngine):
         self._info = None  # the save between create() and commit()
         self._files = {}  # its files: name -> state dict
         self._save_latest = True
-        self._lock = threading.Lock()
-        self._pending = []
+        # Commits and `latest` files, in the order of the saves.
+        self._background = Background("hoist-ds")
         # Stand-ins for a step's files where DeepSpeed wants a path that
         # exists (its model-states loader asserts one): path -> (save_dir,
         # tag, name), empty files in a directory of this engine's.
         self._stand_ins = {}
         self._stand_in_dir = None
-        # Commits and `latest` files, in the order of the saves.
-        self._queue = ThreadPoolExecutor(max_workers=1,
-                                         thread_name_prefix="hoist-ds")
 
     # -- the root ----------------------------------------------------------
 
@@ -228,8 +224,8 @@ class HoistCheckpointEngine(CheckpointEngine):
         handle = manager._save_arrays(tag_step(info.tag), arrays, meta)
         latest = self._save_latest and devices.rank == 0 and \
             "://" not in os.fspath(info.save_dir)
-        self._submit(self._committed, handle, info.save_dir, str(info.tag),
-                     latest)
+        self._background.submit(self._committed, handle, info.save_dir,
+                                str(info.tag), latest)
         return True
 
     @staticmethod
@@ -238,44 +234,18 @@ class HoistCheckpointEngine(CheckpointEngine):
         `latest` names it (written whole: a temporary file, fsynced,
         renamed, the directory fsynced)."""
         handle.wait()
-        if not latest:
-            return
-        path = os.path.join(save_dir, "latest")
-        temporary = f"{path}.hoist-tmp"
-        with open(temporary, "w") as f:
-            f.write(tag)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, path)
-        fd = os.open(save_dir, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    def _submit(self, fn, *args):
-        with self._lock:
-            self._pending = [f for f in self._pending if not f.done() or
-                             f.exception() is not None]
-            self._pending.append(self._queue.submit(fn, *args))
+        if latest:
+            write_durably(os.path.join(save_dir, "latest"), tag.encode())
 
     def raise_failed(self):
         """Raises the error of an earlier save that failed in the
         background (its step never became visible)."""
-        with self._lock:
-            failed = [f for f in self._pending
-                      if f.done() and f.exception() is not None]
-            self._pending = [f for f in self._pending if not f.done()]
-        if failed:
-            raise failed[0].exception()
+        self._background.raise_failed()
 
     def wait(self):
         """Returns once every save so far has committed (and its `latest`
         is written); raises the first that failed."""
-        with self._lock:
-            pending, self._pending = self._pending, []
-        for future in pending:
-            future.result()
+        self._background.drain()
 
     # -- loading -----------------------------------------------------------
 

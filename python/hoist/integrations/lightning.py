@@ -28,7 +28,6 @@ import io
 import json
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import torch
 from lightning.fabric.plugins.io.checkpoint_io import CheckpointIO
@@ -36,6 +35,7 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from .. import read
 from . import _pickles
+from ._background import Background, write_durably
 from ._managers import open_manager
 
 __all__ = ["HoistCheckpointIO", "POINTER_FORMAT"]
@@ -114,18 +114,7 @@ class _Pointers:
             with fsspec.open(path, "wb") as f:  # an object PUT is atomic
                 f.write(text)
             return
-        tmp = f"{path}{_TMP_SUFFIX}"
-        with open(tmp, "wb") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        directory = os.open(os.path.dirname(os.path.abspath(path)),
-                            os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        write_durably(path, text, _TMP_SUFFIX)
 
     @staticmethod
     def remove(path):
@@ -183,9 +172,7 @@ class HoistCheckpointIO(CheckpointIO):
         # once, before this IO's first save there).
         self._issued = {}
         # Commits, pointers and removals, in the order they were asked for.
-        self._queue = ThreadPoolExecutor(max_workers=1,
-                                         thread_name_prefix="hoist-ckpt-io")
-        self._pending = []
+        self._background = Background("hoist-ckpt-io")
         self._fallback = TorchCheckpointIO()
 
     def _root(self, directory):
@@ -236,17 +223,12 @@ class HoistCheckpointIO(CheckpointIO):
             manager.delete(step)
 
     def _submit(self, fn, *args):
-        with self._lock:
-            self._pending = [f for f in self._pending if not f.done()]
-            self._pending.append(self._queue.submit(fn, *args))
+        self._background.submit(fn, *args)
 
     def _drain(self):
         """Waits for every save and removal asked for so far; raises the
         first that failed."""
-        with self._lock:
-            pending, self._pending = self._pending, []
-        for future in pending:
-            future.result()
+        self._background.drain()
 
     def load_checkpoint(self, path, map_location=None, weights_only=None):
         """The checkpoint at `path`: a hoist pointer's step, read without

@@ -41,8 +41,6 @@ import re
 import shutil
 import signal
 import tempfile
-import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import random
@@ -54,6 +52,7 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from .. import PerRank, export
 from . import _pickles
+from ._background import Background
 from ._managers import open_manager, root_key
 
 __all__ = ["HoistCheckpointMixin", "HoistTrainer", "FORMAT_KEY",
@@ -117,7 +116,7 @@ class _Preemption(TrainerCallback):
             _LOG.warning("hoist.transformers: preempted; saving step %d and "
                          "stopping", state.global_step)
             trainer._save_checkpoint(trainer.model, trial=None)
-            trainer._hoist_drain()
+            trainer.wait_for_checkpoints()
             control.should_save = False
             control.should_training_stop = True
         return control
@@ -152,11 +151,8 @@ class HoistCheckpointMixin:
         self._hoist_allow_pickle = allow_pickle
         self._hoist_resumed = None
         self._hoist_saved = set()  # steps this trainer saved
-        self._hoist_lock = threading.Lock()
-        self._hoist_pending = []
-        # Commits, retention and pushes, in the order of the saves.
-        self._hoist_queue = ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="hoist-trainer")
+        # Commits and retention, in the order of the saves.
+        self._hoist_background = Background("hoist-trainer")
         if self.args.enable_jit_checkpoint:
             options.setdefault("preemption_signals", (signal.SIGTERM,))
             self._hoist_replace_jit_callback()
@@ -195,7 +191,7 @@ class HoistCheckpointMixin:
         staged."""
         if trial is not None or self.hp_search_backend is not None:
             return super()._save_checkpoint(model, trial)
-        self._hoist_raise_failed()
+        self._hoist_background.raise_failed()
         self.store_flos()
         step = int(self.state.global_step)
         manager = self._hoist_manager()
@@ -210,10 +206,10 @@ class HoistCheckpointMixin:
         best = checkpoint_step(self.state.best_model_checkpoint or "")
         prune = self.is_world_process_zero() and limit is not None and \
             limit > 0
-        self._hoist_submit(self._hoist_committed, manager, handle,
+        self._hoist_background.submit(self._hoist_committed, manager, handle,
                            limit if prune else None, best)
         if self.args.push_to_hub:
-            self._hoist_drain()
+            self._hoist_background.drain()
             self._hoist_push(step)
         return None
 
@@ -222,7 +218,7 @@ class HoistCheckpointMixin:
         from before: it replaces it, as the Trainer overwrites
         checkpoint-N (rank 0 removes it once every save has committed;
         the others wait for that)."""
-        self._hoist_drain()
+        self._hoist_background.drain()
         if self.is_world_process_zero():
             _LOG.warning("hoist.transformers: step %d of %s is saved again "
                          "(the job resumed from an earlier step): the step "
@@ -305,35 +301,10 @@ class HoistCheckpointMixin:
                          "storage_options"))
         super()._push_from_checkpoint(folder)
 
-    def _hoist_submit(self, fn, *args):
-        with self._hoist_lock:
-            self._hoist_pending = [f for f in self._hoist_pending
-                                   if not f.done() or f.exception()]
-            self._hoist_pending.append(self._hoist_queue.submit(fn, *args))
-
-    def _hoist_raise_failed(self):
-        """Raises the error of an earlier save that failed in the
-        background (its step never became visible)."""
-        with self._hoist_lock:
-            failed = [f for f in self._hoist_pending
-                      if f.done() and f.exception() is not None]
-            self._hoist_pending = [f for f in self._hoist_pending
-                                   if not f.done()]
-        if failed:
-            raise failed[0].exception()
-
-    def _hoist_drain(self):
-        """Waits for every save (committed, older steps removed); raises
-        the first that failed."""
-        with self._hoist_lock:
-            pending, self._hoist_pending = self._hoist_pending, []
-        for future in pending:
-            future.result()
-
     def wait_for_checkpoints(self):
         """Returns once every checkpoint saved so far has committed (train()
-        returns only then too)."""
-        self._hoist_drain()
+        returns only then too); raises the first that failed."""
+        self._hoist_background.drain()
 
     # -- resuming ----------------------------------------------------------
 
@@ -349,7 +320,7 @@ class HoistCheckpointMixin:
                 return super().train(here, trial, **kwargs)
         finally:
             self._hoist_resumed = None
-            self._hoist_drain()
+            self._hoist_background.drain()
 
     def _hoist_resume_step(self, asked):
         """The hoist step `asked` names (resume_from_checkpoint's value),
@@ -486,7 +457,7 @@ class HoistCheckpointMixin:
         if step is None or not self.state.best_model_checkpoint.startswith(
                 self._hoist_root):
             return super()._load_best_model()
-        self._hoist_drain()
+        self._hoist_background.drain()
         _LOG.info("hoist.transformers: loading the best model, step %d "
                   "(score %s)", step, self.state.best_metric)
         model = self.accelerator.unwrap_model(self.model)
