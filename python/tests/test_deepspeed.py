@@ -52,7 +52,7 @@ def _committed(root):
         return manager.steps
 
 
-@pytest.mark.slow(50)
+@pytest.mark.slow(110)
 def test_zero_jobs_killed_mid_save_resume_bit_identical(tmp_path):
     out = tmp_path
     # Uninterrupted ZeRO-2 and ZeRO-3 jobs, then a ZeRO-2 job killed with
@@ -103,6 +103,26 @@ def test_zero_jobs_killed_mid_save_resume_bit_identical(tmp_path):
     assert exported.keys() == final.keys()
     for key in final:
         assert torch.equal(exported[key], final[key]), key
+
+
+@pytest.mark.long
+def test_zero3_job_on_s3_killed_mid_save_resumes_bit_identical(s3_env,
+                                                               tmp_path):
+    """The steps on S3 (save_dir stays local: DeepSpeed's own files, and
+    `latest`, go there)."""
+    root = f"s3://{s3_env.bucket}/ds-{tmp_path.name}"
+    out = tmp_path
+    killed = _launch((out / "z3", out / "z3.pt", 8, {"stage": 3}),
+                     (out / "k3", out / "k3.pt", 8, {
+                         "stage": 3, "kill_step": 4, "hoist_root": root}),
+                     check=False)
+    assert killed.returncode != 0 and (out / "z3.pt").exists(), \
+        killed.stderr[-6000:]
+    _launch((out / "k3", out / "k3b.pt", 8, {
+        "stage": 3, "resume": True, "hoist_root": root}))
+    assert (out / "k3b.pt.start").read_text() in ("2", "4")
+    same_saved(out / "z3.pt", out / "k3b.pt")
+    assert _committed(root) == [2, 4, 6, 8]
 
 
 def test_tags_and_foreign_steps_are_refused(tmp_path):

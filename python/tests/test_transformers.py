@@ -36,7 +36,7 @@ def _verify(root):
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-@pytest.mark.slow(60)
+@pytest.mark.slow(40)
 def test_ddp_jobs_killed_preempted_or_plain_resume_bit_identical(base,
                                                                  tmp_path):
     out = tmp_path

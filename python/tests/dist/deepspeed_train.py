@@ -9,7 +9,8 @@ Several jobs run one after another in the same processes, each from a
 fresh model and engine. ROOT is DeepSpeed's save_dir (hoist's root too);
 the switch to hoist is the line marked "hoist".
 
-OPTIONS: stage (ZeRO 1, 2 or 3; default 2), resume (true: load the newest
+OPTIONS: stage (ZeRO 1, 2 or 3; default 2), hoist_root (hoist's root, an
+s3:// one say, where it is not ROOT), resume (true: load the newest
 checkpoint first), kill_step (every process SIGKILLs itself once the save
 of that step returned: while it is in flight), plain (DeepSpeed's own
 checkpoint engine). A checkpoint every 2 steps, tagged by DeepSpeed
@@ -52,7 +53,8 @@ def train(root, out, steps, options):
     engine, _, _, _ = deepspeed.initialize(
         model=model, model_parameters=model.parameters(), config=config)
     if not options.get("plain"):
-        hoist.deepspeed.use(engine, pool_bytes=8 << 20)  # hoist
+        hoist.deepspeed.use(engine, options.get("hoist_root"),  # hoist
+                            pool_bytes=8 << 20)
     start = 0
     if options.get("resume"):
         _, client = engine.load_checkpoint(root)
