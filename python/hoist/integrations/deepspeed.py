@@ -139,6 +139,7 @@ class HoistCheckpointEngine(CheckpointEngine):
         # tag, name), empty files in a directory of this engine's.
         self._stand_ins = {}
         self._stand_in_dir = None
+        self._manifests = {}  # (root, step) -> its manifest, for loads
 
     # -- the root ----------------------------------------------------------
 
@@ -164,6 +165,7 @@ class HoistCheckpointEngine(CheckpointEngine):
         self.raise_failed()
         tag_step(info.tag)  # refused before anything is saved
         self._info, self._files = info, {}
+        self._manifests.clear()  # the step may be saved anew
 
     def makedirs(self, path, exist_ok=False):
         """Only save_dir itself (where `latest` goes) is made: a tag's
@@ -249,17 +251,29 @@ class HoistCheckpointEngine(CheckpointEngine):
 
     # -- loading -----------------------------------------------------------
 
+    def _step_manifest(self, save_dir, step):
+        """Step `step`'s manifest (decoded once per step: a load reads
+        several files of it), or None when the root has no such step."""
+        root = self.root_of(save_dir)
+        held = self._manifests.get((root, step))
+        if held is None:
+            manager = self.manager(save_dir)
+            if step not in manager.steps:
+                return None
+            held = self._manifests[(root, step)] = manager._manifest(step)
+        return held
+
     def files(self, save_dir, tag):
         """The files step `tag` of the root holds, or None when the root
         has no such step."""
-        manager = self.manager(save_dir)
         step = tag_step(tag)
-        if step not in manager.steps:
+        manifest = self._step_manifest(save_dir, step)
+        if manifest is None:
             return None
-        meta = manager.metadata(step) or {}
+        meta = manifest.get("metadata") or {}
         if FORMAT_KEY not in meta:
-            raise ValueError(f"step {step} of {manager.path} was not saved "
-                             "by hoist.deepspeed")
+            raise ValueError(f"step {step} of {self.root_of(save_dir)} was "
+                             "not saved by hoist.deepspeed")
         return sorted(meta["files"])
 
     def stand_in(self, save_dir, tag, name):
@@ -289,12 +303,11 @@ class HoistCheckpointEngine(CheckpointEngine):
             save_dir, tag, name = held
         step = tag_step(tag)
         root = self.root_of(save_dir)
-        manager = self.manager(save_dir)
-        manifest = manager._manifest(step) if step in manager.steps else None
+        manifest = self._step_manifest(save_dir, step)
         if manifest is None:
             raise FileNotFoundError(
                 f"hoist.deepspeed: {path}: {root} holds no step {step} "
-                f"(committed: {manager.steps or 'none'})")
+                f"(committed: {self.manager(save_dir).steps or 'none'})")
         arrays = [a for a in manifest["arrays"]
                   if a["name"].startswith(f"{name}/")]
         if not arrays:
