@@ -265,7 +265,6 @@ class HfTrainer:
 
 class DeepSpeed:
     def __init__(self, specs, path, system, args):
-        import torch
         os.environ.update(DS_ACCELERATOR="cpu", RANK="0", LOCAL_RANK="0",
                           WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
                           MASTER_PORT=str(benchlib.free_port()))

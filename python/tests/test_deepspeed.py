@@ -2,8 +2,10 @@
 gloo): ZeRO 1, 2 and 3 jobs of 2 processes, under torchrun and under the
 deepspeed launcher, SIGKILLed while a save is in flight, resume from the
 newest committed step bit-identical to an uninterrupted job; `latest`
-never names a step that did not commit; `hoist verify` passes; the model
-states export as safetensors; a tag that
+never names a step that did not commit; `hoist verify` passes; a ZeRO-2
+step of 2 processes loads into 1, its optimizer partitions re-cut
+bit-exact, and into ZeRO-3 is refused by name; the model states export as
+safetensors; a tag that
 names no step, and a step DeepSpeed did not write, are refused by name."""
 import os
 import subprocess
@@ -58,7 +60,8 @@ def test_zero_jobs_killed_mid_save_resume_bit_identical(tmp_path):
     # Uninterrupted ZeRO-2 and ZeRO-3 jobs, then a ZeRO-2 job killed with
     # step 4's save in flight (torchrun); a ZeRO-3 one killed at step 6 and
     # a ZeRO-1 job (the deepspeed launcher).
-    killed = _launch((out / "z2", out / "z2.pt", 8, {"stage": 2}),
+    killed = _launch((out / "z2", out / "z2.pt", 8, {"stage": 2,
+                                                     "dump_step": 8}),
                      (out / "z3", out / "z3.pt", 8, {"stage": 3}),
                      (out / "k2", out / "k2.pt", 8, {"stage": 2,
                                                      "kill_step": 4}),
@@ -93,6 +96,23 @@ def test_zero_jobs_killed_mid_save_resume_bit_identical(tmp_path):
         done = subprocess.run([str(BIN / "hoist"), "verify", str(out / name)],
                               capture_output=True, text=True)
         assert done.returncode == 0, done.stdout + done.stderr
+    # ZeRO-2's step of 2 processes, loaded by a job of 1: its partitions
+    # re-cut, the master weights and moments bit-exact; then it trains on.
+    # Into ZeRO-3 (last: it fails) is refused by name.
+    done = torchrun(1, *job_args([
+        (out / "z2", out / "one.pt", 10, {"stage": 2, "resume": True,
+                                           "dump_loaded": True}),
+        (out / "z2", out / "three.pt", 10, {"stage": 3, "resume": True})]),
+        check=False, timeout=300, script="deepspeed_train.py")
+    assert "hoist re-cuts ZeRO 1 and 2 optimizer partitions" in done.stderr, \
+        done.stderr[-6000:]
+    assert (out / "one.pt.start").read_text() == "8"
+    saved, loaded = (torch.load(out / name) for name in
+                     ("z2.pt.saved", "one.pt.loaded"))
+    names = [key[:-len("/fp32")] for key in saved if key.endswith("/fp32")]
+    for kind in ("fp32", "exp_avg", "exp_avg_sq"):
+        whole = torch.cat([saved[f"{n}/{kind}"].reshape(-1) for n in names])
+        assert torch.equal(loaded[kind][:whole.numel()], whole), kind
     # Under ZeRO 2 the model states hold the whole module: exported as
     # safetensors, they are the job's final parameters.
     hoist.export(out / "z2" / "step_00000008", out / "hf",

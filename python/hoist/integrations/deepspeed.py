@@ -20,6 +20,11 @@ did not commit); every file DeepSpeed asks for is read back from the step,
 each extent's hash checked. A tag DeepSpeed wrote itself before the switch
 (files on disk) still loads through DeepSpeed's own torch.load.
 
+Under ZeRO 1 and 2 the optimizer partitions are saved as boxes of arrays
+of the whole job (_zero.py), so a job of another data-parallel size loads
+the step: it is handed the files DeepSpeed would have written at its size.
+Into or out of ZeRO-3, or ZeRO-3 at another size, is refused by name.
+
 The objects DeepSpeed puts in its files beside the tensors (its loss
 scaler, ZeRO stage, fragment addresses) are unpickled with torch.load's
 weights_only and those classes allowed; anything else (a client_state's
@@ -27,23 +32,18 @@ objects) only with use(..., allow_pickle=True).
 """
 
 import fnmatch
-import io
 import os
 import re
 import shutil
 import tempfile
 import weakref
-from collections import OrderedDict
 
-import numpy as np
 import torch
 from deepspeed.runtime.checkpoint_engine.checkpoint_engine import (
     CheckpointEngine)
 
-from .. import DataLossError
-from .._read import read_regions
-from .._tree import _aligned_bytes, _plain, _tensor_bytes, _torch_dtype_name
-from . import _pickles
+from .._tree import _plain, _tensor_bytes, _torch_dtype_name
+from . import _ds_files, _zero
 from ._background import Background, write_durably
 from ._managers import open_manager
 
@@ -52,10 +52,7 @@ __all__ = ["use", "HoistCheckpointEngine", "FORMAT_KEY", "tag_step"]
 # The step's metadata says what wrote it.
 FORMAT_KEY = "hoist.deepspeed"
 ENGINE_NAME = "HoistCheckpointEngine"
-_STRUCTURE = ".structure"  # a file's state dict, its tensors by name
-_TENSOR = "hoist.deepspeed.tensor:"  # stands for a tensor in a structure
 _TAG = re.compile(r"^global_step(\d+)$")
-_CONSENT = "pass allow_pickle=True to hoist.deepspeed.use"
 
 
 def tag_step(tag):
@@ -69,54 +66,6 @@ def tag_step(tag):
         return int(text)
     raise ValueError(f"hoist.deepspeed: tag {text!r} names no step: use "
                      "DeepSpeed's default (global_stepN) or an integer tag")
-
-
-def _deepspeed_globals():
-    """The classes DeepSpeed pickles into its own files."""
-    from deepspeed.runtime.fp16.loss_scaler import (DynamicLossScaler,
-                                                    LossScaler)
-    from deepspeed.runtime.zero.config import ZeroStageEnum
-    from deepspeed.utils.tensor_fragment import fragment_address
-    return [LossScaler, DynamicLossScaler, ZeroStageEnum, fragment_address]
-
-
-def _split(value, prefix, tensors):
-    """`value` with each tensor holding elements replaced by a marker
-    naming it (`prefix`/key path), the tensors into `tensors`."""
-    if isinstance(value, torch.Tensor) and value.numel() > 0:
-        tensors[prefix] = value
-        return _TENSOR + prefix
-    if isinstance(value, dict):
-        kind = type(value) if type(value) in (dict, OrderedDict) else dict
-        return kind((k, _split(v, f"{prefix}/{k}", tensors))
-                    for k, v in value.items())
-    if type(value) in (list, tuple):
-        return type(value)(_split(v, f"{prefix}/{i}", tensors)
-                           for i, v in enumerate(value))
-    return value
-
-
-def _joined(value, tensors):
-    """_split's inverse: markers replaced by the tensors they name."""
-    if isinstance(value, str) and value.startswith(_TENSOR):
-        return tensors[value[len(_TENSOR):]]
-    if isinstance(value, dict):
-        return type(value)((k, _joined(v, tensors)) for k, v in value.items())
-    if type(value) in (list, tuple):
-        return type(value)(_joined(v, tensors) for v in value)
-    return value
-
-
-def _all_ranks(value):
-    """Every rank's `value` (torch.distributed's all_gather_object), or
-    [value] in a job of one process."""
-    dist = torch.distributed
-    if not dist.is_available() or not dist.is_initialized() or \
-            dist.get_world_size() == 1:
-        return [value]
-    values = [None] * dist.get_world_size()
-    dist.all_gather_object(values, value)
-    return values
 
 
 class HoistCheckpointEngine(CheckpointEngine):
@@ -137,6 +86,7 @@ class HoistCheckpointEngine(CheckpointEngine):
         # Stand-ins for a step's files where DeepSpeed wants a path that
         # exists (its model-states loader asserts one): path -> (save_dir,
         # tag, name), empty files in a directory of this engine's.
+        self._engine = None  # the DeepSpeed engine, once use() sets it
         self._stand_ins = {}
         self._stand_in_dir = None
         self._manifests = {}  # (root, step) -> its manifest, for loads
@@ -198,18 +148,20 @@ class HoistCheckpointEngine(CheckpointEngine):
         files, self._files, self._info = self._files, {}, None
         manager = self.manager(info.save_dir)
         devices = manager._devices
+        pieces = _zero.Partitions(files, devices.rank)
         mine, specs = {}, []
         for name, state in sorted(files.items()):
             tensors = {}
-            structure = _split(state, name, tensors)
-            tensors[f"{name}/{_STRUCTURE}"] = _structure_bytes(structure)
+            structure = _ds_files.split(state, name, tensors, pieces.markers)
+            tensors[f"{name}/{_ds_files.STRUCTURE}"] = \
+                _ds_files.structure_bytes(structure)
             for key, tensor in tensors.items():
                 tensor = _plain(key, tensor)
                 mine[key] = tensor
                 specs.append((key, _torch_dtype_name(tensor.dtype),
                               list(tensor.shape)))
-        every = _all_ranks((sorted(files), specs))
-        arrays = []
+        every = _zero.all_ranks((sorted(files), specs))
+        arrays = pieces.arrays(devices)
         for rank, (_, rank_specs) in enumerate(every):
             for key, dtype, shape in rank_specs:
                 if rank == devices.rank:
@@ -223,6 +175,11 @@ class HoistCheckpointEngine(CheckpointEngine):
         meta = {FORMAT_KEY: 1, "tag": str(info.tag),
                 "files": {name: rank for rank, (names, _) in enumerate(every)
                           for name in names}}
+        if self._engine is not None:
+            size, stage = _zero.live_layout(self._engine)
+            meta["layout"] = {"dp": size, "stage": stage}
+        if pieces.files:
+            meta["zero"] = {"dp": len(every), "files": pieces.files}
         handle = manager._save_arrays(tag_step(info.tag), arrays, meta)
         latest = self._save_latest and devices.rank == 0 and \
             "://" not in os.fspath(info.save_dir)
@@ -308,49 +265,60 @@ class HoistCheckpointEngine(CheckpointEngine):
             raise FileNotFoundError(
                 f"hoist.deepspeed: {path}: {root} holds no step {step} "
                 f"(committed: {self.manager(save_dir).steps or 'none'})")
-        arrays = [a for a in manifest["arrays"]
-                  if a["name"].startswith(f"{name}/")]
-        if not arrays:
-            raise FileNotFoundError(f"hoist.deepspeed: step {step} of {root} "
-                                    f"holds no file {name}")
-        tensors = _read(root, step, arrays, self._options)
-        where = f"step {step} of {root}: {name}"
-        structure = tensors.pop(f"{name}/{_STRUCTURE}", None)
-        if structure is None:
-            raise DataLossError(f"{where}: its structure is missing")
-        with torch.serialization.safe_globals(_deepspeed_globals()):
-            state = _pickles.load(structure.numpy().tobytes(), where,
-                                  _CONSENT, trusted=self._allow_pickle)
+        step_file = _ds_files.StepFile(root, step, manifest, self._options,
+                              self._allow_pickle)
+        resized = self._resized(manifest, root, step)
+        rank = _zero.file_rank(name)
+        if resized is not None and rank is not None:
+            # An optimizer file of this job's size: rank 0's as saved,
+            # its partitions read where this size puts them.
+            zero = manifest["metadata"]["zero"]
+            state = step_file.read(zero["files"][0], pieces=False)
+            return _zero.rebuilt(state, self._engine, rank,
+                                 step_file.lengths(), step_file.piece)
+        state = step_file.read(name)
+        if resized is not None and isinstance(state, dict) and \
+                "dp_world_size" in state:
+            state["dp_world_size"] = resized
         if map_location is not None and not callable(map_location):
-            tensors = {k: v.to(map_location) for k, v in tensors.items()}
-        return _joined(state, tensors)
+            state = _ds_files.moved(state, map_location)
+        return state
 
+    def _resized(self, manifest, root, step):
+        """This job's data-parallel size when the step was saved at
+        another by a ZeRO 1 or 2 job (its partitions are then re-cut),
+        else None."""
+        zero = (manifest.get("metadata") or {}).get("zero")
+        if zero is None or self._engine is None:
+            return None
+        size, _ = _zero.live_layout(self._engine)
+        return None if size == zero["dp"] else size
 
-def _structure_bytes(structure):
-    """`structure` as torch.save's bytes, a uint8 tensor."""
-    buffer = io.BytesIO()
-    torch.save(structure, buffer)
-    return torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)
-
-
-def _read(root, step, arrays, options):
-    """The manifest's `arrays` of step `step`, read whole into CPU tensors
-    (each extent's hash checked): name -> tensor."""
-    targets, out = [], {}
-    for array in arrays:
-        dtype = getattr(torch, array["dtype"], None)
-        if not isinstance(dtype, torch.dtype):
-            raise ValueError(f"step {step}: array '{array['name']}' has "
-                             f"dtype {array['dtype']}, which torch lacks")
-        shape = [int(n) for n in array["shape"]]
-        count = int(np.prod(shape, dtype=np.int64))
-        raw = _aligned_bytes(count * dtype.itemsize)
-        out[array["name"]] = torch.from_numpy(raw).view(dtype).reshape(shape)
-        targets.append((array["name"], array["dtype"], shape,
-                        [(-1, [0] * len(shape), shape, raw)]))
-    read_regions(root, step, targets,
-                 storage_options=options.get("storage_options"))
-    return out
+    def check_layout(self, save_dir, tag):
+        """Refuses (NotImplementedError, before anything is loaded) a step
+        this job cannot load: one saved at another ZeRO stage family or
+        data-parallel size, unless both are ZeRO 1 or 2 (whose optimizer
+        partitions hoist re-cuts)."""
+        try:
+            step = tag_step(tag)
+        except ValueError:
+            return  # not a hoist step: DeepSpeed's own files
+        manifest = self._step_manifest(save_dir, step)
+        meta = (manifest or {}).get("metadata") or {}
+        saved = meta.get("layout")
+        if saved is None or self._engine is None:
+            return
+        size, stage = _zero.live_layout(self._engine)
+        family = (saved["stage"] == 0, saved["stage"] == 3)
+        if family == (stage == 0, stage == 3):
+            if stage == 0 or saved["dp"] == size or "zero" in meta:
+                return  # unpartitioned, the same size, or re-cut
+        raise NotImplementedError(
+            f"hoist.deepspeed: step {step} of {self.root_of(save_dir)} was "
+            f"saved by {saved['dp']} data-parallel ranks at "
+            f"ZeRO-{saved['stage']}; this job has {size} at ZeRO-{stage}: "
+            "hoist re-cuts ZeRO 1 and 2 optimizer partitions for another "
+            "data-parallel size; into or out of ZeRO-3 is not supported yet")
 
 
 def use(engine, root=None, *, allow_pickle=False, **manager_options):
@@ -364,6 +332,7 @@ def use(engine, root=None, *, allow_pickle=False, **manager_options):
     hoist_engine = HoistCheckpointEngine(root, allow_pickle=allow_pickle,
                                          **manager_options)
     engine.checkpoint_engine = hoist_engine
+    hoist_engine._engine = engine
     save, load = engine.save_checkpoint, engine.load_checkpoint
     all_names = engine._get_all_ckpt_names
 
@@ -379,6 +348,8 @@ def use(engine, root=None, *, allow_pickle=False, **manager_options):
         hoist_engine.wait()
         if tag is None:
             tag = hoist_engine.newest_tag(load_dir)
+        if tag is not None:
+            hoist_engine.check_layout(load_dir, tag)
         return load(load_dir, tag=tag, **kwargs)
 
     def _get_all_ckpt_names(checkpoints_path, tag):

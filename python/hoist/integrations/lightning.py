@@ -24,7 +24,6 @@ sharded state themselves): an FSDP job checkpoints through DCP, and
 hoist.dcp's Writer and Reader are its hoist (docs/integrations.md).
 """
 
-import io
 import json
 import os
 import threading

@@ -56,10 +56,12 @@ def train(root, out, steps, options):
         hoist.deepspeed.use(engine, options.get("hoist_root"),  # hoist
                             pool_bytes=8 << 20)
     start = 0
+    rank = torch.distributed.get_rank()
     if options.get("resume"):
         _, client = engine.load_checkpoint(root)
         start = client["next_step"]
-    rank = torch.distributed.get_rank()
+        if options.get("dump_loaded"):
+            dump_flat(engine, f"{out}.loaded")
     for step in range(start, steps):
         g = torch.Generator().manual_seed(1000 * step + rank)
         x, y = torch.randn(4, 12, generator=g), torch.randn(4, 7, generator=g)
@@ -69,6 +71,8 @@ def train(root, out, steps, options):
         engine.step()
         if (step + 1) % 2 == 0:
             engine.save_checkpoint(root, client_state={"next_step": step + 1})
+            if step + 1 == options.get("dump_step"):
+                dump(engine, f"{out}.saved")
             if step + 1 == options.get("kill_step"):
                 os.kill(os.getpid(), signal.SIGKILL)
     if not options.get("plain"):
@@ -82,6 +86,33 @@ def train(root, out, steps, options):
             with open(f"{out}.start", "w") as f:
                 f.write(str(start))
     torch.distributed.barrier()
+
+
+def dump(engine, path):
+    """Every parameter's fp32 master weights and Adam moments, whole (a
+    collective: every rank calls it; rank 0 writes them to `path`)."""
+    from deepspeed.utils import (safe_get_full_fp32_param,
+                                 safe_get_full_optimizer_state)
+    state = {}
+    for name, param in engine.module.named_parameters():
+        state[f"{name}/fp32"] = safe_get_full_fp32_param(param).clone()
+        for key in ("exp_avg", "exp_avg_sq"):
+            state[f"{name}/{key}"] = safe_get_full_optimizer_state(
+                param, key).clone()
+    if torch.distributed.get_rank() == 0:
+        torch.save(state, path)
+
+
+def dump_flat(engine, path):
+    """A ZeRO 1 or 2 job of one process: its one parameter group's flat
+    fp32 master weights and Adam moments (the parameters end to end, then
+    padding), as loaded, to `path`."""
+    optimizer = engine.optimizer
+    flat = optimizer.single_partition_of_fp32_groups[0]
+    state = {"fp32": flat.detach().clone()}
+    for key in ("exp_avg", "exp_avg_sq"):
+        state[key] = optimizer.optimizer.state[flat][key].clone()
+    torch.save(state, path)
 
 
 if __name__ == "__main__":
