@@ -113,6 +113,12 @@ def test_zero_jobs_killed_mid_save_resume_bit_identical(tmp_path):
     for kind in ("fp32", "exp_avg", "exp_avg_sq"):
         whole = torch.cat([saved[f"{n}/{kind}"].reshape(-1) for n in names])
         assert torch.equal(loaded[kind][:whole.numel()], whole), kind
+    # zero_to_fp32's job: the master weights, whole, by parameter name.
+    import hoist.deepspeed
+    fp32 = hoist.deepspeed.fp32_state_dict(out / "z2", 8)
+    assert sorted(fp32) == sorted(names)
+    for name in names:
+        assert torch.equal(fp32[name], saved[f"{name}/fp32"]), name
     # Under ZeRO 2 the model states hold the whole module: exported as
     # safetensors, they are the job's final parameters.
     hoist.export(out / "z2" / "step_00000008", out / "hf",

@@ -47,7 +47,8 @@ from . import _ds_files, _zero
 from ._background import Background, write_durably
 from ._managers import open_manager
 
-__all__ = ["use", "HoistCheckpointEngine", "FORMAT_KEY", "tag_step"]
+__all__ = ["use", "HoistCheckpointEngine", "FORMAT_KEY", "tag_step",
+           "fp32_state_dict"]
 
 # The step's metadata says what wrote it.
 FORMAT_KEY = "hoist.deepspeed"
@@ -319,6 +320,45 @@ class HoistCheckpointEngine(CheckpointEngine):
             f"ZeRO-{saved['stage']}; this job has {size} at ZeRO-{stage}: "
             "hoist re-cuts ZeRO 1 and 2 optimizer partitions for another "
             "data-parallel size; into or out of ZeRO-3 is not supported yet")
+
+
+def fp32_state_dict(root, step=None, *, storage_options=None):
+    """zero_to_fp32's job for a ZeRO 1 or 2 step of `root` (default: its
+    newest): every parameter's fp32 master weights, whole, as name ->
+    CPU tensor, read from the step's partition arrays (each extent's hash
+    checked; no manager, no lock). A step of another kind is a
+    ValueError."""
+    from .. import inspect
+    root = os.fspath(root).rstrip("/")
+    at = root if step is None else f"{root}/step_{int(step):08d}"
+    manifest = inspect(at, storage_options=storage_options)
+    step = manifest["step"]
+    meta = manifest.get("metadata") or {}
+    zero = meta.get("zero")
+    if FORMAT_KEY not in meta or zero is None:
+        raise ValueError(f"step {step} of {root}: not a ZeRO 1 or 2 step "
+                         "saved by hoist.deepspeed (a ZeRO-3 step's "
+                         "parameters are partitioned one by one)")
+    options = {"storage_options": storage_options or {}}
+    files = _ds_files.StepFile(root, step, manifest, options, False)
+    models = sorted(n for n in meta["files"] if n.endswith("model_states.pt"))
+    optimizer = files.read(zero["files"][0], pieces=False)
+    if any(any(p) for p in optimizer[_zero.OPTIMIZER].get(
+            "param_alignment_paddings", [])):
+        raise ValueError(f"step {step} of {root}: its parameters are padded "
+                         "within their group (parameter_alignment): not "
+                         "consolidated here")
+    shapes = files.read(models[0]).get("param_shapes") or []
+    out, lengths = {}, files.lengths()
+    for group, named in enumerate(shapes):
+        array = _zero.array_name(group, "fp32")
+        flat = files.piece(array, 0, lengths[array])
+        at = 0
+        for name, shape in named.items():
+            count = int(torch.Size(shape).numel())
+            out[name] = flat[at:at + count].reshape(shape).clone()
+            at += count
+    return out
 
 
 def use(engine, root=None, *, allow_pickle=False, **manager_options):
