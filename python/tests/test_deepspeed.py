@@ -101,7 +101,7 @@ def test_zero_jobs_killed_mid_save_resume_bit_identical(tmp_path):
     # Into ZeRO-3 (last: it fails) is refused by name.
     done = torchrun(1, *job_args([
         (out / "z2", out / "one.pt", 10, {"stage": 2, "resume": True,
-                                           "dump_loaded": True}),
+                                          "dump_loaded": True}),
         (out / "z2", out / "three.pt", 10, {"stage": 3, "resume": True})]),
         check=False, timeout=300, script="deepspeed_train.py")
     assert "hoist re-cuts ZeRO 1 and 2 optimizer partitions" in done.stderr, \

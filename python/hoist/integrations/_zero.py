@@ -166,7 +166,7 @@ class Partitions:
                 self._totals[array] = (dtype, start + count)
                 if holder == rank:
                     self.markers[held_by[array]] = marker(array, start,
-                                                                count)
+                                                          count)
         self._rank = rank
 
     def arrays(self, devices):

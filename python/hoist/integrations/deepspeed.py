@@ -1,7 +1,7 @@
 """DeepSpeed's checkpoints as hoist steps:
 
     engine, optimizer, _, _ = deepspeed.initialize(...)
-    hoist.deepspeed.use(engine, "/ckpt")    # or s3://, gs://; default: save_dir
+    hoist.deepspeed.use(engine, "/ckpt")    # or s3://...; default: save_dir
     engine.save_checkpoint(save_dir)        # returns once the state is staged
     engine.load_checkpoint(save_dir)        # the newest committed step
 
@@ -267,7 +267,7 @@ class HoistCheckpointEngine(CheckpointEngine):
                 f"hoist.deepspeed: {path}: {root} holds no step {step} "
                 f"(committed: {self.manager(save_dir).steps or 'none'})")
         step_file = _ds_files.StepFile(root, step, manifest, self._options,
-                              self._allow_pickle)
+                                       self._allow_pickle)
         resized = self._resized(manifest, root, step)
         rank = _zero.file_rank(name)
         if resized is not None and rank is not None:

@@ -195,9 +195,10 @@ class HoistCheckpointMixin:
         self.store_flos()
         step = int(self.state.global_step)
         manager = self._hoist_manager()
-        if step in manager.steps:
+        committed = manager.steps  # listed once: on S3, a request
+        if step in committed:
             self._hoist_replace(manager, step)
-        self._hoist_note_best(manager, step)
+        self._hoist_note_best(committed, step)
         self._hoist_export_callback_states()
         handle = manager.save(step, _pickles.encodable(self._hoist_tree()),
                               metadata={"global_step": step})
@@ -206,8 +207,8 @@ class HoistCheckpointMixin:
         best = checkpoint_step(self.state.best_model_checkpoint or "")
         prune = self.is_world_process_zero() and limit is not None and \
             limit > 0
-        self._hoist_background.submit(self._hoist_committed, manager, handle,
-                           limit if prune else None, best)
+        self._hoist_background.submit(self._hoist_committed, manager,
+                                      handle, limit if prune else None, best)
         if self.args.push_to_hub:
             self._hoist_background.drain()
             self._hoist_push(step)
@@ -244,16 +245,16 @@ class HoistCheckpointMixin:
                 process=PerRank({"rng": _rng_state()}))
         return tree
 
-    def _hoist_note_best(self, manager, step):
+    def _hoist_note_best(self, committed, step):
         """state.best_model_checkpoint names the best step once it is
-        saved (this one, or one this trainer saved or the root holds)."""
+        saved (this one, or one this trainer saved, or one of the root's
+        `committed` steps)."""
         best = self.state.best_global_step
         if self.args.save_strategy not in (
                 SaveStrategy.STEPS, SaveStrategy.EPOCH, SaveStrategy.BEST) \
                 or not best:
             return
-        if best == step or best in self._hoist_saved or \
-                best in manager.steps:
+        if best == step or best in self._hoist_saved or best in committed:
             self.state.best_model_checkpoint = self.checkpoint_path(best)
 
     def _hoist_export_callback_states(self):
