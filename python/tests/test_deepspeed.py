@@ -70,10 +70,13 @@ def test_zero_jobs_killed_mid_save_resume_bit_identical(tmp_path):
         killed.stderr[-6000:]
     assert _committed(out / "z2") == [2, 4, 6, 8]
     assert (out / "z2" / "latest").read_text() == "global_step8"
-    # `latest` names a committed step (2, or 4 if its commit beat the
-    # kill), never one in flight.
+    # `latest` is written once a step has committed, so it never names
+    # one the kill interrupted; it may lag (the kill can come between a
+    # commit and its `latest`), and the load does not read it.
     newest = _committed(out / "k2")[-1]
-    assert (out / "k2" / "latest").read_text() == f"global_step{newest}"
+    if (out / "k2" / "latest").exists():
+        named = (out / "k2" / "latest").read_text()
+        assert named in [f"global_step{s}" for s in _committed(out / "k2")]
 
     killed = _launch((out / "k2", out / "k2b.pt", 8, {"stage": 2,
                                                       "resume": True}),
