@@ -13,9 +13,10 @@ OPTIONS: plain (the Trainer itself, no hoist), resume (true, or a
 checkpoint path), kill_step (every process SIGKILLs itself once the save
 of that step returned: while it is in flight), stop_step (training stops
 there, after its save), sigterm_step (rank 1 gets SIGTERM there, with
-enable_jit_checkpoint: hoist's preemption save; each step then takes 0.3
-s more, so the ranks agree before max_steps), save_total_limit. The
-tiny Llama has dropout and the sampler shuffles, so a bit-identical resume
+enable_jit_checkpoint: hoist's preemption save; each step then takes 0.5
+s more, so the ranks agree before max_steps even on a loaded machine),
+save_total_limit. The tiny Llama has dropout and the sampler shuffles, so
+a bit-identical resume
 needs every process's RNG states and the data position back. The main
 process writes the final parameters to OUT, and the global steps training
 started and ended at to OUT.start and OUT.end.
@@ -60,7 +61,7 @@ class Steer(TrainerCallback):
             if args.process_index == 1:
                 os.kill(os.getpid(), signal.SIGTERM)
         if self.slow:
-            time.sleep(0.3)
+            time.sleep(0.5)
         return control
 
     def on_save(self, args, state, control, **kwargs):
