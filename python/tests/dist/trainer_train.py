@@ -16,10 +16,9 @@ there, after its save), sigterm_step (rank 1 gets SIGTERM there, with
 enable_jit_checkpoint: hoist's preemption save; each step then takes 0.5
 s more, so the ranks agree before max_steps even on a loaded machine),
 save_total_limit. The tiny Llama has dropout and the sampler shuffles, so
-a bit-identical resume
-needs every process's RNG states and the data position back. The main
-process writes the final parameters to OUT, and the global steps training
-started and ended at to OUT.start and OUT.end.
+a bit-identical resume needs every process's RNG states and the data
+position back. The main process writes the final parameters to OUT, and
+the global steps training started and ended at to OUT.start and OUT.end.
 """
 import os
 import signal
